@@ -1,0 +1,12 @@
+//! Reverse-mode automatic differentiation: grad mode, the recorded graph, the engine that
+//! walks it backwards, and a finite-difference `gradcheck`.
+
+mod engine;
+mod grad_mode;
+mod gradcheck;
+mod node;
+
+pub use engine::backward;
+pub use grad_mode::{NoGradGuard, is_grad_enabled, no_grad, set_grad_enabled};
+pub use gradcheck::{GradcheckOptions, gradcheck};
+pub(crate) use node::{GradEdge, record};

@@ -1,0 +1,20 @@
+//! Where a tensor's memory lives.
+
+use std::fmt;
+
+/// A device, spelled as PyTorch spells it (`cpu`, `cuda:0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Device {
+    #[default]
+    Cpu,
+    Cuda(usize),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The one error type of `tessera-tensor`: every failure names the op and the shapes involved.
+
+use crate::{DType, Device};
+
+/// Everything that can go wrong in tensor code that a caller's input can reach.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TensorError {
+    /// Two operands whose shapes do not fit together.
+    #[error("{op}: shape mismatch between {lhs:?} and {rhs:?}{}", detail_suffix(.detail))]
+    ShapeMismatch {
+        op: String,
+        lhs: Vec<usize>,
+        rhs: Vec<usize>,
+        detail: String,
+    },
+
+    /// An argument out of range or otherwise invalid for this op.
+    #[error("{op}: {msg}")]
+    InvalidArgument { op: String, msg: String },
+
+    /// The op has no kernel for this dtype.
+    #[error("{op}: unsupported dtype {dtype}")]
+    UnsupportedDType { op: String, dtype: DType },
+
+    /// Operands of different dtypes where one dtype is required.
+    #[error("{op}: dtype mismatch, expected {expected}, got {got}")]
+    DTypeMismatch {
+        op: String,
+        expected: DType,
+        got: DType,
+    },
+
+    /// The device does not exist or has no driver on this machine.
+    #[error("device {device} is not available: {reason}")]
+    DeviceUnavailable { device: Device, reason: String },
+
+    /// Operands on different devices.
+    #[error("{op}: expected all tensors on one device, got {lhs} and {rhs}")]
+    DeviceMismatch {
+        op: String,
+        lhs: Device,
+        rhs: Device,
+    },
+
+    /// A misuse of autograd (second backward through a freed graph, non-scalar root, ...).
+    #[error("autograd: {0}")]
+    Autograd(String),
+}
+
+fn detail_suffix(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(" ({detail})")
+    }
+}
+
+impl TensorError {
+    pub(crate) fn invalid(op: impl Into<String>, msg: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            op: op.into(),
+            msg: msg.into(),
+        }
+    }
+
+    pub(crate) fn shapes(
+        op: impl Into<String>,
+        lhs: &[usize],
+        rhs: &[usize],
+        detail: impl Into<String>,
+    ) -> Self {
+        Self::ShapeMismatch {
+            op: op.into(),
+            lhs: lhs.to_vec(),
+            rhs: rhs.to_vec(),
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn dtype(op: impl Into<String>, dtype: DType) -> Self {
+        Self::UnsupportedDType {
+            op: op.into(),
+            dtype,
+        }
+    }
+}
+
+/// `Result` with [`TensorError`].
+pub type Result<T, E = TensorError> = std::result::Result<T, E>;

@@ -1,0 +1,38 @@
+//! Tensors, the op table, eager CPU kernels and autograd: the foundation of Tessera.
+//!
+//! ```
+//! use tessera_tensor::{DType, Tensor};
+//!
+//! let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0], &[3])?.requires_grad_(true)?;
+//! let y = x.relu()?.mul_scalar(2.0)?.sum_all()?;
+//! y.backward()?;
+//! assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![2.0, 0.0, 2.0]);
+//! assert_eq!(y.dtype(), DType::F32);
+//! # Ok::<(), tessera_tensor::TensorError>(())
+//! ```
+
+mod autograd;
+mod cpu;
+mod creation;
+mod device;
+mod dtype;
+mod error;
+pub mod layout;
+mod methods;
+pub mod op;
+mod random;
+pub mod storage;
+mod tensor;
+mod threads;
+
+pub use autograd::{
+    GradcheckOptions, NoGradGuard, backward, gradcheck, is_grad_enabled, no_grad, set_grad_enabled,
+};
+pub use device::Device;
+pub use dtype::{DType, Element, Float};
+pub use error::{Result, TensorError};
+pub use layout::Layout;
+pub use op::Op;
+pub use random::{Generator, manual_seed, with_global_generator};
+pub use tensor::{Tensor, TensorId, TensorMeta};
+pub use threads::{num_threads, set_num_threads};

@@ -1,0 +1,103 @@
+//! In-place methods (`copy_`, `fill_`, `zero_`, `add_`, `sub_`, `mul_`, `div_`, `clamp_`):
+//! they write through the storage, so every handle and view sharing it sees the change.
+
+use crate::cpu::any_dispatch;
+use crate::storage::StorageElement;
+use crate::{Result, Tensor, TensorError, is_grad_enabled};
+
+impl Tensor {
+    /// Refuses in-place writes that autograd cannot account for.
+    fn check_inplace(&self, op: &str) -> Result<()> {
+        if is_grad_enabled() && self.requires_grad() {
+            let what = if self.is_leaf() {
+                "a leaf tensor that requires grad"
+            } else {
+                "a tensor that is part of the autograd graph"
+            };
+            return Err(TensorError::Autograd(format!(
+                "{op}: {what} (shape {:?}) cannot be modified in place while grad mode is on; wrap the update in no_grad()",
+                self.shape()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies `src` (broadcast to this shape, converted to this dtype) into this tensor.
+    pub fn copy_(&self, src: &Tensor) -> Result<&Tensor> {
+        self.check_inplace("copy_")?;
+        let shape = self.shape();
+        let src = src.to_dtype(self.dtype())?.expand(&shape).map_err(|_| {
+            TensorError::shapes(
+                "copy_",
+                &src.shape(),
+                &shape,
+                "source must broadcast to the destination",
+            )
+        })?;
+        any_dispatch!(self.dtype(), T => {
+            let values = src.to_vec::<T>()?;
+            self.write_elements(&values)?;
+        });
+        Ok(self)
+    }
+
+    fn write_elements<T: StorageElement>(&self, values: &[T]) -> Result<()> {
+        self.with_storage_mut(|storage, layout| {
+            let dst = T::slice_mut(storage.cpu_mut()).expect("dtype checked by the caller");
+            match layout.contiguous_range() {
+                Some(range) => dst[range].copy_from_slice(values),
+                None => layout.offsets().zip(values).for_each(|(o, &v)| dst[o] = v),
+            }
+        });
+        Ok(())
+    }
+
+    /// Sets every element to `value`.
+    pub fn fill_(&self, value: f64) -> Result<&Tensor> {
+        self.check_inplace("fill_")?;
+        any_dispatch!(self.dtype(), T => {
+            let values = vec![<T as crate::Element>::from_f64(value); self.numel()];
+            self.write_elements(&values)?;
+        });
+        Ok(self)
+    }
+
+    pub fn zero_(&self) -> Result<&Tensor> {
+        self.fill_(0.0)
+    }
+
+    pub fn add_(&self, other: &Tensor) -> Result<&Tensor> {
+        self.check_inplace("add_")?;
+        self.copy_(&self.detach().add(other)?)
+    }
+
+    pub fn sub_(&self, other: &Tensor) -> Result<&Tensor> {
+        self.check_inplace("sub_")?;
+        self.copy_(&self.detach().sub(other)?)
+    }
+
+    pub fn mul_(&self, other: &Tensor) -> Result<&Tensor> {
+        self.check_inplace("mul_")?;
+        self.copy_(&self.detach().mul(other)?)
+    }
+
+    pub fn div_(&self, other: &Tensor) -> Result<&Tensor> {
+        self.check_inplace("div_")?;
+        self.copy_(&self.detach().div(other)?)
+    }
+
+    pub fn add_scalar_(&self, value: f64) -> Result<&Tensor> {
+        self.check_inplace("add_")?;
+        self.copy_(&self.detach().add_scalar(value)?)
+    }
+
+    pub fn mul_scalar_(&self, value: f64) -> Result<&Tensor> {
+        self.check_inplace("mul_")?;
+        self.copy_(&self.detach().mul_scalar(value)?)
+    }
+
+    pub fn clamp_(&self, min: Option<f64>, max: Option<f64>) -> Result<&Tensor> {
+        self.check_inplace("clamp_")?;
+        self.copy_(&self.detach().clamp(min, max)?)
+    }
+}

@@ -1,0 +1,388 @@
+//! Matrix products on the `gemm` crate: `matmul` with PyTorch's 1-D, batching and broadcasting
+//! rules, and `linear` (`x @ w^T + b`) with the bias folded into the GEMM's destination.
+
+use super::{BackwardCtx, OpDef, expect_inputs};
+use crate::cpu::{float_dispatch, offset_of, tensor_from};
+use crate::layout::{Layout, broadcast_layout, broadcast_shapes};
+use crate::storage::StorageElement;
+use crate::{Float, Result, Tensor, TensorError, TensorMeta};
+use rayon::prelude::*;
+
+/// Below this many multiply-adds a GEMM runs on one thread.
+const PARALLEL_GEMM_WORK: usize = 48 * 48 * 48;
+
+/// One strided matrix operand: `rows x cols` at `offset` with row and column strides.
+#[derive(Clone, Copy)]
+pub(crate) struct MatrixRef {
+    pub(crate) offset: usize,
+    pub(crate) row_stride: usize,
+    pub(crate) col_stride: usize,
+}
+
+/// `dst[m x n] (+)= lhs[m x k] * rhs[k x n]` on raw storage; `dst` is packed row-major.
+/// `accumulate` keeps what `dst` holds (used to add a bias).
+pub(crate) fn gemm_into<T: Float>(
+    dst: &mut [T],
+    lhs: &[T],
+    a: MatrixRef,
+    rhs: &[T],
+    b: MatrixRef,
+    (m, n, k): (usize, usize, usize),
+    accumulate: bool,
+    parallel: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            dst.iter_mut().for_each(|v| *v = T::zero());
+        }
+        return;
+    }
+    let threads = rayon::current_num_threads();
+    let parallelism = if parallel && threads > 1 && m * n * k >= PARALLEL_GEMM_WORK {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the operand views lie inside their slices (checked by the callers' layouts), dst
+    // holds m*n elements, and gemm reads/writes only through the given strides.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.as_ptr().add(a.offset),
+            a.col_stride as isize,
+            a.row_stride as isize,
+            rhs.as_ptr().add(b.offset),
+            b.col_stride as isize,
+            b.row_stride as isize,
+            T::one(),
+            T::one(),
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// Shapes of a matmul: `(batch, m, k, n, output shape)`.
+fn matmul_shapes(
+    a: &[usize],
+    b: &[usize],
+) -> Result<(Vec<usize>, usize, usize, usize, Vec<usize>)> {
+    if a.is_empty() || b.is_empty() {
+        return Err(TensorError::shapes(
+            "matmul",
+            a,
+            b,
+            "both arguments need at least 1 dimension",
+        ));
+    }
+    let (m, ka) = if a.len() == 1 {
+        (1, a[0])
+    } else {
+        (a[a.len() - 2], a[a.len() - 1])
+    };
+    let (kb, n) = if b.len() == 1 {
+        (b[0], 1)
+    } else {
+        (b[b.len() - 2], b[b.len() - 1])
+    };
+    if ka != kb {
+        return Err(TensorError::shapes(
+            "matmul",
+            a,
+            b,
+            format!("mat1 and mat2 shapes cannot be multiplied ({m}x{ka} and {kb}x{n})"),
+        ));
+    }
+    let batch_a = &a[..a.len().saturating_sub(2)];
+    let batch_b = &b[..b.len().saturating_sub(2)];
+    let batch = broadcast_shapes("matmul", batch_a, batch_b)?;
+    let mut out = batch.clone();
+    if a.len() >= 2 {
+        out.push(m);
+    }
+    if b.len() >= 2 {
+        out.push(n);
+    }
+    Ok((batch, m, ka, n, out))
+}
+
+/// The layout of a matmul operand seen as `batch + [rows, cols]`.
+fn as_batched(layout: &Layout, batch: &[usize], vector_is_row: bool) -> Result<Layout> {
+    let mut l = layout.clone();
+    if l.ndim() == 1 {
+        if vector_is_row {
+            l.shape.insert(0, 1);
+            l.strides.insert(0, 0);
+        } else {
+            l.shape.push(1);
+            l.strides.push(0);
+        }
+    }
+    let r = l.ndim();
+    let mut full = batch.to_vec();
+    full.extend(&l.shape[r - 2..]);
+    broadcast_layout("matmul", &l, &full)
+}
+
+fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (batch, m, k, n, out_shape) = matmul_shapes(&a.shape(), &b.shape())?;
+    let (la, lb) = (
+        as_batched(&a.layout(), &batch, true)?,
+        as_batched(&b.layout(), &batch, false)?,
+    );
+    let batch_count: usize = batch.iter().product();
+    let batch_layout = |l: &Layout| Layout {
+        shape: batch.clone(),
+        strides: l.strides[..batch.len()].to_vec(),
+        offset: l.offset,
+    };
+    let (ba, bb) = (batch_layout(&la), batch_layout(&lb));
+    let nd = la.ndim();
+    let mut out = vec![T::zero(); batch_count * m * n];
+    a.with_storage(|sa, _| -> Result<()> {
+        b.with_storage(|sb, _| -> Result<()> {
+            let (sa, sb) = (
+                T::slice(sa.cpu("matmul")?).expect("dtype"),
+                T::slice(sb.cpu("matmul")?).expect("dtype"),
+            );
+            let operand = |l: &Layout, bl: &Layout, i: usize| MatrixRef {
+                offset: offset_of(bl, i),
+                row_stride: l.strides[nd - 2],
+                col_stride: l.strides[nd - 1],
+            };
+            let run = |i: usize, dst: &mut [T], parallel: bool| {
+                gemm_into(
+                    dst,
+                    sa,
+                    operand(&la, &ba, i),
+                    sb,
+                    operand(&lb, &bb, i),
+                    (m, n, k),
+                    false,
+                    parallel,
+                )
+            };
+            if batch_count > 1 && m * n * k < (1 << 20) {
+                out.par_chunks_mut((m * n).max(1))
+                    .enumerate()
+                    .for_each(|(i, dst)| run(i, dst, false));
+            } else {
+                out.chunks_mut((m * n).max(1))
+                    .enumerate()
+                    .for_each(|(i, dst)| run(i, dst, true));
+            }
+            Ok(())
+        })
+    })?;
+    Ok(tensor_from(out, &out_shape))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct MatmulOp;
+
+impl OpDef for MatmulOp {
+    fn name(&self) -> String {
+        "matmul".into()
+    }
+
+    fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        expect_inputs("matmul", inputs, 2)?;
+        if inputs[0].dtype != inputs[1].dtype {
+            return Err(TensorError::DTypeMismatch {
+                op: "matmul".into(),
+                expected: inputs[0].dtype,
+                got: inputs[1].dtype,
+            });
+        }
+        super::expect_float("matmul", &inputs[0])?;
+        let (_, _, _, _, out) = matmul_shapes(&inputs[0].shape, &inputs[1].shape)?;
+        Ok(vec![TensorMeta::new(out, inputs[0].dtype)])
+    }
+
+    fn cpu(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        Ok(vec![
+            float_dispatch!(inputs[0].dtype(), "matmul", T => matmul_kernel::<T>(inputs[0], inputs[1])?),
+        ])
+    }
+
+    fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        let (a, b) = (&cx.inputs[0], &cx.inputs[1]);
+        let (a_nd, b_nd) = (a.ndim(), b.ndim());
+        let a2 = if a_nd == 1 {
+            a.unsqueeze(0)?
+        } else {
+            a.clone()
+        };
+        let b2 = if b_nd == 1 {
+            b.unsqueeze(1)?
+        } else {
+            b.clone()
+        };
+        // The gradient with the vector dimensions matmul removed put back.
+        let mut g = cx.grad(0)?;
+        if a_nd == 1 {
+            g = g.unsqueeze(if b_nd == 1 { 0 } else { -2 })?;
+        }
+        if b_nd == 1 {
+            g = g.unsqueeze(-1)?;
+        }
+        let ga = if cx.needs[0] {
+            Some(
+                g.matmul(&b2.transpose(-1, -2)?)?
+                    .sum_to_shape(&a2.shape())?
+                    .reshape(&a.shape())?,
+            )
+        } else {
+            None
+        };
+        let gb = if cx.needs[1] {
+            Some(
+                a2.transpose(-1, -2)?
+                    .matmul(&g)?
+                    .sum_to_shape(&b2.shape())?
+                    .reshape(&b.shape())?,
+            )
+        } else {
+            None
+        };
+        Ok(vec![ga, gb])
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct LinearOp {
+    pub(crate) bias: bool,
+}
+
+fn linear_kernel<T: Float + StorageElement>(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+) -> Result<Tensor> {
+    let x_shape = x.shape();
+    let k = *x_shape.last().expect("meta checked");
+    let n = w.shape()[0];
+    let m = x.numel() / k.max(1);
+    let x2 = x.reshape(&[m, k])?;
+    let mut out = match b {
+        Some(b) => {
+            let bias = b.to_vec::<T>()?;
+            let mut out = Vec::with_capacity(m * n);
+            for _ in 0..m {
+                out.extend_from_slice(&bias);
+            }
+            out
+        }
+        None => vec![T::zero(); m * n],
+    };
+    let (lx, lw) = (x2.layout(), w.layout());
+    x2.with_storage(|sx, _| -> Result<()> {
+        w.with_storage(|sw, _| -> Result<()> {
+            let (sx, sw) = (
+                T::slice(sx.cpu("linear")?).expect("dtype"),
+                T::slice(sw.cpu("linear")?).expect("dtype"),
+            );
+            let xa = MatrixRef {
+                offset: lx.offset,
+                row_stride: lx.strides[0],
+                col_stride: lx.strides[1],
+            };
+            // w^T: element (k, n) of the transposed weight is w[n, k].
+            let wt = MatrixRef {
+                offset: lw.offset,
+                row_stride: lw.strides[1],
+                col_stride: lw.strides[0],
+            };
+            gemm_into(&mut out, sx, xa, sw, wt, (m, n, k), b.is_some(), true);
+            Ok(())
+        })
+    })?;
+    let mut out_shape = x_shape;
+    *out_shape.last_mut().expect("meta checked") = n;
+    Ok(tensor_from(out, &out_shape))
+}
+
+impl OpDef for LinearOp {
+    fn name(&self) -> String {
+        "linear".into()
+    }
+
+    fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        expect_inputs("linear", inputs, if self.bias { 3 } else { 2 })?;
+        let (x, w) = (&inputs[0], &inputs[1]);
+        super::expect_float("linear", x)?;
+        if inputs.iter().any(|t| t.dtype != x.dtype) {
+            return Err(TensorError::invalid(
+                "linear",
+                "input, weight and bias must have the same dtype",
+            ));
+        }
+        if x.shape.is_empty() || w.shape.len() != 2 || x.shape[x.shape.len() - 1] != w.shape[1] {
+            return Err(TensorError::shapes(
+                "linear",
+                &x.shape,
+                &w.shape,
+                format!(
+                    "input's last dimension must equal weight's in_features (weight is [out_features, in_features])"
+                ),
+            ));
+        }
+        if self.bias && inputs[2].shape != [w.shape[0]] {
+            return Err(TensorError::shapes(
+                "linear",
+                &inputs[2].shape,
+                &w.shape,
+                "bias must be [out_features]",
+            ));
+        }
+        let mut shape = x.shape.clone();
+        *shape.last_mut().expect("checked non-empty") = w.shape[0];
+        Ok(vec![TensorMeta::new(shape, x.dtype)])
+    }
+
+    fn cpu(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let b = inputs.get(2).copied();
+        Ok(vec![
+            float_dispatch!(inputs[0].dtype(), "linear", T => linear_kernel::<T>(inputs[0], inputs[1], b)?),
+        ])
+    }
+
+    fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        let (x, w) = (&cx.inputs[0], &cx.inputs[1]);
+        let k = w.shape()[1];
+        let n = w.shape()[0];
+        let g = cx.grad(0)?;
+        let m = g.numel() / n.max(1);
+        let g2 = g.reshape(&[m, n])?;
+        let gx = if cx.needs[0] {
+            Some(g2.matmul(w)?.reshape(&x.shape())?)
+        } else {
+            None
+        };
+        let gw = if cx.needs[1] {
+            Some(g2.transpose(0, 1)?.matmul(&x.reshape(&[m, k])?)?)
+        } else {
+            None
+        };
+        let mut grads = vec![gx, gw];
+        if self.bias {
+            grads.push(if cx.needs[2] {
+                Some(g2.sum_dims(&[0], false)?)
+            } else {
+                None
+            });
+        }
+        Ok(grads)
+    }
+}

@@ -1,0 +1,273 @@
+//! The op table: every tensor operation is one variant of [`Op`], defined once with its meta
+//! function (output shapes and dtypes, errors naming the op and shapes), its CPU kernel and its
+//! backward formula. Eager calls, autograd, and later the tracer and compilers all speak `Op`.
+
+mod binary;
+mod cast;
+mod conv;
+mod dropout;
+mod index;
+mod loss;
+mod matmul;
+mod norm;
+mod pool;
+mod reduce;
+mod softmax;
+mod unary;
+mod view;
+
+pub use binary::{BinaryOp, CompareOp, ScalarOp};
+pub use conv::ConvOp;
+pub use dropout::DropoutOp;
+pub use index::IndexOp;
+pub use loss::LossOp;
+pub use norm::NormOp;
+pub use pool::PoolOp;
+pub use reduce::{ReduceKind, ReduceOp};
+pub use unary::UnaryOp;
+pub use view::ViewOp;
+pub(crate) use view::{copy_contiguous, view_strides};
+
+use crate::autograd::{is_grad_enabled, record};
+use crate::{DType, Result, Tensor, TensorError, TensorMeta};
+
+/// One tensor operation with its attributes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// Elementwise function of one tensor.
+    Unary(UnaryOp),
+    /// Elementwise function of two broadcast tensors.
+    Binary(BinaryOp),
+    /// Elementwise function of a tensor and a scalar attribute.
+    Scalar(ScalarOp),
+    /// Elementwise comparison giving bool.
+    Compare(CompareOp),
+    /// `where(cond, a, b)` with broadcasting.
+    Where,
+    /// Clamp to optional scalar bounds.
+    Clamp { min: Option<f64>, max: Option<f64> },
+    /// Reductions over dimensions.
+    Reduce(ReduceOp),
+    /// Softmax (or log-softmax) along one dimension.
+    Softmax { dim: usize, log: bool },
+    /// `matmul` with PyTorch's batching and broadcasting rules.
+    Matmul,
+    /// `x @ w^T (+ b)`; inputs `x, w` or `x, w, b`.
+    Linear { bias: bool },
+    /// Views that share storage, and the copy that makes a view contiguous.
+    View(ViewOp),
+    /// Conversion to another dtype.
+    ToDType(DType),
+    /// Convolutions.
+    Conv(ConvOp),
+    /// Pooling.
+    Pool(PoolOp),
+    /// Normalisation layers.
+    Norm(NormOp),
+    /// Dropout.
+    Dropout(DropoutOp),
+    /// Indexing, joining and splitting.
+    Index(IndexOp),
+    /// Loss functions.
+    Loss(LossOp),
+}
+
+/// What a backward formula sees: the op's saved inputs and outputs, the gradient of each
+/// output (`None` where nothing flowed), and which inputs need a gradient.
+pub struct BackwardCtx<'a> {
+    pub inputs: &'a [Tensor],
+    pub outputs: &'a [Tensor],
+    pub grads: &'a [Option<Tensor>],
+    pub needs: &'a [bool],
+    pub output_metas: &'a [TensorMeta],
+}
+
+impl BackwardCtx<'_> {
+    /// The gradient of output `i`, zeros where none flowed.
+    pub fn grad(&self, i: usize) -> Result<Tensor> {
+        match &self.grads[i] {
+            Some(g) => Ok(g.clone()),
+            None => Tensor::zeros(&self.output_metas[i].shape, self.output_metas[i].dtype),
+        }
+    }
+}
+
+/// The three things every op family defines.
+pub(crate) trait OpDef {
+    /// The op's name as printed in graphs and errors (`add`, `conv2d`).
+    fn name(&self) -> String;
+    /// Output shapes and dtypes, or an error naming the op and the offending shapes.
+    fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>>;
+    /// The CPU kernel; inputs have passed `meta`.
+    fn cpu(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>>;
+    /// Gradients of the inputs (`None` for those not needed or not differentiable).
+    fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>>;
+    /// Whether output `i` carries gradients (indices and masks do not).
+    fn output_is_differentiable(&self, _index: usize) -> bool {
+        true
+    }
+    /// Whether f16/bf16 inputs are computed in f32 and cast back (false for views and casts).
+    fn computes_half_in_f32(&self) -> bool {
+        true
+    }
+}
+
+macro_rules! delegate {
+    ($self:ident, $def:ident => $body:expr) => {
+        match $self {
+            Op::Unary($def) => $body,
+            Op::Binary($def) => $body,
+            Op::Scalar($def) => $body,
+            Op::Compare($def) => $body,
+            Op::Where => {
+                let $def = &binary::WhereOp;
+                $body
+            }
+            Op::Clamp { min, max } => {
+                let $def = &binary::ClampOp {
+                    min: *min,
+                    max: *max,
+                };
+                $body
+            }
+            Op::Reduce($def) => $body,
+            Op::Softmax { dim, log } => {
+                let $def = &softmax::SoftmaxOp {
+                    dim: *dim,
+                    log: *log,
+                };
+                $body
+            }
+            Op::Matmul => {
+                let $def = &matmul::MatmulOp;
+                $body
+            }
+            Op::Linear { bias } => {
+                let $def = &matmul::LinearOp { bias: *bias };
+                $body
+            }
+            Op::View($def) => $body,
+            Op::ToDType(dtype) => {
+                let $def = &cast::CastOp(*dtype);
+                $body
+            }
+            Op::Conv($def) => $body,
+            Op::Pool($def) => $body,
+            Op::Norm($def) => $body,
+            Op::Dropout($def) => $body,
+            Op::Index($def) => $body,
+            Op::Loss($def) => $body,
+        }
+    };
+}
+
+impl Op {
+    pub fn name(&self) -> String {
+        delegate!(self, d => d.name())
+    }
+
+    /// Output shapes and dtypes for inputs of these shapes and dtypes.
+    pub fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        delegate!(self, d => d.meta(inputs))
+    }
+
+    pub(crate) fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        delegate!(self, d => d.backward(cx))
+    }
+
+    pub(crate) fn output_is_differentiable(&self, index: usize) -> bool {
+        delegate!(self, d => d.output_is_differentiable(index))
+    }
+
+    /// Runs the op eagerly: checks shapes with the meta function, runs the kernel, and records
+    /// an autograd node when grad mode is on and an input requires a gradient.
+    pub fn apply(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let device = inputs.first().map(|t| t.device()).unwrap_or_default();
+        for t in inputs.iter().skip(1) {
+            if t.device() != device {
+                return Err(TensorError::DeviceMismatch {
+                    op: self.name(),
+                    lhs: device,
+                    rhs: t.device(),
+                });
+            }
+        }
+        let metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
+        let expected = self.meta(&metas)?;
+        let half = metas
+            .iter()
+            .map(|m| m.dtype)
+            .find(|d| matches!(d, DType::F16 | DType::BF16));
+        let outputs = match half {
+            Some(half) if delegate!(self, d => d.computes_half_in_f32()) => {
+                let _guard = crate::no_grad();
+                let widened: Vec<Tensor> = inputs
+                    .iter()
+                    .map(|t| {
+                        if t.dtype() == half {
+                            t.to_dtype(DType::F32)
+                        } else {
+                            Ok((*t).clone())
+                        }
+                    })
+                    .collect::<Result<_>>()?;
+                let refs: Vec<&Tensor> = widened.iter().collect();
+                let outs = delegate!(self, d => d.cpu(&refs))?;
+                outs.into_iter()
+                    .zip(&expected)
+                    .map(|(o, m)| {
+                        if o.dtype() != m.dtype {
+                            o.to_dtype(m.dtype)
+                        } else {
+                            Ok(o)
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()?
+            }
+            _ => delegate!(self, d => d.cpu(inputs))?,
+        };
+        debug_assert_eq!(
+            outputs.len(),
+            expected.len(),
+            "{}: kernel output count",
+            self.name()
+        );
+        for (o, m) in outputs.iter().zip(&expected) {
+            debug_assert_eq!(
+                &o.meta(),
+                m,
+                "{}: kernel output disagrees with meta",
+                self.name()
+            );
+        }
+        if is_grad_enabled() && inputs.iter().any(|t| t.requires_grad()) {
+            record(self, inputs, &outputs);
+        }
+        Ok(outputs)
+    }
+
+    /// [`Op::apply`] for ops with exactly one output.
+    pub fn apply1(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let mut outs = self.apply(inputs)?;
+        Ok(outs.swap_remove(0))
+    }
+}
+
+/// Checks the number of inputs an op was given.
+pub(crate) fn expect_inputs(op: &str, inputs: &[TensorMeta], n: usize) -> Result<()> {
+    if inputs.len() != n {
+        return Err(TensorError::invalid(
+            op,
+            format!("expected {n} inputs, got {}", inputs.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Requires a float dtype.
+pub(crate) fn expect_float(op: &str, meta: &TensorMeta) -> Result<()> {
+    if !meta.dtype.is_float() {
+        return Err(TensorError::dtype(op, meta.dtype));
+    }
+    Ok(())
+}

@@ -1,0 +1,26 @@
+//! Pooling (max, average, adaptive average).
+
+use super::{BackwardCtx, OpDef};
+use crate::{Result, Tensor, TensorMeta};
+
+/// Pooling (max, average, adaptive average).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PoolOp {}
+
+impl OpDef for PoolOp {
+    fn name(&self) -> String {
+        match *self {}
+    }
+
+    fn meta(&self, _inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        match *self {}
+    }
+
+    fn cpu(&self, _inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        match *self {}
+    }
+
+    fn backward(&self, _cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        match *self {}
+    }
+}

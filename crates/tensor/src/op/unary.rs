@@ -1,0 +1,208 @@
+//! Elementwise functions of one tensor, each with its derivative written as a scalar function
+//! of the input or of the output, whichever the backward formula reads.
+
+use super::{BackwardCtx, OpDef, expect_float, expect_inputs};
+use crate::cpu::{float_dispatch, map, zip};
+use crate::{DType, Float, Result, Tensor, TensorMeta};
+
+/// An elementwise function of one float tensor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Sign,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Tanh,
+    Sigmoid,
+    Relu,
+    LeakyRelu {
+        negative_slope: f64,
+    },
+    /// GELU, exact (`x * Phi(x)`) or with the tanh approximation.
+    Gelu {
+        tanh: bool,
+    },
+    Silu,
+}
+
+/// Whether a derivative is a function of the input `x` or of the output `y`.
+enum Reads {
+    Input,
+    Output,
+}
+
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+const GELU_TANH_COEFF: f64 = 0.044_715;
+
+fn erf<T: Float>(x: T) -> T {
+    T::from_f64(libm::erf(x.as_f64()))
+}
+
+impl UnaryOp {
+    #[inline]
+    fn eval<T: Float>(self, x: T) -> T {
+        let c = |v: f64| T::from_f64(v);
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Sign => {
+                if x > T::zero() {
+                    T::one()
+                } else if x < T::zero() {
+                    -T::one()
+                } else {
+                    x
+                }
+            }
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => x.sqrt().recip(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => T::one() / (T::one() + (-x).exp()),
+            UnaryOp::Relu => {
+                if x > T::zero() {
+                    x
+                } else {
+                    T::zero()
+                }
+            }
+            UnaryOp::LeakyRelu { negative_slope } => {
+                if x > T::zero() {
+                    x
+                } else {
+                    x * c(negative_slope)
+                }
+            }
+            UnaryOp::Gelu { tanh: false } => {
+                x * c(0.5) * (T::one() + erf(x * c(std::f64::consts::FRAC_1_SQRT_2)))
+            }
+            UnaryOp::Gelu { tanh: true } => {
+                let inner = c(SQRT_2_OVER_PI) * (x + c(GELU_TANH_COEFF) * x * x * x);
+                c(0.5) * x * (T::one() + inner.tanh())
+            }
+            UnaryOp::Silu => x / (T::one() + (-x).exp()),
+        }
+    }
+
+    fn reads(self) -> Reads {
+        match self {
+            UnaryOp::Exp
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Relu => Reads::Output,
+            _ => Reads::Input,
+        }
+    }
+
+    /// dy/dx as a function of `x` or `y` (see [`UnaryOp::reads`]).
+    #[inline]
+    fn derivative<T: Float>(self, v: T) -> T {
+        let c = |v: f64| T::from_f64(v);
+        match self {
+            UnaryOp::Neg => -T::one(),
+            UnaryOp::Abs => UnaryOp::Sign.eval(v),
+            UnaryOp::Sign => T::zero(),
+            UnaryOp::Exp => v,
+            UnaryOp::Log => v.recip(),
+            UnaryOp::Sqrt => c(0.5) / v,
+            UnaryOp::Rsqrt => c(-0.5) * v * v * v,
+            UnaryOp::Sin => v.cos(),
+            UnaryOp::Cos => -v.sin(),
+            UnaryOp::Tanh => T::one() - v * v,
+            UnaryOp::Sigmoid => v * (T::one() - v),
+            UnaryOp::Relu => {
+                if v > T::zero() {
+                    T::one()
+                } else {
+                    T::zero()
+                }
+            }
+            UnaryOp::LeakyRelu { negative_slope } => {
+                if v > T::zero() {
+                    T::one()
+                } else {
+                    c(negative_slope)
+                }
+            }
+            UnaryOp::Gelu { tanh: false } => {
+                let cdf = c(0.5) * (T::one() + erf(v * c(std::f64::consts::FRAC_1_SQRT_2)));
+                let pdf = (c(-0.5) * v * v).exp() * c(0.398_942_280_401_432_7);
+                cdf + v * pdf
+            }
+            UnaryOp::Gelu { tanh: true } => {
+                let inner = c(SQRT_2_OVER_PI) * (v + c(GELU_TANH_COEFF) * v * v * v);
+                let t = inner.tanh();
+                let d_inner = c(SQRT_2_OVER_PI) * (T::one() + c(3.0 * GELU_TANH_COEFF) * v * v);
+                c(0.5) * (T::one() + t) + c(0.5) * v * (T::one() - t * t) * d_inner
+            }
+            UnaryOp::Silu => {
+                let s = T::one() / (T::one() + (-v).exp());
+                s * (T::one() + v * (T::one() - s))
+            }
+        }
+    }
+}
+
+impl OpDef for UnaryOp {
+    fn name(&self) -> String {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Relu => "relu",
+            UnaryOp::LeakyRelu { .. } => "leaky_relu",
+            UnaryOp::Gelu { .. } => "gelu",
+            UnaryOp::Silu => "silu",
+        }
+        .into()
+    }
+
+    fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        expect_inputs(&self.name(), inputs, 1)?;
+        expect_float(&self.name(), &inputs[0])?;
+        Ok(vec![inputs[0].clone()])
+    }
+
+    fn cpu(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let op = *self;
+        let x = inputs[0];
+        Ok(vec![
+            float_dispatch!(x.dtype(), self.name(), T => map(x, move |v: T| op.eval(v))?),
+        ])
+    }
+
+    fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        let op = *self;
+        let g = cx.grad(0)?;
+        let source = match op.reads() {
+            Reads::Input => &cx.inputs[0],
+            Reads::Output => &cx.outputs[0],
+        };
+        let shape = g.shape();
+        let dtype: DType = g.dtype();
+        let grad = float_dispatch!(dtype, self.name(), T => zip(&g, source, &shape, "backward", move |g: T, v: T| {
+            let d = op.derivative(v);
+            // An exact zero derivative gives +0, never -0 (as PyTorch's threshold_backward).
+            if d == T::zero() { T::zero() } else { g * d }
+        })?);
+        Ok(vec![Some(grad)])
+    }
+}

@@ -1,0 +1,337 @@
+//! The `Tensor` handle: a cheap clone of an `Arc`, sharing storage with its views and
+//! carrying the autograd state (`requires_grad`, `.grad`, the node that made it).
+
+use crate::autograd::GradEdge;
+use crate::layout::Layout;
+use crate::storage::{CpuStorage, Storage, StorageElement};
+use crate::{DType, Device, Element, Result, TensorError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Identity of a tensor handle (not of its storage): clones share it, views do not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(u64);
+
+/// A storage buffer plus the version counter that in-place writes bump, so that autograd can
+/// refuse a backward through a value that was overwritten after it was saved.
+#[derive(Debug)]
+pub(crate) struct StorageCell {
+    pub(crate) buffer: RwLock<Storage>,
+    pub(crate) version: AtomicU64,
+}
+
+/// The shape and dtype of a tensor without its data: what meta functions compute.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorMeta {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl TensorMeta {
+    pub fn new(shape: impl Into<Vec<usize>>, dtype: DType) -> Self {
+        TensorMeta {
+            shape: shape.into(),
+            dtype,
+        }
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct TensorData {
+    pub(crate) storage: Arc<StorageCell>,
+    pub(crate) layout: Layout,
+    pub(crate) dtype: DType,
+    pub(crate) device: Device,
+}
+
+pub(crate) struct TensorImpl {
+    id: TensorId,
+    data: RwLock<TensorData>,
+    requires_grad: AtomicBool,
+    pub(crate) grad: Mutex<Option<Tensor>>,
+    pub(crate) grad_fn: Mutex<Option<GradEdge>>,
+}
+
+/// An n-dimensional array on a device; clones are handles to the same tensor, so in-place
+/// updates are seen by every holder, as in PyTorch.
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Arc<TensorImpl>);
+
+fn poisoned<T>(e: std::sync::PoisonError<T>) -> T {
+    e.into_inner()
+}
+
+impl Tensor {
+    pub(crate) fn from_data(data: TensorData) -> Tensor {
+        Tensor(Arc::new(TensorImpl {
+            id: TensorId(NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed)),
+            data: RwLock::new(data),
+            requires_grad: AtomicBool::new(false),
+            grad: Mutex::new(None),
+            grad_fn: Mutex::new(None),
+        }))
+    }
+
+    /// A contiguous CPU tensor owning `storage`, which must hold exactly `shape.product()` elements.
+    pub(crate) fn from_cpu(storage: CpuStorage, shape: &[usize]) -> Tensor {
+        debug_assert_eq!(
+            storage.len(),
+            shape.iter().product::<usize>(),
+            "storage length vs shape {shape:?}"
+        );
+        let dtype = storage.dtype();
+        Tensor::from_data(TensorData {
+            storage: Arc::new(StorageCell {
+                buffer: RwLock::new(Storage::Cpu(storage)),
+                version: AtomicU64::new(0),
+            }),
+            layout: Layout::contiguous(shape),
+            dtype,
+            device: Device::Cpu,
+        })
+    }
+
+    /// A new handle on the same storage with another layout (a view).
+    pub(crate) fn view_with_layout(&self, layout: Layout) -> Tensor {
+        let data = self.data();
+        Tensor::from_data(TensorData { layout, ..data })
+    }
+
+    pub(crate) fn data(&self) -> TensorData {
+        self.0.data.read().unwrap_or_else(poisoned).clone()
+    }
+
+    /// Calls `f` with the storage buffer (read-locked) and this tensor's layout.
+    pub(crate) fn with_storage<R>(&self, f: impl FnOnce(&Storage, &Layout) -> R) -> R {
+        let data = self.data();
+        let guard = data.storage.buffer.read().unwrap_or_else(poisoned);
+        f(&guard, &data.layout)
+    }
+
+    /// Calls `f` with the storage buffer (write-locked) and this tensor's layout, bumping the
+    /// storage's version so that autograd notices the in-place write.
+    pub(crate) fn with_storage_mut<R>(&self, f: impl FnOnce(&mut Storage, &Layout) -> R) -> R {
+        let data = self.data();
+        data.storage.version.fetch_add(1, Ordering::Relaxed);
+        let mut guard = data.storage.buffer.write().unwrap_or_else(poisoned);
+        f(&mut guard, &data.layout)
+    }
+
+    /// Replaces what this handle points at (storage and layout) with `other`'s, keeping the
+    /// handle and its autograd identity. This is how `module.to(dtype)` keeps parameters valid.
+    pub fn set_data(&self, other: &Tensor) {
+        let data = other.data();
+        *self.0.data.write().unwrap_or_else(poisoned) = data;
+    }
+
+    pub fn id(&self) -> TensorId {
+        self.0.id
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.0.data.read().unwrap_or_else(poisoned).layout.clone()
+    }
+
+    /// The sizes of every dimension.
+    pub fn shape(&self) -> Vec<usize> {
+        self.0
+            .data
+            .read()
+            .unwrap_or_else(poisoned)
+            .layout
+            .shape
+            .clone()
+    }
+
+    /// The size of one dimension (negative counts from the end).
+    pub fn size(&self, dim: isize) -> Result<usize> {
+        let shape = self.shape();
+        let d = crate::layout::normalize_dim("size", dim, shape.len())?;
+        Ok(if shape.is_empty() { 1 } else { shape[d] })
+    }
+
+    pub fn strides(&self) -> Vec<usize> {
+        self.0
+            .data
+            .read()
+            .unwrap_or_else(poisoned)
+            .layout
+            .strides
+            .clone()
+    }
+
+    pub fn storage_offset(&self) -> usize {
+        self.0.data.read().unwrap_or_else(poisoned).layout.offset
+    }
+
+    pub fn ndim(&self) -> usize {
+        self.0.data.read().unwrap_or_else(poisoned).layout.ndim()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.0.data.read().unwrap_or_else(poisoned).layout.numel()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.0.data.read().unwrap_or_else(poisoned).dtype
+    }
+
+    pub fn device(&self) -> Device {
+        self.0.data.read().unwrap_or_else(poisoned).device
+    }
+
+    pub fn meta(&self) -> TensorMeta {
+        let d = self.0.data.read().unwrap_or_else(poisoned);
+        TensorMeta {
+            shape: d.layout.shape.clone(),
+            dtype: d.dtype,
+        }
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        self.0
+            .data
+            .read()
+            .unwrap_or_else(poisoned)
+            .layout
+            .is_contiguous()
+    }
+
+    /// True when both tensors view the same storage buffer.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.data().storage, &other.data().storage)
+    }
+
+    /// How many in-place writes the storage has seen.
+    pub fn version(&self) -> u64 {
+        self.data().storage.version.load(Ordering::Relaxed)
+    }
+
+    // ----- autograd state -----
+
+    pub fn requires_grad(&self) -> bool {
+        self.0.requires_grad.load(Ordering::Relaxed)
+    }
+
+    /// Sets `requires_grad` on a leaf (PyTorch's `requires_grad_`). Only float tensors can
+    /// require gradients, and a non-leaf cannot be switched off.
+    pub fn requires_grad_(&self, requires_grad: bool) -> Result<Tensor> {
+        if requires_grad && !self.dtype().is_float() {
+            return Err(TensorError::Autograd(format!(
+                "only tensors of floating point dtype can require gradients, got {}",
+                self.dtype()
+            )));
+        }
+        if !requires_grad && !self.is_leaf() {
+            return Err(TensorError::Autograd(
+                "you can only change requires_grad flags of leaf variables; use detach()".into(),
+            ));
+        }
+        self.0.requires_grad.store(requires_grad, Ordering::Relaxed);
+        Ok(self.clone())
+    }
+
+    pub(crate) fn set_requires_grad_unchecked(&self, requires_grad: bool) {
+        self.0.requires_grad.store(requires_grad, Ordering::Relaxed);
+    }
+
+    /// The accumulated gradient of a leaf, if any backward reached it.
+    pub fn grad(&self) -> Option<Tensor> {
+        self.0.grad.lock().unwrap_or_else(poisoned).clone()
+    }
+
+    /// Replaces the gradient (`None` clears it, as `zero_grad(set_to_none=True)` does).
+    pub fn set_grad(&self, grad: Option<Tensor>) {
+        *self.0.grad.lock().unwrap_or_else(poisoned) = grad;
+    }
+
+    /// True for tensors not produced by a recorded op (user-created, or not requiring grad).
+    pub fn is_leaf(&self) -> bool {
+        self.0.grad_fn.lock().unwrap_or_else(poisoned).is_none()
+    }
+
+    pub(crate) fn grad_fn(&self) -> Option<GradEdge> {
+        self.0.grad_fn.lock().unwrap_or_else(poisoned).clone()
+    }
+
+    pub(crate) fn set_grad_fn(&self, edge: GradEdge) {
+        *self.0.grad_fn.lock().unwrap_or_else(poisoned) = Some(edge);
+        self.set_requires_grad_unchecked(true);
+    }
+
+    /// The name of the op whose backward produces this tensor's gradient (`None` for leaves).
+    pub fn grad_fn_name(&self) -> Option<String> {
+        self.grad_fn().map(|e| e.node.op_name())
+    }
+
+    /// A new handle on the same storage, cut from the autograd graph.
+    pub fn detach(&self) -> Tensor {
+        Tensor::from_data(self.data())
+    }
+
+    // ----- reading data -----
+
+    /// Calls `f` with the elements in row-major order: borrowed when contiguous, gathered
+    /// otherwise. `T` must be the tensor's dtype.
+    pub fn with_slice<T: StorageElement, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        let data = self.data();
+        if data.dtype != T::DTYPE {
+            return Err(TensorError::DTypeMismatch {
+                op: "read".into(),
+                expected: T::DTYPE,
+                got: data.dtype,
+            });
+        }
+        let guard = data.storage.buffer.read().unwrap_or_else(poisoned);
+        let slice = T::slice(guard.cpu("read")?).expect("storage dtype matches tensor dtype");
+        if let Some(range) = data.layout.contiguous_range() {
+            Ok(f(&slice[range]))
+        } else {
+            let gathered: Vec<T> = data.layout.offsets().map(|o| slice[o]).collect();
+            Ok(f(&gathered))
+        }
+    }
+
+    /// The elements in row-major order; `T` must be the tensor's dtype.
+    pub fn to_vec<T: StorageElement>(&self) -> Result<Vec<T>> {
+        self.with_slice(|s: &[T]| s.to_vec())
+    }
+
+    /// The elements converted to f64, whatever the dtype.
+    pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
+        Ok(self.to_dtype(DType::F64)?.to_vec::<f64>()?)
+    }
+
+    /// The value of a one-element tensor.
+    pub fn item<T: Element>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(TensorError::invalid(
+                "item",
+                format!(
+                    "a tensor with {} elements (shape {:?}) cannot be converted to a scalar",
+                    self.numel(),
+                    self.shape()
+                ),
+            ));
+        }
+        Ok(T::from_f64(self.to_vec_f64()?[0]))
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor(shape={:?}, dtype={}, device={})",
+            self.shape(),
+            self.dtype(),
+            self.device()
+        )
+    }
+}

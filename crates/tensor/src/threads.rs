@@ -1,0 +1,28 @@
+//! The size of the thread pool that kernels run on.
+
+use crate::{Result, TensorError};
+
+/// Sets how many threads kernels use. Must be called before the first parallel kernel runs;
+/// later calls fail unless they ask for the size already in force.
+pub fn set_num_threads(n: usize) -> Result<()> {
+    let n = n.max(1);
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global()
+    {
+        Ok(()) => Ok(()),
+        Err(_) if rayon::current_num_threads() == n => Ok(()),
+        Err(e) => Err(TensorError::invalid(
+            "set_num_threads",
+            format!(
+                "the thread pool already runs {} threads: {e}",
+                rayon::current_num_threads()
+            ),
+        )),
+    }
+}
+
+/// How many threads kernels use.
+pub fn num_threads() -> usize {
+    rayon::current_num_threads()
+}
