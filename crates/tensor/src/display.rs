@@ -1,0 +1,1 @@
+//! `Display` for tensors, printed as PyTorch prints them.

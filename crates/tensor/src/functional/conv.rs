@@ -1,0 +1,1 @@
+//! Convolution functions (conv1d, conv2d).

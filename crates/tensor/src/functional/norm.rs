@@ -1,0 +1,1 @@
+//! Normalisation functions (batch_norm, layer_norm, group_norm).
