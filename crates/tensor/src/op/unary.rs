@@ -201,7 +201,8 @@ impl OpDef for UnaryOp {
         let grad = float_dispatch!(dtype, self.name(), T => zip(&g, source, &shape, "backward", move |g: T, v: T| {
             let d = op.derivative(v);
             // An exact zero derivative gives +0, never -0 (as PyTorch's threshold_backward).
-            if d == T::zero() { T::zero() } else { g * d }
+            let zero: T = num_traits::Zero::zero();
+            if d == zero { zero } else { g * d }
         })?);
         Ok(vec![Some(grad)])
     }

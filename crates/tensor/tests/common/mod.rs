@@ -26,8 +26,10 @@ pub struct Case {
 impl Case {
     pub fn load(name: &str) -> Case {
         let dir = conformance_dir().join(name);
-        let json: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).expect("case.json")).expect("valid json");
+        let json: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("case.json")).expect("case.json"),
+        )
+        .expect("valid json");
         let rtol = json["tolerance"]["rtol"].as_f64().unwrap_or(1e-4);
         let atol = json["tolerance"]["atol"].as_f64().unwrap_or(1e-5);
         let read = |file: &str| -> HashMap<String, Tensor> {
@@ -37,15 +39,27 @@ impl Case {
             }
             read_safetensors(&std::fs::read(path).expect("readable"))
         };
-        Case { io: read("io.safetensors"), weights: read("weights.safetensors"), json, rtol, atol }
+        Case {
+            io: read("io.safetensors"),
+            weights: read("weights.safetensors"),
+            json,
+            rtol,
+            atol,
+        }
     }
 
     pub fn io(&self, key: &str) -> Tensor {
-        self.io.get(key).unwrap_or_else(|| panic!("io key {key}")).clone()
+        self.io
+            .get(key)
+            .unwrap_or_else(|| panic!("io key {key}"))
+            .clone()
     }
 
     pub fn weight(&self, key: &str) -> Tensor {
-        self.weights.get(key).unwrap_or_else(|| panic!("weight key {key}")).clone()
+        self.weights
+            .get(key)
+            .unwrap_or_else(|| panic!("weight key {key}"))
+            .clone()
     }
 
     /// Asserts `actual` matches io tensor `key` within the case's tolerance.
@@ -62,15 +76,24 @@ pub fn read_safetensors(bytes: &[u8]) -> HashMap<String, Tensor> {
             let shape = view.shape().to_vec();
             let data = view.data();
             let t = match view.dtype() {
-                safetensors::Dtype::F32 => {
-                    Tensor::from_vec(data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect::<Vec<_>>(), &shape)
-                }
-                safetensors::Dtype::F64 => {
-                    Tensor::from_vec(data.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect::<Vec<_>>(), &shape)
-                }
-                safetensors::Dtype::I64 => {
-                    Tensor::from_vec(data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect::<Vec<_>>(), &shape)
-                }
+                safetensors::Dtype::F32 => Tensor::from_vec(
+                    data.chunks_exact(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                        .collect::<Vec<_>>(),
+                    &shape,
+                ),
+                safetensors::Dtype::F64 => Tensor::from_vec(
+                    data.chunks_exact(8)
+                        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                        .collect::<Vec<_>>(),
+                    &shape,
+                ),
+                safetensors::Dtype::I64 => Tensor::from_vec(
+                    data.chunks_exact(8)
+                        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                        .collect::<Vec<_>>(),
+                    &shape,
+                ),
                 other => panic!("unexpected dtype {other:?} for {name}"),
             }
             .expect("shape matches data");
@@ -91,7 +114,13 @@ pub fn assert_close(actual: &Tensor, expected: &Tensor, rtol: f64, atol: f64, wh
             worst = (i, excess.max(f64::MIN_POSITIVE));
         }
     }
-    assert!(worst.1 <= 0.0, "{what}: element {} is {} but expected {} (rtol {rtol}, atol {atol})", worst.0, a[worst.0], e[worst.0]);
+    assert!(
+        worst.1 <= 0.0,
+        "{what}: element {} is {} but expected {} (rtol {rtol}, atol {atol})",
+        worst.0,
+        a[worst.0],
+        e[worst.0]
+    );
 }
 
 /// A tensor from f64 values, converted to `dtype`.
@@ -102,5 +131,8 @@ pub fn tensor(values: &[f64], shape: &[usize], dtype: DType) -> Result<Tensor> {
 /// An f64 tensor of normal samples that requires grad, for gradcheck.
 pub fn leaf(shape: &[usize], seed: u64) -> Tensor {
     let mut g = tessera_tensor::Generator::new(seed);
-    Tensor::randn_with(shape, DType::F64, &mut g).unwrap().requires_grad_(true).unwrap()
+    Tensor::randn_with(shape, DType::F64, &mut g)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap()
 }
