@@ -2,6 +2,7 @@
 //! capture, rewrite passes and compilers, for Rust. This crate re-exports the others.
 
 pub use tessera_tensor as tensor;
+pub use tessera_tensor::functional;
 pub use tessera_tensor::{
-    DType, Device, Generator, Result, Tensor, TensorError, manual_seed, no_grad,
+    DType, Device, Generator, GradcheckOptions, Result, Tensor, TensorError, gradcheck, manual_seed, no_grad,
 };

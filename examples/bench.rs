@@ -1,0 +1,205 @@
+//! Benchmarks of the eager CPU path on the workloads of `../shared/reference/BASELINE.md`;
+//! `--json` prints one object per line: `{"name", "median_ms", "min_ms", "threads"}`.
+
+use clap::Parser;
+use std::time::Instant;
+use tessera::functional as F;
+use tessera::{DType, Generator, Result, Tensor, no_grad};
+
+#[derive(Parser)]
+#[command(about = "Time Tessera's eager CPU kernels on the baseline workloads")]
+struct Args {
+    /// Print one JSON object per workload instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Threads for the kernels (the baseline figures use 2).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Timed repetitions per workload (after 3 warm-up runs).
+    #[arg(long, default_value_t = 15)]
+    reps: usize,
+    /// Run only workloads whose name contains this text.
+    #[arg(long)]
+    only: Option<String>,
+}
+
+/// Median and fastest wall time of `reps` runs of `f`, in milliseconds, after 3 warm-ups.
+fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
+    for _ in 0..3 {
+        f()?;
+    }
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        f()?;
+        samples.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok((samples[samples.len() / 2], samples[0]))
+}
+
+/// A `Linear` layer's parameters with PyTorch's default uniform(-1/sqrt(in), 1/sqrt(in)) init.
+fn linear_params(inputs: usize, outputs: usize, g: &mut Generator) -> Result<(Tensor, Tensor)> {
+    let bound = 1.0 / (inputs as f64).sqrt();
+    let init = |shape: &[usize], g: &mut Generator| -> Result<Tensor> {
+        Tensor::rand_with(shape, DType::F32, g)?.mul_scalar(2.0 * bound)?.add_scalar(-bound)?.requires_grad_(true)
+    };
+    Ok((init(&[outputs, inputs], g)?, init(&[outputs], g)?))
+}
+
+struct Mlp {
+    layers: Vec<(Tensor, Tensor)>,
+}
+
+impl Mlp {
+    fn new(g: &mut Generator) -> Result<Mlp> {
+        Ok(Mlp { layers: vec![linear_params(784, 256, g)?, linear_params(256, 128, g)?, linear_params(128, 10, g)?] })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut h = x.clone();
+        for (i, (w, b)) in self.layers.iter().enumerate() {
+            h = h.linear(w, Some(b))?;
+            if i + 1 < self.layers.len() {
+                h = h.relu()?;
+            }
+        }
+        Ok(h)
+    }
+
+    fn parameters(&self) -> Vec<Tensor> {
+        self.layers.iter().flat_map(|(w, b)| [w.clone(), b.clone()]).collect()
+    }
+}
+
+/// SGD with momentum 0.9, as `torch.optim.SGD(lr=0.01, momentum=0.9)`.
+fn sgd_step(params: &[Tensor], buffers: &mut [Option<Tensor>]) -> Result<()> {
+    let _guard = no_grad();
+    for (p, buf) in params.iter().zip(buffers.iter_mut()) {
+        let Some(g) = p.grad() else { continue };
+        let update = match buf.take() {
+            Some(b) => {
+                b.mul_scalar_(0.9)?.add_(&g)?;
+                b
+            }
+            None => g.deep_clone()?,
+        };
+        p.sub_(&update.mul_scalar(0.01)?)?;
+        *buf = Some(update);
+    }
+    Ok(())
+}
+
+/// The small CNN of `d_cnn_eval` in eval mode (batch norm folded into nothing: running stats).
+struct SmallCnn {
+    conv1: (Tensor, Tensor),
+    bn1: [Tensor; 4],
+    conv2: (Tensor, Tensor),
+    bn2: [Tensor; 4],
+    fc: (Tensor, Tensor),
+}
+
+impl SmallCnn {
+    fn new(g: &mut Generator) -> Result<SmallCnn> {
+        let conv = |o: usize, i: usize, g: &mut Generator| -> Result<(Tensor, Tensor)> {
+            Ok((Tensor::randn_with(&[o, i, 3, 3], DType::F32, g)?.mul_scalar(0.2)?, Tensor::randn_with(&[o], DType::F32, g)?.mul_scalar(0.1)?))
+        };
+        let bn = |c: usize, g: &mut Generator| -> Result<[Tensor; 4]> {
+            Ok([
+                Tensor::rand_with(&[c], DType::F32, g)?.add_scalar(0.5)?,
+                Tensor::randn_with(&[c], DType::F32, g)?.mul_scalar(0.1)?,
+                Tensor::randn_with(&[c], DType::F32, g)?.mul_scalar(0.1)?,
+                Tensor::rand_with(&[c], DType::F32, g)?.add_scalar(0.5)?,
+            ])
+        };
+        Ok(SmallCnn { conv1: conv(16, 3, g)?, bn1: bn(16, g)?, conv2: conv(32, 16, g)?, bn2: bn(32, g)?, fc: linear_params(32, 10, g)? })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let bn = |x: &Tensor, p: &[Tensor; 4]| F::batch_norm(x, Some(&p[2]), Some(&p[3]), Some(&p[0]), Some(&p[1]), false, 0.1, 1e-5);
+        let h = F::conv2d(x, &self.conv1.0, Some(&self.conv1.1), [1, 1], [1, 1], [1, 1], 1)?;
+        let h = bn(&h, &self.bn1)?.relu()?;
+        let h = F::max_pool2d(&h, [2, 2], [2, 2], [0, 0], [1, 1], false)?;
+        let h = F::conv2d(&h, &self.conv2.0, Some(&self.conv2.1), [2, 2], [1, 1], [1, 1], 1)?;
+        let h = bn(&h, &self.bn2)?.relu()?;
+        let h = F::adaptive_avg_pool2d(&h, [1, 1])?.flatten(1, -1)?;
+        h.linear(&self.fc.0, Some(&self.fc.1))
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<()> {
+    tessera::tensor::set_num_threads(args.threads)?;
+    let mut g = Generator::new(0);
+    let mut workloads: Vec<(&str, Box<dyn FnMut() -> Result<()>>)> = Vec::new();
+
+    let (a, b) = (Tensor::randn_with(&[1024, 1024], DType::F32, &mut g)?, Tensor::randn_with(&[1024, 1024], DType::F32, &mut g)?);
+    workloads.push(("matmul_1024", Box::new(move || a.matmul(&b).map(drop))));
+
+    let mlp = Mlp::new(&mut g)?;
+    let x = Tensor::randn_with(&[256, 784], DType::F32, &mut g)?;
+    let infer_mlp = Mlp { layers: mlp.layers.iter().map(|(w, b)| (w.detach(), b.detach())).collect() };
+    let infer_x = x.clone();
+    workloads.push((
+        "mlp_infer_b256",
+        Box::new(move || {
+            let _guard = no_grad();
+            infer_mlp.forward(&infer_x).map(drop)
+        }),
+    ));
+
+    let target = Tensor::randint_with(0, 10, &[256], DType::I64, &mut g)?;
+    let params = mlp.parameters();
+    let mut buffers: Vec<Option<Tensor>> = vec![None; params.len()];
+    workloads.push((
+        "mlp_train_b256",
+        Box::new(move || {
+            params.iter().for_each(|p| p.set_grad(None));
+            let loss = F::cross_entropy(&mlp.forward(&x)?, &target, F::CrossEntropyOptions::default())?;
+            loss.backward()?;
+            sgd_step(&params, &mut buffers)
+        }),
+    ));
+
+    let cnn = SmallCnn::new(&mut g)?;
+    let images = Tensor::randn_with(&[64, 3, 32, 32], DType::F32, &mut g)?;
+    workloads.push((
+        "cnn_infer_b64",
+        Box::new(move || {
+            let _guard = no_grad();
+            cnn.forward(&images).map(drop)
+        }),
+    ));
+
+    let big = Tensor::randn_with(&[16 << 20], DType::F32, &mut g)?;
+    workloads.push((
+        "elementwise_16m",
+        Box::new(move || big.mul_scalar(1.5)?.add_scalar(0.25)?.relu()?.mul_scalar(0.5)?.add_scalar(-1.0).map(drop)),
+    ));
+
+    if !args.json {
+        println!("{:<18} {:>11} {:>11} {:>8}", "workload", "median ms", "min ms", "threads");
+    }
+    for (name, f) in workloads.iter_mut() {
+        if args.only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
+        let (median, min) = time(args.reps, f)?;
+        if args.json {
+            println!("{}", serde_json::json!({"name": name, "median_ms": median, "min_ms": min, "threads": args.threads}));
+        } else {
+            println!("{name:<18} {median:>11.3} {min:>11.3} {:>8}", args.threads);
+        }
+    }
+    Ok(())
+}
