@@ -42,7 +42,10 @@ fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
 fn linear_params(inputs: usize, outputs: usize, g: &mut Generator) -> Result<(Tensor, Tensor)> {
     let bound = 1.0 / (inputs as f64).sqrt();
     let init = |shape: &[usize], g: &mut Generator| -> Result<Tensor> {
-        Tensor::rand_with(shape, DType::F32, g)?.mul_scalar(2.0 * bound)?.add_scalar(-bound)?.requires_grad_(true)
+        Tensor::rand_with(shape, DType::F32, g)?
+            .mul_scalar(2.0 * bound)?
+            .add_scalar(-bound)?
+            .requires_grad_(true)
     };
     Ok((init(&[outputs, inputs], g)?, init(&[outputs], g)?))
 }
@@ -53,7 +56,13 @@ struct Mlp {
 
 impl Mlp {
     fn new(g: &mut Generator) -> Result<Mlp> {
-        Ok(Mlp { layers: vec![linear_params(784, 256, g)?, linear_params(256, 128, g)?, linear_params(128, 10, g)?] })
+        Ok(Mlp {
+            layers: vec![
+                linear_params(784, 256, g)?,
+                linear_params(256, 128, g)?,
+                linear_params(128, 10, g)?,
+            ],
+        })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -68,7 +77,10 @@ impl Mlp {
     }
 
     fn parameters(&self) -> Vec<Tensor> {
-        self.layers.iter().flat_map(|(w, b)| [w.clone(), b.clone()]).collect()
+        self.layers
+            .iter()
+            .flat_map(|(w, b)| [w.clone(), b.clone()])
+            .collect()
     }
 }
 
@@ -102,7 +114,10 @@ struct SmallCnn {
 impl SmallCnn {
     fn new(g: &mut Generator) -> Result<SmallCnn> {
         let conv = |o: usize, i: usize, g: &mut Generator| -> Result<(Tensor, Tensor)> {
-            Ok((Tensor::randn_with(&[o, i, 3, 3], DType::F32, g)?.mul_scalar(0.2)?, Tensor::randn_with(&[o], DType::F32, g)?.mul_scalar(0.1)?))
+            Ok((
+                Tensor::randn_with(&[o, i, 3, 3], DType::F32, g)?.mul_scalar(0.2)?,
+                Tensor::randn_with(&[o], DType::F32, g)?.mul_scalar(0.1)?,
+            ))
         };
         let bn = |c: usize, g: &mut Generator| -> Result<[Tensor; 4]> {
             Ok([
@@ -112,15 +127,48 @@ impl SmallCnn {
                 Tensor::rand_with(&[c], DType::F32, g)?.add_scalar(0.5)?,
             ])
         };
-        Ok(SmallCnn { conv1: conv(16, 3, g)?, bn1: bn(16, g)?, conv2: conv(32, 16, g)?, bn2: bn(32, g)?, fc: linear_params(32, 10, g)? })
+        Ok(SmallCnn {
+            conv1: conv(16, 3, g)?,
+            bn1: bn(16, g)?,
+            conv2: conv(32, 16, g)?,
+            bn2: bn(32, g)?,
+            fc: linear_params(32, 10, g)?,
+        })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let bn = |x: &Tensor, p: &[Tensor; 4]| F::batch_norm(x, Some(&p[2]), Some(&p[3]), Some(&p[0]), Some(&p[1]), false, 0.1, 1e-5);
-        let h = F::conv2d(x, &self.conv1.0, Some(&self.conv1.1), [1, 1], [1, 1], [1, 1], 1)?;
+        let bn = |x: &Tensor, p: &[Tensor; 4]| {
+            F::batch_norm(
+                x,
+                Some(&p[2]),
+                Some(&p[3]),
+                Some(&p[0]),
+                Some(&p[1]),
+                false,
+                0.1,
+                1e-5,
+            )
+        };
+        let h = F::conv2d(
+            x,
+            &self.conv1.0,
+            Some(&self.conv1.1),
+            [1, 1],
+            [1, 1],
+            [1, 1],
+            1,
+        )?;
         let h = bn(&h, &self.bn1)?.relu()?;
         let h = F::max_pool2d(&h, [2, 2], [2, 2], [0, 0], [1, 1], false)?;
-        let h = F::conv2d(&h, &self.conv2.0, Some(&self.conv2.1), [2, 2], [1, 1], [1, 1], 1)?;
+        let h = F::conv2d(
+            &h,
+            &self.conv2.0,
+            Some(&self.conv2.1),
+            [2, 2],
+            [1, 1],
+            [1, 1],
+            1,
+        )?;
         let h = bn(&h, &self.bn2)?.relu()?;
         let h = F::adaptive_avg_pool2d(&h, [1, 1])?.flatten(1, -1)?;
         h.linear(&self.fc.0, Some(&self.fc.1))
@@ -143,12 +191,21 @@ fn run(args: &Args) -> Result<()> {
     let mut g = Generator::new(0);
     let mut workloads: Vec<(&str, Box<dyn FnMut() -> Result<()>>)> = Vec::new();
 
-    let (a, b) = (Tensor::randn_with(&[1024, 1024], DType::F32, &mut g)?, Tensor::randn_with(&[1024, 1024], DType::F32, &mut g)?);
+    let (a, b) = (
+        Tensor::randn_with(&[1024, 1024], DType::F32, &mut g)?,
+        Tensor::randn_with(&[1024, 1024], DType::F32, &mut g)?,
+    );
     workloads.push(("matmul_1024", Box::new(move || a.matmul(&b).map(drop))));
 
     let mlp = Mlp::new(&mut g)?;
     let x = Tensor::randn_with(&[256, 784], DType::F32, &mut g)?;
-    let infer_mlp = Mlp { layers: mlp.layers.iter().map(|(w, b)| (w.detach(), b.detach())).collect() };
+    let infer_mlp = Mlp {
+        layers: mlp
+            .layers
+            .iter()
+            .map(|(w, b)| (w.detach(), b.detach()))
+            .collect(),
+    };
     let infer_x = x.clone();
     workloads.push((
         "mlp_infer_b256",
@@ -165,7 +222,11 @@ fn run(args: &Args) -> Result<()> {
         "mlp_train_b256",
         Box::new(move || {
             params.iter().for_each(|p| p.set_grad(None));
-            let loss = F::cross_entropy(&mlp.forward(&x)?, &target, F::CrossEntropyOptions::default())?;
+            let loss = F::cross_entropy(
+                &mlp.forward(&x)?,
+                &target,
+                F::CrossEntropyOptions::default(),
+            )?;
             loss.backward()?;
             sgd_step(&params, &mut buffers)
         }),
@@ -184,11 +245,21 @@ fn run(args: &Args) -> Result<()> {
     let big = Tensor::randn_with(&[16 << 20], DType::F32, &mut g)?;
     workloads.push((
         "elementwise_16m",
-        Box::new(move || big.mul_scalar(1.5)?.add_scalar(0.25)?.relu()?.mul_scalar(0.5)?.add_scalar(-1.0).map(drop)),
+        Box::new(move || {
+            big.mul_scalar(1.5)?
+                .add_scalar(0.25)?
+                .relu()?
+                .mul_scalar(0.5)?
+                .add_scalar(-1.0)
+                .map(drop)
+        }),
     ));
 
     if !args.json {
-        println!("{:<18} {:>11} {:>11} {:>8}", "workload", "median ms", "min ms", "threads");
+        println!(
+            "{:<18} {:>11} {:>11} {:>8}",
+            "workload", "median ms", "min ms", "threads"
+        );
     }
     for (name, f) in workloads.iter_mut() {
         if args.only.as_deref().is_some_and(|o| !name.contains(o)) {
@@ -196,7 +267,10 @@ fn run(args: &Args) -> Result<()> {
         }
         let (median, min) = time(args.reps, f)?;
         if args.json {
-            println!("{}", serde_json::json!({"name": name, "median_ms": median, "min_ms": min, "threads": args.threads}));
+            println!(
+                "{}",
+                serde_json::json!({"name": name, "median_ms": median, "min_ms": min, "threads": args.threads})
+            );
         } else {
             println!("{name:<18} {median:>11.3} {min:>11.3} {:>8}", args.threads);
         }

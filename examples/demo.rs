@@ -32,11 +32,16 @@ fn spirals(classes: usize, per_class: usize, g: &mut Generator) -> Result<(Tenso
             labels.push(c as i64);
         }
     }
-    Ok((Tensor::from_vec(points, &[classes * per_class, 2])?, Tensor::from_vec(labels, &[classes * per_class])?))
+    Ok((
+        Tensor::from_vec(points, &[classes * per_class, 2])?,
+        Tensor::from_vec(labels, &[classes * per_class])?,
+    ))
 }
 
 fn param(shape: &[usize], scale: f64, g: &mut Generator) -> Result<Tensor> {
-    Tensor::randn_with(shape, DType::F32, g)?.mul_scalar(scale)?.requires_grad_(true)
+    Tensor::randn_with(shape, DType::F32, g)?
+        .mul_scalar(scale)?
+        .requires_grad_(true)
 }
 
 fn main() -> std::process::ExitCode {
@@ -53,15 +58,36 @@ fn run(args: &Args) -> Result<()> {
     let mut g = Generator::new(args.seed);
     let (x, y) = spirals(3, 200, &mut g)?;
     let hidden = 64;
-    let params = [param(&[hidden, 2], 1.0, &mut g)?, param(&[hidden], 0.1, &mut g)?, param(&[3, hidden], 0.1, &mut g)?, param(&[3], 0.0, &mut g)?];
-    let forward = |x: &Tensor| -> Result<Tensor> { x.linear(&params[0], Some(&params[1]))?.relu()?.linear(&params[2], Some(&params[3])) };
+    let params = [
+        param(&[hidden, 2], 1.0, &mut g)?,
+        param(&[hidden], 0.1, &mut g)?,
+        param(&[3, hidden], 0.1, &mut g)?,
+        param(&[3], 0.0, &mut g)?,
+    ];
+    let forward = |x: &Tensor| -> Result<Tensor> {
+        x.linear(&params[0], Some(&params[1]))?
+            .relu()?
+            .linear(&params[2], Some(&params[3]))
+    };
     let accuracy = |logits: &Tensor| -> Result<f64> {
-        Ok(logits.argmax(Some(1), false)?.eq_(&y)?.to_dtype(DType::F32)?.mean_all()?.item::<f64>()?)
+        Ok(logits
+            .argmax(Some(1), false)?
+            .eq_(&y)?
+            .to_dtype(DType::F32)?
+            .mean_all()?
+            .item::<f64>()?)
     };
 
-    println!("Training a 2-{hidden}-3 MLP on {} points of three spirals ({} epochs of full-batch SGD, lr {})", x.shape()[0], args.epochs, args.lr);
+    println!(
+        "Training a 2-{hidden}-3 MLP on {} points of three spirals ({} epochs of full-batch SGD, lr {})",
+        x.shape()[0],
+        args.epochs,
+        args.lr
+    );
     let bar = ProgressBar::new(args.epochs as u64);
-    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} epochs  {msg}").expect("valid template"));
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} epochs  {msg}").expect("valid template"),
+    );
     let mut first_loss = None;
     for epoch in 0..args.epochs {
         params.iter().for_each(|p| p.set_grad(None));
@@ -79,7 +105,10 @@ fn run(args: &Args) -> Result<()> {
         let loss = loss.item::<f64>()?;
         first_loss.get_or_insert(loss);
         if epoch % 10 == 0 || epoch + 1 == args.epochs {
-            bar.set_message(format!("loss {loss:.4}  accuracy {:.1}%", 100.0 * accuracy(&logits)?));
+            bar.set_message(format!(
+                "loss {loss:.4}  accuracy {:.1}%",
+                100.0 * accuracy(&logits)?
+            ));
         }
         bar.inc(1);
     }
@@ -88,7 +117,12 @@ fn run(args: &Args) -> Result<()> {
         let _guard = no_grad();
         forward(&x)?
     };
-    let final_loss = F::cross_entropy(&logits, &y, F::CrossEntropyOptions::default())?.item::<f64>()?;
-    println!("loss {:.4} -> {final_loss:.4}, training accuracy {:.1}%", first_loss.unwrap_or(f64::NAN), 100.0 * accuracy(&logits)?);
+    let final_loss =
+        F::cross_entropy(&logits, &y, F::CrossEntropyOptions::default())?.item::<f64>()?;
+    println!(
+        "loss {:.4} -> {final_loss:.4}, training accuracy {:.1}%",
+        first_loss.unwrap_or(f64::NAN),
+        100.0 * accuracy(&logits)?
+    );
     Ok(())
 }

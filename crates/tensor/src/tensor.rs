@@ -305,7 +305,7 @@ impl Tensor {
 
     /// The elements converted to f64, whatever the dtype.
     pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
-        Ok(self.to_dtype(DType::F64)?.to_vec::<f64>()?)
+        self.to_dtype(DType::F64)?.to_vec::<f64>()
     }
 
     /// The value of a one-element tensor.

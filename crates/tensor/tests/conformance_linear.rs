@@ -28,7 +28,10 @@ fn mylinear_forward_and_gradients_match_pytorch() -> Result<()> {
 #[test]
 fn sequential_linear_relu_linear_matches_pytorch() -> Result<()> {
     let case = Case::load("b_sequential");
-    let params: Vec<Tensor> = ["0.weight", "0.bias", "2.weight", "2.bias"].iter().map(|k| param(&case, k)).collect();
+    let params: Vec<Tensor> = ["0.weight", "0.bias", "2.weight", "2.bias"]
+        .iter()
+        .map(|k| param(&case, k))
+        .collect();
     let x = case.io("input").requires_grad_(true)?;
     let act0 = x.linear(&params[0], Some(&params[1]))?;
     case.check("act/0", &act0);
@@ -38,7 +41,10 @@ fn sequential_linear_relu_linear_matches_pytorch() -> Result<()> {
     case.check("output", &out);
     out.sum_all()?.backward()?;
     case.check("grad/input", &x.grad().unwrap());
-    for (key, p) in ["0.weight", "0.bias", "2.weight", "2.bias"].iter().zip(&params) {
+    for (key, p) in ["0.weight", "0.bias", "2.weight", "2.bias"]
+        .iter()
+        .zip(&params)
+    {
         case.check(&format!("grad/{key}"), &p.grad().unwrap());
     }
     Ok(())

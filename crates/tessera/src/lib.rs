@@ -4,5 +4,6 @@
 pub use tessera_tensor as tensor;
 pub use tessera_tensor::functional;
 pub use tessera_tensor::{
-    DType, Device, Generator, GradcheckOptions, Result, Tensor, TensorError, gradcheck, manual_seed, no_grad,
+    DType, Device, Generator, GradcheckOptions, Result, Tensor, TensorError, gradcheck,
+    manual_seed, no_grad,
 };

@@ -25,7 +25,7 @@ impl Tensor {
         let inferred = shape.iter().filter(|&&s| s == -1).count();
         if inferred > 1
             || shape.iter().any(|&s| s < -1)
-            || (inferred == 1 && (known == 0 || numel % known != 0))
+            || (inferred == 1 && (known == 0 || !numel.is_multiple_of(known)))
         {
             return Err(TensorError::invalid(
                 "reshape",

@@ -21,6 +21,7 @@ pub(crate) struct MatrixRef {
 
 /// `dst[m x n] (+)= lhs[m x k] * rhs[k x n]` on raw storage; `dst` is packed row-major.
 /// `accumulate` keeps what `dst` holds (used to add a bias).
+#[allow(clippy::too_many_arguments)] // mirrors the GEMM call it wraps
 pub(crate) fn gemm_into<T: Float>(
     dst: &mut [T],
     lhs: &[T],
@@ -73,11 +74,16 @@ pub(crate) fn gemm_into<T: Float>(
     }
 }
 
-/// Shapes of a matmul: `(batch, m, k, n, output shape)`.
-fn matmul_shapes(
-    a: &[usize],
-    b: &[usize],
-) -> Result<(Vec<usize>, usize, usize, usize, Vec<usize>)> {
+/// The sizes of a matmul: broadcast batch dims, `m x k` times `k x n`, and the output shape.
+struct MatmulShapes {
+    batch: Vec<usize>,
+    m: usize,
+    k: usize,
+    n: usize,
+    output: Vec<usize>,
+}
+
+fn matmul_shapes(a: &[usize], b: &[usize]) -> Result<MatmulShapes> {
     if a.is_empty() || b.is_empty() {
         return Err(TensorError::shapes(
             "matmul",
@@ -114,7 +120,13 @@ fn matmul_shapes(
     if b.len() >= 2 {
         out.push(n);
     }
-    Ok((batch, m, ka, n, out))
+    Ok(MatmulShapes {
+        batch,
+        m,
+        k: ka,
+        n,
+        output: out,
+    })
 }
 
 /// The layout of a matmul operand seen as `batch + [rows, cols]`.
@@ -136,7 +148,13 @@ fn as_batched(layout: &Layout, batch: &[usize], vector_is_row: bool) -> Result<L
 }
 
 fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let (batch, m, k, n, out_shape) = matmul_shapes(&a.shape(), &b.shape())?;
+    let MatmulShapes {
+        batch,
+        m,
+        k,
+        n,
+        output: out_shape,
+    } = matmul_shapes(&a.shape(), &b.shape())?;
     let (la, lb) = (
         as_batched(&a.layout(), &batch, true)?,
         as_batched(&b.layout(), &batch, false)?,
@@ -206,7 +224,7 @@ impl OpDef for MatmulOp {
             });
         }
         super::expect_float("matmul", &inputs[0])?;
-        let (_, _, _, _, out) = matmul_shapes(&inputs[0].shape, &inputs[1].shape)?;
+        let out = matmul_shapes(&inputs[0].shape, &inputs[1].shape)?.output;
         Ok(vec![TensorMeta::new(out, inputs[0].dtype)])
     }
 
@@ -333,9 +351,7 @@ impl OpDef for LinearOp {
                 "linear",
                 &x.shape,
                 &w.shape,
-                format!(
-                    "input's last dimension must equal weight's in_features (weight is [out_features, in_features])"
-                ),
+                "input's last dimension must equal weight's in_features (weight is [out_features, in_features])",
             ));
         }
         if self.bias && inputs[2].shape != [w.shape[0]] {

@@ -73,16 +73,10 @@ impl ReduceOp {
         order.extend(&self.dims);
         let shape = x.shape();
         let row_len: usize = self.dims.iter().map(|&d| shape[d]).product();
-        let rows = if row_len == 0 {
-            shape
-                .iter()
-                .enumerate()
-                .filter(|(d, _)| !self.dims.contains(d))
-                .map(|(_, &n)| n)
-                .product()
-        } else {
-            x.numel() / row_len
-        };
+        let rows = (0..shape.len())
+            .filter(|d| !self.dims.contains(d))
+            .map(|d| shape[d])
+            .product();
         let data = if order.iter().enumerate().all(|(i, &d)| i == d) {
             x.to_vec::<T>()?
         } else {
