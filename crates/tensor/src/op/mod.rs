@@ -6,6 +6,7 @@ mod binary;
 mod cast;
 mod conv;
 mod dropout;
+mod embedding;
 mod index;
 mod loss;
 mod matmul;
@@ -19,6 +20,7 @@ mod view;
 pub use binary::{BinaryOp, CompareOp, ScalarOp};
 pub use conv::ConvOp;
 pub use dropout::DropoutOp;
+pub use embedding::EmbeddingOp;
 pub use index::IndexOp;
 pub use loss::LossOp;
 pub use norm::NormOp;
@@ -66,6 +68,8 @@ pub enum Op {
     Norm(NormOp),
     /// Dropout.
     Dropout(DropoutOp),
+    /// Embedding lookup.
+    Embedding(EmbeddingOp),
     /// Indexing, joining and splitting.
     Index(IndexOp),
     /// Loss functions.
@@ -155,6 +159,7 @@ macro_rules! delegate {
             Op::Pool($def) => $body,
             Op::Norm($def) => $body,
             Op::Dropout($def) => $body,
+            Op::Embedding($def) => $body,
             Op::Index($def) => $body,
             Op::Loss($def) => $body,
         }
