@@ -22,7 +22,7 @@ pub use conv::ConvOp;
 pub use dropout::DropoutOp;
 pub use embedding::EmbeddingOp;
 pub use index::IndexOp;
-pub use loss::LossOp;
+pub use loss::{LossOp, Reduction};
 pub use norm::NormOp;
 pub use pool::PoolOp;
 pub use reduce::{ReduceKind, ReduceOp};
