@@ -1,26 +1,80 @@
-//! Dropout.
+//! Inverted dropout: in training each element is zeroed with probability `p` (drawn from the
+//! global seeded generator) and survivors are scaled by `1/(1-p)`; in eval it is the identity.
 
-use super::{BackwardCtx, OpDef};
-use crate::{Result, Tensor, TensorMeta};
+use super::{BackwardCtx, OpDef, expect_float, expect_inputs};
+use crate::cpu::{float_dispatch, map, tensor_from};
+use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta, with_global_generator};
 
-/// Dropout.
-#[derive(Debug, Clone, PartialEq)]
-pub enum DropoutOp {}
+/// Dropout with drop probability `p`. Outputs the result and the bool keep-mask (not
+/// differentiable), which backward reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DropoutOp {
+    pub p: f64,
+    pub training: bool,
+}
+
+impl DropoutOp {
+    /// The factor survivors are multiplied by (0 when everything is dropped).
+    fn scale(&self) -> f64 {
+        if !self.training {
+            1.0
+        } else if self.p >= 1.0 {
+            0.0
+        } else {
+            1.0 / (1.0 - self.p)
+        }
+    }
+
+    fn kernel<T: Float>(&self, x: &Tensor) -> Result<Vec<Tensor>> {
+        let shape = x.shape();
+        let keep: Vec<bool> = if !self.training || self.p == 0.0 {
+            vec![true; x.numel()]
+        } else if self.p >= 1.0 {
+            vec![false; x.numel()]
+        } else {
+            with_global_generator(|g| (0..x.numel()).map(|_| g.uniform() >= self.p).collect())
+        };
+        let scale = T::from_f64(self.scale());
+        let data = x.to_vec::<T>()?;
+        let out: Vec<T> = data
+            .iter()
+            .zip(&keep)
+            .map(|(&v, &k)| if k { v * scale } else { T::zero() })
+            .collect();
+        Ok(vec![tensor_from(out, &shape), tensor_from(keep, &shape)])
+    }
+}
 
 impl OpDef for DropoutOp {
     fn name(&self) -> String {
-        match *self {}
+        "dropout".into()
     }
 
-    fn meta(&self, _inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
-        match *self {}
+    fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        expect_inputs("dropout", inputs, 1)?;
+        expect_float("dropout", &inputs[0])?;
+        if !(0.0..=1.0).contains(&self.p) {
+            return Err(TensorError::invalid(
+                "dropout",
+                format!("probability has to be between 0 and 1, but got {}", self.p),
+            ));
+        }
+        let mask = TensorMeta::new(inputs[0].shape.clone(), DType::Bool);
+        Ok(vec![inputs[0].clone(), mask])
     }
 
-    fn cpu(&self, _inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        match *self {}
+    fn cpu(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        float_dispatch!(inputs[0].dtype(), self.name(), T => self.kernel::<T>(inputs[0]))
     }
 
-    fn backward(&self, _cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
-        match *self {}
+    fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        let g = cx.grad(0)?;
+        let scale = self.scale();
+        let factor = map(&cx.outputs[1], |k: bool| if k { scale } else { 0.0 })?;
+        Ok(vec![Some(g.mul(&factor.to_dtype(g.dtype())?)?)])
+    }
+
+    fn output_is_differentiable(&self, index: usize) -> bool {
+        index == 0
     }
 }

@@ -1,26 +1,408 @@
-//! Loss functions (mse, l1, cross_entropy, nll, binary_cross_entropy_with_logits).
+//! Loss functions: elementwise losses (mse, l1, binary_cross_entropy_with_logits) and the
+//! negative log-likelihood over class indices that cross_entropy composes with log_softmax.
 
-use super::{BackwardCtx, OpDef};
-use crate::{Result, Tensor, TensorMeta};
+use super::binary::reduce_grad;
+use super::{BackwardCtx, OpDef, expect_float};
+use crate::cpu::{float_dispatch, tensor_from};
+use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
 
-/// Loss functions (mse, l1, cross_entropy, nll, binary_cross_entropy_with_logits).
+/// How per-element losses are combined, as in PyTorch's `reduction=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reduction {
+    /// Keep one loss per element (or per sample for nll).
+    None,
+    /// Average (over non-ignored samples for nll).
+    #[default]
+    Mean,
+    Sum,
+}
+
+/// A loss. Inputs: `input, target` (and `pos_weight` for bce when `pos_weight` is set).
 #[derive(Debug, Clone, PartialEq)]
-pub enum LossOp {}
+pub enum LossOp {
+    /// `(input - target)^2`.
+    Mse { reduction: Reduction },
+    /// `|input - target|`.
+    L1 { reduction: Reduction },
+    /// `-(1-s) * input[target] - s/C * sum_c input[c]` over log-probabilities `[N, C, d...]`
+    /// (or `[C]`) and i64 class targets `[N, d...]`; samples whose target is `ignore_index`
+    /// contribute nothing and are not counted by the mean. `s` is the label smoothing.
+    Nll {
+        reduction: Reduction,
+        ignore_index: i64,
+        label_smoothing: f64,
+    },
+    /// `(1 - y) * x + (1 + (pw - 1) * y) * softplus(-x)`, computed stably.
+    BceWithLogits {
+        reduction: Reduction,
+        pos_weight: bool,
+    },
+}
+
+/// Input `[N, C, d...]` (or `[C]`) as `(N, C, D)` with `D` the product of the extra dims.
+fn class_layout(shape: &[usize]) -> (usize, usize, usize) {
+    match shape {
+        [c] => (1, *c, 1),
+        [n, c, rest @ ..] => (*n, *c, rest.iter().product()),
+        _ => (0, 0, 0),
+    }
+}
+
+/// Class targets as i64.
+fn targets(t: &Tensor) -> Result<Vec<i64>> {
+    match t.dtype() {
+        DType::I64 => t.to_vec::<i64>(),
+        DType::I32 => Ok(t.to_vec::<i32>()?.into_iter().map(i64::from).collect()),
+        other => Err(TensorError::dtype("nll_loss", other)),
+    }
+}
+
+impl LossOp {
+    fn reduction(&self) -> Reduction {
+        match *self {
+            LossOp::Mse { reduction }
+            | LossOp::L1 { reduction }
+            | LossOp::Nll { reduction, .. }
+            | LossOp::BceWithLogits { reduction, .. } => reduction,
+        }
+    }
+
+    /// Combines per-element losses; `count` is the divisor of the mean.
+    fn reduce<T: Float>(&self, losses: Vec<T>, shape: &[usize], count: usize) -> Tensor {
+        let total = || losses.iter().map(|v| v.as_f64()).sum::<f64>();
+        match self.reduction() {
+            Reduction::None => tensor_from(losses, shape),
+            Reduction::Sum => tensor_from(vec![T::from_f64(total())], &[]),
+            Reduction::Mean => tensor_from(vec![T::from_f64(total() / count as f64)], &[]),
+        }
+    }
+
+    fn elementwise<T: Float>(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let _guard = crate::no_grad();
+        let shape = inputs[0].shape();
+        let x = inputs[0].to_vec::<T>()?;
+        let y = inputs[1].to_vec::<T>()?;
+        let losses: Vec<T> = match self {
+            LossOp::Mse { .. } => x.iter().zip(&y).map(|(&a, &b)| (a - b) * (a - b)).collect(),
+            LossOp::L1 { .. } => x.iter().zip(&y).map(|(&a, &b)| (a - b).abs()).collect(),
+            LossOp::BceWithLogits { pos_weight, .. } => {
+                let pw = match pos_weight {
+                    true => inputs[2].expand(&shape)?.to_vec::<T>()?,
+                    false => vec![T::one(); x.len()],
+                };
+                x.iter()
+                    .zip(&y)
+                    .zip(&pw)
+                    .map(|((&a, &b), &w)| {
+                        let l = T::one() + (w - T::one()) * b;
+                        (T::one() - b) * a + l * softplus(-a)
+                    })
+                    .collect()
+            }
+            LossOp::Nll { .. } => unreachable!("nll has its own kernel"),
+        };
+        let n = losses.len();
+        Ok(self.reduce(losses, &shape, n))
+    }
+
+    /// Each sample's class (`None` where ignored), checked against the class count, and how
+    /// many samples are not ignored.
+    fn nll_terms(&self, input: &Tensor, target: &Tensor) -> Result<(Vec<Option<usize>>, usize)> {
+        let LossOp::Nll { ignore_index, .. } = *self else {
+            unreachable!("nll only")
+        };
+        let (_, classes, _) = class_layout(&input.shape());
+        let mut counted = 0;
+        let picked = targets(target)?
+            .into_iter()
+            .map(|t| {
+                if t == ignore_index {
+                    return Ok(None);
+                }
+                counted += 1;
+                usize::try_from(t)
+                    .ok()
+                    .filter(|&c| c < classes)
+                    .map(Some)
+                    .ok_or_else(|| {
+                        TensorError::invalid(
+                            "nll_loss",
+                            format!("target {t} is out of bounds for {classes} classes"),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((picked, counted))
+    }
+
+    fn nll<T: Float>(&self, input: &Tensor, target: &Tensor) -> Result<Tensor> {
+        let LossOp::Nll {
+            label_smoothing, ..
+        } = *self
+        else {
+            unreachable!("nll only")
+        };
+        let (_, classes, inner) = class_layout(&input.shape());
+        let (picked, counted) = self.nll_terms(input, target)?;
+        let lp = input.to_vec::<T>()?;
+        let smooth = label_smoothing / classes.max(1) as f64;
+        let losses: Vec<T> = picked
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| {
+                let Some(t) = t else { return T::zero() };
+                let (n, d) = (i / inner, i % inner);
+                let at = |c: usize| lp[(n * classes + c) * inner + d].as_f64();
+                let mut loss = -(1.0 - label_smoothing) * at(t);
+                if smooth != 0.0 {
+                    loss -= smooth * (0..classes).map(at).sum::<f64>();
+                }
+                T::from_f64(loss)
+            })
+            .collect();
+        Ok(self.reduce(losses, &target.shape(), counted))
+    }
+
+    fn nll_backward<T: Float>(
+        &self,
+        input: &Tensor,
+        target: &Tensor,
+        g: &Tensor,
+    ) -> Result<Tensor> {
+        let LossOp::Nll {
+            label_smoothing, ..
+        } = *self
+        else {
+            unreachable!("nll only")
+        };
+        let (_, classes, inner) = class_layout(&input.shape());
+        let (picked, counted) = self.nll_terms(input, target)?;
+        let g = g.to_vec_f64()?;
+        let upstream = |i: usize| match self.reduction() {
+            Reduction::None => g[i],
+            Reduction::Sum => g[0],
+            Reduction::Mean => g[0] / counted as f64,
+        };
+        let smooth = label_smoothing / classes.max(1) as f64;
+        let mut out = vec![T::zero(); input.numel()];
+        for (i, &t) in picked.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let (n, d, up) = (i / inner, i % inner, upstream(i));
+            for c in 0..classes {
+                let mut coeff = -smooth;
+                if c == t {
+                    coeff -= 1.0 - label_smoothing;
+                }
+                out[(n * classes + c) * inner + d] = T::from_f64(coeff * up);
+            }
+        }
+        Ok(tensor_from(out, &input.shape()))
+    }
+
+    /// The upstream gradient spread over the elements (a scalar for sum and mean).
+    fn spread(&self, g: &Tensor, numel: usize) -> Result<Tensor> {
+        match self.reduction() {
+            Reduction::Mean => g.div_scalar(numel as f64),
+            _ => Ok(g.clone()),
+        }
+    }
+
+    fn check_nll(&self, input: &TensorMeta, target: &TensorMeta) -> Result<TensorMeta> {
+        if !matches!(target.dtype, DType::I64 | DType::I32) {
+            return Err(TensorError::invalid(
+                "nll_loss",
+                format!("expected i64 class-index targets, got {}", target.dtype),
+            ));
+        }
+        let expected: Vec<usize> = match input.shape.as_slice() {
+            [_] => vec![],
+            [n, _, rest @ ..] => std::iter::once(*n).chain(rest.iter().copied()).collect(),
+            _ => {
+                return Err(TensorError::invalid(
+                    "nll_loss",
+                    format!(
+                        "expected input of shape [N, C, ...] or [C], got {:?}",
+                        input.shape
+                    ),
+                ));
+            }
+        };
+        if target.shape != expected {
+            return Err(TensorError::shapes(
+                "nll_loss",
+                &input.shape,
+                &target.shape,
+                format!("target must have shape {expected:?}"),
+            ));
+        }
+        let LossOp::Nll {
+            label_smoothing, ..
+        } = *self
+        else {
+            unreachable!("nll only")
+        };
+        if !(0.0..=1.0).contains(&label_smoothing) {
+            return Err(TensorError::invalid(
+                "nll_loss",
+                format!("label_smoothing must be in [0, 1], got {label_smoothing}"),
+            ));
+        }
+        Ok(TensorMeta::new(target.shape.clone(), input.dtype))
+    }
+}
+
+/// `log(1 + exp(v))` without overflow.
+#[inline]
+fn softplus<T: Float>(v: T) -> T {
+    v.max(T::zero()) + (-v.abs()).exp().ln_1p()
+}
 
 impl OpDef for LossOp {
     fn name(&self) -> String {
-        match *self {}
+        match self {
+            LossOp::Mse { .. } => "mse_loss",
+            LossOp::L1 { .. } => "l1_loss",
+            LossOp::Nll { .. } => "nll_loss",
+            LossOp::BceWithLogits { .. } => "binary_cross_entropy_with_logits",
+        }
+        .into()
     }
 
-    fn meta(&self, _inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
-        match *self {}
+    fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let name = self.name();
+        let arity = 2 + matches!(
+            self,
+            LossOp::BceWithLogits {
+                pos_weight: true,
+                ..
+            }
+        ) as usize;
+        if inputs.len() != arity {
+            return Err(TensorError::invalid(
+                &name,
+                format!("expected {arity} inputs, got {}", inputs.len()),
+            ));
+        }
+        let (input, target) = (&inputs[0], &inputs[1]);
+        expect_float(&name, input)?;
+        let per_element = match self {
+            LossOp::Nll { .. } => self.check_nll(input, target)?,
+            _ => {
+                if target.dtype != input.dtype {
+                    return Err(TensorError::DTypeMismatch {
+                        op: name,
+                        expected: input.dtype,
+                        got: target.dtype,
+                    });
+                }
+                if target.shape != input.shape {
+                    return Err(TensorError::shapes(
+                        &name,
+                        &input.shape,
+                        &target.shape,
+                        "input and target must have the same shape",
+                    ));
+                }
+                if let Some(pw) = inputs.get(2) {
+                    expect_float(&name, pw)?;
+                    let fits = pw.shape.len() <= input.shape.len()
+                        && pw
+                            .shape
+                            .iter()
+                            .rev()
+                            .zip(input.shape.iter().rev())
+                            .all(|(&p, &x)| p == x || p == 1);
+                    if !fits || pw.dtype != input.dtype {
+                        return Err(TensorError::shapes(
+                            &name,
+                            &input.shape,
+                            &pw.shape,
+                            format!(
+                                "pos_weight must broadcast to the input and have dtype {}",
+                                input.dtype
+                            ),
+                        ));
+                    }
+                }
+                input.clone()
+            }
+        };
+        Ok(vec![match self.reduction() {
+            Reduction::None => per_element,
+            _ => TensorMeta::new(vec![], input.dtype),
+        }])
     }
 
-    fn cpu(&self, _inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        match *self {}
+    fn cpu(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let name = self.name();
+        Ok(vec![
+            float_dispatch!(inputs[0].dtype(), name, T => match self {
+                LossOp::Nll { .. } => self.nll::<T>(inputs[0], inputs[1])?,
+                _ => self.elementwise::<T>(inputs)?,
+            }),
+        ])
     }
 
-    fn backward(&self, _cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
-        match *self {}
+    fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        let (x, y) = (&cx.inputs[0], &cx.inputs[1]);
+        let g = cx.grad(0)?;
+        let mut grads = vec![None; cx.inputs.len()];
+        let up = || self.spread(&g, x.numel());
+        match self {
+            LossOp::Nll { .. } => {
+                if cx.needs[0] {
+                    let dx = float_dispatch!(x.dtype(), self.name(), T => self.nll_backward::<T>(x, y, &g)?);
+                    grads[0] = Some(dx);
+                }
+            }
+            LossOp::Mse { .. } | LossOp::L1 { .. } => {
+                let diff = x.sub(y)?;
+                let local = match self {
+                    LossOp::Mse { .. } => diff.mul_scalar(2.0)?,
+                    _ => diff.sign()?,
+                };
+                let dx = local.mul(&up()?)?;
+                if cx.needs[1] {
+                    grads[1] = reduce_grad(Some(dx.neg()?), y)?;
+                }
+                grads[0] = reduce_grad(Some(dx), x)?;
+            }
+            LossOp::BceWithLogits { pos_weight, .. } => {
+                let up = up()?;
+                let pw = pos_weight.then(|| cx.inputs[2].clone());
+                // l = 1 + (pw - 1) * y; dL/dx = (1 - y) - l * sigmoid(-x).
+                let l = match &pw {
+                    Some(pw) => pw.sub_scalar(1.0)?.mul(y)?.add_scalar(1.0)?,
+                    None => Tensor::ones_like(y)?,
+                };
+                let sig_neg = x.neg()?.sigmoid()?;
+                if cx.needs[0] {
+                    let dx = y.rsub_scalar(1.0)?.sub(&l.mul(&sig_neg)?)?;
+                    grads[0] = reduce_grad(Some(dx.mul(&up)?), x)?;
+                }
+                let needs_softplus = cx.needs[1] || (pw.is_some() && cx.needs[2]);
+                if needs_softplus {
+                    // softplus(-x) = -log(sigmoid(x)), stable as relu(-x) + log(1 + exp(-|x|)).
+                    let sp = x
+                        .neg()?
+                        .relu()?
+                        .add(&x.abs()?.neg()?.exp()?.add_scalar(1.0)?.log()?)?;
+                    if cx.needs[1] {
+                        // dL/dy = -x + (pw - 1) * softplus(-x).
+                        let pw_minus_one = match &pw {
+                            Some(pw) => pw.sub_scalar(1.0)?,
+                            None => Tensor::zeros(&[], x.dtype())?,
+                        };
+                        let dy = pw_minus_one.mul(&sp)?.sub(x)?;
+                        grads[1] = reduce_grad(Some(dy.mul(&up)?), y)?;
+                    }
+                    if let Some(pw) = pw.as_ref().filter(|_| cx.needs[2]) {
+                        // dL/dpw = y * softplus(-x).
+                        grads[2] = reduce_grad(Some(y.mul(&sp)?.mul(&up)?), pw)?;
+                    }
+                }
+            }
+        }
+        Ok(grads)
     }
 }

@@ -6,6 +6,7 @@ mod binary;
 mod cast;
 mod conv;
 mod dropout;
+mod embedding;
 mod index;
 mod loss;
 mod matmul;
@@ -19,8 +20,9 @@ mod view;
 pub use binary::{BinaryOp, CompareOp, ScalarOp};
 pub use conv::ConvOp;
 pub use dropout::DropoutOp;
+pub use embedding::EmbeddingOp;
 pub use index::IndexOp;
-pub use loss::LossOp;
+pub use loss::{LossOp, Reduction};
 pub use norm::NormOp;
 pub use pool::PoolOp;
 pub use reduce::{ReduceKind, ReduceOp};
@@ -66,6 +68,8 @@ pub enum Op {
     Norm(NormOp),
     /// Dropout.
     Dropout(DropoutOp),
+    /// Embedding lookup.
+    Embedding(EmbeddingOp),
     /// Indexing, joining and splitting.
     Index(IndexOp),
     /// Loss functions.
@@ -155,6 +159,7 @@ macro_rules! delegate {
             Op::Pool($def) => $body,
             Op::Norm($def) => $body,
             Op::Dropout($def) => $body,
+            Op::Embedding($def) => $body,
             Op::Index($def) => $body,
             Op::Loss($def) => $body,
         }

@@ -1,0 +1,125 @@
+//! Embedding lookup: rows of a `[num, dim]` weight gathered by integer indices of any shape;
+//! backward scatter-adds into a zero weight gradient, skipping the padding row.
+
+use super::{BackwardCtx, OpDef, expect_float, expect_inputs};
+use crate::cpu::{float_dispatch, tensor_from};
+use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
+
+/// `weight[indices]`; inputs `weight, indices`. The row `padding_idx` gets no gradient.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EmbeddingOp {
+    pub padding_idx: Option<usize>,
+}
+
+/// The indices as `usize`, each checked against the table size.
+fn rows(indices: &Tensor, num: usize) -> Result<Vec<usize>> {
+    let values: Vec<i64> = match indices.dtype() {
+        DType::I64 => indices.to_vec::<i64>()?,
+        DType::I32 => indices
+            .to_vec::<i32>()?
+            .into_iter()
+            .map(i64::from)
+            .collect(),
+        other => return Err(TensorError::dtype("embedding", other)),
+    };
+    values
+        .into_iter()
+        .map(|i| {
+            usize::try_from(i).ok().filter(|&r| r < num).ok_or_else(|| {
+                TensorError::invalid(
+                    "embedding",
+                    format!("index {i} is out of range for a table of {num} rows"),
+                )
+            })
+        })
+        .collect()
+}
+
+impl EmbeddingOp {
+    fn lookup<T: Float>(&self, weight: &Tensor, indices: &Tensor) -> Result<Tensor> {
+        let (num, dim) = (weight.shape()[0], weight.shape()[1]);
+        let rows = rows(indices, num)?;
+        let table = weight.to_vec::<T>()?;
+        let mut out = Vec::with_capacity(rows.len() * dim);
+        for r in rows {
+            out.extend_from_slice(&table[r * dim..(r + 1) * dim]);
+        }
+        let mut shape = indices.shape();
+        shape.push(dim);
+        Ok(tensor_from(out, &shape))
+    }
+
+    fn scatter<T: Float>(&self, g: &Tensor, indices: &Tensor, num: usize) -> Result<Tensor> {
+        let dim = g.shape().last().copied().unwrap_or(0);
+        let rows = rows(indices, num)?;
+        let grad = g.to_vec::<T>()?;
+        let mut out = vec![T::zero(); num * dim];
+        for (k, r) in rows.into_iter().enumerate() {
+            if Some(r) == self.padding_idx {
+                continue;
+            }
+            let dst = &mut out[r * dim..(r + 1) * dim];
+            for (d, &v) in dst.iter_mut().zip(&grad[k * dim..(k + 1) * dim]) {
+                *d = *d + v;
+            }
+        }
+        Ok(tensor_from(out, &[num, dim]))
+    }
+}
+
+impl OpDef for EmbeddingOp {
+    fn name(&self) -> String {
+        "embedding".into()
+    }
+
+    fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        expect_inputs("embedding", inputs, 2)?;
+        let (weight, indices) = (&inputs[0], &inputs[1]);
+        expect_float("embedding", weight)?;
+        if !matches!(indices.dtype, DType::I64 | DType::I32) {
+            return Err(TensorError::invalid(
+                "embedding",
+                format!("indices must be i64 or i32, got {}", indices.dtype),
+            ));
+        }
+        if weight.shape.len() != 2 {
+            return Err(TensorError::shapes(
+                "embedding",
+                &weight.shape,
+                &indices.shape,
+                "weight must be 2-D [num_embeddings, embedding_dim]",
+            ));
+        }
+        if let Some(p) = self.padding_idx.filter(|&p| p >= weight.shape[0]) {
+            return Err(TensorError::invalid(
+                "embedding",
+                format!(
+                    "padding_idx {p} is out of range for a table of {} rows",
+                    weight.shape[0]
+                ),
+            ));
+        }
+        let mut shape = indices.shape.clone();
+        shape.push(weight.shape[1]);
+        Ok(vec![TensorMeta::new(shape, weight.dtype)])
+    }
+
+    fn cpu(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let (weight, indices) = (inputs[0], inputs[1]);
+        Ok(vec![
+            float_dispatch!(weight.dtype(), "embedding", T => self.lookup::<T>(weight, indices)?),
+        ])
+    }
+
+    fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        let (weight, indices) = (&cx.inputs[0], &cx.inputs[1]);
+        if !cx.needs[0] {
+            return Ok(vec![None, None]);
+        }
+        let g = cx.grad(0)?;
+        let num = weight.shape()[0];
+        let grad =
+            float_dispatch!(g.dtype(), "embedding", T => self.scatter::<T>(&g, indices, num)?);
+        Ok(vec![Some(grad.to_dtype(weight.dtype())?), None])
+    }
+}
