@@ -233,37 +233,30 @@ impl OpDef for PoolOp {
         let count = shape[..shape.len() - 2].iter().product();
         let in_size = plane_size(&op, &shape)?;
         let out_size = plane_size(&op, &out_shape)?;
-        // Backward ops run on the forward's geometry: input plane `out_size`, windows over it.
-        let backward = |forward: PoolOp| -> Result<(Planes, [Vec<Window>; 2])> {
-            Ok((
-                Planes::new(count, out_size, in_size),
-                forward.windows(&op, out_size)?,
-            ))
-        };
+        // Every kernel reads planes of `in_size` and writes planes of `out_size`; backward ops
+        // take the forward's windows over their (larger) output plane.
+        let planes = Planes::new(count, in_size, out_size);
+        let forward_windows = |forward: PoolOp| forward.windows(&op, out_size);
         float_dispatch!(inputs[0].dtype(), &op, T => {
             let x = inputs[0].to_vec::<T>()?;
             Ok(match self {
                 PoolOp::MaxPool2d(_) => {
                     let [rows, cols] = self.windows(&op, in_size)?;
-                    let planes = Planes::new(count, in_size, out_size);
                     let (values, indices) = windows::max_forward(&planes, &rows, &cols, &x);
                     vec![tensor_from(values, &out_shape), tensor_from(indices, &out_shape)]
                 }
                 PoolOp::MaxPool2dBackward { .. } => {
                     let indices = inputs[1].to_vec::<i64>()?;
-                    let planes = Planes::new(count, out_size, in_size);
                     let dx = windows::max_backward(&op, &planes, &x, &indices)?;
                     vec![tensor_from(dx, &out_shape)]
                 }
                 PoolOp::AvgPool2d { count_include_pad, .. } => {
                     let [rows, cols] = self.windows(&op, in_size)?;
-                    let planes = Planes::new(count, in_size, out_size);
                     let y = windows::avg_forward(&planes, &rows, &cols, *count_include_pad, &x);
                     vec![tensor_from(y, &out_shape)]
                 }
                 PoolOp::AdaptiveAvgPool2d { .. } => {
                     let [rows, cols] = self.windows(&op, in_size)?;
-                    let planes = Planes::new(count, in_size, out_size);
                     let y = windows::avg_forward(&planes, &rows, &cols, false, &x);
                     vec![tensor_from(y, &out_shape)]
                 }
@@ -272,13 +265,13 @@ impl OpDef for PoolOp {
                         params: *params,
                         count_include_pad: *count_include_pad,
                     };
-                    let (planes, [rows, cols]) = backward(forward)?;
+                    let [rows, cols] = forward_windows(forward)?;
                     let dx = windows::avg_backward(&planes, &rows, &cols, *count_include_pad, &x);
                     vec![tensor_from(dx, &out_shape)]
                 }
                 PoolOp::AdaptiveAvgPool2dBackward { .. } => {
                     let forward = PoolOp::AdaptiveAvgPool2d { output_size: in_size };
-                    let (planes, [rows, cols]) = backward(forward)?;
+                    let [rows, cols] = forward_windows(forward)?;
                     let dx = windows::avg_backward(&planes, &rows, &cols, false, &x);
                     vec![tensor_from(dx, &out_shape)]
                 }
