@@ -207,7 +207,7 @@ fn adaptive_avg_pool2d_uses_overlapping_bins() -> Result<()> {
 #[test]
 fn conv2d_gradcheck_over_configurations() {
     // (input shape, weight shape, stride, padding, dilation, groups, bias)
-    let configs: [(
+    type Config = (
         [usize; 4],
         [usize; 4],
         [usize; 2],
@@ -215,7 +215,8 @@ fn conv2d_gradcheck_over_configurations() {
         [usize; 2],
         usize,
         bool,
-    ); 6] = [
+    );
+    let configs: [Config; 6] = [
         ([2, 3, 5, 5], [4, 3, 3, 3], [1, 1], [0, 0], [1, 1], 1, true),
         ([2, 2, 6, 5], [3, 2, 3, 2], [2, 2], [1, 0], [1, 1], 1, false),
         ([1, 2, 7, 7], [2, 2, 3, 3], [1, 2], [2, 2], [2, 2], 1, true),

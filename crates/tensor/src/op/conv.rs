@@ -57,7 +57,7 @@ impl ConvParams {
     }
 
     /// `[N, C, L]` as `[N, C, 1, L]` for conv1d; other shapes unchanged.
-    fn to_4d(&self, shape: &[usize]) -> Vec<usize> {
+    fn shape_4d(&self, shape: &[usize]) -> Vec<usize> {
         let mut s = shape.to_vec();
         if self.spatial_dims == 1 && s.len() == 3 {
             s.insert(2, 1);
@@ -65,8 +65,8 @@ impl ConvParams {
         s
     }
 
-    /// The inverse of [`ConvParams::to_4d`].
-    fn from_4d(&self, mut shape: Vec<usize>) -> Vec<usize> {
+    /// The inverse of [`ConvParams::shape_4d`]: drops conv1d's height.
+    fn shape_nd(&self, mut shape: Vec<usize>) -> Vec<usize> {
         if self.spatial_dims == 1 {
             shape.remove(2);
         }
@@ -75,7 +75,7 @@ impl ConvParams {
 
     /// The spatial dimensions of an input, output or kernel shape, as `[height, width]`.
     fn spatial(&self, shape: &[usize]) -> [usize; 2] {
-        let s = self.to_4d(shape);
+        let s = self.shape_4d(shape);
         [s[2], s[3]]
     }
 }
@@ -149,7 +149,7 @@ impl Geometry {
                 ),
             ));
         }
-        let (x4, w4) = (params.to_4d(x), params.to_4d(w));
+        let (x4, w4) = (params.shape_4d(x), params.shape_4d(w));
         let groups = params.groups;
         if w4[0] % groups != 0 {
             return Err(TensorError::shapes(
@@ -206,17 +206,18 @@ impl Geometry {
     }
 
     fn input_shape(&self) -> Vec<usize> {
-        self.params.from_4d(vec![self.n, self.c_in, self.h, self.w])
+        self.params
+            .shape_nd(vec![self.n, self.c_in, self.h, self.w])
     }
 
     fn weight_shape(&self) -> Vec<usize> {
         self.params
-            .from_4d(vec![self.c_out, self.cin_g(), self.kh, self.kw])
+            .shape_nd(vec![self.c_out, self.cin_g(), self.kh, self.kw])
     }
 
     fn output_shape(&self) -> Vec<usize> {
         self.params
-            .from_4d(vec![self.n, self.c_out, self.oh, self.ow])
+            .shape_nd(vec![self.n, self.c_out, self.oh, self.ow])
     }
 
     fn cin_g(&self) -> usize {
@@ -318,7 +319,7 @@ impl ConvOp {
                         format!("expected a {rank}-D grad_output and a {rank}-D weight"),
                     ));
                 }
-                let x = params.from_4d(vec![
+                let x = params.shape_nd(vec![
                     a[0],
                     b[1] * params.groups,
                     input_size[0],
@@ -337,7 +338,7 @@ impl ConvOp {
                         format!("expected a {rank}-D input and a {rank}-D grad_output"),
                     ));
                 }
-                let w = params.from_4d(vec![
+                let w = params.shape_nd(vec![
                     b[1],
                     a[1] / params.groups,
                     kernel_size[0],
@@ -469,5 +470,48 @@ impl OpDef for ConvOp {
                 when(1, &|| forward(a, &grad))?,
             ]),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DType, Generator, GradcheckOptions, gradcheck};
+
+    fn leaf(shape: &[usize], seed: u64) -> Tensor {
+        let mut g = Generator::new(seed);
+        let t = Tensor::randn_with(shape, DType::F64, &mut g).unwrap();
+        t.requires_grad_(true).unwrap()
+    }
+
+    /// The backward ops are themselves differentiable (their gradients are the other two ops).
+    #[test]
+    fn backward_ops_pass_gradcheck() {
+        let params = ConvParams::conv2d([2, 1], [1, 1], [1, 2], 2);
+        let (x, w) = (leaf(&[2, 4, 5, 6], 1), leaf(&[4, 2, 3, 2], 2));
+        let go_shape = Op::Conv(ConvOp::Forward {
+            params,
+            bias: false,
+        })
+        .apply1(&[&x, &w])
+        .unwrap()
+        .shape();
+        let go = leaf(&go_shape, 3);
+        let input_grad = Op::Conv(ConvOp::BackwardInput {
+            params,
+            input_size: [5, 6],
+        });
+        let weight_grad = Op::Conv(ConvOp::BackwardWeight {
+            params,
+            kernel_size: [3, 2],
+        });
+        let opts = GradcheckOptions::default();
+        gradcheck(
+            |t| input_grad.apply1(&[&t[0], &t[1]]),
+            &[go.clone(), w],
+            opts,
+        )
+        .unwrap();
+        gradcheck(|t| weight_grad.apply1(&[&t[0], &t[1]]), &[x, go], opts).unwrap();
     }
 }

@@ -86,8 +86,8 @@ fn im2col<T: Float>(g: &Geometry, x: &[T], cols: &mut [T]) {
         if s == 1 {
             dst.copy_from_slice(&src[..hi - lo]);
         } else {
-            for (k, d) in dst.iter_mut().enumerate() {
-                *d = src[k * s];
+            for (d, &v) in dst.iter_mut().zip(src.iter().step_by(s)) {
+                *d = v;
             }
         }
     });
@@ -100,8 +100,14 @@ fn col2im<T: Float>(g: &Geometry, cols: &[T], dx: &mut [T]) {
     for_each_patch_row(g, |row, oy, (lo, hi), ix0, dst_row| {
         let src = &cols[row * plane + oy * ow..][lo..hi];
         let dst = &mut dx[dst_row + ix0..];
-        for (k, &v) in src.iter().enumerate() {
-            dst[k * s] = dst[k * s] + v;
+        if s == 1 {
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = *d + v;
+            }
+        } else {
+            for (d, &v) in dst.iter_mut().step_by(s).zip(src) {
+                *d = *d + v;
+            }
         }
     });
 }
