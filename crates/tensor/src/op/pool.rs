@@ -1,26 +1,331 @@
-//! Pooling (max, average, adaptive average).
+//! Pooling over the last two dimensions of `[C, H, W]` or `[N, C, H, W]` tensors (max with
+//! indices, average, adaptive average) and the backward ops that scatter gradients back; the
+//! window arithmetic and kernels live in [`windows`].
 
-use super::{BackwardCtx, OpDef};
-use crate::{Result, Tensor, TensorMeta};
+mod windows;
 
-/// Pooling (max, average, adaptive average).
+use super::{BackwardCtx, Op, OpDef, expect_float};
+use crate::cpu::{float_dispatch, tensor_from};
+use crate::{DType, Result, Tensor, TensorError, TensorMeta};
+use windows::{Planes, Window};
+
+/// Kernel, stride, padding and dilation of a 2-D pooling window, as `[height, width]` pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool2dParams {
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    /// Rounds the output size up, so that a last partial window is kept.
+    pub ceil_mode: bool,
+}
+
+/// A pooling op or one of their gradients.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PoolOp {}
+pub enum PoolOp {
+    /// Largest value per window, and its i64 index into the input's `H * W` plane.
+    MaxPool2d(Pool2dParams),
+    /// Scatters `grad_out` to the input positions named by `indices`; inputs `grad_out, indices`.
+    MaxPool2dBackward { input_size: [usize; 2] },
+    /// Mean per window (dilation must be 1); with `count_include_pad` padding counts as zeros.
+    AvgPool2d {
+        params: Pool2dParams,
+        count_include_pad: bool,
+    },
+    /// Spreads `grad_out` evenly over each window; input `grad_out`.
+    AvgPool2dBackward {
+        params: Pool2dParams,
+        count_include_pad: bool,
+        input_size: [usize; 2],
+    },
+    /// Mean over PyTorch's adaptive bins `floor(i*H/oh) .. ceil((i+1)*H/oh)`.
+    AdaptiveAvgPool2d { output_size: [usize; 2] },
+    /// Spreads `grad_out` evenly over each adaptive bin; input `grad_out`.
+    AdaptiveAvgPool2dBackward { input_size: [usize; 2] },
+}
+
+/// The `[H, W]` of a 3-D or 4-D tensor, or an error naming the op and shape.
+fn plane_size(op: &str, shape: &[usize]) -> Result<[usize; 2]> {
+    if shape.len() != 3 && shape.len() != 4 {
+        return Err(TensorError::invalid(
+            op,
+            format!("expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape {shape:?}"),
+        ));
+    }
+    Ok([shape[shape.len() - 2], shape[shape.len() - 1]])
+}
+
+/// `shape` with its last two sizes replaced by `plane`.
+fn with_plane(shape: &[usize], plane: [usize; 2]) -> Vec<usize> {
+    let mut s = shape[..shape.len() - 2].to_vec();
+    s.extend(plane);
+    s
+}
+
+impl PoolOp {
+    /// Max pooling with indices.
+    pub fn max_pool2d(
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
+    ) -> Self {
+        PoolOp::MaxPool2d(Pool2dParams {
+            kernel,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+        })
+    }
+
+    /// Average pooling.
+    pub fn avg_pool2d(
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        ceil_mode: bool,
+        count_include_pad: bool,
+    ) -> Self {
+        let params = Pool2dParams {
+            kernel,
+            stride,
+            padding,
+            dilation: [1, 1],
+            ceil_mode,
+        };
+        PoolOp::AvgPool2d {
+            params,
+            count_include_pad,
+        }
+    }
+
+    /// The windows along height and width for an input plane of `size`, checking the params.
+    fn windows(&self, op: &str, size: [usize; 2]) -> Result<[Vec<Window>; 2]> {
+        let axis = |a: usize| -> Result<Vec<Window>> {
+            match self {
+                PoolOp::MaxPool2d(p) => Window::strided(op, p, a, size, true),
+                PoolOp::AvgPool2d { params, .. } | PoolOp::AvgPool2dBackward { params, .. } => {
+                    Window::strided(op, params, a, size, false)
+                }
+                PoolOp::AdaptiveAvgPool2d { output_size } => {
+                    Ok(Window::adaptive(size[a], output_size[a]))
+                }
+                PoolOp::MaxPool2dBackward { .. } | PoolOp::AdaptiveAvgPool2dBackward { .. } => Err(
+                    TensorError::invalid(op, "backward ops take their windows from the forward op"),
+                ),
+            }
+        };
+        if size.contains(&0) {
+            return Err(TensorError::invalid(
+                op,
+                format!("expected a non-empty input plane, got {size:?}"),
+            ));
+        }
+        Ok([axis(0)?, axis(1)?])
+    }
+
+    /// Checks the inputs and returns the output shape.
+    fn output_shape(&self, inputs: &[TensorMeta]) -> Result<Vec<usize>> {
+        let op = self.name();
+        let count = if matches!(self, PoolOp::MaxPool2dBackward { .. }) {
+            2
+        } else {
+            1
+        };
+        if inputs.len() != count {
+            return Err(TensorError::invalid(
+                &op,
+                format!("expected {count} inputs, got {}", inputs.len()),
+            ));
+        }
+        expect_float(&op, &inputs[0])?;
+        let shape = &inputs[0].shape;
+        let size = plane_size(&op, shape)?;
+        match self {
+            PoolOp::MaxPool2d(_) | PoolOp::AvgPool2d { .. } | PoolOp::AdaptiveAvgPool2d { .. } => {
+                let [rows, cols] = self.windows(&op, size)?;
+                Ok(with_plane(shape, [rows.len(), cols.len()]))
+            }
+            PoolOp::MaxPool2dBackward { input_size } => {
+                let indices = &inputs[1];
+                if indices.dtype != DType::I64 || &indices.shape != shape {
+                    return Err(TensorError::shapes(
+                        &op,
+                        shape,
+                        &indices.shape,
+                        format!(
+                            "indices must be i64 (got {}) with grad_output's shape",
+                            indices.dtype
+                        ),
+                    ));
+                }
+                Ok(with_plane(shape, *input_size))
+            }
+            PoolOp::AvgPool2dBackward {
+                params,
+                count_include_pad,
+                input_size,
+            } => {
+                let forward = PoolOp::AvgPool2d {
+                    params: *params,
+                    count_include_pad: *count_include_pad,
+                };
+                let [rows, cols] = forward.windows(&op, *input_size)?;
+                expect_grad_plane(&op, shape, [rows.len(), cols.len()])?;
+                Ok(with_plane(shape, *input_size))
+            }
+            PoolOp::AdaptiveAvgPool2dBackward { input_size } => {
+                if input_size.contains(&0) {
+                    return Err(TensorError::invalid(
+                        &op,
+                        format!("expected a non-empty input plane, got {input_size:?}"),
+                    ));
+                }
+                Ok(with_plane(shape, *input_size))
+            }
+        }
+    }
+}
+
+/// Requires `grad_out` to have the pooled plane size.
+fn expect_grad_plane(op: &str, grad_out: &[usize], plane: [usize; 2]) -> Result<()> {
+    if grad_out[grad_out.len() - 2..] != plane {
+        return Err(TensorError::shapes(
+            op,
+            grad_out,
+            &plane,
+            "grad_output's last two sizes must be the pooled output size",
+        ));
+    }
+    Ok(())
+}
 
 impl OpDef for PoolOp {
     fn name(&self) -> String {
-        match *self {}
+        match self {
+            PoolOp::MaxPool2d(_) => "max_pool2d",
+            PoolOp::MaxPool2dBackward { .. } => "max_pool2d_backward",
+            PoolOp::AvgPool2d { .. } => "avg_pool2d",
+            PoolOp::AvgPool2dBackward { .. } => "avg_pool2d_backward",
+            PoolOp::AdaptiveAvgPool2d { .. } => "adaptive_avg_pool2d",
+            PoolOp::AdaptiveAvgPool2dBackward { .. } => "adaptive_avg_pool2d_backward",
+        }
+        .into()
     }
 
-    fn meta(&self, _inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
-        match *self {}
+    fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let shape = self.output_shape(inputs)?;
+        let dtype = inputs[0].dtype;
+        let mut metas = vec![TensorMeta::new(shape.clone(), dtype)];
+        if matches!(self, PoolOp::MaxPool2d(_)) {
+            metas.push(TensorMeta::new(shape, DType::I64));
+        }
+        Ok(metas)
     }
 
-    fn cpu(&self, _inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        match *self {}
+    fn cpu(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let op = self.name();
+        let metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
+        let out_shape = self.output_shape(&metas)?;
+        let shape = inputs[0].shape();
+        let count = shape[..shape.len() - 2].iter().product();
+        let in_size = plane_size(&op, &shape)?;
+        let out_size = plane_size(&op, &out_shape)?;
+        // Every kernel reads planes of `in_size` and writes planes of `out_size`; backward ops
+        // take the forward's windows over their (larger) output plane.
+        let planes = Planes::new(count, in_size, out_size);
+        let forward_windows = |forward: PoolOp| forward.windows(&op, out_size);
+        float_dispatch!(inputs[0].dtype(), &op, T => {
+            let x = inputs[0].to_vec::<T>()?;
+            Ok(match self {
+                PoolOp::MaxPool2d(_) => {
+                    let [rows, cols] = self.windows(&op, in_size)?;
+                    let (values, indices) = windows::max_forward(&planes, &rows, &cols, &x);
+                    vec![tensor_from(values, &out_shape), tensor_from(indices, &out_shape)]
+                }
+                PoolOp::MaxPool2dBackward { .. } => {
+                    let indices = inputs[1].to_vec::<i64>()?;
+                    let dx = windows::max_backward(&op, &planes, &x, &indices)?;
+                    vec![tensor_from(dx, &out_shape)]
+                }
+                PoolOp::AvgPool2d { count_include_pad, .. } => {
+                    let [rows, cols] = self.windows(&op, in_size)?;
+                    let y = windows::avg_forward(&planes, &rows, &cols, *count_include_pad, &x);
+                    vec![tensor_from(y, &out_shape)]
+                }
+                PoolOp::AdaptiveAvgPool2d { .. } => {
+                    let [rows, cols] = self.windows(&op, in_size)?;
+                    let y = windows::avg_forward(&planes, &rows, &cols, false, &x);
+                    vec![tensor_from(y, &out_shape)]
+                }
+                PoolOp::AvgPool2dBackward { params, count_include_pad, .. } => {
+                    let forward = PoolOp::AvgPool2d {
+                        params: *params,
+                        count_include_pad: *count_include_pad,
+                    };
+                    let [rows, cols] = forward_windows(forward)?;
+                    let dx = windows::avg_backward(&planes, &rows, &cols, *count_include_pad, &x);
+                    vec![tensor_from(dx, &out_shape)]
+                }
+                PoolOp::AdaptiveAvgPool2dBackward { .. } => {
+                    let forward = PoolOp::AdaptiveAvgPool2d { output_size: in_size };
+                    let [rows, cols] = forward_windows(forward)?;
+                    let dx = windows::avg_backward(&planes, &rows, &cols, false, &x);
+                    vec![tensor_from(dx, &out_shape)]
+                }
+            })
+        })
     }
 
-    fn backward(&self, _cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
-        match *self {}
+    fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        if !cx.needs[0] {
+            return Ok(vec![None; cx.inputs.len()]);
+        }
+        let x = &cx.inputs[0];
+        let grad = cx.grad(0)?;
+        let size = plane_size(&self.name(), &x.shape())?;
+        let pool = |op: PoolOp| Op::Pool(op).apply1(&[&grad]);
+        let dx = match self {
+            PoolOp::MaxPool2d(_) => Op::Pool(PoolOp::MaxPool2dBackward { input_size: size })
+                .apply1(&[&grad, &cx.outputs[1]])?,
+            PoolOp::AvgPool2d {
+                params,
+                count_include_pad,
+            } => pool(PoolOp::AvgPool2dBackward {
+                params: *params,
+                count_include_pad: *count_include_pad,
+                input_size: size,
+            })?,
+            PoolOp::AdaptiveAvgPool2d { .. } => {
+                pool(PoolOp::AdaptiveAvgPool2dBackward { input_size: size })?
+            }
+            // The backward ops are linear maps whose adjoints are the forward ops.
+            PoolOp::AvgPool2dBackward {
+                params,
+                count_include_pad,
+                ..
+            } => pool(PoolOp::AvgPool2d {
+                params: *params,
+                count_include_pad: *count_include_pad,
+            })?,
+            PoolOp::AdaptiveAvgPool2dBackward { .. } => {
+                pool(PoolOp::AdaptiveAvgPool2d { output_size: size })?
+            }
+            PoolOp::MaxPool2dBackward { .. } => {
+                return Err(TensorError::invalid(
+                    self.name(),
+                    "double backward through max_pool2d is not supported",
+                ));
+            }
+        };
+        let mut grads = vec![Some(dx)];
+        grads.resize(cx.inputs.len(), None);
+        Ok(grads)
+    }
+
+    fn output_is_differentiable(&self, index: usize) -> bool {
+        index == 0
     }
 }

@@ -1,0 +1,296 @@
+//! Pooling windows along one axis (PyTorch's output-size and window rules) and the kernels
+//! that reduce over them or scatter gradients back, one `H x W` plane per parallel task.
+
+use super::Pool2dParams;
+use crate::cpu::PAR_CHUNK;
+use crate::{Float, Result, TensorError};
+use rayon::prelude::*;
+
+/// The input positions `start, start + step, ... < end` one output position reads along one
+/// axis; `padded` is the window's length counting padding (for `count_include_pad`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Window {
+    start: usize,
+    end: usize,
+    step: usize,
+    padded: usize,
+}
+
+impl Window {
+    fn positions(&self) -> impl Iterator<Item = usize> {
+        (self.start..self.end).step_by(self.step)
+    }
+
+    fn len(&self) -> usize {
+        self.end.saturating_sub(self.start)
+    }
+
+    /// The windows of max (`dilated`) or average pooling along `axis` of a plane of `size`.
+    pub(super) fn strided(
+        op: &str,
+        p: &Pool2dParams,
+        axis: usize,
+        size: [usize; 2],
+        dilated: bool,
+    ) -> Result<Vec<Window>> {
+        let (k, s, pad, d) = (
+            p.kernel[axis],
+            p.stride[axis],
+            p.padding[axis],
+            p.dilation[axis],
+        );
+        if p.kernel.contains(&0) || p.stride.contains(&0) || p.dilation.contains(&0) {
+            return Err(TensorError::invalid(
+                op,
+                format!(
+                    "kernel_size, stride and dilation must be positive, got kernel_size {:?}, stride {:?}, dilation {:?}",
+                    p.kernel, p.stride, p.dilation
+                ),
+            ));
+        }
+        if !dilated && p.dilation != [1, 1] {
+            return Err(TensorError::invalid(
+                op,
+                format!("dilation must be [1, 1], got {:?}", p.dilation),
+            ));
+        }
+        let span = d * (k - 1) + 1;
+        let half = if dilated { span / 2 } else { k / 2 };
+        if pad > half {
+            return Err(TensorError::invalid(
+                op,
+                format!(
+                    "pad should be at most half of effective kernel size, but got padding {:?}, kernel_size {:?} and dilation {:?}",
+                    p.padding, p.kernel, p.dilation
+                ),
+            ));
+        }
+        let input = size[axis] as i64;
+        let (k, s, pad, d, span) = (k as i64, s as i64, pad as i64, d as i64, span as i64);
+        let round_up = if p.ceil_mode { s - 1 } else { 0 };
+        let mut out = (input + 2 * pad - span + round_up).div_euclid(s) + 1;
+        // The last window must start inside the input or its left padding.
+        if p.ceil_mode && (out - 1) * s >= input + pad {
+            out -= 1;
+        }
+        if out < 1 {
+            return Err(TensorError::invalid(
+                op,
+                format!(
+                    "given input plane {size:?}, kernel_size {:?}, stride {:?}, padding {:?} and dilation {:?}, the calculated output size is too small",
+                    p.kernel, p.stride, p.padding, p.dilation
+                ),
+            ));
+        }
+        Ok((0..out)
+            .map(|o| {
+                let start = o * s - pad;
+                if dilated {
+                    let end = (start + span).min(input);
+                    // The first tap inside the input.
+                    let first = if start < 0 {
+                        start + (-start + d - 1) / d * d
+                    } else {
+                        start
+                    };
+                    Window {
+                        start: first as usize,
+                        end: end.max(first) as usize,
+                        step: d as usize,
+                        padded: 0,
+                    }
+                } else {
+                    let end = (start + k).min(input + pad);
+                    Window {
+                        start: start.max(0) as usize,
+                        end: end.min(input) as usize,
+                        step: 1,
+                        padded: (end - start) as usize,
+                    }
+                }
+            })
+            .collect())
+    }
+
+    /// PyTorch's adaptive bins: output `i` of `out` covers `floor(i*n/out) .. ceil((i+1)*n/out)`.
+    pub(super) fn adaptive(n: usize, out: usize) -> Vec<Window> {
+        (0..out)
+            .map(|i| {
+                let (start, end) = (i * n / out, ((i + 1) * n).div_ceil(out));
+                Window {
+                    start,
+                    end,
+                    step: 1,
+                    padded: end - start,
+                }
+            })
+            .collect()
+    }
+}
+
+/// `count` planes read as `src` (`[H, W]`) and written as `dst`.
+pub(super) struct Planes {
+    count: usize,
+    src: [usize; 2],
+    dst: [usize; 2],
+}
+
+impl Planes {
+    pub(super) fn new(count: usize, src: [usize; 2], dst: [usize; 2]) -> Planes {
+        Planes { count, src, dst }
+    }
+
+    fn src_len(&self) -> usize {
+        self.src[0] * self.src[1]
+    }
+
+    fn dst_len(&self) -> usize {
+        self.dst[0] * self.dst[1]
+    }
+}
+
+/// Fills `out` plane by plane with `fill(plane_index, plane)`, in parallel when large.
+fn per_plane<T: Send>(out: &mut [T], plane: usize, fill: impl Fn(usize, &mut [T]) + Sync) {
+    if plane == 0 {
+        return;
+    }
+    if out.len() < PAR_CHUNK {
+        out.chunks_mut(plane)
+            .enumerate()
+            .for_each(|(i, p)| fill(i, p));
+    } else {
+        out.par_chunks_mut(plane)
+            .enumerate()
+            .for_each(|(i, p)| fill(i, p));
+    }
+}
+
+/// The window's divisor: its padded size or the number of input elements it covers.
+fn divisor(row: &Window, col: &Window, count_include_pad: bool) -> usize {
+    if count_include_pad {
+        row.padded * col.padded
+    } else {
+        row.len() * col.len()
+    }
+}
+
+/// Max per window and the index of the (first) max in the plane; NaN wins, as in PyTorch.
+pub(super) fn max_forward<T: Float>(
+    p: &Planes,
+    rows: &[Window],
+    cols: &[Window],
+    x: &[T],
+) -> (Vec<T>, Vec<i64>) {
+    let (w, out_len) = (p.src[1], p.dst_len());
+    let mut packed = vec![(T::zero(), 0i64); p.count * out_len];
+    per_plane(&mut packed, out_len, |i, out| {
+        let src = &x[i * p.src_len()..][..p.src_len()];
+        for (r, row) in rows.iter().enumerate() {
+            for (c, col) in cols.iter().enumerate() {
+                let mut best = (T::neg_infinity(), (row.start * w + col.start) as i64);
+                for y in row.positions() {
+                    for pos in col.positions().map(|x| y * w + x) {
+                        let v = src[pos];
+                        if v > best.0 || v.is_nan() {
+                            best = (v, pos as i64);
+                        }
+                    }
+                }
+                out[r * cols.len() + c] = best;
+            }
+        }
+    });
+    packed.into_iter().unzip()
+}
+
+/// Adds each gradient to the input position its index names.
+pub(super) fn max_backward<T: Float>(
+    op: &str,
+    p: &Planes,
+    grad: &[T],
+    indices: &[i64],
+) -> Result<Vec<T>> {
+    let plane = p.dst_len();
+    if let Some(bad) = indices.iter().find(|&&i| i < 0 || i as usize >= plane) {
+        return Err(TensorError::invalid(
+            op,
+            format!(
+                "index {bad} is out of range for an input plane of {:?}",
+                p.dst
+            ),
+        ));
+    }
+    let mut dx = vec![T::zero(); p.count * plane];
+    per_plane(&mut dx, plane, |i, dst| {
+        let range = i * p.src_len()..(i + 1) * p.src_len();
+        for (&g, &at) in grad[range.clone()].iter().zip(&indices[range]) {
+            dst[at as usize] = dst[at as usize] + g;
+        }
+    });
+    Ok(dx)
+}
+
+/// Mean per window (see [`divisor`]).
+pub(super) fn avg_forward<T: Float>(
+    p: &Planes,
+    rows: &[Window],
+    cols: &[Window],
+    count_include_pad: bool,
+    x: &[T],
+) -> Vec<T> {
+    let w = p.src[1];
+    let mut y = vec![T::zero(); p.count * p.dst_len()];
+    per_plane(&mut y, p.dst_len(), |i, out| {
+        let src = &x[i * p.src_len()..][..p.src_len()];
+        for (r, row) in rows.iter().enumerate() {
+            for (c, col) in cols.iter().enumerate() {
+                let sum: T = row
+                    .positions()
+                    .map(|y| {
+                        src[y * w + col.start..y * w + col.end]
+                            .iter()
+                            .copied()
+                            .sum()
+                    })
+                    .sum();
+                let n = divisor(row, col, count_include_pad);
+                out[r * cols.len() + c] = if n == 0 {
+                    T::zero()
+                } else {
+                    sum / T::from_f64(n as f64)
+                };
+            }
+        }
+    });
+    y
+}
+
+/// Spreads each gradient evenly over its window, the adjoint of [`avg_forward`].
+pub(super) fn avg_backward<T: Float>(
+    p: &Planes,
+    rows: &[Window],
+    cols: &[Window],
+    count_include_pad: bool,
+    grad: &[T],
+) -> Vec<T> {
+    let w = p.dst[1];
+    let mut dx = vec![T::zero(); p.count * p.dst_len()];
+    per_plane(&mut dx, p.dst_len(), |i, dst| {
+        let src = &grad[i * p.src_len()..][..p.src_len()];
+        for (r, row) in rows.iter().enumerate() {
+            for (c, col) in cols.iter().enumerate() {
+                let n = divisor(row, col, count_include_pad);
+                if n == 0 {
+                    continue;
+                }
+                let g = src[r * cols.len() + c] / T::from_f64(n as f64);
+                for y in row.positions() {
+                    for v in &mut dst[y * w + col.start..y * w + col.end] {
+                        *v = *v + g;
+                    }
+                }
+            }
+        }
+    });
+    dx
+}
