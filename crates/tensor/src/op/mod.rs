@@ -18,13 +18,13 @@ mod unary;
 mod view;
 
 pub use binary::{BinaryOp, CompareOp, ScalarOp};
-pub use conv::ConvOp;
+pub use conv::{ConvOp, ConvParams};
 pub use dropout::DropoutOp;
 pub use embedding::EmbeddingOp;
 pub use index::IndexOp;
 pub use loss::{LossOp, Reduction};
 pub use norm::NormOp;
-pub use pool::PoolOp;
+pub use pool::{Pool2dParams, PoolOp};
 pub use reduce::{ReduceKind, ReduceOp};
 pub use unary::UnaryOp;
 pub use view::ViewOp;
