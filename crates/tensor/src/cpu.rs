@@ -1,6 +1,7 @@
 //! Shared machinery of the CPU kernels: dtype dispatch, parallel elementwise maps over
 //! broadcast operands, and gathering strided views into contiguous buffers.
 
+pub(crate) use crate::buffer_cache::uninit_buffer;
 use crate::layout::{Layout, broadcast_layout};
 use crate::storage::StorageElement;
 use crate::{Result, Tensor};
@@ -81,7 +82,7 @@ where
 {
     let shape = x.shape();
     let out = x.with_slice(|a: &[A]| {
-        let mut out = vec![O::default(); a.len()];
+        let mut out = uninit_buffer::<O>(a.len());
         if a.len() < PAR_CHUNK {
             out.iter_mut().zip(a).for_each(|(o, &v)| *o = f(v));
         } else {
@@ -113,7 +114,7 @@ where
         broadcast_layout(op, &a.layout(), shape)?,
         broadcast_layout(op, &b.layout(), shape)?,
     );
-    let mut out = vec![O::default(); n];
+    let mut out = uninit_buffer::<O>(n);
     a.with_storage(|sa, _| -> Result<()> {
         b.with_storage(|sb, _| -> Result<()> {
             let (sa, sb) = (

@@ -12,6 +12,7 @@
 //! ```
 
 mod autograd;
+mod buffer_cache;
 mod cpu;
 mod creation;
 mod device;
@@ -30,6 +31,7 @@ mod threads;
 pub use autograd::{
     GradcheckOptions, NoGradGuard, backward, gradcheck, is_grad_enabled, no_grad, set_grad_enabled,
 };
+pub use buffer_cache::{cached_bytes, empty_cache};
 pub use device::Device;
 pub use dtype::{DType, Element, Float};
 pub use error::{Result, TensorError};

@@ -39,6 +39,7 @@ pub trait StorageElement: Element {
     fn wrap(v: Vec<Self>) -> CpuStorage;
     fn slice(s: &CpuStorage) -> Option<&[Self]>;
     fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]>;
+    fn unwrap(s: CpuStorage) -> Option<Vec<Self>>;
 }
 
 macro_rules! storage_element {
@@ -54,6 +55,12 @@ macro_rules! storage_element {
                 }
             }
             fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]> {
+                match s {
+                    CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn unwrap(s: CpuStorage) -> Option<Vec<Self>> {
                 match s {
                     CpuStorage::$variant(v) => Some(v),
                     _ => None,

@@ -22,6 +22,16 @@ pub(crate) struct StorageCell {
     pub(crate) version: AtomicU64,
 }
 
+impl Drop for StorageCell {
+    /// Hands large host buffers to the buffer cache for reuse.
+    fn drop(&mut self) {
+        let buffer = self.buffer.get_mut().unwrap_or_else(|e| e.into_inner());
+        let Storage::Cpu(cpu) =
+            std::mem::replace(buffer, Storage::Cpu(CpuStorage::Bool(Vec::new())));
+        crate::buffer_cache::recycle(cpu);
+    }
+}
+
 /// The shape and dtype of a tensor without its data: what meta functions compute.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TensorMeta {

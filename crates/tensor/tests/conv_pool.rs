@@ -433,3 +433,39 @@ fn small_cnn_conv_and_pool_layers_match_pytorch() -> Result<()> {
     case.check("act/gap", &gap);
     Ok(())
 }
+
+#[test]
+fn max_pool2d_without_indices_matches_the_indexed_op_and_propagates_nan() {
+    let x = leaf(&[2, 3, 8, 9], 90).detach();
+    x.narrow(3, 4, 1)
+        .unwrap()
+        .narrow(2, 2, 1)
+        .unwrap()
+        .fill_(f64::NAN)
+        .unwrap();
+    let configs = [
+        ([2, 2], [2, 2], [0, 0], [1, 1], false),
+        ([3, 3], [3, 3], [0, 0], [1, 1], false),
+        ([3, 2], [2, 3], [1, 1], [1, 1], true),
+        ([2, 2], [1, 1], [0, 0], [2, 2], false),
+    ];
+    for (kernel, stride, padding, dilation, ceil) in configs {
+        let values = F::max_pool2d(&x, kernel, stride, padding, dilation, ceil).unwrap();
+        let (indexed, _) =
+            F::max_pool2d_with_indices(&x, kernel, stride, padding, dilation, ceil).unwrap();
+        let (a, b) = (
+            values.to_vec::<f64>().unwrap(),
+            indexed.to_vec::<f64>().unwrap(),
+        );
+        assert!(
+            a.iter().any(|v| v.is_nan()),
+            "{kernel:?}: the NaN reaches the output"
+        );
+        assert!(
+            a.iter()
+                .zip(&b)
+                .all(|(p, q)| p == q || (p.is_nan() && q.is_nan())),
+            "{kernel:?}"
+        );
+    }
+}

@@ -14,7 +14,8 @@ pub fn max_pool2d(
     dilation: [usize; 2],
     ceil_mode: bool,
 ) -> Result<Tensor> {
-    Ok(max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode)?.0)
+    let op = PoolOp::max_pool2d_values(kernel_size, stride, padding, dilation, ceil_mode);
+    Op::Pool(op).apply1(&[input])
 }
 
 /// [`max_pool2d`] and the i64 index of each maximum in its flattened `H * W` input plane

@@ -31,7 +31,7 @@ impl BinaryOp {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn eval<T: Float>(self, a: T, b: T) -> T {
         match self {
             BinaryOp::Add => a + b,
@@ -56,7 +56,7 @@ impl BinaryOp {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn eval_int(self, a: i64, b: i64) -> i64 {
         match self {
             BinaryOp::Add => a.wrapping_add(b),
@@ -79,6 +79,45 @@ impl BinaryOp {
     }
 }
 
+/// Expands `$body` once per variant with `$op` naming that variant as a constant (not a
+/// captured value), so that every elementwise loop is compiled and vectorised for a single
+/// function instead of matching on the op per element.
+macro_rules! specialize_binary {
+    ($value:expr, $op:ident => $body:expr) => {
+        #[allow(non_upper_case_globals)]
+        match $value {
+            BinaryOp::Add => {
+                const $op: BinaryOp = BinaryOp::Add;
+                $body
+            }
+            BinaryOp::Sub => {
+                const $op: BinaryOp = BinaryOp::Sub;
+                $body
+            }
+            BinaryOp::Mul => {
+                const $op: BinaryOp = BinaryOp::Mul;
+                $body
+            }
+            BinaryOp::Div => {
+                const $op: BinaryOp = BinaryOp::Div;
+                $body
+            }
+            BinaryOp::Pow => {
+                const $op: BinaryOp = BinaryOp::Pow;
+                $body
+            }
+            BinaryOp::Maximum => {
+                const $op: BinaryOp = BinaryOp::Maximum;
+                $body
+            }
+            BinaryOp::Minimum => {
+                const $op: BinaryOp = BinaryOp::Minimum;
+                $body
+            }
+        }
+    };
+}
+
 /// Computes `op` on tensors already converted to `dtype`, broadcast to `shape`.
 fn binary_kernel(
     op: BinaryOp,
@@ -91,7 +130,7 @@ fn binary_kernel(
     let b = b.to_dtype(dtype)?;
     if dtype.is_float() {
         return Ok(
-            float_dispatch!(dtype, op.name(), T => zip(&a, &b, shape, op.name(), move |x: T, y: T| op.eval(x, y))?),
+            float_dispatch!(dtype, op.name(), T => specialize_binary!(op, o => zip(&a, &b, shape, o.name(), move |x: T, y: T| o.eval(x, y))?)),
         );
     }
     if dtype == DType::Bool {
@@ -233,7 +272,7 @@ impl OpDef for ScalarOp {
         if dtype.is_float() {
             return Ok(vec![float_dispatch!(dtype, self.name(), T => {
                 let s = T::from_f64(value);
-                if reversed { map(&x, move |v: T| op.eval(s, v))? } else { map(&x, move |v: T| op.eval(v, s))? }
+                specialize_binary!(op, o => if reversed { map(&x, move |v: T| o.eval(s, v))? } else { map(&x, move |v: T| o.eval(v, s))? })
             })]);
         }
         let s = value as i64;
@@ -289,7 +328,7 @@ pub enum CompareOp {
 }
 
 impl CompareOp {
-    #[inline]
+    #[inline(always)]
     fn eval<T: PartialOrd>(self, a: T, b: T) -> bool {
         match self {
             CompareOp::Eq => a == b,

@@ -167,7 +167,7 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
     };
     let (ba, bb) = (batch_layout(&la), batch_layout(&lb));
     let nd = la.ndim();
-    let mut out = vec![T::zero(); batch_count * m * n];
+    let mut out = crate::cpu::uninit_buffer::<T>(batch_count * m * n);
     a.with_storage(|sa, _| -> Result<()> {
         b.with_storage(|sb, _| -> Result<()> {
             let (sa, sb) = (
@@ -302,7 +302,7 @@ fn linear_kernel<T: Float + StorageElement>(
             }
             out
         }
-        None => vec![T::zero(); m * n],
+        None => crate::cpu::uninit_buffer::<T>(m * n),
     };
     let (lx, lw) = (x2.layout(), w.layout());
     x2.with_storage(|sx, _| -> Result<()> {

@@ -185,41 +185,46 @@ impl NormOp {
         let x = inputs[0];
         let (layout, _) = self.layout(&x.shape())?;
         let (running, w, b) = self.input_slots();
-        let data = x.to_vec::<T>()?;
-        let (mean, var) = match running {
-            Some(r) => (inputs[r].to_vec_f64()?, inputs[r + 1].to_vec_f64()?),
-            None => statistics(&data, &layout),
-        };
-        let weight = w.map(|i| inputs[i].to_vec_f64()).transpose()?;
-        let bias = b.map(|i| inputs[i].to_vec_f64()).transpose()?;
-        let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + self.eps()).sqrt()).collect();
-        let mut out = vec![T::zero(); data.len()];
-        let fill_row = |row: usize, dst: &mut [T]| {
-            let (o, c) = (row / layout.channels, row % layout.channels);
-            let s = layout.stat_of(o, c);
-            let (mut scale, mut shift) = (invstd[s], -mean[s] * invstd[s]);
-            if let Some(w) = &weight {
-                scale *= w[c];
-                shift *= w[c];
-            }
-            if let Some(b) = &bias {
-                shift += b[c];
-            }
-            let src = &data[row * layout.inner..(row + 1) * layout.inner];
-            for (d, &v) in dst.iter_mut().zip(src) {
-                *d = T::from_f64(v.as_f64() * scale + shift);
-            }
-        };
-        let inner = layout.inner.max(1);
-        if data.len() < crate::cpu::PAR_CHUNK {
-            out.chunks_mut(inner)
-                .enumerate()
-                .for_each(|(r, d)| fill_row(r, d));
-        } else {
-            out.par_chunks_mut(inner)
-                .enumerate()
-                .for_each(|(r, d)| fill_row(r, d));
-        }
+        // Borrow the input when it is packed; the output comes from the buffer cache.
+        let (out, mean, var) =
+            x.with_slice(|data: &[T]| -> Result<(Vec<T>, Vec<f64>, Vec<f64>)> {
+                let (mean, var) = match running {
+                    Some(r) => (inputs[r].to_vec_f64()?, inputs[r + 1].to_vec_f64()?),
+                    None => statistics(data, &layout),
+                };
+                let weight = w.map(|i| inputs[i].to_vec_f64()).transpose()?;
+                let bias = b.map(|i| inputs[i].to_vec_f64()).transpose()?;
+                let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + self.eps()).sqrt()).collect();
+                let mut out = crate::cpu::uninit_buffer::<T>(data.len());
+                let fill_row = |row: usize, dst: &mut [T]| {
+                    let (o, c) = (row / layout.channels, row % layout.channels);
+                    let s = layout.stat_of(o, c);
+                    let (mut scale, mut shift) = (invstd[s], -mean[s] * invstd[s]);
+                    if let Some(w) = &weight {
+                        scale *= w[c];
+                        shift *= w[c];
+                    }
+                    if let Some(b) = &bias {
+                        shift += b[c];
+                    }
+                    let (scale, shift) = (T::from_f64(scale), T::from_f64(shift));
+                    let src = &data[row * layout.inner..(row + 1) * layout.inner];
+                    for (d, &v) in dst.iter_mut().zip(src) {
+                        *d = v * scale + shift;
+                    }
+                };
+                let inner = layout.inner.max(1);
+                if data.len() < crate::cpu::PAR_CHUNK {
+                    out.chunks_mut(inner)
+                        .enumerate()
+                        .for_each(|(r, d)| fill_row(r, d));
+                } else {
+                    out.par_chunks_mut(inner)
+                        .enumerate()
+                        .for_each(|(r, d)| fill_row(r, d));
+                }
+                Ok((out, mean, var))
+            })??;
         let stats_dtype = stats_dtype(x.dtype());
         let to_stat = |v: Vec<f64>| -> Result<Tensor> {
             Tensor::from_vec(v, &[layout.stat_count()])?.to_dtype(stats_dtype)

@@ -25,6 +25,9 @@ pub struct Pool2dParams {
 pub enum PoolOp {
     /// Largest value per window, and its i64 index into the input's `H * W` plane.
     MaxPool2d(Pool2dParams),
+    /// Largest value per window without indices (what inference needs); its backward
+    /// recomputes the argmax from the saved input.
+    MaxPool2dValues(Pool2dParams),
     /// Scatters `grad_out` to the input positions named by `indices`; inputs `grad_out, indices`.
     MaxPool2dBackward { input_size: [usize; 2] },
     /// Mean per window (dilation must be 1); with `count_include_pad` padding counts as zeros.
@@ -80,6 +83,22 @@ impl PoolOp {
         })
     }
 
+    /// Max pooling without indices.
+    pub fn max_pool2d_values(
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
+    ) -> Self {
+        let PoolOp::MaxPool2d(params) =
+            Self::max_pool2d(kernel, stride, padding, dilation, ceil_mode)
+        else {
+            unreachable!("max_pool2d builds MaxPool2d")
+        };
+        PoolOp::MaxPool2dValues(params)
+    }
+
     /// Average pooling.
     pub fn avg_pool2d(
         kernel: [usize; 2],
@@ -105,7 +124,9 @@ impl PoolOp {
     fn windows(&self, op: &str, size: [usize; 2]) -> Result<[Vec<Window>; 2]> {
         let axis = |a: usize| -> Result<Vec<Window>> {
             match self {
-                PoolOp::MaxPool2d(p) => Window::strided(op, p, a, size, true),
+                PoolOp::MaxPool2d(p) | PoolOp::MaxPool2dValues(p) => {
+                    Window::strided(op, p, a, size, true)
+                }
                 PoolOp::AvgPool2d { params, .. } | PoolOp::AvgPool2dBackward { params, .. } => {
                     Window::strided(op, params, a, size, false)
                 }
@@ -144,7 +165,10 @@ impl PoolOp {
         let shape = &inputs[0].shape;
         let size = plane_size(&op, shape)?;
         match self {
-            PoolOp::MaxPool2d(_) | PoolOp::AvgPool2d { .. } | PoolOp::AdaptiveAvgPool2d { .. } => {
+            PoolOp::MaxPool2d(_)
+            | PoolOp::MaxPool2dValues(_)
+            | PoolOp::AvgPool2d { .. }
+            | PoolOp::AdaptiveAvgPool2d { .. } => {
                 let [rows, cols] = self.windows(&op, size)?;
                 Ok(with_plane(shape, [rows.len(), cols.len()]))
             }
@@ -205,7 +229,8 @@ fn expect_grad_plane(op: &str, grad_out: &[usize], plane: [usize; 2]) -> Result<
 impl OpDef for PoolOp {
     fn name(&self) -> String {
         match self {
-            PoolOp::MaxPool2d(_) => "max_pool2d",
+            PoolOp::MaxPool2d(_) => "max_pool2d_with_indices",
+            PoolOp::MaxPool2dValues(_) => "max_pool2d",
             PoolOp::MaxPool2dBackward { .. } => "max_pool2d_backward",
             PoolOp::AvgPool2d { .. } => "avg_pool2d",
             PoolOp::AvgPool2dBackward { .. } => "avg_pool2d_backward",
@@ -244,6 +269,10 @@ impl OpDef for PoolOp {
                     let [rows, cols] = self.windows(&op, in_size)?;
                     let (values, indices) = windows::max_forward(&planes, &rows, &cols, &x);
                     vec![tensor_from(values, &out_shape), tensor_from(indices, &out_shape)]
+                }
+                PoolOp::MaxPool2dValues(_) => {
+                    let [rows, cols] = self.windows(&op, in_size)?;
+                    vec![tensor_from(windows::max_values(&planes, &rows, &cols, &x), &out_shape)]
                 }
                 PoolOp::MaxPool2dBackward { .. } => {
                     let indices = inputs[1].to_vec::<i64>()?;
@@ -290,6 +319,11 @@ impl OpDef for PoolOp {
         let dx = match self {
             PoolOp::MaxPool2d(_) => Op::Pool(PoolOp::MaxPool2dBackward { input_size: size })
                 .apply1(&[&grad, &cx.outputs[1]])?,
+            PoolOp::MaxPool2dValues(params) => {
+                let indices = Op::Pool(PoolOp::MaxPool2d(*params)).apply(&[x])?.remove(1);
+                Op::Pool(PoolOp::MaxPool2dBackward { input_size: size })
+                    .apply1(&[&grad, &indices])?
+            }
             PoolOp::AvgPool2d {
                 params,
                 count_include_pad,

@@ -44,7 +44,7 @@ fn erf<T: Float>(x: T) -> T {
 }
 
 impl UnaryOp {
-    #[inline]
+    #[inline(always)]
     fn eval<T: Float>(self, x: T) -> T {
         let c = |v: f64| T::from_f64(v);
         match self {
@@ -105,7 +105,7 @@ impl UnaryOp {
     }
 
     /// dy/dx as a function of `x` or `y` (see [`UnaryOp::reads`]).
-    #[inline]
+    #[inline(always)]
     fn derivative<T: Float>(self, v: T) -> T {
         let c = |v: f64| T::from_f64(v);
         match self {
@@ -153,6 +153,103 @@ impl UnaryOp {
     }
 }
 
+/// Expands `$body` once per variant with `$op` naming that variant as a constant (not a
+/// captured value), so that every elementwise loop is compiled and vectorised for a single
+/// function instead of matching on the op per element.
+macro_rules! specialize_unary {
+    ($value:expr, $op:ident => $body:expr) => {
+        #[allow(non_upper_case_globals)]
+        match $value {
+            UnaryOp::Neg => {
+                const $op: UnaryOp = UnaryOp::Neg;
+                $body
+            }
+            UnaryOp::Abs => {
+                const $op: UnaryOp = UnaryOp::Abs;
+                $body
+            }
+            UnaryOp::Sign => {
+                const $op: UnaryOp = UnaryOp::Sign;
+                $body
+            }
+            UnaryOp::Exp => {
+                const $op: UnaryOp = UnaryOp::Exp;
+                $body
+            }
+            UnaryOp::Log => {
+                const $op: UnaryOp = UnaryOp::Log;
+                $body
+            }
+            UnaryOp::Sqrt => {
+                const $op: UnaryOp = UnaryOp::Sqrt;
+                $body
+            }
+            UnaryOp::Rsqrt => {
+                const $op: UnaryOp = UnaryOp::Rsqrt;
+                $body
+            }
+            UnaryOp::Sin => {
+                const $op: UnaryOp = UnaryOp::Sin;
+                $body
+            }
+            UnaryOp::Cos => {
+                const $op: UnaryOp = UnaryOp::Cos;
+                $body
+            }
+            UnaryOp::Tanh => {
+                const $op: UnaryOp = UnaryOp::Tanh;
+                $body
+            }
+            UnaryOp::Sigmoid => {
+                const $op: UnaryOp = UnaryOp::Sigmoid;
+                $body
+            }
+            UnaryOp::Relu => {
+                const $op: UnaryOp = UnaryOp::Relu;
+                $body
+            }
+            UnaryOp::LeakyRelu { negative_slope } => {
+                let $op = LeakyRelu(negative_slope);
+                $body
+            }
+            UnaryOp::Gelu { tanh: true } => {
+                const $op: UnaryOp = UnaryOp::Gelu { tanh: true };
+                $body
+            }
+            UnaryOp::Gelu { tanh: false } => {
+                const $op: UnaryOp = UnaryOp::Gelu { tanh: false };
+                $body
+            }
+            UnaryOp::Silu => {
+                const $op: UnaryOp = UnaryOp::Silu;
+                $body
+            }
+        }
+    };
+}
+
+/// Leaky ReLU with its slope as the only captured value.
+#[derive(Clone, Copy)]
+struct LeakyRelu(f64);
+
+impl LeakyRelu {
+    #[inline(always)]
+    fn eval<T: Float>(self, x: T) -> T {
+        UnaryOp::LeakyRelu {
+            negative_slope: self.0,
+        }
+        .eval(x)
+    }
+
+    #[inline(always)]
+    fn derivative<T: Float>(self, v: T) -> T {
+        UnaryOp::LeakyRelu {
+            negative_slope: self.0,
+        }
+        .derivative(v)
+    }
+}
+
 impl OpDef for UnaryOp {
     fn name(&self) -> String {
         match self {
@@ -185,7 +282,7 @@ impl OpDef for UnaryOp {
         let op = *self;
         let x = inputs[0];
         Ok(vec![
-            float_dispatch!(x.dtype(), self.name(), T => map(x, move |v: T| op.eval(v))?),
+            float_dispatch!(x.dtype(), self.name(), T => specialize_unary!(op, o => map(x, move |v: T| o.eval(v))?)),
         ])
     }
 
@@ -198,12 +295,12 @@ impl OpDef for UnaryOp {
         };
         let shape = g.shape();
         let dtype: DType = g.dtype();
-        let grad = float_dispatch!(dtype, self.name(), T => zip(&g, source, &shape, "backward", move |g: T, v: T| {
-            let d = op.derivative(v);
+        let grad = float_dispatch!(dtype, self.name(), T => specialize_unary!(op, o => zip(&g, source, &shape, "backward", move |g: T, v: T| {
+            let d = o.derivative(v);
             // An exact zero derivative gives +0, never -0 (as PyTorch's threshold_backward).
             let zero: T = num_traits::Zero::zero();
             if d == zero { zero } else { g * d }
-        })?);
+        })?));
         Ok(vec![Some(grad)])
     }
 }

@@ -182,25 +182,136 @@ pub(super) fn max_forward<T: Float>(
     x: &[T],
 ) -> (Vec<T>, Vec<i64>) {
     let (w, out_len) = (p.src[1], p.dst_len());
-    let mut packed = vec![(T::zero(), 0i64); p.count * out_len];
-    per_plane(&mut packed, out_len, |i, out| {
+    let mut values = crate::cpu::uninit_buffer::<T>(p.count * out_len);
+    let mut indices = crate::cpu::uninit_buffer::<i64>(p.count * out_len);
+    let regular = regular_windows(rows).zip(regular_windows(cols));
+    let fill = |i: usize, (out, idx): (&mut [T], &mut [i64])| {
         let src = &x[i * p.src_len()..][..p.src_len()];
+        if let Some(((sh, kh), (sw, kw))) = regular {
+            max_regular(src, w, (sh, kh), (sw, kw), rows.len(), cols.len(), out, idx);
+            return;
+        }
         for (r, row) in rows.iter().enumerate() {
             for (c, col) in cols.iter().enumerate() {
-                let mut best = (T::neg_infinity(), (row.start * w + col.start) as i64);
-                for y in row.positions() {
-                    for pos in col.positions().map(|x| y * w + x) {
+                // Branch-free selection: the data decides, so branches would mispredict.
+                let (mut best, mut at) = (T::neg_infinity(), row.start * w + col.start);
+                let mut y = row.start;
+                while y < row.end {
+                    let mut pos = y * w + col.start;
+                    let row_end = y * w + col.end;
+                    while pos < row_end {
                         let v = src[pos];
-                        if v > best.0 || v.is_nan() {
-                            best = (v, pos as i64);
-                        }
+                        let better = (v > best) | v.is_nan();
+                        best = if better { v } else { best };
+                        at = if better { pos } else { at };
+                        pos += col.step;
                     }
+                    y += row.step;
                 }
                 out[r * cols.len() + c] = best;
+                idx[r * cols.len() + c] = at as i64;
+            }
+        }
+    };
+    if out_len > 0 {
+        let planes = values.chunks_mut(out_len).zip(indices.chunks_mut(out_len));
+        if p.count * out_len < PAR_CHUNK {
+            planes.enumerate().for_each(|(i, o)| fill(i, o));
+        } else {
+            values
+                .par_chunks_mut(out_len)
+                .zip(indices.par_chunks_mut(out_len))
+                .enumerate()
+                .for_each(|(i, o)| fill(i, o));
+        }
+    }
+    (values, indices)
+}
+
+/// Max per window without indices; NaN wins, as in PyTorch.
+pub(super) fn max_values<T: Float>(
+    p: &Planes,
+    rows: &[Window],
+    cols: &[Window],
+    x: &[T],
+) -> Vec<T> {
+    let (Some((sh, kh)), Some((sw, kw))) = (regular_windows(rows), regular_windows(cols)) else {
+        return max_forward(p, rows, cols, x).0;
+    };
+    let (w, out_len) = (p.src[1], p.dst_len());
+    let mut values = crate::cpu::uninit_buffer::<T>(p.count * out_len);
+    per_plane(&mut values, out_len, |i, out| {
+        let src = &x[i * p.src_len()..][..p.src_len()];
+        for (r, best) in out.chunks_mut(cols.len()).enumerate() {
+            let first = r * sh * w;
+            for (c, b) in best.iter_mut().enumerate() {
+                *b = src[first + c * sw];
+            }
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let taps = &src[(r * sh + ky) * w + kx..];
+                    for (c, b) in best.iter_mut().enumerate() {
+                        let v = taps[c * sw];
+                        *b = if v > *b || v.is_nan() { v } else { *b };
+                    }
+                }
             }
         }
     });
-    packed.into_iter().unzip()
+    values
+}
+
+/// `(stride, size)` when every window is dense, equally long and `stride` apart from 0 (no
+/// padding, dilation or clipping): the case pooling layers almost always hit.
+fn regular_windows(windows: &[Window]) -> Option<(usize, usize)> {
+    let first = windows.first()?;
+    let size = first.len();
+    let stride = match windows.get(1) {
+        Some(second) => second.start.checked_sub(first.start)?,
+        None => 1,
+    };
+    let dense = windows
+        .iter()
+        .enumerate()
+        .all(|(i, w)| w.step == 1 && w.len() == size && w.start == i * stride);
+    (dense && size > 0 && stride > 0).then_some((stride, size))
+}
+
+/// Max pooling over dense windows, one output row at a time with the tap loops outside and
+/// the output columns innermost, so that the selection runs without data-dependent branches.
+#[allow(clippy::too_many_arguments)]
+fn max_regular<T: Float>(
+    src: &[T],
+    w: usize,
+    (sh, kh): (usize, usize),
+    (sw, kw): (usize, usize),
+    out_rows: usize,
+    out_cols: usize,
+    out: &mut [T],
+    idx: &mut [i64],
+) {
+    for r in 0..out_rows {
+        let best = &mut out[r * out_cols..][..out_cols];
+        let at = &mut idx[r * out_cols..][..out_cols];
+        let first = r * sh * w;
+        for (c, (b, a)) in best.iter_mut().zip(at.iter_mut()).enumerate() {
+            *b = src[first + c * sw];
+            *a = (first + c * sw) as i64;
+        }
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let base = (r * sh + ky) * w + kx;
+                let taps = &src[base..];
+                for (c, (b, a)) in best.iter_mut().zip(at.iter_mut()).enumerate() {
+                    let v = taps[c * sw];
+                    let better = (v > *b) | v.is_nan();
+                    // Arithmetic rather than `if`, which compilers turn into branches.
+                    *a += better as i64 * ((base + c * sw) as i64 - *a);
+                    *b = if better { v } else { *b };
+                }
+            }
+        }
+    }
 }
 
 /// Adds each gradient to the input position its index names.
