@@ -186,41 +186,40 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run(args: &Args) -> Result<()> {
-    tessera::tensor::set_num_threads(args.threads)?;
-    let mut g = Generator::new(0);
-    let mut workloads: Vec<(&str, Box<dyn FnMut() -> Result<()>>)> = Vec::new();
+/// A workload: its name and a setup that returns the closure to time.
+type Workload = (
+    &'static str,
+    fn(&mut Generator) -> Result<Box<dyn FnMut() -> Result<()>>>,
+);
 
-    let (a, b) = (
-        Tensor::randn_with(&[1024, 1024], DType::F32, &mut g)?,
-        Tensor::randn_with(&[1024, 1024], DType::F32, &mut g)?,
-    );
-    workloads.push(("matmul_1024", Box::new(move || a.matmul(&b).map(drop))));
-
-    let mlp = Mlp::new(&mut g)?;
-    let x = Tensor::randn_with(&[256, 784], DType::F32, &mut g)?;
-    let infer_mlp = Mlp {
-        layers: mlp
-            .layers
-            .iter()
-            .map(|(w, b)| (w.detach(), b.detach()))
-            .collect(),
-    };
-    let infer_x = x.clone();
-    workloads.push((
-        "mlp_infer_b256",
-        Box::new(move || {
+const WORKLOADS: [Workload; 5] = [
+    ("matmul_1024", |g| {
+        let a = Tensor::randn_with(&[1024, 1024], DType::F32, g)?;
+        let b = Tensor::randn_with(&[1024, 1024], DType::F32, g)?;
+        Ok(Box::new(move || a.matmul(&b).map(drop)))
+    }),
+    ("mlp_infer_b256", |g| {
+        let mlp = Mlp::new(g)?;
+        let mlp = Mlp {
+            layers: mlp
+                .layers
+                .iter()
+                .map(|(w, b)| (w.detach(), b.detach()))
+                .collect(),
+        };
+        let x = Tensor::randn_with(&[256, 784], DType::F32, g)?;
+        Ok(Box::new(move || {
             let _guard = no_grad();
-            infer_mlp.forward(&infer_x).map(drop)
-        }),
-    ));
-
-    let target = Tensor::randint_with(0, 10, &[256], DType::I64, &mut g)?;
-    let params = mlp.parameters();
-    let mut buffers: Vec<Option<Tensor>> = vec![None; params.len()];
-    workloads.push((
-        "mlp_train_b256",
-        Box::new(move || {
+            mlp.forward(&x).map(drop)
+        }))
+    }),
+    ("mlp_train_b256", |g| {
+        let mlp = Mlp::new(g)?;
+        let x = Tensor::randn_with(&[256, 784], DType::F32, g)?;
+        let target = Tensor::randint_with(0, 10, &[256], DType::I64, g)?;
+        let params = mlp.parameters();
+        let mut buffers: Vec<Option<Tensor>> = vec![None; params.len()];
+        Ok(Box::new(move || {
             params.iter().for_each(|p| p.set_grad(None));
             let loss = F::cross_entropy(
                 &mlp.forward(&x)?,
@@ -229,43 +228,43 @@ fn run(args: &Args) -> Result<()> {
             )?;
             loss.backward()?;
             sgd_step(&params, &mut buffers)
-        }),
-    ));
-
-    let cnn = SmallCnn::new(&mut g)?;
-    let images = Tensor::randn_with(&[64, 3, 32, 32], DType::F32, &mut g)?;
-    workloads.push((
-        "cnn_infer_b64",
-        Box::new(move || {
+        }))
+    }),
+    ("cnn_infer_b64", |g| {
+        let cnn = SmallCnn::new(g)?;
+        let images = Tensor::randn_with(&[64, 3, 32, 32], DType::F32, g)?;
+        Ok(Box::new(move || {
             let _guard = no_grad();
             cnn.forward(&images).map(drop)
-        }),
-    ));
-
-    let big = Tensor::randn_with(&[16 << 20], DType::F32, &mut g)?;
-    workloads.push((
-        "elementwise_16m",
-        Box::new(move || {
-            big.mul_scalar(1.5)?
+        }))
+    }),
+    ("elementwise_16m", |g| {
+        let x = Tensor::rand_with(&[16 << 20], DType::F32, g)?;
+        Ok(Box::new(move || {
+            x.mul_scalar(1.5)?
                 .add_scalar(0.25)?
                 .relu()?
                 .mul_scalar(0.5)?
                 .add_scalar(-1.0)
                 .map(drop)
-        }),
-    ));
+        }))
+    }),
+];
 
+fn run(args: &Args) -> Result<()> {
+    tessera::tensor::set_num_threads(args.threads)?;
     if !args.json {
         println!(
             "{:<18} {:>11} {:>11} {:>8}",
             "workload", "median ms", "min ms", "threads"
         );
     }
-    for (name, f) in workloads.iter_mut() {
+    for (name, setup) in WORKLOADS {
         if args.only.as_deref().is_some_and(|o| !name.contains(o)) {
             continue;
         }
-        let (median, min) = time(args.reps, f)?;
+        let mut f = setup(&mut Generator::new(0))?;
+        let (median, min) = time(args.reps, &mut f)?;
         if args.json {
             println!(
                 "{}",

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// Buffers smaller than this come from malloc directly (which reuses them cheaply already).
-const MIN_CACHED_BYTES: usize = 1 << 20;
+const MIN_CACHED_BYTES: usize = 64 << 10;
 /// The most memory the cache keeps; beyond it freed buffers go back to the system.
 const MAX_CACHED_BYTES: usize = 1 << 30;
 

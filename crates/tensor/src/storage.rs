@@ -117,6 +117,16 @@ impl CpuStorage {
         }
     }
 
+    /// Copies the elements in `range` into a new buffer of the same dtype.
+    pub fn copy_range(&self, range: std::ops::Range<usize>) -> CpuStorage {
+        fn go<T: StorageElement>(src: &[T], range: std::ops::Range<usize>) -> CpuStorage {
+            let mut out = crate::buffer_cache::uninit_buffer::<T>(range.len());
+            out.copy_from_slice(&src[range]);
+            T::wrap(out)
+        }
+        with_cpu_vec!(self, src => go(src, range))
+    }
+
     /// Gathers the elements at `offsets` into a new buffer of the same dtype.
     pub fn gather(&self, offsets: impl Iterator<Item = usize>) -> CpuStorage {
         fn go<T: StorageElement>(src: &[T], offsets: impl Iterator<Item = usize>) -> CpuStorage {

@@ -284,3 +284,28 @@ fn item_requires_one_element() {
         .to_string();
     assert!(err.contains("cannot be converted to a scalar"), "{err}");
 }
+
+#[test]
+fn sums_over_leading_dims_match_the_general_reduction() -> Result<()> {
+    let mut g = Generator::new(11);
+    let x = Tensor::randn_with(&[64, 300, 5], DType::F32, &mut g)?;
+    let general = x.permute(&[1, 2, 0])?.sum(&[-1], false)?; // reduces a trailing dim instead
+    let leading = x.sum(&[0], false)?;
+    let (a, b) = (leading.to_vec::<f32>()?, general.to_vec::<f32>()?);
+    assert!(
+        a.iter().zip(&b).all(|(p, q)| (p - q).abs() < 1e-4),
+        "sum over dim 0"
+    );
+    let mean = x.mean(&[0, 1], true)?;
+    assert_eq!(mean.shape(), vec![1, 1, 5]);
+    let expected = x
+        .permute(&[2, 0, 1])?
+        .reshape(&[5, 64 * 300])?
+        .mean(&[1], false)?;
+    let (a, b) = (mean.to_vec::<f32>()?, expected.to_vec::<f32>()?);
+    assert!(
+        a.iter().zip(&b).all(|(p, q)| (p - q).abs() < 1e-6),
+        "mean over dims 0 and 1"
+    );
+    Ok(())
+}

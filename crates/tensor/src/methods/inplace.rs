@@ -35,8 +35,13 @@ impl Tensor {
             )
         })?;
         any_dispatch!(self.dtype(), T => {
-            let values = src.to_vec::<T>()?;
-            self.write_elements(&values)?;
+            if self.shares_storage(&src) {
+                // Reading and writing one buffer: go through a copy.
+                let values = src.to_vec::<T>()?;
+                self.write_elements(&values)?;
+            } else {
+                src.with_slice(|values: &[T]| self.write_elements(values))??;
+            }
         });
         Ok(self)
     }

@@ -278,6 +278,21 @@ impl OpDef for MatmulOp {
     }
 }
 
+/// Adds `bias` to every row of the packed matrix `out` (rows of `bias.len()`).
+pub(crate) fn add_bias_rows<T: Float>(out: &mut [T], bias: &[T]) {
+    let add = |rows: &mut [T]| {
+        for row in rows.chunks_mut(bias.len()) {
+            row.iter_mut().zip(bias).for_each(|(o, &b)| *o = *o + b);
+        }
+    };
+    let rows_per_task = (crate::cpu::PAR_CHUNK / bias.len().max(1)).max(1);
+    if out.len() < crate::cpu::PAR_CHUNK || bias.is_empty() {
+        add(out);
+    } else {
+        out.par_chunks_mut(rows_per_task * bias.len()).for_each(add);
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct LinearOp {
     pub(crate) bias: bool,
@@ -293,17 +308,7 @@ fn linear_kernel<T: Float + StorageElement>(
     let n = w.shape()[0];
     let m = x.numel() / k.max(1);
     let x2 = x.reshape(&[m, k])?;
-    let mut out = match b {
-        Some(b) => {
-            let bias = b.to_vec::<T>()?;
-            let mut out = Vec::with_capacity(m * n);
-            for _ in 0..m {
-                out.extend_from_slice(&bias);
-            }
-            out
-        }
-        None => crate::cpu::uninit_buffer::<T>(m * n),
-    };
+    let mut out = crate::cpu::uninit_buffer::<T>(m * n);
     let (lx, lw) = (x2.layout(), w.layout());
     x2.with_storage(|sx, _| -> Result<()> {
         w.with_storage(|sw, _| -> Result<()> {
@@ -322,10 +327,15 @@ fn linear_kernel<T: Float + StorageElement>(
                 row_stride: lw.strides[1],
                 col_stride: lw.strides[0],
             };
-            gemm_into(&mut out, sx, xa, sw, wt, (m, n, k), b.is_some(), true);
+            gemm_into(&mut out, sx, xa, sw, wt, (m, n, k), false, true);
             Ok(())
         })
     })?;
+    // Adding the bias afterwards is cheaper than GEMM's accumulate path (measured 1.5x
+    // slower for 256x784x256).
+    if let Some(b) = b {
+        b.with_slice(|bias: &[T]| add_bias_rows(&mut out, bias))?;
+    }
     let mut out_shape = x_shape;
     *out_shape.last_mut().expect("meta checked") = n;
     Ok(tensor_from(out, &out_shape))

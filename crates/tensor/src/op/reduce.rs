@@ -223,6 +223,56 @@ fn op_name(op: &ReduceOp) -> &'static str {
     }
 }
 
+impl ReduceOp {
+    /// Sum or mean over leading dimensions of a packed tensor (a bias gradient, a batch mean):
+    /// rows are added into per-column f64 accumulators, reading the input once in order,
+    /// instead of transposing it so that each group is contiguous.
+    fn leading_sum<T: Float>(&self, x: &Tensor, out_shape: &[usize]) -> Result<Option<Tensor>> {
+        let leading = self.dims.iter().enumerate().all(|(i, &d)| i == d);
+        let shape = x.shape();
+        if !matches!(self.kind, ReduceKind::Sum | ReduceKind::Mean)
+            || !leading
+            || self.dims.is_empty()
+            || self.dims.len() == shape.len()
+            || !x.is_contiguous()
+        {
+            return Ok(None);
+        }
+        let rows: usize = shape[..self.dims.len()].iter().product();
+        let cols: usize = shape[self.dims.len()..].iter().product();
+        let scale = if self.kind == ReduceKind::Mean {
+            1.0 / rows as f64
+        } else {
+            1.0
+        };
+        let sums = x.with_slice(|data: &[T]| {
+            let column_block = |start: usize, out: &mut [T]| {
+                let mut acc = vec![0.0f64; out.len()];
+                for row in data.chunks_exact(cols.max(1)).take(rows) {
+                    for (a, &v) in acc.iter_mut().zip(&row[start..start + out.len()]) {
+                        *a += v.as_f64();
+                    }
+                }
+                for (o, a) in out.iter_mut().zip(acc) {
+                    *o = T::from_f64(a * scale);
+                }
+            };
+            let mut out = vec![T::zero(); cols];
+            // Split the columns between threads when there is enough work.
+            let block = (PAR_CHUNK / rows.max(1)).clamp(64, cols.max(64));
+            if rows * cols < PAR_CHUNK {
+                column_block(0, &mut out);
+            } else {
+                out.par_chunks_mut(block)
+                    .enumerate()
+                    .for_each(|(i, o)| column_block(i * block, o));
+            }
+            out
+        })?;
+        Ok(Some(tensor_from(sums, out_shape)))
+    }
+}
+
 impl OpDef for ReduceOp {
     fn name(&self) -> String {
         op_name(self).into()
@@ -275,7 +325,12 @@ impl OpDef for ReduceOp {
         let out_shape = self.output_shape(&x.shape());
         let dtype = x.dtype();
         if dtype.is_float() {
-            return float_dispatch!(dtype, op_name(self), T => float_kernel::<T>(self, x, &out_shape));
+            return float_dispatch!(dtype, op_name(self), T => {
+                if let Some(out) = self.leading_sum::<T>(x, &out_shape)? {
+                    return Ok(vec![out]);
+                }
+                float_kernel::<T>(self, x, &out_shape)
+            });
         }
         // Integer and bool inputs: sums are exact in i64; comparisons go through f64.
         if self.kind == ReduceKind::Sum {

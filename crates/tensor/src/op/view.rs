@@ -205,7 +205,7 @@ pub(crate) fn copy_contiguous(x: &Tensor) -> Result<Tensor> {
     let storage = x.with_storage(|s, layout| -> Result<_> {
         let src = s.cpu("contiguous")?;
         Ok(match layout.contiguous_range() {
-            Some(range) => src.gather(range),
+            Some(range) => src.copy_range(range),
             None => src.gather(layout.offsets()),
         })
     })?;

@@ -132,17 +132,12 @@ fn per_image<T: Float>(out: &mut [T], n: usize, f: impl Fn(usize, &mut [T], bool
 pub(super) fn forward<T: Float>(g: &Geometry, x: &[T], w: &[T], bias: Option<&[T]>) -> Vec<T> {
     let (groups, cin_g, cout_g, k) = (g.params.groups, g.cin_g(), g.cout_g(), g.patch_len());
     let (in_plane, out_plane) = (g.h * g.w, g.oh * g.ow);
-    let mut out = vec![T::zero(); g.n * g.c_out * out_plane];
+    let mut out = crate::cpu::uninit_buffer::<T>(g.n * g.c_out * out_plane);
     per_image(&mut out, g.n, |n, y, parallel| {
         let mut cols = vec![T::zero(); if g.is_pointwise() { 0 } else { k * out_plane }];
         for grp in 0..groups {
             let x_offset = (n * g.c_in + grp * cin_g) * in_plane;
             let dst = &mut y[grp * cout_g * out_plane..][..cout_g * out_plane];
-            if let Some(b) = bias {
-                for (row, &v) in dst.chunks_mut(out_plane).zip(&b[grp * cout_g..]) {
-                    row.fill(v);
-                }
-            }
             let (rhs, rhs_ref) = if g.is_pointwise() {
                 (x, row_major(x_offset, out_plane))
             } else {
@@ -151,7 +146,13 @@ pub(super) fn forward<T: Float>(g: &Geometry, x: &[T], w: &[T], bias: Option<&[T
             };
             let lhs = row_major(grp * cout_g * k, k);
             let dims = (cout_g, out_plane, k);
-            gemm_into(dst, w, lhs, rhs, rhs_ref, dims, bias.is_some(), parallel);
+            gemm_into(dst, w, lhs, rhs, rhs_ref, dims, false, parallel);
+            // The bias is added after the GEMM: its accumulate path is slower than this pass.
+            if let Some(b) = bias {
+                for (row, &v) in dst.chunks_mut(out_plane).zip(&b[grp * cout_g..]) {
+                    row.iter_mut().for_each(|o| *o = *o + v);
+                }
+            }
         }
     });
     out
