@@ -18,9 +18,10 @@ struct Args {
     /// Timed repetitions per workload (after 3 warm-up runs).
     #[arg(long, default_value_t = 15)]
     reps: usize,
-    /// Run only workloads whose name contains this text.
-    #[arg(long)]
-    only: Option<String>,
+    /// Run only the workloads whose names contain one of these comma-separated texts, in
+    /// the order given.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 /// Median and fastest wall time of `reps` runs of `f`, in milliseconds, after 3 warm-ups.
@@ -259,10 +260,19 @@ fn run(args: &Args) -> Result<()> {
             "workload", "median ms", "min ms", "threads"
         );
     }
-    for (name, setup) in WORKLOADS {
-        if args.only.as_deref().is_some_and(|o| !name.contains(o)) {
-            continue;
-        }
+    let selected: Vec<&Workload> = if args.only.is_empty() {
+        WORKLOADS.iter().collect()
+    } else {
+        args.only
+            .iter()
+            .flat_map(|o| {
+                WORKLOADS
+                    .iter()
+                    .filter(move |(name, _)| name.contains(o.as_str()))
+            })
+            .collect()
+    };
+    for (name, setup) in selected {
         let mut f = setup(&mut Generator::new(0))?;
         let (median, min) = time(args.reps, &mut f)?;
         if args.json {

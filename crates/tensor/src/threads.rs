@@ -2,12 +2,16 @@
 
 use crate::{Result, TensorError};
 
-/// Sets how many threads kernels use. Must be called before the first parallel kernel runs;
-/// later calls fail unless they ask for the size already in force.
+/// Sets how many threads kernels use, counting the calling thread: like an OpenMP team, the
+/// caller becomes worker 0 and runs its share of every parallel kernel instead of handing the
+/// work over and sleeping (which costs a wake-up per op). Call it once, from the thread that
+/// will run the tensor code, before the first parallel kernel; later calls fail unless they
+/// ask for the size already in force.
 pub fn set_num_threads(n: usize) -> Result<()> {
     let n = n.max(1);
     match rayon::ThreadPoolBuilder::new()
         .num_threads(n)
+        .use_current_thread()
         .build_global()
     {
         Ok(()) => Ok(()),
