@@ -1,0 +1,58 @@
+//! The one error type of `tessera-nn`: every failure names the module path, the key or the
+//! file involved.
+
+use tessera_tensor::TensorError;
+
+/// Everything that can go wrong in module, optimizer and checkpoint code.
+#[derive(Debug, thiserror::Error)]
+pub enum NnError {
+    /// A tensor op failed; `context` names the module path (and op) it ran in.
+    #[error("{context}: {source}")]
+    Tensor {
+        context: String,
+        source: TensorError,
+    },
+
+    /// A tensor op failed outside any module.
+    #[error(transparent)]
+    Op(#[from] TensorError),
+
+    /// A submodule, parameter or buffer path that does not exist.
+    #[error("{0}")]
+    NotFound(String),
+
+    /// `load_state_dict` found missing or unexpected keys (strict) or shape mismatches.
+    #[error("Error(s) in loading state_dict for {module}:\n\t{}", .errors.join("\n\t"))]
+    LoadStateDict { module: String, errors: Vec<String> },
+
+    /// An argument out of range or otherwise invalid.
+    #[error("{0}")]
+    Invalid(String),
+
+    /// A checkpoint file that cannot be read or written.
+    #[error("{path}: {reason}")]
+    Checkpoint { path: String, reason: String },
+
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl NnError {
+    /// Wraps a tensor error with the module path it happened in.
+    pub fn in_module(path: &str, source: TensorError) -> Self {
+        NnError::Tensor {
+            context: if path.is_empty() {
+                "<root>".into()
+            } else {
+                path.to_string()
+            },
+            source,
+        }
+    }
+}
+
+/// `Result` with [`NnError`].
+pub type Result<T, E = NnError> = std::result::Result<T, E>;

@@ -1,0 +1,9 @@
+//! Modules for Tessera: what PyTorch's `torch.nn` and `torch.optim` are for Python.
+
+mod error;
+mod state_dict;
+mod value;
+
+pub use error::{NnError, Result};
+pub use state_dict::StateDict;
+pub use value::{Key, Value};

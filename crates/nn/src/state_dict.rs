@@ -1,0 +1,53 @@
+//! `StateDict`: the ordered name -> tensor map that `Module::state_dict` returns and
+//! checkpoints store, with PyTorch's `_metadata` (per-module versions).
+
+use indexmap::IndexMap;
+use tessera_tensor::Tensor;
+
+/// Parameters and persistent buffers by qualified name (`linear.weight`,
+/// `bn.num_batches_tracked`), in PyTorch's order.
+#[derive(Debug, Clone, Default)]
+pub struct StateDict {
+    pub entries: IndexMap<String, Tensor>,
+    /// Module prefix (`""`, `"bn1"`) -> version, as PyTorch's `state_dict._metadata`.
+    pub metadata: IndexMap<String, i64>,
+}
+
+impl StateDict {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, key: impl Into<String>, tensor: Tensor) {
+        self.entries.insert(key.into(), tensor);
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Tensor> {
+        self.entries.get(key)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl FromIterator<(String, Tensor)> for StateDict {
+    fn from_iter<I: IntoIterator<Item = (String, Tensor)>>(iter: I) -> Self {
+        StateDict {
+            entries: iter.into_iter().collect(),
+            metadata: IndexMap::new(),
+        }
+    }
+}
