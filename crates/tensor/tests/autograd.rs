@@ -167,3 +167,41 @@ fn abs_gradient_at_zero_is_zero() -> Result<()> {
     assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![0.0, -1.0, 1.0]);
     Ok(())
 }
+
+/// `y = x^3` with a hand-written backward, as a PyTorch `autograd.Function` would be.
+struct Cube;
+
+impl tessera_tensor::op::CustomFunction for Cube {
+    fn name(&self) -> String {
+        "cube".into()
+    }
+    fn meta(
+        &self,
+        inputs: &[tessera_tensor::TensorMeta],
+    ) -> Result<Vec<tessera_tensor::TensorMeta>> {
+        Ok(vec![inputs[0].clone()])
+    }
+    fn forward(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        Ok(vec![inputs[0].pow_scalar(3.0)?])
+    }
+    fn backward(
+        &self,
+        inputs: &[Tensor],
+        _outputs: &[Tensor],
+        grads: &[Option<Tensor>],
+    ) -> Result<Vec<Option<Tensor>>> {
+        let g = grads[0].clone().expect("one output");
+        Ok(vec![Some(
+            g.mul(&inputs[0].pow_scalar(2.0)?)?.mul_scalar(3.0)?,
+        )])
+    }
+}
+
+#[test]
+fn custom_functions_record_their_own_backward() -> Result<()> {
+    let op = tessera_tensor::Op::Custom(tessera_tensor::op::CustomOp::new(Cube));
+    let x = Tensor::from_vec(vec![1.0f64, -2.0, 0.5], &[3])?.requires_grad_(true)?;
+    let y = op.apply1(&[&x])?;
+    assert_eq!(y.grad_fn_name().as_deref(), Some("cubeBackward"));
+    tessera_tensor::gradcheck(|i| op.apply1(&[&i[0]]), &[x], Default::default())
+}

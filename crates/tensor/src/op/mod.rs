@@ -5,6 +5,7 @@
 mod binary;
 mod cast;
 mod conv;
+mod custom;
 mod dropout;
 mod embedding;
 mod index;
@@ -19,6 +20,7 @@ mod view;
 
 pub use binary::{BinaryOp, CompareOp, ScalarOp};
 pub use conv::{ConvOp, ConvParams};
+pub use custom::{CustomFunction, CustomOp};
 pub use dropout::DropoutOp;
 pub use embedding::EmbeddingOp;
 pub use index::IndexOp;
@@ -74,6 +76,8 @@ pub enum Op {
     Index(IndexOp),
     /// Loss functions.
     Loss(LossOp),
+    /// A user-defined op with its own backward.
+    Custom(CustomOp),
 }
 
 /// What a backward formula sees: the op's saved inputs and outputs, the gradient of each
@@ -162,6 +166,7 @@ macro_rules! delegate {
             Op::Embedding($def) => $body,
             Op::Index($def) => $body,
             Op::Loss($def) => $body,
+            Op::Custom($def) => $body,
         }
     };
 }
