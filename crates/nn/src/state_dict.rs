@@ -11,6 +11,8 @@ pub struct StateDict {
     pub entries: IndexMap<String, Tensor>,
     /// Module prefix (`""`, `"bn1"`) -> version, as PyTorch's `state_dict._metadata`.
     pub metadata: IndexMap<String, i64>,
+    /// Non-tensor extra state by key (`<prefix>_extra_state`), from `get_extra_state`.
+    pub extra: IndexMap<String, crate::Value>,
 }
 
 impl StateDict {
@@ -48,6 +50,7 @@ impl FromIterator<(String, Tensor)> for StateDict {
         StateDict {
             entries: iter.into_iter().collect(),
             metadata: IndexMap::new(),
+            extra: IndexMap::new(),
         }
     }
 }

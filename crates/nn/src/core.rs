@@ -1,0 +1,117 @@
+//! `ModuleCore`: the state every module carries besides its fields — the training flag,
+//! its hooks, and parameters, buffers and children registered at run time.
+
+use crate::hooks::Hooks;
+use crate::{Module, NnError, Parameter, Result, Visitor};
+use indexmap::IndexMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tessera_tensor::Tensor;
+
+/// Registrations made at run time (`register_parameter`, `register_buffer`, `add_module`);
+/// they follow the fields in iteration order.
+#[derive(Default)]
+struct Dynamic {
+    parameters: IndexMap<String, Option<Parameter>>,
+    buffers: IndexMap<String, (Option<Tensor>, bool)>,
+    children: IndexMap<String, Box<dyn Module>>,
+}
+
+/// The part of a module that is not its own fields. Every `#[derive(Module)]` struct has one
+/// field of this type (`ModuleCore::default()` when constructing).
+pub struct ModuleCore {
+    training: AtomicBool,
+    pub(crate) hooks: Hooks,
+    dynamic: Dynamic,
+}
+
+impl Default for ModuleCore {
+    fn default() -> Self {
+        ModuleCore {
+            training: AtomicBool::new(true),
+            hooks: Hooks::default(),
+            dynamic: Dynamic::default(),
+        }
+    }
+}
+
+impl ModuleCore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn is_training(&self) -> bool {
+        self.training.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_training(&self, mode: bool) {
+        self.training.store(mode, Ordering::Relaxed);
+    }
+
+    fn check_free(&self, name: &str, taken: impl Fn(&str) -> bool) -> Result<()> {
+        if name.is_empty() || name.contains('.') {
+            return Err(NnError::Invalid(format!(
+                "attribute name \"{name}\" can't be empty or contain \".\""
+            )));
+        }
+        let d = &self.dynamic;
+        if taken(name)
+            || d.parameters.contains_key(name)
+            || d.buffers.contains_key(name)
+            || d.children.contains_key(name)
+        {
+            return Err(NnError::Invalid(format!(
+                "attribute '{name}' already exists"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn register_parameter(
+        &mut self,
+        name: &str,
+        param: Option<Parameter>,
+        taken: impl Fn(&str) -> bool,
+    ) -> Result<()> {
+        self.check_free(name, taken)?;
+        self.dynamic.parameters.insert(name.to_string(), param);
+        Ok(())
+    }
+
+    pub(crate) fn register_buffer(
+        &mut self,
+        name: &str,
+        buffer: Option<Tensor>,
+        persistent: bool,
+        taken: impl Fn(&str) -> bool,
+    ) -> Result<()> {
+        self.check_free(name, taken)?;
+        self.dynamic
+            .buffers
+            .insert(name.to_string(), (buffer, persistent));
+        Ok(())
+    }
+
+    pub(crate) fn add_module(
+        &mut self,
+        name: &str,
+        module: Box<dyn Module>,
+        taken: impl Fn(&str) -> bool,
+    ) -> Result<()> {
+        self.check_free(name, taken)?;
+        self.dynamic.children.insert(name.to_string(), module);
+        Ok(())
+    }
+
+    /// Visits the run-time registrations.
+    pub(crate) fn visit_dynamic<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
+        for (name, p) in &self.dynamic.parameters {
+            visitor.parameter(name, p.as_ref());
+        }
+        for (name, (b, persistent)) in &self.dynamic.buffers {
+            visitor.buffer(name, b.as_ref(), *persistent);
+        }
+        for (name, m) in &self.dynamic.children {
+            visitor.child(name, m.as_ref());
+        }
+    }
+}

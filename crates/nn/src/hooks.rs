@@ -1,0 +1,144 @@
+//! Module hooks (forward pre-hooks, forward hooks, full backward hooks, backward pre-hooks,
+//! state-dict hooks), the per-module and global tables holding them, and the handles whose
+//! `remove()` unregisters one.
+
+use crate::{IncompatibleKeys, Module, Result, StateDict};
+use std::sync::{Arc, Mutex, Weak};
+use tessera_tensor::Tensor;
+
+/// Sees the inputs before `forward`; returning `Some` replaces them.
+pub type ForwardPreHook =
+    Arc<dyn Fn(&dyn Module, &[Tensor]) -> Result<Option<Vec<Tensor>>> + Send + Sync>;
+/// Sees the (possibly replaced) inputs and the outputs; returning `Some` replaces the outputs.
+pub type ForwardHook =
+    Arc<dyn Fn(&dyn Module, &[Tensor], &[Tensor]) -> Result<Option<Vec<Tensor>>> + Send + Sync>;
+/// Sees the gradients of the module's inputs and outputs (`None` where nothing flowed);
+/// returning `Some` replaces the input gradients.
+pub type FullBackwardHook = Arc<
+    dyn Fn(&[Option<Tensor>], &[Option<Tensor>]) -> Result<Option<Vec<Option<Tensor>>>>
+        + Send
+        + Sync,
+>;
+/// Sees the gradients of the module's outputs before the module's backward; returning
+/// `Some` replaces them.
+pub type BackwardPreHook =
+    Arc<dyn Fn(&[Option<Tensor>]) -> Result<Option<Vec<Option<Tensor>>>> + Send + Sync>;
+/// Runs after a module wrote its entries into a state dict (with the module's key prefix).
+pub type StateDictHook = Arc<dyn Fn(&dyn Module, &mut StateDict, &str) -> Result<()> + Send + Sync>;
+/// Runs before a module loads its entries from a state dict (with its key prefix) and may
+/// rewrite them.
+pub type LoadStateDictPreHook = Arc<dyn Fn(&mut StateDict, &str) -> Result<()> + Send + Sync>;
+/// Runs after `load_state_dict` with the keys that did not match.
+pub type LoadStateDictPostHook =
+    Arc<dyn Fn(&dyn Module, &IncompatibleKeys) -> Result<()> + Send + Sync>;
+
+/// The hooks of one module (or the global ones), each with the id its handle removes.
+#[derive(Default)]
+pub(crate) struct HookTable {
+    next_id: u64,
+    pub(crate) forward_pre: Vec<(u64, ForwardPreHook)>,
+    pub(crate) forward: Vec<(u64, ForwardHook)>,
+    pub(crate) full_backward: Vec<(u64, FullBackwardHook)>,
+    pub(crate) backward_pre: Vec<(u64, BackwardPreHook)>,
+    pub(crate) state_dict: Vec<(u64, StateDictHook)>,
+    pub(crate) load_pre: Vec<(u64, LoadStateDictPreHook)>,
+    pub(crate) load_post: Vec<(u64, LoadStateDictPostHook)>,
+}
+
+impl HookTable {
+    fn remove(&mut self, id: u64) {
+        self.forward_pre.retain(|(i, _)| *i != id);
+        self.forward.retain(|(i, _)| *i != id);
+        self.full_backward.retain(|(i, _)| *i != id);
+        self.backward_pre.retain(|(i, _)| *i != id);
+        self.state_dict.retain(|(i, _)| *i != id);
+        self.load_pre.retain(|(i, _)| *i != id);
+        self.load_post.retain(|(i, _)| *i != id);
+    }
+
+    pub(crate) fn has_backward_hooks(&self) -> bool {
+        !self.full_backward.is_empty() || !self.backward_pre.is_empty()
+    }
+}
+
+/// A shared hook table; handles keep a weak reference so that removing after the module is
+/// gone is harmless.
+#[derive(Default, Clone)]
+pub(crate) struct Hooks(pub(crate) Arc<Mutex<HookTable>>);
+
+impl Hooks {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HookTable> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a hook with `insert` and returns its handle.
+    pub(crate) fn add(&self, insert: impl FnOnce(&mut HookTable, u64)) -> HookHandle {
+        let mut table = self.lock();
+        let id = table.next_id;
+        table.next_id += 1;
+        insert(&mut table, id);
+        HookHandle {
+            table: Arc::downgrade(&self.0),
+            id,
+        }
+    }
+}
+
+/// Returned by every hook registration; `remove()` unregisters the hook.
+#[derive(Clone)]
+pub struct HookHandle {
+    table: Weak<Mutex<HookTable>>,
+    id: u64,
+}
+
+impl HookHandle {
+    pub fn remove(&self) {
+        if let Some(table) = self.table.upgrade() {
+            table
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(self.id);
+        }
+    }
+}
+
+static GLOBAL: std::sync::OnceLock<Hooks> = std::sync::OnceLock::new();
+
+/// The hooks that run for every module (PyTorch's `register_module_forward_hook` family).
+pub(crate) fn global() -> &'static Hooks {
+    GLOBAL.get_or_init(Hooks::default)
+}
+
+/// Registers a forward pre-hook for every module.
+pub fn register_module_forward_pre_hook(
+    hook: impl Fn(&dyn Module, &[Tensor]) -> Result<Option<Vec<Tensor>>> + Send + Sync + 'static,
+) -> HookHandle {
+    global().add(|t, id| t.forward_pre.push((id, Arc::new(hook))))
+}
+
+/// Registers a forward hook for every module.
+pub fn register_module_forward_hook(
+    hook: impl Fn(&dyn Module, &[Tensor], &[Tensor]) -> Result<Option<Vec<Tensor>>>
+    + Send
+    + Sync
+    + 'static,
+) -> HookHandle {
+    global().add(|t, id| t.forward.push((id, Arc::new(hook))))
+}
+
+/// Registers a full backward hook for every module.
+pub fn register_module_full_backward_hook(
+    hook: impl Fn(&[Option<Tensor>], &[Option<Tensor>]) -> Result<Option<Vec<Option<Tensor>>>>
+    + Send
+    + Sync
+    + 'static,
+) -> HookHandle {
+    global().add(|t, id| t.full_backward.push((id, Arc::new(hook))))
+}
+
+/// Registers a backward pre-hook for every module.
+pub fn register_module_full_backward_pre_hook(
+    hook: impl Fn(&[Option<Tensor>]) -> Result<Option<Vec<Option<Tensor>>>> + Send + Sync + 'static,
+) -> HookHandle {
+    global().add(|t, id| t.backward_pre.push((id, Arc::new(hook))))
+}

@@ -1,0 +1,41 @@
+//! Printing a module tree exactly as PyTorch's `Module.__repr__` does.
+
+use crate::Module;
+use crate::walk::own;
+
+/// Indents every line after the first by `spaces` (PyTorch's `_addindent`).
+pub(crate) fn add_indent(s: &str, spaces: usize) -> String {
+    let mut lines = s.split('\n');
+    let first = lines.next().unwrap_or_default().to_string();
+    let pad = " ".repeat(spaces);
+    lines.fold(first, |acc, line| format!("{acc}\n{pad}{line}"))
+}
+
+/// `Name(extra)` or the multi-line tree with `(child): ...` lines.
+pub fn repr(module: &dyn Module) -> String {
+    if let Some(custom) = module.custom_repr() {
+        return custom;
+    }
+    let extra = module.extra_repr();
+    let extra_lines: Vec<String> = if extra.is_empty() {
+        Vec::new()
+    } else {
+        extra.split('\n').map(String::from).collect()
+    };
+    let child_lines: Vec<String> = own(module)
+        .children
+        .into_iter()
+        .map(|(name, child)| format!("({name}): {}", add_indent(&repr(child), 2)))
+        .collect();
+    let mut out = format!("{}(", module.type_name());
+    if extra_lines.len() == 1 && child_lines.is_empty() {
+        out.push_str(&extra_lines[0]);
+    } else if !extra_lines.is_empty() || !child_lines.is_empty() {
+        let lines: Vec<String> = extra_lines.into_iter().chain(child_lines).collect();
+        out.push_str("\n  ");
+        out.push_str(&lines.join("\n  "));
+        out.push('\n');
+    }
+    out.push(')');
+    out
+}

@@ -1,0 +1,214 @@
+//! Walking the module tree: own registrations, named children/modules/parameters/buffers
+//! with PyTorch's order and de-duplication, lookup by dotted path, and `apply`.
+
+use crate::{Module, NnError, Parameter, Result, Visitor};
+use std::collections::HashSet;
+use tessera_tensor::{Tensor, TensorId};
+
+/// A module's own registrations, fields first, then run-time ones.
+#[derive(Default)]
+pub(crate) struct Own<'a> {
+    pub(crate) parameters: Vec<(String, Option<&'a Parameter>)>,
+    pub(crate) buffers: Vec<(String, Option<&'a Tensor>, bool)>,
+    pub(crate) children: Vec<(String, &'a dyn Module)>,
+}
+
+impl<'a> Visitor<'a> for Own<'a> {
+    fn parameter(&mut self, name: &str, param: Option<&'a Parameter>) {
+        self.parameters.push((name.to_string(), param));
+    }
+
+    fn buffer(&mut self, name: &str, buffer: Option<&'a Tensor>, persistent: bool) {
+        self.buffers.push((name.to_string(), buffer, persistent));
+    }
+
+    fn child(&mut self, name: &str, module: &'a dyn Module) {
+        self.children.push((name.to_string(), module));
+    }
+}
+
+pub(crate) fn own(module: &dyn Module) -> Own<'_> {
+    let mut own = Own::default();
+    module.visit_fields(&mut own);
+    module.core().visit_dynamic(&mut own);
+    own
+}
+
+/// The names the module's fields use (so run-time registrations cannot shadow them).
+pub(crate) fn field_names(module: &dyn Module) -> Vec<String> {
+    let own = own(module);
+    own.parameters
+        .into_iter()
+        .map(|(n, _)| n)
+        .chain(own.buffers.into_iter().map(|(n, _, _)| n))
+        .chain(own.children.into_iter().map(|(n, _)| n))
+        .collect()
+}
+
+/// The identity of a module: its address.
+pub(crate) fn module_id(module: &dyn Module) -> usize {
+    module as *const dyn Module as *const () as usize
+}
+
+fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
+pub(crate) fn named_children(module: &dyn Module) -> Vec<(String, &dyn Module)> {
+    let mut seen = HashSet::new();
+    own(module)
+        .children
+        .into_iter()
+        .filter(|(_, m)| seen.insert(module_id(*m)))
+        .collect()
+}
+
+pub(crate) fn named_modules<'a>(
+    module: &'a dyn Module,
+    prefix: &str,
+    remove_duplicate: bool,
+) -> Vec<(String, &'a dyn Module)> {
+    fn go<'a>(
+        m: &'a dyn Module,
+        prefix: String,
+        dedup: bool,
+        seen: &mut HashSet<usize>,
+        out: &mut Vec<(String, &'a dyn Module)>,
+    ) {
+        if dedup && !seen.insert(module_id(m)) {
+            return;
+        }
+        out.push((prefix.clone(), m));
+        for (name, child) in own(m).children {
+            go(child, join(&prefix, &name), dedup, seen, out);
+        }
+    }
+    let mut out = Vec::new();
+    go(
+        module,
+        prefix.to_string(),
+        remove_duplicate,
+        &mut HashSet::new(),
+        &mut out,
+    );
+    out
+}
+
+pub(crate) fn named_parameters(module: &dyn Module, recurse: bool) -> Vec<(String, Parameter)> {
+    let modules = if recurse {
+        named_modules(module, "", true)
+    } else {
+        vec![(String::new(), module)]
+    };
+    let mut seen: HashSet<TensorId> = HashSet::new();
+    let mut out = Vec::new();
+    for (prefix, m) in modules {
+        for (name, p) in own(m).parameters {
+            if let Some(p) = p
+                && seen.insert(p.id())
+            {
+                out.push((join(&prefix, &name), p.clone()));
+            }
+        }
+    }
+    out
+}
+
+pub(crate) fn named_buffers(module: &dyn Module, recurse: bool) -> Vec<(String, Tensor)> {
+    let modules = if recurse {
+        named_modules(module, "", true)
+    } else {
+        vec![(String::new(), module)]
+    };
+    let mut seen: HashSet<TensorId> = HashSet::new();
+    let mut out = Vec::new();
+    for (prefix, m) in modules {
+        for (name, b, _) in own(m).buffers {
+            if let Some(b) = b
+                && seen.insert(b.id())
+            {
+                out.push((join(&prefix, &name), b.clone()));
+            }
+        }
+    }
+    out
+}
+
+pub(crate) fn get_submodule<'a>(module: &'a dyn Module, path: &str) -> Result<&'a dyn Module> {
+    if path.is_empty() {
+        return Ok(module);
+    }
+    let mut current = module;
+    for segment in path.split('.') {
+        let next = own(current)
+            .children
+            .into_iter()
+            .find(|(n, _)| n == segment)
+            .map(|(_, m)| m);
+        current = next.ok_or_else(|| {
+            NnError::NotFound(format!(
+                "{} has no attribute `{segment}`",
+                current.type_name()
+            ))
+        })?;
+    }
+    Ok(current)
+}
+
+fn split_last(path: &str) -> (&str, &str) {
+    match path.rsplit_once('.') {
+        Some((module, name)) => (module, name),
+        None => ("", path),
+    }
+}
+
+pub(crate) fn get_parameter(module: &dyn Module, path: &str) -> Result<Parameter> {
+    let (module_path, name) = split_last(path);
+    let owner = get_submodule(module, module_path)?;
+    let own = own(owner);
+    match own.parameters.into_iter().find(|(n, _)| n == name) {
+        Some((_, Some(p))) => Ok(p.clone()),
+        Some((_, None)) => Err(NnError::NotFound(format!(
+            "`{name}` is registered as None in {}",
+            owner.type_name()
+        ))),
+        None if own.buffers.iter().any(|(n, _, _)| n == name) => Err(NnError::NotFound(format!(
+            "`{name}` is not an nn.Parameter"
+        ))),
+        None => Err(NnError::NotFound(format!(
+            "{} has no attribute `{name}`",
+            owner.type_name()
+        ))),
+    }
+}
+
+pub(crate) fn get_buffer(module: &dyn Module, path: &str) -> Result<Tensor> {
+    let (module_path, name) = split_last(path);
+    let owner = get_submodule(module, module_path)?;
+    let own = own(owner);
+    match own.buffers.into_iter().find(|(n, _, _)| n == name) {
+        Some((_, Some(b), _)) => Ok(b.clone()),
+        Some((_, None, _)) => Err(NnError::NotFound(format!(
+            "`{name}` is registered as None in {}",
+            owner.type_name()
+        ))),
+        None if own.parameters.iter().any(|(n, _)| n == name) => {
+            Err(NnError::NotFound(format!("`{name}` is not a buffer")))
+        }
+        None => Err(NnError::NotFound(format!(
+            "{} has no attribute `{name}`",
+            owner.type_name()
+        ))),
+    }
+}
+
+pub(crate) fn apply(module: &dyn Module, f: &mut dyn FnMut(&dyn Module)) {
+    for (_, child) in named_children(module) {
+        apply(child, f);
+    }
+    f(module);
+}
