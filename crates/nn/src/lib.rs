@@ -1,6 +1,7 @@
 //! Modules for Tessera: what PyTorch's `torch.nn` and `torch.optim` are for Python.
 
 mod error;
+pub mod optim;
 mod state_dict;
 mod value;
 
