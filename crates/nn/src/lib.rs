@@ -16,6 +16,7 @@ mod error;
 mod field;
 pub mod hooks;
 mod module;
+pub mod optim;
 mod parameter;
 mod repr;
 mod state;

@@ -1,0 +1,93 @@
+//! AdamW: Adam with decoupled weight decay (`p *= 1 - lr * weight_decay` before the Adam
+//! update), as `torch.optim.AdamW`, which PyTorch 2.x also builds on Adam.
+
+use super::adam::{AdamOptions, AdamState, adam_step};
+use super::state::Groups;
+use super::{GroupOptions, Optimizer, ParamGroup};
+use crate::{Result, Value};
+use tessera_tensor::Tensor;
+
+/// AdamW hyper-parameters; `Default` is PyTorch's (as Adam's but `weight_decay` 1e-2).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdamWOptions {
+    pub lr: f64,
+    pub betas: (f64, f64),
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub amsgrad: bool,
+    pub maximize: bool,
+}
+
+impl Default for AdamWOptions {
+    fn default() -> Self {
+        AdamWOptions {
+            lr: 1e-3,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 1e-2,
+            amsgrad: false,
+            maximize: false,
+        }
+    }
+}
+
+impl From<AdamWOptions> for AdamOptions {
+    fn from(o: AdamWOptions) -> Self {
+        AdamOptions {
+            lr: o.lr,
+            betas: o.betas,
+            eps: o.eps,
+            weight_decay: o.weight_decay,
+            amsgrad: o.amsgrad,
+            maximize: o.maximize,
+            decoupled_weight_decay: true,
+        }
+    }
+}
+
+/// `torch.optim.AdamW`; its groups hold [`AdamOptions`] with `decoupled_weight_decay` set.
+#[derive(Debug)]
+pub struct AdamW {
+    inner: Groups<AdamState>,
+}
+
+impl AdamW {
+    /// One group of `params` with `options`.
+    pub fn new(params: Vec<Tensor>, options: AdamWOptions) -> Result<Self> {
+        Ok(AdamW {
+            inner: Groups::new("AdamW", params, GroupOptions::Adam(options.into()))?,
+        })
+    }
+
+    /// Adds a group with its own options.
+    pub fn add_param_group(&mut self, params: Vec<Tensor>, options: AdamWOptions) -> Result<()> {
+        self.inner
+            .add_param_group(params, GroupOptions::Adam(options.into()))
+    }
+}
+
+impl Optimizer for AdamW {
+    fn step(&mut self) -> Result<()> {
+        adam_step(&mut self.inner)
+    }
+
+    fn zero_grad(&self, set_to_none: bool) {
+        self.inner.zero_grad(set_to_none)
+    }
+
+    fn param_groups(&self) -> &[ParamGroup] {
+        &self.inner.groups
+    }
+
+    fn param_groups_mut(&mut self) -> &mut [ParamGroup] {
+        &mut self.inner.groups
+    }
+
+    fn state_dict(&self) -> Value {
+        self.inner.state_dict()
+    }
+
+    fn load_state_dict(&mut self, state_dict: &Value) -> Result<()> {
+        self.inner.load_state_dict(state_dict)
+    }
+}

@@ -1,0 +1,120 @@
+//! Optimizers and learning-rate schedulers with `torch.optim` semantics: the [`Optimizer`]
+//! trait, [`ParamGroup`], and re-exports of every optimizer and scheduler.
+//!
+//! ```
+//! use tessera_nn::optim::{LrScheduler, Optimizer, SGD, SgdOptions, StepLR};
+//! use tessera_tensor::Tensor;
+//!
+//! let w = Tensor::from_vec(vec![1.0f32, -2.0], &[2])?.requires_grad_(true)?;
+//! let options = SgdOptions { lr: 0.1, momentum: 0.9, ..Default::default() };
+//! let mut opt = SGD::new(vec![w.clone()], options)?;
+//! let mut sched = StepLR::new(&mut opt, 2, 0.5)?;
+//! for _ in 0..3 {
+//!     opt.zero_grad(true);
+//!     w.mul(&w)?.sum_all()?.backward()?;
+//!     opt.step()?;
+//!     sched.step(&mut opt)?;
+//! }
+//! assert_eq!(sched.get_last_lr(), [0.05]);
+//! assert!(w.to_vec::<f32>()?[0].abs() < 1.0);
+//! # Ok::<(), tessera_nn::NnError>(())
+//! ```
+
+mod adam;
+mod adamw;
+mod cosine_annealing_lr;
+mod lr_scheduler;
+mod rmsprop;
+mod sgd;
+mod state;
+mod step_lr;
+
+pub use adam::{Adam, AdamOptions};
+pub use adamw::{AdamW, AdamWOptions};
+pub use cosine_annealing_lr::CosineAnnealingLR;
+pub use lr_scheduler::LrScheduler;
+pub use rmsprop::{RMSprop, RmsPropOptions};
+pub use sgd::{SGD, SgdOptions};
+pub use step_lr::StepLR;
+
+use crate::{Result, Value};
+use tessera_tensor::Tensor;
+
+/// What every optimizer offers, so that schedulers and training loops work on any of them.
+pub trait Optimizer {
+    /// Applies one update to every parameter that has a gradient (others are skipped).
+    fn step(&mut self) -> Result<()>;
+
+    /// Clears the gradients: to `None` when `set_to_none` (PyTorch's default), else to zeros.
+    fn zero_grad(&self, set_to_none: bool);
+
+    fn param_groups(&self) -> &[ParamGroup];
+
+    /// Mutable groups, e.g. for a scheduler setting `lr`.
+    fn param_groups_mut(&mut self) -> &mut [ParamGroup];
+
+    /// `{"state": {index: {...}}, "param_groups": [{..., "params": [index, ...]}]}` in
+    /// PyTorch's format, params numbered across groups in order. As in PyTorch the state
+    /// tensors are the live ones, not copies.
+    fn state_dict(&self) -> Value;
+
+    /// Loads hyper-parameters and per-parameter state (deep copies) from a
+    /// [`Optimizer::state_dict`], checking group counts and sizes and state shapes first.
+    fn load_state_dict(&mut self, state_dict: &Value) -> Result<()>;
+}
+
+/// Parameters that share hyper-parameters, as an entry of PyTorch's `param_groups`.
+#[derive(Debug, Clone)]
+pub struct ParamGroup {
+    pub params: Vec<Tensor>,
+    pub options: GroupOptions,
+    /// The lr when the first scheduler attached (PyTorch's `initial_lr`).
+    pub initial_lr: Option<f64>,
+}
+
+/// The hyper-parameters of a group, by optimizer kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GroupOptions {
+    Sgd(SgdOptions),
+    /// Adam and AdamW (AdamW sets `decoupled_weight_decay`).
+    Adam(AdamOptions),
+    RmsProp(RmsPropOptions),
+}
+
+impl ParamGroup {
+    pub fn new(params: Vec<Tensor>, options: GroupOptions) -> Self {
+        ParamGroup {
+            params,
+            options,
+            initial_lr: None,
+        }
+    }
+
+    /// The group's learning rate.
+    pub fn lr(&self) -> f64 {
+        match &self.options {
+            GroupOptions::Sgd(o) => o.lr,
+            GroupOptions::Adam(o) => o.lr,
+            GroupOptions::RmsProp(o) => o.lr,
+        }
+    }
+
+    pub fn set_lr(&mut self, lr: f64) {
+        match &mut self.options {
+            GroupOptions::Sgd(o) => o.lr = lr,
+            GroupOptions::Adam(o) => o.lr = lr,
+            GroupOptions::RmsProp(o) => o.lr = lr,
+        }
+    }
+}
+
+impl GroupOptions {
+    /// The optimizer these options belong to, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            GroupOptions::Sgd(_) => "SGD",
+            GroupOptions::Adam(_) => "Adam",
+            GroupOptions::RmsProp(_) => "RMSprop",
+        }
+    }
+}

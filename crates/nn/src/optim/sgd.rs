@@ -1,0 +1,177 @@
+//! Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay,
+//! as `torch.optim.SGD` (single-tensor path, `foreach=False`).
+
+use super::state::{
+    Dict, Groups, ParamState, check_non_negative, load_tensor, read_bool, read_f64, wrong_options,
+};
+use super::{GroupOptions, Optimizer, ParamGroup};
+use crate::{NnError, Result, Value};
+use tessera_tensor::{Tensor, no_grad};
+
+/// SGD hyper-parameters; `Default` is PyTorch's (`lr` 1e-3, everything else off).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SgdOptions {
+    pub lr: f64,
+    pub momentum: f64,
+    pub dampening: f64,
+    pub weight_decay: f64,
+    pub nesterov: bool,
+    pub maximize: bool,
+}
+
+impl Default for SgdOptions {
+    fn default() -> Self {
+        SgdOptions {
+            lr: 1e-3,
+            momentum: 0.0,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+            maximize: false,
+        }
+    }
+}
+
+impl SgdOptions {
+    pub(crate) fn write(&self, d: &mut Dict) {
+        d.insert("lr".into(), Value::Float(self.lr));
+        d.insert("momentum".into(), Value::Float(self.momentum));
+        d.insert("dampening".into(), Value::Float(self.dampening));
+        d.insert("weight_decay".into(), Value::Float(self.weight_decay));
+        d.insert("nesterov".into(), Value::Bool(self.nesterov));
+        d.insert("maximize".into(), Value::Bool(self.maximize));
+        d.insert("foreach".into(), Value::None);
+        d.insert("differentiable".into(), Value::Bool(false));
+        d.insert("fused".into(), Value::None);
+    }
+
+    pub(crate) fn read(&mut self, d: &Dict, ctx: &str) -> Result<()> {
+        read_f64(d, "lr", &mut self.lr, ctx)?;
+        read_f64(d, "momentum", &mut self.momentum, ctx)?;
+        read_f64(d, "dampening", &mut self.dampening, ctx)?;
+        read_f64(d, "weight_decay", &mut self.weight_decay, ctx)?;
+        read_bool(d, "nesterov", &mut self.nesterov, ctx)?;
+        read_bool(d, "maximize", &mut self.maximize, ctx)
+    }
+
+    pub(crate) fn validate(&self, ctx: &str) -> Result<()> {
+        check_non_negative(ctx, "learning rate", self.lr)?;
+        check_non_negative(ctx, "momentum value", self.momentum)?;
+        check_non_negative(ctx, "weight_decay value", self.weight_decay)?;
+        if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
+            return Err(NnError::Invalid(format!(
+                "{ctx}: Nesterov momentum requires a momentum and zero dampening"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The momentum buffer of one parameter (only kept when `momentum != 0`).
+#[derive(Debug)]
+struct SgdState {
+    momentum_buffer: Tensor,
+}
+
+impl ParamState for SgdState {
+    fn entries(&self) -> Dict {
+        let mut d = Dict::new();
+        d.insert(
+            "momentum_buffer".into(),
+            Value::Tensor(self.momentum_buffer.clone()),
+        );
+        d
+    }
+
+    fn load(entries: &Dict, param: &Tensor, ctx: &str) -> Result<Option<Self>> {
+        Ok(load_tensor(entries, "momentum_buffer", param, ctx)?
+            .map(|momentum_buffer| SgdState { momentum_buffer }))
+    }
+}
+
+/// `torch.optim.SGD`.
+#[derive(Debug)]
+pub struct SGD {
+    inner: Groups<SgdState>,
+}
+
+impl SGD {
+    /// One group of `params` with `options`.
+    pub fn new(params: Vec<Tensor>, options: SgdOptions) -> Result<Self> {
+        Ok(SGD {
+            inner: Groups::new("SGD", params, GroupOptions::Sgd(options))?,
+        })
+    }
+
+    /// Adds a group with its own options (e.g. `SgdOptions { lr: 0.1, ..defaults }`).
+    pub fn add_param_group(&mut self, params: Vec<Tensor>, options: SgdOptions) -> Result<()> {
+        self.inner
+            .add_param_group(params, GroupOptions::Sgd(options))
+    }
+}
+
+impl Optimizer for SGD {
+    fn step(&mut self) -> Result<()> {
+        let _guard = no_grad();
+        let Groups { groups, state, .. } = &mut self.inner;
+        for (gi, group) in groups.iter().enumerate() {
+            let GroupOptions::Sgd(o) = &group.options else {
+                return Err(wrong_options("SGD", gi, group));
+            };
+            for p in &group.params {
+                let Some(grad) = p.grad() else { continue };
+                let mut g = if o.maximize { grad.neg()? } else { grad };
+                if o.weight_decay != 0.0 {
+                    g = g.add(&p.mul_scalar(o.weight_decay)?)?;
+                }
+                if o.momentum != 0.0 {
+                    let buf = match state.get(&p.id()) {
+                        Some(s) => {
+                            let buf = &s.momentum_buffer;
+                            buf.mul_scalar_(o.momentum)?;
+                            buf.add_(&g.mul_scalar(1.0 - o.dampening)?)?;
+                            buf.clone()
+                        }
+                        None => {
+                            let buf = g.deep_clone()?;
+                            state.insert(
+                                p.id(),
+                                SgdState {
+                                    momentum_buffer: buf.clone(),
+                                },
+                            );
+                            buf
+                        }
+                    };
+                    g = if o.nesterov {
+                        g.add(&buf.mul_scalar(o.momentum)?)?
+                    } else {
+                        buf
+                    };
+                }
+                p.add_(&g.mul_scalar(-o.lr)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn zero_grad(&self, set_to_none: bool) {
+        self.inner.zero_grad(set_to_none)
+    }
+
+    fn param_groups(&self) -> &[ParamGroup] {
+        &self.inner.groups
+    }
+
+    fn param_groups_mut(&mut self) -> &mut [ParamGroup] {
+        &mut self.inner.groups
+    }
+
+    fn state_dict(&self) -> Value {
+        self.inner.state_dict()
+    }
+
+    fn load_state_dict(&mut self, state_dict: &Value) -> Result<()> {
+        self.inner.load_state_dict(state_dict)
+    }
+}
