@@ -4,7 +4,6 @@
 //! instead of PyTorch's silently invisible attribute.
 
 use crate::{Module, Parameter, Visitor};
-use std::sync::Arc;
 use tessera_tensor::Tensor;
 
 /// A field type that `#[derive(Module)]` can register.
@@ -29,22 +28,11 @@ impl ModuleField for Option<Parameter> {
     }
 }
 
+/// A child module; `Box<M>` and `Arc<M>` (a submodule shared with other owners, yielded
+/// once by `named_modules`) are modules too.
 impl<M: Module> ModuleField for M {
     fn visit_field<'a>(&'a self, name: &str, visitor: &mut dyn Visitor<'a>) {
-        visitor.child(name, self);
-    }
-}
-
-/// A submodule shared with other owners; `named_modules` yields it once.
-impl<M: Module> ModuleField for Arc<M> {
-    fn visit_field<'a>(&'a self, name: &str, visitor: &mut dyn Visitor<'a>) {
-        visitor.child(name, &**self);
-    }
-}
-
-impl ModuleField for Box<dyn Module> {
-    fn visit_field<'a>(&'a self, name: &str, visitor: &mut dyn Visitor<'a>) {
-        visitor.child(name, &**self);
+        visitor.child(name, self.as_module());
     }
 }
 

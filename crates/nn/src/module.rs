@@ -19,7 +19,8 @@ use tessera_tensor::{DType, Device, Tensor};
 pub trait Module: Any + Send + Sync {
     /// The module's non-field state (training flag, hooks, run-time registrations).
     fn core(&self) -> &ModuleCore;
-    fn core_mut(&mut self) -> &mut ModuleCore;
+    /// Mutable access for run-time registration (`None` through a shared `Arc`).
+    fn core_mut(&mut self) -> Option<&mut ModuleCore>;
     /// Visits the fields that are parameters, buffers or children, in declaration order.
     fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>);
     /// The class name in reprs and errors (`Linear`).
@@ -228,7 +229,7 @@ pub trait ModuleExt: Module {
         Self: Sized,
     {
         let taken = walk::field_names(self.as_module());
-        self.core_mut()
+        shared_error(self.core_mut())?
             .register_parameter(name, param, |n| taken.iter().any(|t| t == n))
     }
 
@@ -243,7 +244,7 @@ pub trait ModuleExt: Module {
         Self: Sized,
     {
         let taken = walk::field_names(self.as_module());
-        self.core_mut()
+        shared_error(self.core_mut())?
             .register_buffer(name, buffer, persistent, |n| taken.iter().any(|t| t == n))
     }
 
@@ -261,8 +262,7 @@ pub trait ModuleExt: Module {
         Self: Sized,
     {
         let taken = walk::field_names(self.as_module());
-        self.core_mut()
-            .add_module(name, module, |n| taken.iter().any(|t| t == n))
+        shared_error(self.core_mut())?.add_module(name, module, |n| taken.iter().any(|t| t == n))
     }
 
     fn register_forward_pre_hook(
@@ -340,6 +340,12 @@ pub trait ModuleExt: Module {
 }
 
 impl<M: Module + ?Sized> ModuleExt for M {}
+
+fn shared_error(core: Option<&mut ModuleCore>) -> Result<&mut ModuleCore> {
+    core.ok_or_else(|| {
+        crate::NnError::Invalid("cannot register into a module shared through an Arc".into())
+    })
+}
 
 impl std::fmt::Debug for dyn Module {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
