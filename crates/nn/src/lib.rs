@@ -11,6 +11,7 @@ extern crate self as tessera_nn;
 
 mod backward_hooks;
 mod call;
+pub mod containers;
 mod core;
 mod error;
 mod field;
@@ -28,6 +29,7 @@ mod visitor;
 mod walk;
 
 pub use call::{Args, Call, Forward, Plain};
+pub use containers::{ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential};
 pub use core::ModuleCore;
 pub use error::{NnError, Result};
 pub use field::{BufferField, ModuleField};

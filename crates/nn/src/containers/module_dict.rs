@@ -1,0 +1,97 @@
+//! `ModuleDict`: modules by name, kept in insertion order and registered under their keys.
+
+use crate::{Module, ModuleCore, NnError, Result, Visitor};
+use indexmap::IndexMap;
+use std::any::Any;
+
+/// Named modules in insertion order (`ModuleDict<Box<dyn Layer>>` for mixed kinds).
+pub struct ModuleDict<M: Module = Box<dyn Module>> {
+    core: ModuleCore,
+    items: IndexMap<String, M>,
+}
+
+impl<M: Module> Default for ModuleDict<M> {
+    fn default() -> Self {
+        ModuleDict {
+            core: ModuleCore::default(),
+            items: IndexMap::new(),
+        }
+    }
+}
+
+impl<M: Module> ModuleDict<M> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or replaces `name` (a replaced entry keeps its position, as in PyTorch).
+    pub fn insert(&mut self, name: impl Into<String>, module: M) -> Result<()> {
+        let name = name.into();
+        if name.is_empty() || name.contains('.') {
+            return Err(NnError::Invalid(format!(
+                "module name \"{name}\" can't be empty or contain \".\""
+            )));
+        }
+        self.items.insert(name, module);
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&M> {
+        self.items.get(name)
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<M> {
+        self.items.shift_remove(name)
+    }
+
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.items.contains_key(name)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.items.keys().map(String::as_str)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &M)> {
+        self.items.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+impl<M: Module> std::ops::Index<&str> for ModuleDict<M> {
+    type Output = M;
+
+    fn index(&self, name: &str) -> &M {
+        &self.items[name]
+    }
+}
+
+impl<M: Module> Module for ModuleDict<M> {
+    fn core(&self) -> &ModuleCore {
+        &self.core
+    }
+    fn core_mut(&mut self) -> Option<&mut ModuleCore> {
+        Some(&mut self.core)
+    }
+    fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
+        for (name, m) in &self.items {
+            visitor.child(name, m.as_module());
+        }
+    }
+    fn type_name(&self) -> String {
+        "ModuleDict".into()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_module(&self) -> &dyn Module {
+        self
+    }
+}

@@ -1,0 +1,108 @@
+//! `ParameterDict`: parameters by name, in insertion order, registered under their keys.
+
+use crate::{Module, ModuleCore, NnError, Parameter, Result, Visitor};
+use indexmap::IndexMap;
+use std::any::Any;
+use tessera_tensor::DType;
+
+/// Named parameters in insertion order. (PyTorch sorts the keys when it is built from a
+/// plain Python dict and keeps the order of an `OrderedDict`; insert in the order you want.)
+#[derive(Default)]
+pub struct ParameterDict {
+    core: ModuleCore,
+    items: IndexMap<String, Parameter>,
+}
+
+/// PyTorch's `torch.typename` of a CPU tensor (`torch.FloatTensor`).
+fn legacy_type_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "torch.FloatTensor",
+        DType::F64 => "torch.DoubleTensor",
+        DType::F16 => "torch.HalfTensor",
+        DType::BF16 => "torch.BFloat16Tensor",
+        DType::I64 => "torch.LongTensor",
+        DType::I32 => "torch.IntTensor",
+        DType::I8 => "torch.CharTensor",
+        DType::U8 => "torch.ByteTensor",
+        DType::Bool => "torch.BoolTensor",
+    }
+}
+
+impl ParameterDict {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, name: impl Into<String>, param: Parameter) -> Result<()> {
+        let name = name.into();
+        if name.is_empty() || name.contains('.') {
+            return Err(NnError::Invalid(format!(
+                "parameter name \"{name}\" can't be empty or contain \".\""
+            )));
+        }
+        self.items.insert(name, param);
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Parameter> {
+        self.items.get(name)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.items.keys().map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+impl std::ops::Index<&str> for ParameterDict {
+    type Output = Parameter;
+
+    fn index(&self, name: &str) -> &Parameter {
+        &self.items[name]
+    }
+}
+
+impl Module for ParameterDict {
+    fn core(&self) -> &ModuleCore {
+        &self.core
+    }
+    fn core_mut(&mut self) -> Option<&mut ModuleCore> {
+        Some(&mut self.core)
+    }
+    fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
+        for (name, p) in &self.items {
+            visitor.parameter(name, Some(p));
+        }
+    }
+    fn type_name(&self) -> String {
+        "ParameterDict".into()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_module(&self) -> &dyn Module {
+        self
+    }
+
+    /// `  (foo): Parameter containing: [torch.FloatTensor of size 3]` per parameter.
+    fn extra_repr(&self) -> String {
+        self.items
+            .iter()
+            .map(|(k, p)| {
+                format!(
+                    "  ({k}): Parameter containing: [{} of size {}]",
+                    legacy_type_name(p.dtype()),
+                    super::size_str(&p.shape())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
