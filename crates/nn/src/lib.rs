@@ -11,6 +11,7 @@ extern crate self as tessera_nn;
 
 mod backward_hooks;
 mod call;
+pub mod checkpoint;
 pub mod containers;
 mod core;
 mod error;
@@ -29,6 +30,10 @@ mod visitor;
 mod walk;
 
 pub use call::{Args, Call, Forward, Plain};
+pub use checkpoint::{
+    load_checkpoint, load_pt, load_pt_state_dict, load_safetensors, save_checkpoint, save_pt,
+    save_pt_state_dict, save_safetensors,
+};
 pub use containers::{ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential};
 pub use core::ModuleCore;
 pub use error::{NnError, Result};

@@ -1,0 +1,26 @@
+//! Reading checkpoint files and naming them in errors.
+
+use std::path::Path;
+
+use crate::{NnError, Result};
+
+/// A [`NnError::Checkpoint`] naming `path` and what is wrong with it.
+pub(crate) fn checkpoint_error(path: &Path, reason: impl Into<String>) -> NnError {
+    NnError::Checkpoint {
+        path: path.display().to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// An I/O error on `path`.
+pub(crate) fn io_error(path: &Path, source: std::io::Error) -> NnError {
+    NnError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The whole file.
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| io_error(path, e))
+}

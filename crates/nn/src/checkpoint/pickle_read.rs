@@ -1,0 +1,608 @@
+//! A restricted unpickler: runs the pickle machine for the opcodes `torch.save` emits
+//! into an arena of plain nodes, resolves only the globals of [`Global`], and stops with
+//! an error (never a panic) on anything else. Tensors stay unmaterialised references to
+//! storages here; `rebuild.rs` turns nodes into values.
+
+use std::collections::HashMap;
+
+use tessera_tensor::DType;
+
+use super::pickle_ops as op;
+use super::torch_globals::Global;
+
+/// Most entries the value stack may hold at once.
+const MAX_STACK: usize = 1 << 20;
+/// Most open `MARK`s at once.
+const MAX_MARKS: usize = 1 << 16;
+/// Most memo entries.
+const MAX_MEMO: usize = 1 << 20;
+/// Most dimensions of one tensor.
+pub(crate) const MAX_DIMS: usize = 64;
+
+/// Index of a node in [`Pickle::nodes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct NodeId(usize);
+
+/// `("storage", torch.<Type>Storage, key, location, numel)`: a storage by persistent id.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StorageRef {
+    pub dtype: DType,
+    pub key: String,
+    pub numel: u64,
+}
+
+/// A tensor as `_rebuild_tensor_v2` describes it: a strided view of a storage.
+#[derive(Debug, Clone)]
+pub(crate) struct TensorSpec {
+    pub storage: StorageRef,
+    pub offset: u64,
+    pub size: Vec<u64>,
+    pub stride: Vec<u64>,
+    pub requires_grad: bool,
+}
+
+/// One Python object.
+#[derive(Debug, Clone)]
+pub(crate) enum Node {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Tuple(Vec<NodeId>),
+    List(Vec<NodeId>),
+    Dict(Vec<(NodeId, NodeId)>),
+    /// `collections.OrderedDict`, with the `_metadata` attribute a `BUILD` may set.
+    OrderedDict {
+        items: Vec<(NodeId, NodeId)>,
+        metadata: Option<NodeId>,
+    },
+    Global(Global),
+    Storage(StorageRef),
+    Tensor(TensorSpec),
+}
+
+impl Node {
+    /// The Python type name, for error messages.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Node::None => "None",
+            Node::Bool(_) => "bool",
+            Node::Int(_) => "int",
+            Node::Float(_) => "float",
+            Node::Str(_) => "str",
+            Node::Tuple(_) => "tuple",
+            Node::List(_) => "list",
+            Node::Dict(_) => "dict",
+            Node::OrderedDict { .. } => "OrderedDict",
+            Node::Global(_) => "global",
+            Node::Storage(_) => "storage",
+            Node::Tensor(_) => "tensor",
+        }
+    }
+}
+
+/// An unpickled object graph: every node, and the one `STOP` returned.
+#[derive(Debug)]
+pub(crate) struct Pickle {
+    nodes: Vec<Node>,
+    pub root: NodeId,
+}
+
+impl Pickle {
+    pub(crate) fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.0]
+    }
+
+    /// How many nodes the graph holds (each node's id is below this).
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+/// Runs the pickle machine over `data`.
+pub(crate) fn unpickle(data: &[u8]) -> Result<Pickle, String> {
+    let mut machine = Machine {
+        input: data,
+        pos: 0,
+        nodes: Vec::new(),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+    };
+    let root = machine.run()?;
+    Ok(Pickle {
+        nodes: machine.nodes,
+        root,
+    })
+}
+
+struct Machine<'a> {
+    input: &'a [u8],
+    pos: usize,
+    nodes: Vec<Node>,
+    stack: Vec<NodeId>,
+    marks: Vec<usize>,
+    memo: HashMap<u32, NodeId>,
+}
+
+impl Machine<'_> {
+    fn run(&mut self) -> Result<NodeId, String> {
+        loop {
+            let at = self.pos;
+            let code = self.byte()?;
+            match code {
+                op::STOP => {
+                    let root = self.pop()?;
+                    return if self.stack.is_empty() && self.marks.is_empty() {
+                        Ok(root)
+                    } else {
+                        Err("pickle: STOP with objects left on the stack".into())
+                    };
+                }
+                _ => self
+                    .step(code)
+                    .map_err(|e| format!("pickle byte {at}: {e}"))?,
+            }
+        }
+    }
+
+    fn step(&mut self, code: u8) -> Result<(), String> {
+        match code {
+            op::PROTO => {
+                let version = self.byte()?;
+                if version > 5 {
+                    return Err(format!("unsupported pickle protocol {version}"));
+                }
+            }
+            op::FRAME => {
+                self.take(8)?;
+            }
+            op::MARK => {
+                if self.marks.len() >= MAX_MARKS {
+                    return Err("too many nested MARKs".into());
+                }
+                self.marks.push(self.stack.len());
+            }
+            op::POP => {
+                self.pop()?;
+            }
+            op::POP_MARK => {
+                self.pop_mark()?;
+            }
+            op::DUP => {
+                let top = self.top()?;
+                self.push_id(top)?;
+            }
+
+            op::NONE => self.push(Node::None)?,
+            op::NEWTRUE => self.push(Node::Bool(true))?,
+            op::NEWFALSE => self.push(Node::Bool(false))?,
+            op::BININT => {
+                let v = i32::from_le_bytes(self.array()?);
+                self.push(Node::Int(v.into()))?;
+            }
+            op::BININT1 => {
+                let v = self.byte()?;
+                self.push(Node::Int(v.into()))?;
+            }
+            op::BININT2 => {
+                let v = u16::from_le_bytes(self.array()?);
+                self.push(Node::Int(v.into()))?;
+            }
+            op::LONG1 => {
+                let n = self.byte()? as usize;
+                let v = self.long(n)?;
+                self.push(Node::Int(v))?;
+            }
+            op::LONG4 => {
+                let n = u32::from_le_bytes(self.array()?) as usize;
+                let v = self.long(n)?;
+                self.push(Node::Int(v))?;
+            }
+            op::BINFLOAT => {
+                let v = f64::from_be_bytes(self.array()?);
+                self.push(Node::Float(v))?;
+            }
+            op::SHORT_BINUNICODE => {
+                let n = self.byte()? as usize;
+                self.string(n)?;
+            }
+            op::BINUNICODE => {
+                let n = u32::from_le_bytes(self.array()?) as usize;
+                self.string(n)?;
+            }
+            op::BINUNICODE8 => {
+                let n = u64::from_le_bytes(self.array()?);
+                self.string(usize::try_from(n).map_err(|_| "string too long")?)?;
+            }
+
+            op::EMPTY_TUPLE => self.push(Node::Tuple(Vec::new()))?,
+            op::TUPLE => {
+                let items = self.pop_mark()?;
+                self.push(Node::Tuple(items))?;
+            }
+            op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
+                let n = (code - op::TUPLE1 + 1) as usize;
+                if self.stack.len() < n + self.marks.last().copied().unwrap_or(0) {
+                    return Err(format!("TUPLE{n} on a stack too short"));
+                }
+                let items = self.stack.split_off(self.stack.len() - n);
+                self.push(Node::Tuple(items))?;
+            }
+            op::EMPTY_LIST => self.push(Node::List(Vec::new()))?,
+            op::LIST => {
+                let items = self.pop_mark()?;
+                self.push(Node::List(items))?;
+            }
+            op::EMPTY_DICT => self.push(Node::Dict(Vec::new()))?,
+            op::DICT => {
+                let items = pairs(self.pop_mark()?)?;
+                self.push(Node::Dict(items))?;
+            }
+            op::APPEND => {
+                let item = self.pop()?;
+                self.extend_list(vec![item])?;
+            }
+            op::APPENDS => {
+                let items = self.pop_mark()?;
+                self.extend_list(items)?;
+            }
+            op::SETITEM => {
+                let value = self.pop()?;
+                let key = self.pop()?;
+                self.extend_dict(vec![(key, value)])?;
+            }
+            op::SETITEMS => {
+                let items = pairs(self.pop_mark()?)?;
+                self.extend_dict(items)?;
+            }
+
+            op::BINPUT => {
+                let index = self.byte()?;
+                self.put(index.into())?;
+            }
+            op::LONG_BINPUT => {
+                let index = u32::from_le_bytes(self.array()?);
+                self.put(index)?;
+            }
+            op::MEMOIZE => {
+                let index = u32::try_from(self.memo.len()).map_err(|_| "memo full")?;
+                self.put(index)?;
+            }
+            op::BINGET => {
+                let index = self.byte()?;
+                self.get(index.into())?;
+            }
+            op::LONG_BINGET => {
+                let index = u32::from_le_bytes(self.array()?);
+                self.get(index)?;
+            }
+
+            op::GLOBAL => {
+                let module = self.line()?;
+                let name = self.line()?;
+                let global = Global::resolve(&module, &name)?;
+                self.push(Node::Global(global))?;
+            }
+            op::STACK_GLOBAL => {
+                let name = self.pop()?;
+                let module = self.pop()?;
+                let (Node::Str(module), Node::Str(name)) = (self.node(module), self.node(name))
+                else {
+                    return Err("STACK_GLOBAL needs two strings".into());
+                };
+                let global = Global::resolve(module, name)?;
+                self.push(Node::Global(global))?;
+            }
+            op::BINPERSID => {
+                let pid = self.pop()?;
+                let storage = self.storage_ref(pid)?;
+                self.push(Node::Storage(storage))?;
+            }
+            op::REDUCE => {
+                let args = self.pop()?;
+                let callable = self.pop()?;
+                let node = self.reduce(callable, args)?;
+                self.push(node)?;
+            }
+            op::BUILD => {
+                let state = self.pop()?;
+                let target = self.top()?;
+                self.build(target, state)?;
+            }
+            other => return Err(format!("unsupported pickle opcode 0x{other:02x}")),
+        }
+        Ok(())
+    }
+
+    // ----- input -----
+
+    fn take(&mut self, n: usize) -> Result<&[u8], String> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&end| end <= self.input.len())
+            .ok_or("pickle is truncated")?;
+        let bytes = &self.input[self.pos..end];
+        self.pos = end;
+        Ok(bytes)
+    }
+
+    fn byte(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
+    /// A newline-terminated ASCII argument (of `GLOBAL`).
+    fn line(&mut self) -> Result<String, String> {
+        let rest = &self.input[self.pos..];
+        let n = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or("pickle is truncated inside GLOBAL")?;
+        let text = std::str::from_utf8(&rest[..n])
+            .map_err(|_| "GLOBAL name is not UTF-8")?
+            .to_string();
+        self.pos += n + 1;
+        Ok(text)
+    }
+
+    /// A little-endian two's-complement integer of `n` bytes that must fit in an i64.
+    fn long(&mut self, n: usize) -> Result<i64, String> {
+        if n > 8 {
+            return Err(format!("integer of {n} bytes does not fit in 64 bits"));
+        }
+        let bytes = self.take(n)?;
+        let negative = bytes.last().is_some_and(|&b| b & 0x80 != 0);
+        let mut raw = [if negative { 0xff } else { 0 }; 8];
+        raw[..n].copy_from_slice(bytes);
+        Ok(i64::from_le_bytes(raw))
+    }
+
+    fn string(&mut self, n: usize) -> Result<(), String> {
+        let bytes = self.take(n)?;
+        let text = std::str::from_utf8(bytes)
+            .map_err(|_| "string is not UTF-8")?
+            .to_string();
+        self.push(Node::Str(text))
+    }
+
+    // ----- stack and memo -----
+
+    fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.0]
+    }
+
+    fn push(&mut self, node: Node) -> Result<(), String> {
+        let id = NodeId(self.nodes.len());
+        self.nodes.push(node);
+        self.push_id(id)
+    }
+
+    fn push_id(&mut self, id: NodeId) -> Result<(), String> {
+        if self.stack.len() >= MAX_STACK {
+            return Err("pickle stack too deep".into());
+        }
+        self.stack.push(id);
+        Ok(())
+    }
+
+    /// Pops the top object; a `MARK` above it is an error, as in CPython.
+    fn pop(&mut self) -> Result<NodeId, String> {
+        if self.stack.len() <= self.marks.last().copied().unwrap_or(0) {
+            return Err("pop from an empty stack (or across a MARK)".into());
+        }
+        self.stack
+            .pop()
+            .ok_or_else(|| "pop from an empty stack".into())
+    }
+
+    fn top(&self) -> Result<NodeId, String> {
+        match self.stack.last() {
+            Some(&id) if self.stack.len() > self.marks.last().copied().unwrap_or(0) => Ok(id),
+            _ => Err("empty stack".into()),
+        }
+    }
+
+    /// Pops everything above the innermost `MARK`, and the mark.
+    fn pop_mark(&mut self) -> Result<Vec<NodeId>, String> {
+        let mark = self.marks.pop().ok_or("no MARK to pop to")?;
+        Ok(self.stack.split_off(mark))
+    }
+
+    fn put(&mut self, index: u32) -> Result<(), String> {
+        let top = self.top()?;
+        if self.memo.len() >= MAX_MEMO && !self.memo.contains_key(&index) {
+            return Err("memo too large".into());
+        }
+        self.memo.insert(index, top);
+        Ok(())
+    }
+
+    fn get(&mut self, index: u32) -> Result<(), String> {
+        let id = *self
+            .memo
+            .get(&index)
+            .ok_or_else(|| format!("memo key {index} was never stored"))?;
+        self.push_id(id)
+    }
+
+    // ----- containers -----
+
+    fn extend_list(&mut self, items: Vec<NodeId>) -> Result<(), String> {
+        let target = self.top()?;
+        match &mut self.nodes[target.0] {
+            Node::List(list) => {
+                list.extend(items);
+                Ok(())
+            }
+            other => Err(format!("APPEND to a {}", other.kind())),
+        }
+    }
+
+    fn extend_dict(&mut self, items: Vec<(NodeId, NodeId)>) -> Result<(), String> {
+        let target = self.top()?;
+        match &mut self.nodes[target.0] {
+            Node::Dict(dict) | Node::OrderedDict { items: dict, .. } => {
+                dict.extend(items);
+                Ok(())
+            }
+            other => Err(format!("SETITEM on a {}", other.kind())),
+        }
+    }
+
+    // ----- torch objects -----
+
+    /// Reads the persistent id `("storage", torch.<Type>Storage, key, location, numel)`.
+    fn storage_ref(&self, pid: NodeId) -> Result<StorageRef, String> {
+        let bad = || "persistent id is not (\"storage\", <Storage class>, key, location, numel)";
+        let Node::Tuple(fields) = self.node(pid) else {
+            return Err(bad().into());
+        };
+        let [tag, class, key, location, numel] = fields.as_slice() else {
+            return Err(bad().into());
+        };
+        match (
+            self.node(*tag),
+            self.node(*class),
+            self.node(*key),
+            self.node(*location),
+            self.node(*numel),
+        ) {
+            (
+                Node::Str(tag),
+                Node::Global(Global::Storage(dtype)),
+                Node::Str(key),
+                Node::Str(_),
+                &Node::Int(numel),
+            ) if tag == "storage" => Ok(StorageRef {
+                dtype: *dtype,
+                key: key.clone(),
+                numel: u64::try_from(numel).map_err(|_| "negative storage size")?,
+            }),
+            _ => Err(bad().into()),
+        }
+    }
+
+    fn reduce(&self, callable: NodeId, args: NodeId) -> Result<Node, String> {
+        let Node::Tuple(args) = self.node(args) else {
+            return Err("REDUCE arguments are not a tuple".into());
+        };
+        match self.node(callable) {
+            Node::Global(Global::OrderedDict) if args.is_empty() => Ok(Node::OrderedDict {
+                items: Vec::new(),
+                metadata: None,
+            }),
+            Node::Global(Global::RebuildTensorV2) => self.rebuild_tensor(args).map(Node::Tensor),
+            Node::Global(Global::RebuildParameter) => match args.as_slice() {
+                [data, requires_grad, _hooks] => {
+                    match (self.node(*data), self.node(*requires_grad)) {
+                        (Node::Tensor(spec), &Node::Bool(requires_grad)) => {
+                            Ok(Node::Tensor(TensorSpec {
+                                requires_grad,
+                                ..spec.clone()
+                            }))
+                        }
+                        _ => Err("_rebuild_parameter needs (tensor, bool, hooks)".into()),
+                    }
+                }
+                _ => Err("_rebuild_parameter needs 3 arguments".into()),
+            },
+            Node::Global(Global::OrderedDict) => {
+                Err("OrderedDict(...) with arguments is not supported".into())
+            }
+            other => Err(format!("REDUCE cannot call a {}", other.kind())),
+        }
+    }
+
+    /// `_rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata])`.
+    fn rebuild_tensor(&self, args: &[NodeId]) -> Result<TensorSpec, String> {
+        let (storage, offset, size, stride, requires_grad) = match args {
+            [s, o, sz, st, rg, _hooks] | [s, o, sz, st, rg, _hooks, _] => (s, o, sz, st, rg),
+            _ => {
+                return Err(format!(
+                    "_rebuild_tensor_v2 takes 6 or 7 arguments, got {}",
+                    args.len()
+                ));
+            }
+        };
+        let Node::Storage(storage) = self.node(*storage) else {
+            return Err("_rebuild_tensor_v2: first argument is not a storage".into());
+        };
+        let &Node::Int(offset) = self.node(*offset) else {
+            return Err("_rebuild_tensor_v2: storage offset is not an int".into());
+        };
+        let &Node::Bool(requires_grad) = self.node(*requires_grad) else {
+            return Err("_rebuild_tensor_v2: requires_grad is not a bool".into());
+        };
+        let size = self.dims(*size, "size")?;
+        let stride = self.dims(*stride, "stride")?;
+        if size.len() != stride.len() {
+            return Err(format!(
+                "_rebuild_tensor_v2: size has {} dimensions but stride has {}",
+                size.len(),
+                stride.len()
+            ));
+        }
+        Ok(TensorSpec {
+            storage: storage.clone(),
+            offset: u64::try_from(offset).map_err(|_| "negative storage offset")?,
+            size,
+            stride,
+            requires_grad,
+        })
+    }
+
+    /// A tuple of non-negative ints (a size or a stride).
+    fn dims(&self, id: NodeId, what: &str) -> Result<Vec<u64>, String> {
+        let Node::Tuple(items) = self.node(id) else {
+            return Err(format!("_rebuild_tensor_v2: {what} is not a tuple"));
+        };
+        if items.len() > MAX_DIMS {
+            return Err(format!("_rebuild_tensor_v2: {} dimensions", items.len()));
+        }
+        items
+            .iter()
+            .map(|&i| match self.node(i) {
+                &Node::Int(v) if v >= 0 => Ok(v as u64),
+                _ => Err(format!(
+                    "_rebuild_tensor_v2: {what} holds a non-negative int only"
+                )),
+            })
+            .collect()
+    }
+
+    /// `BUILD`: sets attributes. Only an `OrderedDict`'s `_metadata` is kept.
+    fn build(&mut self, target: NodeId, state: NodeId) -> Result<(), String> {
+        let Node::Dict(attributes) = self.node(state) else {
+            return Err(format!("BUILD with a {} state", self.node(state).kind()));
+        };
+        let metadata = attributes
+            .iter()
+            .find(|(k, _)| matches!(self.node(*k), Node::Str(s) if s == "_metadata"))
+            .map(|&(_, v)| v);
+        match &mut self.nodes[target.0] {
+            Node::OrderedDict { metadata: slot, .. } => {
+                if metadata.is_some() {
+                    *slot = metadata;
+                }
+                Ok(())
+            }
+            other => Err(format!("BUILD on a {} is not supported", other.kind())),
+        }
+    }
+}
+
+/// `[k0, v0, k1, v1, ...]` as pairs.
+fn pairs(flat: Vec<NodeId>) -> Result<Vec<(NodeId, NodeId)>, String> {
+    if !flat.len().is_multiple_of(2) {
+        return Err("SETITEMS with an odd number of objects".into());
+    }
+    Ok(flat.chunks_exact(2).map(|kv| (kv[0], kv[1])).collect())
+}

@@ -1,0 +1,268 @@
+//! Unpickled nodes to [`Value`]s and [`StateDict`]s: materialises each tensor by gathering
+//! its strided view out of the storage bytes, checking every size, stride and offset
+//! against the storage first, and bounding nesting depth and total output size.
+
+use std::collections::HashMap;
+
+use indexmap::IndexMap;
+use tessera_tensor::Tensor;
+
+use super::dtype_bytes::tensor_from_le_bytes;
+use super::pickle_read::{MAX_DIMS, Node, NodeId, Pickle, StorageRef, TensorSpec};
+use crate::{Key, StateDict, Value};
+
+/// Deepest container nesting accepted (real checkpoints nest a handful of levels).
+const MAX_DEPTH: usize = 128;
+/// Bytes tensors may occupy beyond the storages' own sizes (overlapping or expanded views).
+const EXPANSION_SLACK: u64 = 256 << 20;
+
+/// Where storage bytes come from: the zip records of a `.pt` file.
+pub(crate) trait StorageSource {
+    /// All bytes of the storage `key`, already checked to hold `numel` elements.
+    fn storage(&mut self, storage: &StorageRef) -> Result<&[u8], String>;
+    /// Total bytes of all storage records, the base of the output budget.
+    fn total_bytes(&self) -> u64;
+}
+
+/// Converts one unpickled graph, caching tensors so a memoised tensor stays one tensor.
+pub(crate) struct Rebuilder<'a, S: StorageSource> {
+    pickle: &'a Pickle,
+    source: &'a mut S,
+    tensors: HashMap<NodeId, Tensor>,
+    /// Output bytes still allowed.
+    budget: u64,
+    /// Nodes still allowed to be visited (a shared node counts each time it is reached).
+    visits: usize,
+}
+
+impl<'a, S: StorageSource> Rebuilder<'a, S> {
+    pub(crate) fn new(pickle: &'a Pickle, source: &'a mut S) -> Self {
+        let budget = source.total_bytes().saturating_add(EXPANSION_SLACK);
+        let visits = pickle.len().saturating_mul(4).saturating_add(1024);
+        Rebuilder {
+            pickle,
+            source,
+            tensors: HashMap::new(),
+            budget,
+            visits,
+        }
+    }
+
+    /// The whole pickle as a value; an `OrderedDict` becomes a plain dict.
+    pub(crate) fn value(&mut self) -> Result<Value, String> {
+        self.convert(self.pickle.root, 0)
+    }
+
+    /// The pickle as a state dict: a dict of name -> tensor, with `_metadata` versions.
+    pub(crate) fn state_dict(&mut self) -> Result<StateDict, String> {
+        let (items, metadata) = match self.pickle.node(self.pickle.root) {
+            Node::OrderedDict { items, metadata } => (items, *metadata),
+            Node::Dict(items) => (items, None),
+            other => return Err(format!("holds a {}, not a state dict", other.kind())),
+        };
+        let mut state = StateDict::new();
+        for &(k, v) in items {
+            let Node::Str(key) = self.pickle.node(k) else {
+                return Err(format!(
+                    "state dict key is a {}, not a str",
+                    self.pickle.node(k).kind()
+                ));
+            };
+            let Node::Tensor(spec) = self.pickle.node(v) else {
+                return Err(format!(
+                    "state dict entry {key} is a {}, not a tensor",
+                    self.pickle.node(v).kind()
+                ));
+            };
+            let tensor = self.tensor(v, spec)?;
+            state.insert(key.clone(), tensor);
+        }
+        if let Some(m) = metadata {
+            state.metadata = self.versions(m)?;
+        }
+        Ok(state)
+    }
+
+    /// `_metadata`: `{prefix: {"version": n, ...}}`; prefixes without a version are skipped.
+    fn versions(&self, id: NodeId) -> Result<IndexMap<String, i64>, String> {
+        let (Node::Dict(items) | Node::OrderedDict { items, .. }) = self.pickle.node(id) else {
+            return Err("_metadata is not a dict".into());
+        };
+        let mut versions = IndexMap::new();
+        for &(k, v) in items {
+            let Node::Str(prefix) = self.pickle.node(k) else {
+                return Err("_metadata key is not a str".into());
+            };
+            let (Node::Dict(fields) | Node::OrderedDict { items: fields, .. }) =
+                self.pickle.node(v)
+            else {
+                return Err(format!("_metadata[{prefix:?}] is not a dict"));
+            };
+            let version = fields.iter().find_map(|&(fk, fv)| {
+                match (self.pickle.node(fk), self.pickle.node(fv)) {
+                    (Node::Str(name), &Node::Int(n)) if name == "version" => Some(n),
+                    _ => None,
+                }
+            });
+            if let Some(n) = version {
+                versions.insert(prefix.clone(), n);
+            }
+        }
+        Ok(versions)
+    }
+
+    fn convert(&mut self, id: NodeId, depth: usize) -> Result<Value, String> {
+        if depth > MAX_DEPTH {
+            return Err(format!("objects nested more than {MAX_DEPTH} deep"));
+        }
+        self.visits = self
+            .visits
+            .checked_sub(1)
+            .ok_or("too many shared references: the object graph expands too much")?;
+        let pickle = self.pickle;
+        Ok(match pickle.node(id) {
+            Node::None => Value::None,
+            &Node::Bool(b) => Value::Bool(b),
+            &Node::Int(i) => Value::Int(i),
+            &Node::Float(f) => Value::Float(f),
+            Node::Str(s) => Value::Str(s.clone()),
+            Node::Tuple(items) => Value::Tuple(self.convert_all(items, depth)?),
+            Node::List(items) => Value::List(self.convert_all(items, depth)?),
+            Node::Dict(items) | Node::OrderedDict { items, .. } => {
+                let mut dict = IndexMap::with_capacity(items.len());
+                for &(k, v) in items {
+                    let key = match pickle.node(k) {
+                        Node::Str(s) => Key::Str(s.clone()),
+                        &Node::Int(i) => Key::Int(i),
+                        other => return Err(format!("dict key of type {}", other.kind())),
+                    };
+                    let value = self.convert(v, depth + 1)?;
+                    dict.insert(key, value);
+                }
+                Value::Dict(dict)
+            }
+            Node::Tensor(spec) => Value::Tensor(self.tensor(id, spec)?),
+            other => return Err(format!("a bare {} is not a value", other.kind())),
+        })
+    }
+
+    fn convert_all(&mut self, items: &[NodeId], depth: usize) -> Result<Vec<Value>, String> {
+        items.iter().map(|&i| self.convert(i, depth + 1)).collect()
+    }
+
+    /// The tensor of node `id`, materialised once.
+    fn tensor(&mut self, id: NodeId, spec: &TensorSpec) -> Result<Tensor, String> {
+        if let Some(t) = self.tensors.get(&id) {
+            return Ok(t.clone());
+        }
+        let tensor = self.materialise(spec)?;
+        self.tensors.insert(id, tensor.clone());
+        Ok(tensor)
+    }
+
+    fn materialise(&mut self, spec: &TensorSpec) -> Result<Tensor, String> {
+        let storage = &spec.storage;
+        let what = || format!("tensor on storage {:?}", storage.key);
+        let numel = checked_view(spec).map_err(|e| format!("{}: {e}", what()))?;
+        let bytes = numel
+            .checked_mul(storage.dtype.size_in_bytes() as u64)
+            .ok_or_else(|| format!("{}: size overflows", what()))?;
+        self.budget = self
+            .budget
+            .checked_sub(bytes)
+            .ok_or_else(|| format!("{}: views expand to more bytes than the file holds", what()))?;
+        let data = self.source.storage(storage)?;
+        let shape: Vec<usize> = spec.size.iter().map(|&s| s as usize).collect();
+        let tensor = if numel == 0 {
+            tensor_from_le_bytes(storage.dtype, data, std::iter::empty(), &shape)
+        } else {
+            let offsets = StridedOffsets::new(spec);
+            tensor_from_le_bytes(storage.dtype, data, offsets, &shape)
+        }
+        .map_err(|e| format!("{}: {e}", what()))?;
+        if spec.requires_grad && storage.dtype.is_float() {
+            return tensor.requires_grad_(true).map_err(|e| e.to_string());
+        }
+        Ok(tensor)
+    }
+}
+
+/// Checks that every element of the view lies inside its storage; returns the view's
+/// element count.
+fn checked_view(spec: &TensorSpec) -> Result<u64, String> {
+    if spec.size.len() > MAX_DIMS || spec.size.len() != spec.stride.len() {
+        return Err("size and stride do not match".into());
+    }
+    let numel = spec
+        .size
+        .iter()
+        .try_fold(1u64, |n, &s| n.checked_mul(s))
+        .filter(|&n| usize::try_from(n).is_ok())
+        .ok_or("element count overflows")?;
+    if spec.offset > spec.storage.numel {
+        return Err(format!(
+            "offset {} is past the end of the storage ({} elements)",
+            spec.offset, spec.storage.numel
+        ));
+    }
+    if numel == 0 {
+        return Ok(0);
+    }
+    let last = spec
+        .size
+        .iter()
+        .zip(&spec.stride)
+        .try_fold(spec.offset, |acc, (&size, &stride)| {
+            (size - 1).checked_mul(stride)?.checked_add(acc)
+        })
+        .ok_or("size and stride overflow")?;
+    if last >= spec.storage.numel {
+        return Err(format!(
+            "size {:?} with stride {:?} at offset {} reads element {last}, but the storage \
+             holds {} elements",
+            spec.size, spec.stride, spec.offset, spec.storage.numel
+        ));
+    }
+    Ok(numel)
+}
+
+/// The storage element offsets of a strided view in row-major order. Only built for a
+/// view [`checked_view`] accepted with at least one element, so no step overflows.
+struct StridedOffsets {
+    size: Vec<usize>,
+    stride: Vec<usize>,
+    index: Vec<usize>,
+    next: Option<usize>,
+}
+
+impl StridedOffsets {
+    fn new(spec: &TensorSpec) -> Self {
+        StridedOffsets {
+            size: spec.size.iter().map(|&s| s as usize).collect(),
+            stride: spec.stride.iter().map(|&s| s as usize).collect(),
+            index: vec![0; spec.size.len()],
+            next: Some(spec.offset as usize),
+        }
+    }
+}
+
+impl Iterator for StridedOffsets {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let current = self.next?;
+        // Odometer step: bump the last dimension, carrying into earlier ones.
+        let mut offset = current;
+        self.next = None;
+        for d in (0..self.size.len()).rev() {
+            if self.index[d] + 1 < self.size[d] {
+                self.index[d] += 1;
+                self.next = Some(offset + self.stride[d]);
+                break;
+            }
+            offset -= self.index[d] * self.stride[d];
+            self.index[d] = 0;
+        }
+        Some(current)
+    }
+}

@@ -1,0 +1,159 @@
+//! State dicts as safetensors files, keeping key order and module versions in the header's
+//! `__metadata__` (safetensors itself sorts tensors by dtype and name).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::Path;
+
+use safetensors::{Dtype, SafeTensors, View};
+use tessera_tensor::DType;
+
+use super::atomic::{write_atomic, write_bytes};
+use super::dtype_bytes::{tensor_from_le_bytes, tensor_to_le_bytes};
+use super::file_io::{checkpoint_error, read_file};
+use crate::{Result, StateDict};
+
+/// `__metadata__` key holding the state dict's key order as a JSON list of strings.
+pub const ORDER_KEY: &str = "tessera.order";
+/// `__metadata__` key holding `StateDict::metadata` as a JSON list of `[prefix, version]`.
+pub const VERSIONS_KEY: &str = "tessera.versions";
+
+/// One tensor's bytes, ready for `safetensors::serialize`.
+struct Encoded {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl View for &Encoded {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+fn to_safetensors(dtype: DType) -> Dtype {
+    match dtype {
+        DType::Bool => Dtype::BOOL,
+        DType::U8 => Dtype::U8,
+        DType::I8 => Dtype::I8,
+        DType::I32 => Dtype::I32,
+        DType::I64 => Dtype::I64,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+        DType::F32 => Dtype::F32,
+        DType::F64 => Dtype::F64,
+    }
+}
+
+fn from_safetensors(dtype: Dtype) -> Option<DType> {
+    Some(match dtype {
+        Dtype::BOOL => DType::Bool,
+        Dtype::U8 => DType::U8,
+        Dtype::I8 => DType::I8,
+        Dtype::I32 => DType::I32,
+        Dtype::I64 => DType::I64,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::F32 => DType::F32,
+        Dtype::F64 => DType::F64,
+        _ => return None,
+    })
+}
+
+/// Writes `state` to `path` as safetensors, atomically.
+pub fn save_safetensors(state: &StateDict, path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    let fail = |reason: String| checkpoint_error(path, reason);
+    let mut encoded = Vec::with_capacity(state.len());
+    for (key, tensor) in state.iter() {
+        let bytes = tensor_to_le_bytes(tensor).map_err(|e| fail(format!("tensor {key}: {e}")))?;
+        encoded.push((
+            key.to_string(),
+            Encoded {
+                dtype: to_safetensors(tensor.dtype()),
+                shape: tensor.shape(),
+                bytes,
+            },
+        ));
+    }
+    let order: Vec<&str> = state.keys().collect();
+    let versions: Vec<(&String, &i64)> = state.metadata.iter().collect();
+    let mut info = HashMap::new();
+    info.insert(
+        ORDER_KEY.to_string(),
+        serde_json::to_string(&order).map_err(|e| fail(e.to_string()))?,
+    );
+    if !versions.is_empty() {
+        info.insert(
+            VERSIONS_KEY.to_string(),
+            serde_json::to_string(&versions).map_err(|e| fail(e.to_string()))?,
+        );
+    }
+    let bytes = safetensors::serialize(encoded.iter().map(|(k, e)| (k, e)), Some(info))
+        .map_err(|e| fail(e.to_string()))?;
+    write_atomic(path, |out| write_bytes(path, out, &bytes))
+}
+
+/// Reads a safetensors file into a state dict: in the order saved by
+/// [`save_safetensors`] when the file records one, otherwise in data-offset order.
+pub fn load_safetensors(path: impl AsRef<Path>) -> Result<StateDict> {
+    let path = path.as_ref();
+    let fail = |reason: String| checkpoint_error(path, reason);
+    let bytes = read_file(path)?;
+    let (_, header) = SafeTensors::read_metadata(&bytes)
+        .map_err(|e| fail(format!("not a valid safetensors file: {e}")))?;
+    let file = SafeTensors::deserialize(&bytes)
+        .map_err(|e| fail(format!("not a valid safetensors file: {e}")))?;
+    let extra = header.metadata().clone().unwrap_or_default();
+    let offset_order = header.offset_keys();
+    let order = match extra.get(ORDER_KEY) {
+        Some(text) => recorded_order(text, &offset_order).map_err(fail)?,
+        None => offset_order,
+    };
+    let mut state = StateDict::new();
+    for key in order {
+        let view = file.tensor(&key).map_err(|e| fail(e.to_string()))?;
+        let dtype = from_safetensors(view.dtype()).ok_or_else(|| {
+            fail(format!(
+                "tensor {key}: dtype {:?} is not supported",
+                view.dtype()
+            ))
+        })?;
+        let numel = view.data().len() / dtype.size_in_bytes();
+        let tensor = tensor_from_le_bytes(dtype, view.data(), 0..numel, view.shape())
+            .map_err(|e| fail(format!("tensor {key}: {e}")))?;
+        state.insert(key, tensor);
+    }
+    if let Some(text) = extra.get(VERSIONS_KEY) {
+        let versions: Vec<(String, i64)> = serde_json::from_str(text)
+            .map_err(|e| fail(format!("{VERSIONS_KEY} in __metadata__: {e}")))?;
+        state.metadata = versions.into_iter().collect();
+    }
+    Ok(state)
+}
+
+/// The key order recorded under [`ORDER_KEY`], checked to list each tensor exactly once.
+fn recorded_order(text: &str, keys: &[String]) -> Result<Vec<String>, String> {
+    let order: Vec<String> = serde_json::from_str(text)
+        .map_err(|e| format!("{ORDER_KEY} in __metadata__ is not a JSON list of names: {e}"))?;
+    let mut sorted_order: Vec<&String> = order.iter().collect();
+    let mut sorted_keys: Vec<&String> = keys.iter().collect();
+    sorted_order.sort();
+    sorted_keys.sort();
+    if sorted_order != sorted_keys {
+        return Err(format!(
+            "{ORDER_KEY} in __metadata__ does not list the file's {} tensors exactly once",
+            keys.len()
+        ));
+    }
+    Ok(order)
+}

@@ -1,0 +1,66 @@
+//! The only Python globals a checkpoint may name: `OrderedDict`, PyTorch's tensor rebuild
+//! functions and its typed storage classes. Everything else (`os.system`, `builtins.eval`)
+//! is refused, which is what makes unpickling an untrusted file safe.
+
+use tessera_tensor::DType;
+
+/// A Python global that the unpickler accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Global {
+    /// `collections.OrderedDict`: state dicts, `_metadata` and tensors' backward hooks.
+    OrderedDict,
+    /// `torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks)`.
+    RebuildTensorV2,
+    /// `torch._utils._rebuild_parameter(data, requires_grad, hooks)`.
+    RebuildParameter,
+    /// `torch.FloatStorage` and friends: only ever the type tag of a persistent id.
+    Storage(DType),
+}
+
+impl Global {
+    /// The allowed global `module.name`, or an error naming the refused one.
+    pub(crate) fn resolve(module: &str, name: &str) -> Result<Global, String> {
+        let global = match (module, name) {
+            ("collections", "OrderedDict") => Some(Global::OrderedDict),
+            ("torch._utils", "_rebuild_tensor_v2") => Some(Global::RebuildTensorV2),
+            ("torch._utils", "_rebuild_parameter") => Some(Global::RebuildParameter),
+            ("torch", class) => DType::ALL
+                .into_iter()
+                .find(|&d| storage_class(d) == class)
+                .map(Global::Storage),
+            _ => None,
+        };
+        global.ok_or_else(|| {
+            format!(
+                "refusing to load global {module}.{name}: a checkpoint may only name \
+                 collections.OrderedDict, torch._utils._rebuild_tensor_v2, \
+                 torch._utils._rebuild_parameter and torch.*Storage classes"
+            )
+        })
+    }
+
+    /// `(module, name)` as a pickle `GLOBAL` spells it.
+    pub(crate) fn path(self) -> (&'static str, &'static str) {
+        match self {
+            Global::OrderedDict => ("collections", "OrderedDict"),
+            Global::RebuildTensorV2 => ("torch._utils", "_rebuild_tensor_v2"),
+            Global::RebuildParameter => ("torch._utils", "_rebuild_parameter"),
+            Global::Storage(dtype) => ("torch", storage_class(dtype)),
+        }
+    }
+}
+
+/// The storage class `torch.save` names for `dtype`: `FloatStorage` for f32, and so on.
+pub(crate) fn storage_class(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "FloatStorage",
+        DType::F64 => "DoubleStorage",
+        DType::F16 => "HalfStorage",
+        DType::BF16 => "BFloat16Storage",
+        DType::I64 => "LongStorage",
+        DType::I32 => "IntStorage",
+        DType::I8 => "CharStorage",
+        DType::U8 => "ByteStorage",
+        DType::Bool => "BoolStorage",
+    }
+}

@@ -1,0 +1,236 @@
+//! PyTorch's `.pt` checkpoint container: a stored zip holding `<stem>/data.pkl` and one
+//! record per storage, read through the restricted unpickler and written in the entry
+//! order and 64-byte record alignment of `torch.save`.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufReader, Read, Seek, Write};
+use std::path::Path;
+
+use zip::write::SimpleFileOptions;
+use zip::{CompressionMethod, DateTime, ZipArchive, ZipWriter};
+
+use super::atomic::write_atomic;
+use super::file_io::{checkpoint_error, io_error};
+use super::pickle_read::{Pickle, StorageRef, unpickle};
+use super::pickle_write::{Pickled, pickle_state_dict, pickle_value};
+use super::rebuild::{Rebuilder, StorageSource};
+use crate::{Result, StateDict, Value};
+
+/// `torch.save`'s record alignment (`.storage_alignment`).
+const ALIGNMENT: u16 = 64;
+
+/// Reads a `.pt` file written by `torch.save` (or [`save_pt`]) as a value. Dicts and
+/// `OrderedDict`s both become [`Value::Dict`]; tensors are contiguous copies.
+pub fn load_pt(path: impl AsRef<Path>) -> Result<Value> {
+    let path = path.as_ref();
+    let (pickle, mut storages) = open(path)?;
+    Rebuilder::new(&pickle, &mut storages)
+        .value()
+        .map_err(|e| checkpoint_error(path, e))
+}
+
+/// Reads a `.pt` file holding a state dict (`torch.save(model.state_dict(), path)`), with
+/// its `_metadata` versions.
+pub fn load_pt_state_dict(path: impl AsRef<Path>) -> Result<StateDict> {
+    let path = path.as_ref();
+    let (pickle, mut storages) = open(path)?;
+    Rebuilder::new(&pickle, &mut storages)
+        .state_dict()
+        .map_err(|e| checkpoint_error(path, e))
+}
+
+/// Writes `value` as `torch.save(value, path)` would, atomically. Dicts are written as
+/// plain `dict`s.
+pub fn save_pt(value: &Value, path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    let pickled = pickle_value(value).map_err(|e| checkpoint_error(path, e))?;
+    write_archive(path, &pickled)
+}
+
+/// Writes `state` as `torch.save(model.state_dict(), path)` would: an `OrderedDict` with
+/// `_metadata`, atomically.
+pub fn save_pt_state_dict(state: &StateDict, path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    let pickled = pickle_state_dict(state).map_err(|e| checkpoint_error(path, e))?;
+    write_archive(path, &pickled)
+}
+
+// ----- reading -----
+
+/// The storage records of an open archive, read on first use.
+struct ZipStorages {
+    archive: ZipArchive<BufReader<File>>,
+    prefix: String,
+    file_len: u64,
+    cache: HashMap<String, Vec<u8>>,
+}
+
+fn open(path: &Path) -> Result<(Pickle, ZipStorages)> {
+    let fail = |reason: String| checkpoint_error(path, reason);
+    let file = File::open(path).map_err(|e| io_error(path, e))?;
+    let file_len = file.metadata().map_err(|e| io_error(path, e))?.len();
+    let mut archive = ZipArchive::new(BufReader::new(file))
+        .map_err(|e| fail(format!("not a PyTorch zip checkpoint: {e}")))?;
+    let first = archive
+        .file_names()
+        .next()
+        .ok_or_else(|| fail("the zip archive is empty".into()))?
+        .map_err(|e| fail(format!("bad entry name: {e}")))?;
+    let prefix = match first.split_once('/') {
+        Some((prefix, _)) => prefix.to_string(),
+        None => {
+            return Err(fail(format!(
+                "entry {first:?} is not inside an archive folder"
+            )));
+        }
+    };
+    // Old archives have no byteorder record; they are little-endian.
+    if let Ok(order) = read_record(&mut archive, &format!("{prefix}/byteorder"), file_len)
+        && order != b"little"
+    {
+        return Err(fail(format!(
+            "byteorder is {:?}; only little-endian checkpoints are supported",
+            String::from_utf8_lossy(&order)
+        )));
+    }
+    let data = read_record(&mut archive, &format!("{prefix}/data.pkl"), file_len)
+        .map_err(|e| fail(format!("{e} (not a PyTorch zip checkpoint)")))?;
+    let pickle = unpickle(&data).map_err(|e| fail(format!("{prefix}/data.pkl: {e}")))?;
+    Ok((
+        pickle,
+        ZipStorages {
+            archive,
+            prefix,
+            file_len,
+            cache: HashMap::new(),
+        },
+    ))
+}
+
+/// The bytes of entry `name`, refusing compressed entries and sizes the file cannot hold.
+fn read_record<R: Read + Seek>(
+    archive: &mut ZipArchive<R>,
+    name: &str,
+    file_len: u64,
+) -> Result<Vec<u8>, String> {
+    let entry = archive
+        .by_name(name)
+        .map_err(|e| format!("no record {name}: {e}"))?;
+    if entry.compression() != CompressionMethod::Stored {
+        return Err(format!(
+            "record {name} is compressed; torch.save stores records"
+        ));
+    }
+    let size = entry.size();
+    if size > file_len {
+        return Err(format!(
+            "record {name} claims {size} bytes in a {file_len}-byte file"
+        ));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    entry
+        .take(size)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("record {name}: {e}"))?;
+    if bytes.len() as u64 != size {
+        return Err(format!(
+            "record {name} is truncated: {} of {size} bytes",
+            bytes.len()
+        ));
+    }
+    Ok(bytes)
+}
+
+impl StorageSource for ZipStorages {
+    fn storage(&mut self, storage: &StorageRef) -> Result<&[u8], String> {
+        let name = format!("{}/data/{}", self.prefix, storage.key);
+        if !self.cache.contains_key(&storage.key) {
+            let bytes = read_record(&mut self.archive, &name, self.file_len)?;
+            self.cache.insert(storage.key.clone(), bytes);
+        }
+        let bytes = &self.cache[&storage.key];
+        let expected = storage
+            .numel
+            .checked_mul(storage.dtype.size_in_bytes() as u64)
+            .ok_or_else(|| format!("storage {:?}: size overflows", storage.key))?;
+        if bytes.len() as u64 != expected {
+            return Err(format!(
+                "storage {:?} declares {} {} elements ({expected} bytes) but record {name} \
+                 holds {} bytes",
+                storage.key,
+                storage.numel,
+                storage.dtype,
+                bytes.len()
+            ));
+        }
+        Ok(bytes)
+    }
+
+    fn total_bytes(&self) -> u64 {
+        self.file_len
+    }
+}
+
+// ----- writing -----
+
+fn write_archive(path: &Path, pickled: &Pickled) -> Result<()> {
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("archive");
+    let serialization_id = serialization_id();
+    let mut records: Vec<(String, &[u8])> = vec![
+        (format!("{stem}/data.pkl"), &pickled.pickle),
+        (format!("{stem}/.format_version"), b"1"),
+        (format!("{stem}/.storage_alignment"), b"64"),
+        (format!("{stem}/byteorder"), b"little"),
+    ];
+    for storage in &pickled.storages {
+        records.push((format!("{stem}/data/{}", storage.key), &storage.bytes));
+    }
+    records.push((format!("{stem}/version"), b"3\n"));
+    records.push((
+        format!("{stem}/.data/serialization_id"),
+        serialization_id.as_bytes(),
+    ));
+    write_atomic(path, |out| {
+        write_zip(out, &records).map_err(|e| checkpoint_error(path, format!("writing zip: {e}")))
+    })
+}
+
+/// A stored zip of `records` in order, each record's data 64-byte aligned.
+fn write_zip<W: Write + Seek>(out: W, records: &[(String, &[u8])]) -> zip::result::ZipResult<()> {
+    let mut zip = ZipWriter::new(out);
+    for (name, bytes) in records {
+        let options = SimpleFileOptions::default()
+            .compression_method(CompressionMethod::Stored)
+            .last_modified_time(DateTime::default())
+            .with_alignment(ALIGNMENT)
+            .large_file(bytes.len() as u64 >= u64::from(u32::MAX));
+        zip.start_file(name.as_str(), options)?;
+        zip.write_all(bytes)?;
+    }
+    zip.finish()?;
+    Ok(())
+}
+
+/// 40 decimal digits, like PyTorch's: unique per save, never interpreted.
+fn serialization_id() -> String {
+    let random = std::hash::RandomState::new();
+    let mut a = random.build_hasher();
+    a.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    let mut b = random.build_hasher();
+    b.write_u32(std::process::id());
+    format!(
+        "{:020}{:020}",
+        a.finish() % 10u64.pow(19),
+        b.finish() % 10u64.pow(19)
+    )
+}
