@@ -6,6 +6,59 @@
 //! `Tensor` field without `#[module(buffer)]` or `#[module(skip)]` does not compile, so the
 //! PyTorch pitfall of an attribute that `parameters()`, `state_dict()` and `to()` silently
 //! miss cannot be written.
+//!
+//! ```
+//! use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, Parameter, Result};
+//! use tessera_tensor::{DType, Tensor};
+//!
+//! #[derive(Module)]
+//! struct MyLinear {
+//!     core: ModuleCore,
+//!     weight: Parameter,
+//!     bias: Parameter,
+//! }
+//!
+//! impl Forward for MyLinear {
+//!     type Output = Tensor;
+//!     fn forward(&self, x: Tensor) -> Result<Tensor> {
+//!         Ok(x.matmul(&self.weight)?.add(&self.bias)?)
+//!     }
+//! }
+//!
+//! let m = MyLinear {
+//!     core: ModuleCore::default(),
+//!     weight: Parameter::new(Tensor::randn(&[4, 3], DType::F32)?),
+//!     bias: Parameter::new(Tensor::zeros(&[3], DType::F32)?),
+//! };
+//! let y = m.call(Tensor::ones(&[2, 4], DType::F32)?)?;
+//! assert_eq!(y.shape(), vec![2, 3]);
+//! assert_eq!(m.state_dict()?.keys().collect::<Vec<_>>(), ["weight", "bias"]);
+//! assert_eq!(m.repr(), "MyLinear()");
+//! # Ok::<(), tessera_nn::NnError>(())
+//! ```
+//!
+//! A bare tensor field is refused at compile time:
+//!
+//! ```compile_fail
+//! use tessera_nn::{Module, ModuleCore};
+//! #[derive(Module)]
+//! struct Forgetful {
+//!     core: ModuleCore,
+//!     scale: tessera_tensor::Tensor,
+//! }
+//! ```
+//!
+//! Saying what the tensor is compiles:
+//!
+//! ```
+//! use tessera_nn::{Module, ModuleCore};
+//! #[derive(Module)]
+//! struct Explicit {
+//!     core: ModuleCore,
+//!     #[module(buffer)]
+//!     scale: tessera_tensor::Tensor,
+//! }
+//! ```
 
 extern crate self as tessera_nn;
 
