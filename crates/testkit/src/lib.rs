@@ -1,0 +1,138 @@
+//! Test helpers shared by the workspace: loading PyTorch conformance cases and comparing
+//! tensors with tolerances.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use tessera_tensor::{DType, Result, Tensor};
+
+/// The folder of PyTorch-generated cases (`../shared/conformance` beside the repository, or
+/// `TESSERA_CONFORMANCE`).
+pub fn conformance_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("TESSERA_CONFORMANCE") {
+        return PathBuf::from(dir);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance")
+}
+
+/// One case: its `case.json`, and the tensors of its safetensors files by key.
+pub struct Case {
+    pub json: serde_json::Value,
+    pub io: HashMap<String, Tensor>,
+    pub weights: HashMap<String, Tensor>,
+    pub rtol: f64,
+    pub atol: f64,
+}
+
+impl Case {
+    pub fn load(name: &str) -> Case {
+        let dir = conformance_dir().join(name);
+        let json: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("case.json")).expect("case.json"),
+        )
+        .expect("valid json");
+        let rtol = json["tolerance"]["rtol"].as_f64().unwrap_or(1e-4);
+        let atol = json["tolerance"]["atol"].as_f64().unwrap_or(1e-5);
+        let read = |file: &str| -> HashMap<String, Tensor> {
+            let path = dir.join(file);
+            if !path.exists() {
+                return HashMap::new();
+            }
+            read_safetensors(&std::fs::read(path).expect("readable"))
+        };
+        Case {
+            io: read("io.safetensors"),
+            weights: read("weights.safetensors"),
+            json,
+            rtol,
+            atol,
+        }
+    }
+
+    pub fn io(&self, key: &str) -> Tensor {
+        self.io
+            .get(key)
+            .unwrap_or_else(|| panic!("io key {key}"))
+            .clone()
+    }
+
+    pub fn weight(&self, key: &str) -> Tensor {
+        self.weights
+            .get(key)
+            .unwrap_or_else(|| panic!("weight key {key}"))
+            .clone()
+    }
+
+    /// Asserts `actual` matches io tensor `key` within the case's tolerance.
+    pub fn check(&self, key: &str, actual: &Tensor) {
+        assert_close(actual, &self.io(key), self.rtol, self.atol, key);
+    }
+}
+
+pub fn read_safetensors(bytes: &[u8]) -> HashMap<String, Tensor> {
+    let st = safetensors::SafeTensors::deserialize(bytes).expect("valid safetensors");
+    st.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let shape = view.shape().to_vec();
+            let data = view.data();
+            let t = match view.dtype() {
+                safetensors::Dtype::F32 => Tensor::from_vec(
+                    data.chunks_exact(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                        .collect::<Vec<_>>(),
+                    &shape,
+                ),
+                safetensors::Dtype::F64 => Tensor::from_vec(
+                    data.chunks_exact(8)
+                        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                        .collect::<Vec<_>>(),
+                    &shape,
+                ),
+                safetensors::Dtype::I64 => Tensor::from_vec(
+                    data.chunks_exact(8)
+                        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                        .collect::<Vec<_>>(),
+                    &shape,
+                ),
+                other => panic!("unexpected dtype {other:?} for {name}"),
+            }
+            .expect("shape matches data");
+            (name, t)
+        })
+        .collect()
+}
+
+/// `|actual - expected| <= atol + rtol * |expected|` elementwise, with a message naming `what`.
+pub fn assert_close(actual: &Tensor, expected: &Tensor, rtol: f64, atol: f64, what: &str) {
+    assert_eq!(actual.shape(), expected.shape(), "{what}: shape");
+    let a = actual.to_vec_f64().expect("numeric");
+    let e = expected.to_vec_f64().expect("numeric");
+    let mut worst = (0usize, 0.0f64);
+    for (i, (x, y)) in a.iter().zip(&e).enumerate() {
+        let excess = (x - y).abs() - (atol + rtol * y.abs());
+        if excess > worst.1 || x.is_nan() != y.is_nan() {
+            worst = (i, excess.max(f64::MIN_POSITIVE));
+        }
+    }
+    assert!(
+        worst.1 <= 0.0,
+        "{what}: element {} is {} but expected {} (rtol {rtol}, atol {atol})",
+        worst.0,
+        a[worst.0],
+        e[worst.0]
+    );
+}
+
+/// A tensor from f64 values, converted to `dtype`.
+pub fn tensor(values: &[f64], shape: &[usize], dtype: DType) -> Result<Tensor> {
+    Tensor::from_vec(values.to_vec(), shape)?.to_dtype(dtype)
+}
+
+/// An f64 tensor of normal samples that requires grad, for gradcheck.
+pub fn leaf(shape: &[usize], seed: u64) -> Tensor {
+    let mut g = tessera_tensor::Generator::new(seed);
+    Tensor::randn_with(shape, DType::F64, &mut g)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap()
+}
