@@ -122,7 +122,8 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
     let mut visits = Vec::new();
     for field in &fields.named {
         let ident = field.ident.as_ref().expect("named field");
-        let name = ident.to_string();
+        // `r#final` registers as `final`, as the attribute would be named in PyTorch.
+        let name = syn::ext::IdentExt::unraw(ident).to_string();
         match field_kind(field)? {
             FieldKind::Core => {
                 if core.replace(ident.clone()).is_some() {
