@@ -2,6 +2,7 @@
 //! its hooks, and parameters, buffers and children registered at run time.
 
 use crate::hooks::Hooks;
+use crate::parametrize::Parametrizations;
 use crate::{Module, NnError, Parameter, Result, Visitor};
 use indexmap::IndexMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +23,9 @@ pub struct ModuleCore {
     training: AtomicBool,
     pub(crate) hooks: Hooks,
     dynamic: Dynamic,
+    /// The `parametrizations` child once a tensor is parametrized (`parametrize`); the
+    /// tensors it names are hidden from the module's own registrations by `walk::own`.
+    pub(crate) parametrizations: Option<Box<Parametrizations>>,
 }
 
 impl Default for ModuleCore {
@@ -30,6 +34,7 @@ impl Default for ModuleCore {
             training: AtomicBool::new(true),
             hooks: Hooks::default(),
             dynamic: Dynamic::default(),
+            parametrizations: None,
         }
     }
 }
@@ -54,7 +59,12 @@ impl ModuleCore {
             )));
         }
         let d = &self.dynamic;
+        let parametrized = self
+            .parametrizations
+            .as_ref()
+            .is_some_and(|p| name == "parametrizations" || p.contains(name));
         if taken(name)
+            || parametrized
             || d.parameters.contains_key(name)
             || d.buffers.contains_key(name)
             || d.children.contains_key(name)
@@ -102,7 +112,8 @@ impl ModuleCore {
         Ok(())
     }
 
-    /// Visits the run-time registrations.
+    /// Visits the run-time registrations, then the `parametrizations` child (registered
+    /// last, as PyTorch adds it to `_modules` when the first tensor is parametrized).
     pub(crate) fn visit_dynamic<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
         for (name, p) in &self.dynamic.parameters {
             visitor.parameter(name, p.as_ref());
@@ -112,6 +123,9 @@ impl ModuleCore {
         }
         for (name, m) in &self.dynamic.children {
             visitor.child(name, m.as_ref());
+        }
+        if let Some(p) = &self.parametrizations {
+            visitor.child("parametrizations", p.dict());
         }
     }
 }

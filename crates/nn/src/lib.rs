@@ -75,6 +75,8 @@ mod layer;
 mod module;
 pub mod optim;
 mod parameter;
+pub mod parametrizations;
+pub mod parametrize;
 mod repr;
 mod state;
 mod state_dict;

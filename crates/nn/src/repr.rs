@@ -27,7 +27,7 @@ pub fn repr(module: &dyn Module) -> String {
         .into_iter()
         .map(|(name, child)| format!("({name}): {}", add_indent(&repr(child), 2)))
         .collect();
-    let mut out = format!("{}(", module.type_name());
+    let mut out = format!("{}(", crate::parametrize::class_name(module));
     if extra_lines.len() == 1 && child_lines.is_empty() {
         out.push_str(&extra_lines[0]);
     } else if !extra_lines.is_empty() || !child_lines.is_empty() {

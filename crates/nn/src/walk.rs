@@ -31,6 +31,12 @@ pub(crate) fn own(module: &dyn Module) -> Own<'_> {
     let mut own = Own::default();
     module.visit_fields(&mut own);
     module.core().visit_dynamic(&mut own);
+    // A parametrized tensor is no longer a registration of its own: its handle holds the
+    // computed value and `parametrizations.<name>.original` holds the learnable tensor.
+    if let Some(p) = &module.core().parametrizations {
+        own.parameters.retain(|(name, _)| !p.contains(name));
+        own.buffers.retain(|(name, _, _)| !p.contains(name));
+    }
     own
 }
 

@@ -285,6 +285,39 @@ impl Tensor {
         Tensor::from_data(self.data())
     }
 
+    /// Cuts this handle from the autograd graph in place: it becomes a leaf that does not
+    /// require grad, keeping its data (PyTorch's `detach_`).
+    pub fn detach_(&self) -> &Tensor {
+        *self.0.grad_fn.lock().unwrap_or_else(poisoned) = None;
+        self.set_requires_grad_unchecked(false);
+        self
+    }
+
+    /// Makes this handle denote `other`, as rebinding a Python attribute (`m.weight = w`)
+    /// does: every holder of this handle now sees `other`'s data (shared storage) and
+    /// gradients flowing into it reach `other`'s graph.
+    ///
+    /// Unlike [`Tensor::set_data`], which keeps the handle's autograd identity, this takes
+    /// `other`'s: its node (so `is_leaf()` and `requires_grad()` follow `other`), or, when
+    /// `other` is a leaf that requires grad, an alias node (`reshapeBackward` to the same
+    /// shape) whose gradient accumulates into `other.grad()`; that node is recorded only
+    /// in grad mode, as any op is. The handle's own `.grad` is cleared. Rebinding a handle
+    /// to itself does nothing. Parametrized module fields are built on this.
+    pub fn rebind(&self, other: &Tensor) {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return;
+        }
+        self.set_data(other);
+        self.set_grad(None);
+        self.detach_();
+        if let Some(edge) = other.grad_fn() {
+            self.set_grad_fn(edge);
+        } else if other.requires_grad() && crate::is_grad_enabled() {
+            let alias = crate::op::Op::View(crate::op::ViewOp::Reshape(other.shape()));
+            crate::autograd::record(&alias, &[other], std::slice::from_ref(self));
+        }
+    }
+
     // ----- reading data -----
 
     /// Calls `f` with the elements in row-major order: borrowed when contiguous, gathered

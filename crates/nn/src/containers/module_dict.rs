@@ -40,6 +40,10 @@ impl<M: Module> ModuleDict<M> {
         self.items.get(name)
     }
 
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut M> {
+        self.items.get_mut(name)
+    }
+
     pub fn remove(&mut self, name: &str) -> Option<M> {
         self.items.shift_remove(name)
     }
