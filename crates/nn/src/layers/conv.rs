@@ -69,13 +69,13 @@ impl ConvConfig {
         if self.groups == 0 {
             return invalid("groups must be a positive integer".into());
         }
-        if self.in_channels % self.groups != 0 {
+        if !self.in_channels.is_multiple_of(self.groups) {
             return invalid(format!(
                 "in_channels ({}) must be divisible by groups ({})",
                 self.in_channels, self.groups
             ));
         }
-        if self.out_channels % self.groups != 0 {
+        if !self.out_channels.is_multiple_of(self.groups) {
             return invalid(format!(
                 "out_channels ({}) must be divisible by groups ({})",
                 self.out_channels, self.groups

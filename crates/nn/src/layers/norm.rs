@@ -185,14 +185,16 @@ impl BatchNormState<'_> {
     fn forward(&self, input: &Tensor) -> Result<Tensor> {
         let o = self.options;
         let mut factor = o.momentum.unwrap_or(0.0);
-        if self.training && o.track_running_stats {
-            if let Some(count) = self.num_batches_tracked {
-                let _guard = no_grad();
-                let n = count.item::<i64>()? + 1;
-                count.fill_(n as f64)?;
-                if o.momentum.is_none() {
-                    factor = 1.0 / n as f64;
-                }
+        if let (true, true, Some(count)) = (
+            self.training,
+            o.track_running_stats,
+            self.num_batches_tracked,
+        ) {
+            let _guard = no_grad();
+            let n = count.item::<i64>()? + 1;
+            count.fill_(n as f64)?;
+            if o.momentum.is_none() {
+                factor = 1.0 / n as f64;
             }
         }
         let use_batch_stats =
@@ -321,7 +323,7 @@ impl GroupNorm {
         num_channels: usize,
         options: GroupNormOptions,
     ) -> Result<Self> {
-        if num_groups == 0 || num_channels % num_groups != 0 {
+        if num_groups == 0 || !num_channels.is_multiple_of(num_groups) {
             return Err(NnError::Invalid(format!(
                 "GroupNorm: num_channels ({num_channels}) must be divisible by num_groups ({num_groups})"
             )));
