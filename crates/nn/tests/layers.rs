@@ -324,6 +324,21 @@ fn a_child_at_its_parents_address_is_still_a_child() -> Result<()> {
     Ok(())
 }
 
+#[test]
+fn layers_chain_in_a_sequential() -> Result<()> {
+    let net = Sequential::new()
+        .add(Linear::new(4, 3)?)
+        .add(ReLU::new())
+        .add(Dropout::new(0.5)?);
+    assert_eq!(
+        net.repr(),
+        "Sequential(\n  (0): Linear(in_features=4, out_features=3, bias=True)\n  (1): ReLU()\n  (2): Dropout(p=0.5, inplace=False)\n)"
+    );
+    net.eval();
+    assert_eq!(net.call(randn(&[2, 4], 24))?.shape(), [2, 3]);
+    Ok(())
+}
+
 // ---------------------------------------------------------------- parameters and init
 
 #[test]
