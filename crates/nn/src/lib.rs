@@ -71,7 +71,9 @@ mod error;
 mod field;
 pub mod hooks;
 mod indirect;
+pub mod init;
 mod layer;
+pub mod layers;
 mod module;
 pub mod optim;
 mod parameter;
@@ -95,6 +97,12 @@ pub use error::{NnError, Result};
 pub use field::{BufferField, ModuleField};
 pub use hooks::HookHandle;
 pub use layer::Layer;
+pub use layers::{
+    AdaptiveAvgPool2d, AvgPool2d, BCEWithLogitsLoss, BatchNorm1d, BatchNorm2d, Bilinear, Conv1d,
+    Conv2d, ConvTranspose2d, CrossEntropyLoss, Dropout, Embedding, Flatten, GELU, GroupNorm,
+    Identity, L1Loss, LayerNorm, LeakyReLU, Linear, LogSoftmax, MSELoss, MaxPool2d, NLLLoss, ReLU,
+    SiLU, Sigmoid, Softmax, Tanh,
+};
 pub use module::{Module, ModuleExt};
 pub use parameter::Parameter;
 pub use repr::repr;

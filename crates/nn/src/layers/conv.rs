@@ -1,0 +1,489 @@
+//! Convolution layers: `Conv1d`, `Conv2d` and `ConvTranspose2d` (the gradient of a conv2d
+//! with respect to its input, run through the tensor crate's `ConvOp::BackwardInput`).
+
+use super::linear::reset_weight_and_bias;
+use super::options::{Size2, initialized, options, parameter};
+use super::python::py_tuple;
+use crate::{Forward, ModuleCore, NnError, Parameter, Result};
+use tessera_tensor::op::{ConvOp, ConvParams};
+use tessera_tensor::{DType, Device, Op, Tensor, functional};
+
+options! {
+    /// Options of [`Conv1d`].
+    Conv1dOptions {
+        stride: usize = 1,
+        padding: usize = 0,
+        dilation: usize = 1,
+        groups: usize = 1,
+        bias: bool = true,
+        dtype: DType = DType::F32,
+        device: Device = Device::Cpu,
+    }
+}
+
+options! {
+    /// Options of [`Conv2d`]; sizes are an `int` or a `(height, width)` pair.
+    Conv2dOptions {
+        stride: Size2 = Size2::Int(1),
+        padding: Size2 = Size2::Int(0),
+        dilation: Size2 = Size2::Int(1),
+        groups: usize = 1,
+        bias: bool = true,
+        dtype: DType = DType::F32,
+        device: Device = Device::Cpu,
+    }
+}
+
+options! {
+    /// Options of [`ConvTranspose2d`]; `output_padding` adds rows and columns on one side of
+    /// the output and must be smaller than the stride.
+    ConvTranspose2dOptions {
+        stride: Size2 = Size2::Int(1),
+        padding: Size2 = Size2::Int(0),
+        output_padding: Size2 = Size2::Int(0),
+        groups: usize = 1,
+        bias: bool = true,
+        dilation: Size2 = Size2::Int(1),
+        dtype: DType = DType::F32,
+        device: Device = Device::Cpu,
+    }
+}
+
+/// Hyper-parameters every convolution prints, as tuples (PyTorch's `_ConvNd`).
+#[derive(Debug, Clone, PartialEq)]
+struct ConvConfig {
+    in_channels: usize,
+    out_channels: usize,
+    kernel_size: Vec<usize>,
+    stride: Vec<usize>,
+    padding: Vec<usize>,
+    dilation: Vec<usize>,
+    output_padding: Vec<usize>,
+    groups: usize,
+}
+
+impl ConvConfig {
+    /// Checks channels against groups and that no size is zero; `layer` names the error.
+    fn check(&self, layer: &str) -> Result<()> {
+        let invalid = |msg: String| Err(NnError::Invalid(format!("{layer}: {msg}")));
+        if self.groups == 0 {
+            return invalid("groups must be a positive integer".into());
+        }
+        if !self.in_channels.is_multiple_of(self.groups) {
+            return invalid(format!(
+                "in_channels ({}) must be divisible by groups ({})",
+                self.in_channels, self.groups
+            ));
+        }
+        if !self.out_channels.is_multiple_of(self.groups) {
+            return invalid(format!(
+                "out_channels ({}) must be divisible by groups ({})",
+                self.out_channels, self.groups
+            ));
+        }
+        if self.kernel_size.contains(&0) || self.stride.contains(&0) || self.dilation.contains(&0) {
+            return invalid(format!(
+                "kernel_size {:?}, stride {:?} and dilation {:?} must be positive",
+                self.kernel_size, self.stride, self.dilation
+            ));
+        }
+        Ok(())
+    }
+
+    /// PyTorch's `_ConvNd.extra_repr`: defaults other than kernel size and stride are omitted.
+    fn repr(&self, has_bias: bool) -> String {
+        let mut s = format!(
+            "{}, {}, kernel_size={}, stride={}",
+            self.in_channels,
+            self.out_channels,
+            py_tuple(&self.kernel_size),
+            py_tuple(&self.stride)
+        );
+        if self.padding.iter().any(|&p| p != 0) {
+            s += &format!(", padding={}", py_tuple(&self.padding));
+        }
+        if self.dilation.iter().any(|&d| d != 1) {
+            s += &format!(", dilation={}", py_tuple(&self.dilation));
+        }
+        if self.output_padding.iter().any(|&p| p != 0) {
+            s += &format!(", output_padding={}", py_tuple(&self.output_padding));
+        }
+        if self.groups != 1 {
+            s += &format!(", groups={}", self.groups);
+        }
+        if !has_bias {
+            s += ", bias=False";
+        }
+        s
+    }
+}
+
+/// The input rank a layer accepts, batched or not; otherwise an error naming the layer.
+fn check_rank(layer: &str, input: &Tensor, batched: usize) -> Result<()> {
+    let rank = input.ndim();
+    if rank == batched || rank + 1 == batched {
+        return Ok(());
+    }
+    Err(NnError::Invalid(format!(
+        "{layer}: expected {}D (unbatched) or {batched}D (batched) input, but got input of size {:?}",
+        batched - 1,
+        input.shape()
+    )))
+}
+
+/// 1-D convolution over `[N, C_in, L]` (or unbatched `[C_in, L]`); `weight` is
+/// `[out_channels, in_channels / groups, kernel_size]`.
+#[derive(crate::Module)]
+#[module(extra_repr = "repr_args")]
+pub struct Conv1d {
+    core: ModuleCore,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub kernel_size: usize,
+    #[module(skip)]
+    pub options: Conv1dOptions,
+    pub weight: Parameter,
+    pub bias: Option<Parameter>,
+}
+
+impl Conv1d {
+    pub fn new(in_channels: usize, out_channels: usize, kernel_size: usize) -> Result<Self> {
+        Self::with_options(
+            in_channels,
+            out_channels,
+            kernel_size,
+            Conv1dOptions::default(),
+        )
+    }
+
+    pub fn with_options(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        options: Conv1dOptions,
+    ) -> Result<Self> {
+        let config = conv1d_config(in_channels, out_channels, kernel_size, &options);
+        config.check("Conv1d")?;
+        let (dtype, device) = (options.dtype, options.device);
+        let shape = [out_channels, in_channels / options.groups, kernel_size];
+        let layer = Conv1d {
+            core: ModuleCore::default(),
+            in_channels,
+            out_channels,
+            kernel_size,
+            weight: parameter(&shape, dtype, device)?,
+            bias: match options.bias {
+                true => Some(parameter(&[out_channels], dtype, device)?),
+                false => None,
+            },
+            options,
+        };
+        initialized(layer, Conv1d::reset_parameters)
+    }
+
+    pub fn reset_parameters(&self) -> Result<()> {
+        reset_weight_and_bias(&self.weight, self.bias.as_ref())
+    }
+
+    fn repr_args(&self) -> String {
+        conv1d_config(
+            self.in_channels,
+            self.out_channels,
+            self.kernel_size,
+            &self.options,
+        )
+        .repr(self.bias.is_some())
+    }
+}
+
+fn conv1d_config(cin: usize, cout: usize, k: usize, o: &Conv1dOptions) -> ConvConfig {
+    ConvConfig {
+        in_channels: cin,
+        out_channels: cout,
+        kernel_size: vec![k],
+        stride: vec![o.stride],
+        padding: vec![o.padding],
+        dilation: vec![o.dilation],
+        output_padding: vec![0],
+        groups: o.groups,
+    }
+}
+
+impl Forward for Conv1d {
+    type Output = Tensor;
+    fn forward(&self, input: Tensor) -> Result<Tensor> {
+        check_rank("Conv1d", &input, 3)?;
+        let o = &self.options;
+        Ok(functional::conv1d(
+            &input,
+            &self.weight,
+            self.bias.as_deref(),
+            o.stride,
+            o.padding,
+            o.dilation,
+            o.groups,
+        )?)
+    }
+}
+
+/// 2-D convolution over `[N, C_in, H, W]` (or unbatched `[C_in, H, W]`); `weight` is
+/// `[out_channels, in_channels / groups, kH, kW]`.
+#[derive(crate::Module)]
+#[module(extra_repr = "repr_args")]
+pub struct Conv2d {
+    core: ModuleCore,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub kernel_size: [usize; 2],
+    #[module(skip)]
+    pub options: Conv2dOptions,
+    pub weight: Parameter,
+    pub bias: Option<Parameter>,
+}
+
+/// The config of a 2-D convolution; `sizes` are stride, padding, dilation, output padding.
+fn conv2d_config(
+    cin: usize,
+    cout: usize,
+    k: [usize; 2],
+    sizes: [Size2; 4],
+    groups: usize,
+) -> ConvConfig {
+    let [stride, padding, dilation, output_padding] = sizes;
+    ConvConfig {
+        in_channels: cin,
+        out_channels: cout,
+        kernel_size: k.to_vec(),
+        stride: stride.pair().to_vec(),
+        padding: padding.pair().to_vec(),
+        dilation: dilation.pair().to_vec(),
+        output_padding: output_padding.pair().to_vec(),
+        groups,
+    }
+}
+
+impl Conv2d {
+    /// A convolution with a `kernel_size` of one `int` or a `(kH, kW)` pair.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: impl Into<Size2>,
+    ) -> Result<Self> {
+        Self::with_options(
+            in_channels,
+            out_channels,
+            kernel_size,
+            Conv2dOptions::default(),
+        )
+    }
+
+    pub fn with_options(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: impl Into<Size2>,
+        options: Conv2dOptions,
+    ) -> Result<Self> {
+        let kernel_size = kernel_size.into().pair();
+        let o = &options;
+        let sizes = [o.stride, o.padding, o.dilation, Size2::Int(0)];
+        conv2d_config(in_channels, out_channels, kernel_size, sizes, o.groups).check("Conv2d")?;
+        let [kh, kw] = kernel_size;
+        let shape = [out_channels, in_channels / o.groups, kh, kw];
+        let layer = Conv2d {
+            core: ModuleCore::default(),
+            in_channels,
+            out_channels,
+            kernel_size,
+            weight: parameter(&shape, o.dtype, o.device)?,
+            bias: match o.bias {
+                true => Some(parameter(&[out_channels], o.dtype, o.device)?),
+                false => None,
+            },
+            options,
+        };
+        initialized(layer, Conv2d::reset_parameters)
+    }
+
+    fn config(&self) -> ConvConfig {
+        let o = &self.options;
+        conv2d_config(
+            self.in_channels,
+            self.out_channels,
+            self.kernel_size,
+            [o.stride, o.padding, o.dilation, Size2::Int(0)],
+            o.groups,
+        )
+    }
+
+    pub fn reset_parameters(&self) -> Result<()> {
+        reset_weight_and_bias(&self.weight, self.bias.as_ref())
+    }
+
+    fn repr_args(&self) -> String {
+        self.config().repr(self.bias.is_some())
+    }
+}
+
+impl Forward for Conv2d {
+    type Output = Tensor;
+    fn forward(&self, input: Tensor) -> Result<Tensor> {
+        check_rank("Conv2d", &input, 4)?;
+        let o = &self.options;
+        Ok(functional::conv2d(
+            &input,
+            &self.weight,
+            self.bias.as_deref(),
+            o.stride.pair(),
+            o.padding.pair(),
+            o.dilation.pair(),
+            o.groups,
+        )?)
+    }
+}
+
+/// Transposed 2-D convolution (the gradient of a conv2d with respect to its input) over
+/// `[N, C_in, H, W]` or unbatched `[C_in, H, W]`; `weight` is
+/// `[in_channels, out_channels / groups, kH, kW]` as PyTorch's. The output size is
+/// `(H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1`.
+#[derive(crate::Module)]
+#[module(extra_repr = "repr_args")]
+pub struct ConvTranspose2d {
+    core: ModuleCore,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub kernel_size: [usize; 2],
+    #[module(skip)]
+    pub options: ConvTranspose2dOptions,
+    pub weight: Parameter,
+    pub bias: Option<Parameter>,
+}
+
+impl ConvTranspose2d {
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: impl Into<Size2>,
+    ) -> Result<Self> {
+        Self::with_options(
+            in_channels,
+            out_channels,
+            kernel_size,
+            ConvTranspose2dOptions::default(),
+        )
+    }
+
+    pub fn with_options(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: impl Into<Size2>,
+        options: ConvTranspose2dOptions,
+    ) -> Result<Self> {
+        let kernel_size = kernel_size.into().pair();
+        let o = &options;
+        let sizes = [o.stride, o.padding, o.dilation, o.output_padding];
+        conv2d_config(in_channels, out_channels, kernel_size, sizes, o.groups)
+            .check("ConvTranspose2d")?;
+        let (stride, output_padding) = (o.stride.pair(), o.output_padding.pair());
+        if output_padding[0] >= stride[0] || output_padding[1] >= stride[1] {
+            return Err(NnError::Invalid(format!(
+                "ConvTranspose2d: output_padding {output_padding:?} must be smaller than stride {stride:?}"
+            )));
+        }
+        let [kh, kw] = kernel_size;
+        let shape = [in_channels, out_channels / o.groups, kh, kw];
+        let layer = ConvTranspose2d {
+            core: ModuleCore::default(),
+            in_channels,
+            out_channels,
+            kernel_size,
+            weight: parameter(&shape, o.dtype, o.device)?,
+            bias: match o.bias {
+                true => Some(parameter(&[out_channels], o.dtype, o.device)?),
+                false => None,
+            },
+            options,
+        };
+        initialized(layer, ConvTranspose2d::reset_parameters)
+    }
+
+    fn config(&self) -> ConvConfig {
+        let o = &self.options;
+        conv2d_config(
+            self.in_channels,
+            self.out_channels,
+            self.kernel_size,
+            [o.stride, o.padding, o.dilation, o.output_padding],
+            o.groups,
+        )
+    }
+
+    /// PyTorch's default init; the fans come from the `[in, out/groups, kH, kW]` weight.
+    pub fn reset_parameters(&self) -> Result<()> {
+        reset_weight_and_bias(&self.weight, self.bias.as_ref())
+    }
+
+    fn repr_args(&self) -> String {
+        self.config().repr(self.bias.is_some())
+    }
+
+    /// `[H_out, W_out]` for an input plane of `[h, w]`, or an error when it is not positive.
+    fn output_size(&self, input: &Tensor, [h, w]: [usize; 2]) -> Result<[usize; 2]> {
+        let o = &self.options;
+        let (s, p, d, op) = (
+            o.stride.pair(),
+            o.padding.pair(),
+            o.dilation.pair(),
+            o.output_padding.pair(),
+        );
+        let size = |i: usize, n: usize| {
+            let full = (n as i64 - 1) * s[i] as i64
+                + (d[i] * (self.kernel_size[i] - 1)) as i64
+                + op[i] as i64
+                + 1;
+            full - 2 * p[i] as i64
+        };
+        let (oh, ow) = (size(0, h), size(1, w));
+        if h == 0 || w == 0 || oh <= 0 || ow <= 0 {
+            return Err(NnError::Invalid(format!(
+                "ConvTranspose2d: input of size {:?} gives a non-positive output size ({oh} x {ow})",
+                input.shape()
+            )));
+        }
+        Ok([oh as usize, ow as usize])
+    }
+}
+
+impl Forward for ConvTranspose2d {
+    type Output = Tensor;
+    fn forward(&self, input: Tensor) -> Result<Tensor> {
+        check_rank("ConvTranspose2d", &input, 4)?;
+        let unbatched = input.ndim() == 3;
+        let x = if unbatched {
+            input.unsqueeze(0)?
+        } else {
+            input.clone()
+        };
+        let shape = x.shape();
+        if shape[1] != self.in_channels {
+            return Err(NnError::Invalid(format!(
+                "ConvTranspose2d: expected input with {} channels, but got input of size {:?}",
+                self.in_channels,
+                input.shape()
+            )));
+        }
+        let o = &self.options;
+        let input_size = self.output_size(&input, [shape[2], shape[3]])?;
+        let params = ConvParams::conv2d(
+            o.stride.pair(),
+            o.padding.pair(),
+            o.dilation.pair(),
+            o.groups,
+        );
+        let op = Op::Conv(ConvOp::BackwardInput { params, input_size });
+        let mut y = op.apply1(&[&x, &self.weight])?;
+        if let Some(bias) = &self.bias {
+            y = y.add(&bias.reshape(&[1, self.out_channels, 1, 1])?)?;
+        }
+        Ok(if unbatched { y.squeeze_dim(0)? } else { y })
+    }
+}

@@ -1,0 +1,32 @@
+//! PyTorch's built-in layers, one file per family; each is a `#[derive(Module)]` struct with
+//! PyTorch's parameter names, default initialisation and repr, and an options struct (with
+//! PyTorch's defaults and chainable setters) for everything past the required sizes.
+
+mod activation;
+mod conv;
+mod dropout;
+mod embedding;
+mod linear;
+mod loss;
+mod norm;
+mod options;
+mod pool;
+mod python;
+mod shape;
+
+pub use activation::{GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
+pub use conv::{
+    Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvTranspose2d, ConvTranspose2dOptions,
+};
+pub use dropout::Dropout;
+pub use embedding::{Embedding, EmbeddingOptions};
+pub use linear::{Bilinear, Identity, Linear, LinearOptions};
+pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss};
+pub use norm::{
+    BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, GroupNormOptions, LayerNorm,
+    LayerNormOptions,
+};
+pub use options::{Setting, Size2};
+pub use pool::{AdaptiveAvgPool2d, AvgPool2d, AvgPool2dOptions, MaxPool2d, MaxPool2dOptions};
+pub use python::{py_bool, py_float, py_opt_float, py_tuple};
+pub use shape::Flatten;
