@@ -51,9 +51,15 @@ pub(crate) fn field_names(module: &dyn Module) -> Vec<String> {
         .collect()
 }
 
-/// The identity of a module: its address.
-pub(crate) fn module_id(module: &dyn Module) -> usize {
-    module as *const dyn Module as *const () as usize
+/// The identity of a module: its address and type. The address alone is not enough: a
+/// struct's first field can sit at the struct's own address.
+pub(crate) type ModuleId = (usize, std::any::TypeId);
+
+pub(crate) fn module_id(module: &dyn Module) -> ModuleId {
+    (
+        module as *const dyn Module as *const () as usize,
+        module.as_any().type_id(),
+    )
 }
 
 fn join(prefix: &str, name: &str) -> String {
@@ -82,7 +88,7 @@ pub(crate) fn named_modules<'a>(
         m: &'a dyn Module,
         prefix: String,
         dedup: bool,
-        seen: &mut HashSet<usize>,
+        seen: &mut HashSet<ModuleId>,
         out: &mut Vec<(String, &'a dyn Module)>,
     ) {
         if dedup && !seen.insert(module_id(m)) {
