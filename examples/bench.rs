@@ -4,6 +4,12 @@
 use clap::Parser;
 use std::time::Instant;
 use tessera::functional as F;
+use tessera::nn::layers::{
+    AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Conv2dOptions, CrossEntropyLoss, Flatten, Linear,
+    MaxPool2d, ReLU,
+};
+use tessera::nn::optim::{Optimizer, SGD, SgdOptions};
+use tessera::nn::{Call, Forward, Module, ModuleCore, ModuleExt, Sequential};
 use tessera::{DType, Generator, Result, Tensor, no_grad};
 
 #[derive(Parser)]
@@ -176,6 +182,59 @@ impl SmallCnn {
     }
 }
 
+/// The same CNN built from `tessera-nn` layers, to measure what modules cost over functions.
+#[derive(Module)]
+struct SmallCnnModule {
+    core: ModuleCore,
+    conv1: Conv2d,
+    bn1: BatchNorm2d,
+    relu1: ReLU,
+    pool1: MaxPool2d,
+    conv2: Conv2d,
+    bn2: BatchNorm2d,
+    relu2: ReLU,
+    gap: AdaptiveAvgPool2d,
+    flatten: Flatten,
+    fc: Linear,
+}
+
+impl SmallCnnModule {
+    fn new() -> tessera::nn::Result<Self> {
+        Ok(SmallCnnModule {
+            core: ModuleCore::default(),
+            conv1: Conv2d::with_options(3, 16, 3, Conv2dOptions::default().padding(1))?,
+            bn1: BatchNorm2d::new(16)?,
+            relu1: ReLU::new(),
+            pool1: MaxPool2d::new(2),
+            conv2: Conv2d::with_options(16, 32, 3, Conv2dOptions::default().stride(2).padding(1))?,
+            bn2: BatchNorm2d::new(32)?,
+            relu2: ReLU::new(),
+            gap: AdaptiveAvgPool2d::new(1),
+            flatten: Flatten::new(),
+            fc: Linear::new(32, 10)?,
+        })
+    }
+}
+
+impl Forward for SmallCnnModule {
+    type Output = Tensor;
+    fn forward(&self, x: Tensor) -> tessera::nn::Result<Tensor> {
+        let x = self
+            .pool1
+            .call(self.relu1.call(self.bn1.call(self.conv1.call(x)?)?)?)?;
+        let x = self.relu2.call(self.bn2.call(self.conv2.call(x)?)?)?;
+        self.fc.call(self.flatten.call(self.gap.call(x)?)?)
+    }
+}
+
+/// Errors of the module workloads, as tensor errors so that all workloads share one type.
+fn nn_err(e: tessera::nn::NnError) -> tessera::TensorError {
+    match e {
+        tessera::nn::NnError::Op(e) | tessera::nn::NnError::Tensor { source: e, .. } => e,
+        other => tessera::TensorError::Autograd(other.to_string()),
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     match run(&args) {
@@ -193,7 +252,7 @@ type Workload = (
     fn(&mut Generator) -> Result<Box<dyn FnMut() -> Result<()>>>,
 );
 
-const WORKLOADS: [Workload; 5] = [
+const WORKLOADS: [Workload; 7] = [
     ("matmul_1024", |g| {
         let a = Tensor::randn_with(&[1024, 1024], DType::F32, g)?;
         let b = Tensor::randn_with(&[1024, 1024], DType::F32, g)?;
@@ -237,6 +296,48 @@ const WORKLOADS: [Workload; 5] = [
         Ok(Box::new(move || {
             let _guard = no_grad();
             cnn.forward(&images).map(drop)
+        }))
+    }),
+    ("mlp_train_b256_nn", |g| {
+        let mlp = Sequential::new()
+            .add(Linear::new(784, 256).map_err(nn_err)?)
+            .add(ReLU::new())
+            .add(Linear::new(256, 128).map_err(nn_err)?)
+            .add(ReLU::new())
+            .add(Linear::new(128, 10).map_err(nn_err)?);
+        let x = Tensor::randn_with(&[256, 784], DType::F32, g)?;
+        let target = Tensor::randint_with(0, 10, &[256], DType::I64, g)?;
+        let params = mlp
+            .parameters()
+            .iter()
+            .map(|p| p.tensor().clone())
+            .collect();
+        let mut opt = SGD::new(
+            params,
+            SgdOptions {
+                lr: 0.01,
+                momentum: 0.9,
+                ..Default::default()
+            },
+        )
+        .map_err(nn_err)?;
+        let loss_fn = CrossEntropyLoss::new();
+        Ok(Box::new(move || {
+            opt.zero_grad(true);
+            let loss = loss_fn
+                .call((mlp.call(x.clone()).map_err(nn_err)?, target.clone()))
+                .map_err(nn_err)?;
+            loss.backward()?;
+            opt.step().map_err(nn_err)
+        }))
+    }),
+    ("cnn_infer_b64_nn", |g| {
+        let cnn = SmallCnnModule::new().map_err(nn_err)?;
+        cnn.eval();
+        let images = Tensor::randn_with(&[64, 3, 32, 32], DType::F32, g)?;
+        Ok(Box::new(move || {
+            let _guard = no_grad();
+            cnn.call(images.clone()).map(drop).map_err(nn_err)
         }))
     }),
     ("elementwise_16m", |g| {
