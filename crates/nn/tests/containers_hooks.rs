@@ -350,3 +350,84 @@ fn state_dict_hooks_and_load_hooks_run() -> Result<()> {
     assert_eq!(m.weight.to_vec::<f32>()?, vec![1.0; 4]);
     Ok(())
 }
+
+/// A module with extra state, as PyTorch's `get_extra_state`/`set_extra_state`.
+#[derive(Module)]
+#[module(get_extra_state = "extra", set_extra_state = "restore")]
+struct Counter {
+    core: ModuleCore,
+    #[module(skip)]
+    count: std::sync::atomic::AtomicI64,
+}
+
+impl Counter {
+    fn extra(&self) -> tessera_nn::Value {
+        tessera_nn::Value::Int(self.count.load(Ordering::SeqCst))
+    }
+
+    fn restore(&self, state: &tessera_nn::Value) -> Result<()> {
+        let v = state
+            .as_i64()
+            .ok_or_else(|| tessera_nn::NnError::Invalid("count must be an int".into()))?;
+        self.count.store(v, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[test]
+fn extra_state_is_saved_under_its_key_and_restored() -> Result<()> {
+    let a = Counter {
+        core: ModuleCore::default(),
+        count: 7.into(),
+    };
+    let sd = a.state_dict()?;
+    assert_eq!(sd.extra.keys().collect::<Vec<_>>(), ["_extra_state"]);
+    let b = Counter {
+        core: ModuleCore::default(),
+        count: 0.into(),
+    };
+    assert!(b.load_state_dict(&sd, true, false)?.is_empty());
+    assert_eq!(b.count.load(Ordering::SeqCst), 7);
+    let missing = b.load_state_dict(&tessera_nn::StateDict::new(), false, false)?;
+    assert_eq!(missing.missing_keys, ["_extra_state"]);
+    Ok(())
+}
+
+#[test]
+fn backward_pre_hook_replaces_output_gradients() -> Result<()> {
+    let m = my_linear(2, 2);
+    let x = Tensor::ones(&[1, 2], DType::F32)?.requires_grad_(true)?;
+    m.register_full_backward_pre_hook(|grad_outputs| {
+        Ok(Some(
+            grad_outputs
+                .iter()
+                .map(|g| g.as_ref().map(|g| g.mul_scalar(0.0).unwrap()))
+                .collect(),
+        ))
+    });
+    m.call(x.clone())?.sum_all()?.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![0.0, 0.0]);
+    assert_eq!(
+        m.weight.grad().unwrap().to_vec::<f32>()?,
+        vec![0.0; 4],
+        "the module's own backward sees the replaced gradient"
+    );
+    Ok(())
+}
+
+#[test]
+fn load_state_dict_with_assign_takes_the_given_tensors() -> Result<()> {
+    let m = my_linear(2, 2);
+    let handle = m.weight.clone();
+    let mut sd = m.state_dict()?;
+    let fresh = Tensor::full(&[2, 2], 3.0, DType::F64)?;
+    sd.insert("weight", fresh);
+    m.load_state_dict(&sd, true, true)?;
+    assert_eq!(
+        handle.to_vec::<f32>()?,
+        vec![3.0; 4],
+        "the parameter handle stays valid and keeps its dtype"
+    );
+    assert!(handle.requires_grad());
+    Ok(())
+}
