@@ -4,12 +4,10 @@
 use clap::Parser;
 use std::time::Instant;
 use tessera::functional as F;
-use tessera::nn::layers::{
-    AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Conv2dOptions, CrossEntropyLoss, Flatten, Linear,
-    MaxPool2d, ReLU,
-};
+use tessera::nn::layers::{CrossEntropyLoss, Linear, ReLU};
+use tessera::nn::models::SmallCnn as SmallCnnModule;
 use tessera::nn::optim::{Optimizer, SGD, SgdOptions};
-use tessera::nn::{Call, Forward, Module, ModuleCore, ModuleExt, Sequential};
+use tessera::nn::{Call, ModuleExt, Sequential};
 use tessera::{DType, Generator, Result, Tensor, no_grad};
 
 #[derive(Parser)]
@@ -179,51 +177,6 @@ impl SmallCnn {
         let h = bn(&h, &self.bn2)?.relu()?;
         let h = F::adaptive_avg_pool2d(&h, [1, 1])?.flatten(1, -1)?;
         h.linear(&self.fc.0, Some(&self.fc.1))
-    }
-}
-
-/// The same CNN built from `tessera-nn` layers, to measure what modules cost over functions.
-#[derive(Module)]
-struct SmallCnnModule {
-    core: ModuleCore,
-    conv1: Conv2d,
-    bn1: BatchNorm2d,
-    relu1: ReLU,
-    pool1: MaxPool2d,
-    conv2: Conv2d,
-    bn2: BatchNorm2d,
-    relu2: ReLU,
-    gap: AdaptiveAvgPool2d,
-    flatten: Flatten,
-    fc: Linear,
-}
-
-impl SmallCnnModule {
-    fn new() -> tessera::nn::Result<Self> {
-        Ok(SmallCnnModule {
-            core: ModuleCore::default(),
-            conv1: Conv2d::with_options(3, 16, 3, Conv2dOptions::default().padding(1))?,
-            bn1: BatchNorm2d::new(16)?,
-            relu1: ReLU::new(),
-            pool1: MaxPool2d::new(2),
-            conv2: Conv2d::with_options(16, 32, 3, Conv2dOptions::default().stride(2).padding(1))?,
-            bn2: BatchNorm2d::new(32)?,
-            relu2: ReLU::new(),
-            gap: AdaptiveAvgPool2d::new(1),
-            flatten: Flatten::new(),
-            fc: Linear::new(32, 10)?,
-        })
-    }
-}
-
-impl Forward for SmallCnnModule {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> tessera::nn::Result<Tensor> {
-        let x = self
-            .pool1
-            .call(self.relu1.call(self.bn1.call(self.conv1.call(x)?)?)?)?;
-        let x = self.relu2.call(self.bn2.call(self.conv2.call(x)?)?)?;
-        self.fc.call(self.flatten.call(self.gap.call(x)?)?)
     }
 }
 

@@ -74,6 +74,7 @@ mod indirect;
 pub mod init;
 mod layer;
 pub mod layers;
+pub mod models;
 mod module;
 pub mod optim;
 mod parameter;

@@ -8,10 +8,7 @@ mod common;
 use common::{Case, assert_close};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tessera_nn::layers::{
-    AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Conv2dOptions, Dropout, Flatten, LeakyReLU, Linear,
-    MaxPool2d, ReLU,
-};
+use tessera_nn::layers::{Dropout, LeakyReLU, Linear, ReLU};
 use tessera_nn::optim::{Adam, AdamOptions, AdamW, AdamWOptions, Optimizer, SGD, SgdOptions};
 use tessera_nn::{
     Call, Forward, Layer, Module, ModuleCore, ModuleDict, ModuleExt, ModuleList, Parameter,
@@ -157,50 +154,7 @@ impl StatefulModule {
     }
 }
 
-#[derive(Module)]
-#[module(name = "SmallCNN")]
-struct SmallCnn {
-    core: ModuleCore,
-    conv1: Conv2d,
-    bn1: BatchNorm2d,
-    relu1: ReLU,
-    pool1: MaxPool2d,
-    conv2: Conv2d,
-    bn2: BatchNorm2d,
-    relu2: ReLU,
-    gap: AdaptiveAvgPool2d,
-    flatten: Flatten,
-    fc: Linear,
-}
-
-impl SmallCnn {
-    fn new() -> Result<SmallCnn> {
-        Ok(SmallCnn {
-            core: ModuleCore::default(),
-            conv1: Conv2d::with_options(3, 16, 3, Conv2dOptions::default().padding(1))?,
-            bn1: BatchNorm2d::new(16)?,
-            relu1: ReLU::new(),
-            pool1: MaxPool2d::new(2),
-            conv2: Conv2d::with_options(16, 32, 3, Conv2dOptions::default().stride(2).padding(1))?,
-            bn2: BatchNorm2d::new(32)?,
-            relu2: ReLU::new(),
-            gap: AdaptiveAvgPool2d::new(1),
-            flatten: Flatten::new(),
-            fc: Linear::new(32, 10)?,
-        })
-    }
-}
-
-impl Forward for SmallCnn {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        let x = self
-            .pool1
-            .call(self.relu1.call(self.bn1.call(self.conv1.call(x)?)?)?)?;
-        let x = self.relu2.call(self.bn2.call(self.conv2.call(x)?)?)?;
-        self.fc.call(self.flatten.call(self.gap.call(x)?)?)
-    }
-}
+use tessera_nn::models::SmallCnn;
 
 // ----- helpers -----
 
