@@ -71,23 +71,5 @@ impl Optimizer for AdamW {
         adam_step(&mut self.inner)
     }
 
-    fn zero_grad(&self, set_to_none: bool) {
-        self.inner.zero_grad(set_to_none)
-    }
-
-    fn param_groups(&self) -> &[ParamGroup] {
-        &self.inner.groups
-    }
-
-    fn param_groups_mut(&mut self) -> &mut [ParamGroup] {
-        &mut self.inner.groups
-    }
-
-    fn state_dict(&self) -> Value {
-        self.inner.state_dict()
-    }
-
-    fn load_state_dict(&mut self, state_dict: &Value) -> Result<()> {
-        self.inner.load_state_dict(state_dict)
-    }
+    super::forward_to_groups!();
 }

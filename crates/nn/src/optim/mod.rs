@@ -41,6 +41,33 @@ use crate::{Result, Value};
 use tessera_tensor::Tensor;
 
 /// What every optimizer offers, so that schedulers and training loops work on any of them.
+/// The [`Optimizer`] methods that every optimizer answers from its `inner` param groups and
+/// state (only `step` differs between optimizers).
+macro_rules! forward_to_groups {
+    () => {
+        fn zero_grad(&self, set_to_none: bool) {
+            self.inner.zero_grad(set_to_none)
+        }
+
+        fn param_groups(&self) -> &[ParamGroup] {
+            &self.inner.groups
+        }
+
+        fn param_groups_mut(&mut self) -> &mut [ParamGroup] {
+            &mut self.inner.groups
+        }
+
+        fn state_dict(&self) -> Value {
+            self.inner.state_dict()
+        }
+
+        fn load_state_dict(&mut self, state_dict: &Value) -> Result<()> {
+            self.inner.load_state_dict(state_dict)
+        }
+    };
+}
+pub(crate) use forward_to_groups;
+
 pub trait Optimizer {
     /// Applies one update to every parameter that has a gradient (others are skipped).
     fn step(&mut self) -> Result<()>;
