@@ -70,12 +70,12 @@ fn run(args: &Args) -> Result<()> {
             .linear(&params[2], Some(&params[3]))
     };
     let accuracy = |logits: &Tensor| -> Result<f64> {
-        Ok(logits
+        logits
             .argmax(Some(1), false)?
             .eq_(&y)?
             .to_dtype(DType::F32)?
             .mean_all()?
-            .item::<f64>()?)
+            .item::<f64>()
     };
 
     println!(

@@ -16,7 +16,8 @@ impl Sequential {
         Self::default()
     }
 
-    /// Appends a layer (builder style).
+    /// Appends a layer (builder style, as candle's `seq().add(..)`).
+    #[allow(clippy::should_implement_trait)] // a builder step, not arithmetic
     pub fn add(mut self, layer: impl Layer) -> Self {
         self.layers.push(Box::new(layer));
         self
