@@ -8,6 +8,8 @@ pub enum Device {
     #[default]
     Cpu,
     Cuda(usize),
+    /// No memory at all: shapes and dtypes only (what tracing runs on), as PyTorch's `meta`.
+    Meta,
 }
 
 impl fmt::Display for Device {
@@ -15,6 +17,7 @@ impl fmt::Display for Device {
         match self {
             Device::Cpu => f.write_str("cpu"),
             Device::Cuda(i) => write!(f, "cuda:{i}"),
+            Device::Meta => f.write_str("meta"),
         }
     }
 }

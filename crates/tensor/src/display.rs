@@ -24,6 +24,17 @@ impl fmt::Display for Tensor {
 fn render(tensor: &Tensor) -> Result<String> {
     let x = tensor.detach();
     let dtype = x.dtype();
+    if x.is_meta() {
+        // PyTorch: `tensor(..., device='meta', size=(2, 3))`.
+        let mut text = format!(
+            "{PREFIX}..., device='meta', size={}",
+            python_tuple(&x.shape())
+        );
+        if dtype != DType::F32 {
+            text.push_str(&format!(", dtype={}", dtype.torch_name()));
+        }
+        return Ok(text + ")");
+    }
     let indent = PREFIX.len();
     let mut suffixes = Vec::new();
     if x.device() != Device::Cpu {

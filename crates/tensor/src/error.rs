@@ -42,6 +42,12 @@ pub enum TensorError {
         rhs: Device,
     },
 
+    /// The values of a meta (traced) tensor were needed: it has shapes and dtypes only.
+    #[error(
+        "{op}: the tensor is on the meta device and has no values; reading a traced value (branching on it, item(), to_vec()) cannot be traced"
+    )]
+    NoData { op: String },
+
     /// A misuse of autograd (second backward through a freed graph, non-scalar root, ...).
     #[error("autograd: {0}")]
     Autograd(String),

@@ -27,6 +27,7 @@ mod random;
 pub mod storage;
 mod tensor;
 mod threads;
+pub mod trace;
 
 pub use autograd::{
     GradcheckOptions, NoGradGuard, backward, gradcheck, is_grad_enabled, no_grad, set_grad_enabled,

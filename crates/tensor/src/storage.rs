@@ -171,24 +171,32 @@ pub fn cast<S: Element, D: Element>(v: S) -> D {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Storage {
     Cpu(CpuStorage),
+    /// A meta tensor's storage: its dtype and length, no data.
+    Meta {
+        dtype: DType,
+        len: usize,
+    },
 }
 
 impl Storage {
     pub fn device(&self) -> Device {
         match self {
             Storage::Cpu(_) => Device::Cpu,
+            Storage::Meta { .. } => Device::Meta,
         }
     }
 
     pub fn dtype(&self) -> DType {
         match self {
             Storage::Cpu(s) => s.dtype(),
+            Storage::Meta { dtype, .. } => *dtype,
         }
     }
 
     pub fn len(&self) -> usize {
         match self {
             Storage::Cpu(s) => s.len(),
+            Storage::Meta { len, .. } => *len,
         }
     }
 
@@ -197,15 +205,17 @@ impl Storage {
     }
 
     /// The host buffer, or an error naming the op for memory on another device.
-    pub fn cpu(&self, _op: &str) -> Result<&CpuStorage> {
+    pub fn cpu(&self, op: &str) -> Result<&CpuStorage> {
         match self {
             Storage::Cpu(s) => Ok(s),
+            Storage::Meta { .. } => Err(TensorError::NoData { op: op.to_string() }),
         }
     }
 
-    pub fn cpu_mut(&mut self) -> &mut CpuStorage {
+    pub fn cpu_mut(&mut self, op: &str) -> Result<&mut CpuStorage> {
         match self {
-            Storage::Cpu(s) => s,
+            Storage::Cpu(s) => Ok(s),
+            Storage::Meta { .. } => Err(TensorError::NoData { op: op.to_string() }),
         }
     }
 }
@@ -214,7 +224,7 @@ impl Storage {
 /// linked into `tessera-tensor`, so it is reported as unavailable instead of panicking.
 pub fn check_device(device: Device) -> Result<()> {
     match device {
-        Device::Cpu => Ok(()),
+        Device::Cpu | Device::Meta => Ok(()),
         Device::Cuda(_) => Err(TensorError::DeviceUnavailable {
             device,
             reason: "no CUDA driver is loaded in this build; tensors live on the cpu".into(),

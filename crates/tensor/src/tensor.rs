@@ -26,9 +26,11 @@ impl Drop for StorageCell {
     /// Hands large host buffers to the buffer cache for reuse.
     fn drop(&mut self) {
         let buffer = self.buffer.get_mut().unwrap_or_else(|e| e.into_inner());
-        let Storage::Cpu(cpu) =
-            std::mem::replace(buffer, Storage::Cpu(CpuStorage::Bool(Vec::new())));
-        crate::buffer_cache::recycle(cpu);
+        if let Storage::Cpu(cpu) =
+            std::mem::replace(buffer, Storage::Cpu(CpuStorage::Bool(Vec::new())))
+        {
+            crate::buffer_cache::recycle(cpu);
+        }
     }
 }
 
@@ -105,6 +107,28 @@ impl Tensor {
             dtype,
             device: Device::Cpu,
         })
+    }
+
+    /// A tensor with a shape and dtype but no data, on the meta device: ops on it compute
+    /// output shapes and dtypes only (this is what tracing runs modules on).
+    pub fn new_meta(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::from_data(TensorData {
+            storage: Arc::new(StorageCell {
+                buffer: RwLock::new(Storage::Meta {
+                    dtype,
+                    len: shape.iter().product(),
+                }),
+                version: AtomicU64::new(0),
+            }),
+            layout: Layout::contiguous(shape),
+            dtype,
+            device: Device::Meta,
+        })
+    }
+
+    /// True for tensors on the meta device (shapes and dtypes only).
+    pub fn is_meta(&self) -> bool {
+        self.device() == Device::Meta
     }
 
     /// A new handle on the same storage with another layout (a view).

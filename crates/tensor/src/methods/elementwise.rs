@@ -133,9 +133,16 @@ impl Tensor {
         Op::ToDType(dtype).apply1(&[self])
     }
 
-    /// Moves to `device`; only the CPU is available in this crate, so CUDA gives a typed error.
+    /// Moves to `device`: the CPU, or the meta device (shape and dtype only); CUDA has no
+    /// driver in this crate and gives a typed error.
     pub fn to_device(&self, device: crate::Device) -> Result<Tensor> {
         crate::storage::check_device(device)?;
-        Ok(self.clone())
+        match (self.device(), device) {
+            (from, to) if from == to => Ok(self.clone()),
+            (_, crate::Device::Meta) => Ok(Tensor::new_meta(&self.shape(), self.dtype())),
+            _ => Err(crate::TensorError::NoData {
+                op: "to_device".into(),
+            }),
+        }
     }
 }

@@ -48,13 +48,13 @@ impl Tensor {
 
     fn write_elements<T: StorageElement>(&self, values: &[T]) -> Result<()> {
         self.with_storage_mut(|storage, layout| {
-            let dst = T::slice_mut(storage.cpu_mut()).expect("dtype checked by the caller");
+            let dst = T::slice_mut(storage.cpu_mut("copy_")?).expect("dtype checked by the caller");
             match layout.contiguous_range() {
                 Some(range) => dst[range].copy_from_slice(values),
                 None => layout.offsets().zip(values).for_each(|(o, &v)| dst[o] = v),
             }
-        });
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Sets every element to `value`.

@@ -192,15 +192,35 @@ impl Op {
     /// Runs the op eagerly: checks shapes with the meta function, runs the kernel, and records
     /// an autograd node when grad mode is on and an input requires a gradient.
     pub fn apply(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        let device = inputs.first().map(|t| t.device()).unwrap_or_default();
-        for t in inputs.iter().skip(1) {
-            if t.device() != device {
-                return Err(TensorError::DeviceMismatch {
-                    op: self.name(),
-                    lhs: device,
-                    rhs: t.device(),
-                });
+        // Meta tensors mix with real ones (a traced input meets real parameters); real
+        // tensors must share one device.
+        let mut device = None;
+        for t in inputs
+            .iter()
+            .map(|t| t.device())
+            .filter(|d| *d != crate::Device::Meta)
+        {
+            match device {
+                None => device = Some(t),
+                Some(d) if d != t => {
+                    return Err(TensorError::DeviceMismatch {
+                        op: self.name(),
+                        lhs: d,
+                        rhs: t,
+                    });
+                }
+                _ => {}
             }
+        }
+        if inputs.iter().any(|t| t.is_meta()) {
+            let metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
+            let outputs: Vec<Tensor> = self
+                .meta(&metas)?
+                .iter()
+                .map(|m| Tensor::new_meta(&m.shape, m.dtype))
+                .collect();
+            crate::trace::record(self, inputs, &outputs)?;
+            return Ok(outputs);
         }
         let metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
         let expected = self.meta(&metas)?;
