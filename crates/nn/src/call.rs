@@ -211,7 +211,18 @@ where
             input = input.with_tensors(w.wrap_inputs(&tensors)?)?;
         }
         let inputs_seen = input.tensors();
-        let mut output = self.forward(input).map_err(context)?;
+        let mut output = match crate::module_trace::leaf_recorder(module, &path, &inputs_seen) {
+            // A traced leaf: its ops run for their shapes only and the call is one record.
+            Some(recorder) => {
+                let output = crate::module_trace::without_module_recorder(|| {
+                    tessera_tensor::trace::without_recorder(|| self.forward(input))
+                })
+                .map_err(context)?;
+                recorder.record_call(module, &path, &inputs_seen, &output.tensors())?;
+                output
+            }
+            None => self.forward(input).map_err(context)?,
+        };
         for hook in &post {
             let tensors = output.tensors();
             if let Some(replaced) = hook(module, &inputs_seen, &tensors)? {

@@ -76,6 +76,7 @@ mod layer;
 pub mod layers;
 pub mod models;
 mod module;
+pub mod module_trace;
 pub mod optim;
 mod parameter;
 pub mod parametrizations;
