@@ -9,9 +9,7 @@ use tessera_tensor::functional::{
     dropout, embedding, group_norm, l1_loss, layer_norm, mse_loss, nll_loss,
 };
 use tessera_tensor::op::{NormOp, Op};
-use tessera_tensor::{
-    DType, GradcheckOptions, Result, Tensor, TensorError, gradcheck, manual_seed,
-};
+use tessera_tensor::{DType, GradcheckOptions, Result, Tensor, TensorError, gradcheck};
 
 const REDUCTIONS: [Reduction; 3] = [Reduction::None, Reduction::Mean, Reduction::Sum];
 
@@ -251,7 +249,6 @@ fn group_norm_channels_not_divisible_is_an_error() {
 
 #[test]
 fn dropout_backward_multiplies_by_the_scaled_mask() -> Result<()> {
-    manual_seed(5);
     let x = leaf(&[8, 16], 40);
     let y = dropout(&x, 0.25, true)?;
     y.sum_all()?.backward()?;
@@ -270,12 +267,8 @@ fn dropout_backward_multiplies_by_the_scaled_mask() -> Result<()> {
         .collect();
     assert_eq!(y.to_vec::<f64>()?, scaled);
 
-    // The same seed draws the same mask.
-    manual_seed(5);
-    assert_eq!(
-        dropout(&x, 0.25, true)?.to_vec::<f64>()?,
-        y.to_vec::<f64>()?
-    );
+    // Seed reproducibility of the mask is checked in tests/global_seed.rs, alone in its
+    // process: tests here run in parallel and draw from the same global generator.
     Ok(())
 }
 
