@@ -4,7 +4,9 @@ use half::{bf16, f16};
 use std::fmt;
 
 /// The element type of a tensor, as PyTorch names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum DType {
     Bool,
     U8,

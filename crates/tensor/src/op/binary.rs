@@ -7,7 +7,7 @@ use crate::layout::broadcast_shapes;
 use crate::{DType, Element, Float, Result, Tensor, TensorError, TensorMeta};
 
 /// An arithmetic function of two broadcast operands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum BinaryOp {
     Add,
     Sub,
@@ -229,7 +229,7 @@ pub(crate) fn reduce_grad(grad: Option<Tensor>, input: &Tensor) -> Result<Option
 }
 
 /// `tensor op scalar` (or `scalar op tensor` when `reversed`), the scalar kept as an attribute.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ScalarOp {
     pub op: BinaryOp,
     pub value: f64,
@@ -317,7 +317,7 @@ impl OpDef for ScalarOp {
 }
 
 /// An elementwise comparison of two broadcast operands, giving bool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum CompareOp {
     Eq,
     Ne,

@@ -11,7 +11,7 @@ use crate::{Result, Tensor, TensorError, TensorMeta};
 ///
 /// A 1-D convolution (`spatial_dims == 1`) sees its `[N, C, L]` tensors as `[N, C, 1, L]`;
 /// its height entries must be the identity (stride 1, padding 0, dilation 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConvParams {
     pub spatial_dims: usize,
     pub stride: [usize; 2],
@@ -81,7 +81,7 @@ impl ConvParams {
 }
 
 /// A convolution or one of its gradients.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ConvOp {
     /// `conv(x, w) (+ b)`; inputs `x, w` or `x, w, b`, weight `[C_out, C_in/groups, kH, kW]`.
     Forward { params: ConvParams, bias: bool },

@@ -7,7 +7,7 @@ use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta, with_global_g
 
 /// Dropout with drop probability `p`. Outputs the result and the bool keep-mask (not
 /// differentiable), which backward reads.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DropoutOp {
     pub p: f64,
     pub training: bool,

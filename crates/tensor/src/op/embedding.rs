@@ -6,7 +6,7 @@ use crate::cpu::{float_dispatch, tensor_from};
 use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
 
 /// `weight[indices]`; inputs `weight, indices`. The row `padding_idx` gets no gradient.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EmbeddingOp {
     pub padding_idx: Option<usize>,
 }

@@ -9,7 +9,7 @@ use crate::storage::StorageElement;
 use crate::{DType, Result, Tensor, TensorError, TensorMeta};
 
 /// Indexing, joining and one-hot encoding.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum IndexOp {
     /// Concatenation of any number of inputs along `dim`, promoted to one dtype. A 1-D input
     /// of size 0 is skipped whatever its rank (PyTorch's legacy rule).

@@ -7,7 +7,7 @@ use crate::cpu::{float_dispatch, tensor_from};
 use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
 
 /// How per-element losses are combined, as in PyTorch's `reduction=`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Reduction {
     /// Keep one loss per element (or per sample for nll).
     None,
@@ -18,7 +18,7 @@ pub enum Reduction {
 }
 
 /// A loss. Inputs: `input, target` (and `pos_weight` for bce when `pos_weight` is set).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum LossOp {
     /// `(input - target)^2`.
     Mse { reduction: Reduction },

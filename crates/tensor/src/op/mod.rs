@@ -36,7 +36,7 @@ use crate::autograd::{is_grad_enabled, record};
 use crate::{DType, Result, Tensor, TensorError, TensorMeta};
 
 /// One tensor operation with its attributes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     /// Elementwise function of one tensor.
     Unary(UnaryOp),
@@ -77,6 +77,7 @@ pub enum Op {
     /// Loss functions.
     Loss(LossOp),
     /// A user-defined op with its own backward.
+    #[serde(skip)]
     Custom(CustomOp),
 }
 

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 /// A normalisation layer. Inputs are `x`, then (eval-mode batch norm only) `running_mean,
 /// running_var`, then `weight` and `bias` where present. Outputs are `y` and the mean and
 /// biased variance used (flat, one per statistic group; not differentiable).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum NormOp {
     /// Per-channel (dim 1) statistics over the batch and spatial dims, or the running
     /// statistics (given as inputs) when not `training`.

@@ -10,7 +10,7 @@ use crate::{DType, Result, Tensor, TensorError, TensorMeta};
 use windows::{Planes, Window};
 
 /// Kernel, stride, padding and dilation of a 2-D pooling window, as `[height, width]` pairs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Pool2dParams {
     pub kernel: [usize; 2],
     pub stride: [usize; 2],
@@ -21,7 +21,7 @@ pub struct Pool2dParams {
 }
 
 /// A pooling op or one of their gradients.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum PoolOp {
     /// Largest value per window, and its i64 index into the input's `H * W` plane.
     MaxPool2d(Pool2dParams),

@@ -7,7 +7,7 @@ use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
 use rayon::prelude::*;
 
 /// What a reduction computes per group of reduced elements.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ReduceKind {
     Sum,
     Mean,
@@ -33,7 +33,7 @@ pub enum ReduceKind {
 }
 
 /// A reduction of `dims` (sorted, distinct); an empty list on a 0-dim tensor reduces nothing.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReduceOp {
     pub kind: ReduceKind,
     pub dims: Vec<usize>,

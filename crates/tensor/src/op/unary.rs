@@ -6,7 +6,7 @@ use crate::cpu::{float_dispatch, map, zip};
 use crate::{DType, Float, Result, Tensor, TensorMeta};
 
 /// An elementwise function of one float tensor.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum UnaryOp {
     Neg,
     Abs,

@@ -6,7 +6,7 @@ use crate::layout::{Layout, broadcast_layout, contiguous_strides};
 use crate::{Result, Tensor, TensorError, TensorMeta};
 
 /// A change of layout over the same storage.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ViewOp {
     /// New sizes with the same number of elements; a view when strides allow, else a copy.
     Reshape(Vec<usize>),

@@ -1,0 +1,383 @@
+//! [`Graph`]: nodes in a petgraph `StableDiGraph` (edges run operand -> user, weighted by operand
+//! position) plus the node order, unique names, and the builders that append nodes.
+
+use crate::names::{fresh_name, is_identifier, sanitize};
+use crate::{FxError, Node, NodeId, NodeKind, Result};
+use petgraph::Direction;
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::visit::EdgeRef;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tessera_tensor::{Op, TensorMeta};
+
+/// Where builders put new nodes; see [`Graph::insert_before`] and [`Graph::insert_after`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) enum Cursor {
+    #[default]
+    End,
+    Before(NodeIndex<u32>),
+    After(NodeIndex<u32>),
+}
+
+/// A dataflow graph of tensor values, like `torch.fx.Graph`, with a shape and dtype on every
+/// value. Nodes keep their insertion order (placeholders first), which is a topological order
+/// in a valid graph; names are unique and never change.
+#[derive(Debug, Clone, Default)]
+pub struct Graph {
+    pub(crate) graph: StableDiGraph<Node, u32>,
+    pub(crate) order: Vec<NodeIndex<u32>>,
+    pub(crate) names: HashMap<String, NodeIndex<u32>>,
+    counters: HashMap<String, usize>,
+    pub(crate) cursor: Cursor,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a graph input named `name` (made unique if taken) after the other inputs.
+    pub fn placeholder(&mut self, name: &str, meta: TensorMeta) -> NodeId {
+        let name = self.fresh_name(name);
+        let kind = NodeKind::Placeholder {
+            target: name.clone(),
+        };
+        self.insert(name, kind, vec![meta], &[])
+    }
+
+    /// Reads the parameter or buffer at the qualified path `target` (`conv1.weight`).
+    pub fn get_attr(&mut self, target: &str, meta: TensorMeta) -> Result<NodeId> {
+        check_path(target)?;
+        let name = self.fresh_name(target);
+        let kind = NodeKind::GetAttr {
+            target: target.into(),
+        };
+        Ok(self.insert(name, kind, vec![meta], &[]))
+    }
+
+    /// Calls the leaf submodule at `target`, printed as `module_repr`
+    /// (`Conv2d(3, 16, kernel_size=(3, 3))`), yielding values of the given metas.
+    pub fn call_module(
+        &mut self,
+        target: &str,
+        module_repr: &str,
+        operands: &[&NodeId],
+        meta: Vec<TensorMeta>,
+    ) -> Result<NodeId> {
+        check_path(target)?;
+        let module_type =
+            module_type_of(module_repr).ok_or_else(|| FxError::InvalidModuleRepr {
+                target: target.into(),
+                repr: module_repr.into(),
+            })?;
+        let operands = self.indices(operands)?;
+        let name = self.fresh_name(target);
+        for &o in &operands {
+            self.single_meta(&name, o)?;
+        }
+        let kind = NodeKind::CallModule {
+            target: target.into(),
+            module_type,
+            module_repr: module_repr.into(),
+        };
+        Ok(self.insert(name, kind, meta, &operands))
+    }
+
+    /// Calls `op` on `operands`, named after the op; the output metas come from the op's meta
+    /// function, whose errors name the node and the operand shapes.
+    pub fn call_function(&mut self, op: Op, operands: &[&NodeId]) -> Result<NodeId> {
+        let name = op.name();
+        self.call_function_named(&name, op, operands)
+    }
+
+    /// [`Graph::call_function`] with a chosen name (made unique if taken).
+    pub fn call_function_named(
+        &mut self,
+        name: &str,
+        op: Op,
+        operands: &[&NodeId],
+    ) -> Result<NodeId> {
+        let operands = self.indices(operands)?;
+        let name = self.fresh_name(name);
+        let metas = operands
+            .iter()
+            .map(|&o| self.single_meta(&name, o))
+            .collect::<Result<Vec<_>>>()?;
+        let meta = op.meta(&metas).map_err(|source| FxError::OpMeta {
+            node: format!("%{name}"),
+            op: op.name(),
+            shapes: crate::print::metas_list(&metas),
+            source: Box::new(source),
+        })?;
+        Ok(self.insert(name, NodeKind::CallFunction { op }, meta, &operands))
+    }
+
+    /// Value `index` of a multi-output node.
+    pub fn getitem(&mut self, operand: &NodeId, index: usize) -> Result<NodeId> {
+        let o = self.index(operand)?;
+        let metas = &self.graph[o].meta;
+        let meta = metas
+            .get(index)
+            .cloned()
+            .ok_or_else(|| FxError::GetItemOutOfRange {
+                node: "%getitem".into(),
+                operand: operand.to_string(),
+                index,
+                count: metas.len(),
+            })?;
+        let name = self.fresh_name("getitem");
+        Ok(self.insert(name, NodeKind::GetItem { index }, vec![meta], &[o]))
+    }
+
+    /// The graph's results (`return %a` or `return (%a, %b)`).
+    pub fn output(&mut self, operands: &[&NodeId]) -> Result<NodeId> {
+        let operands = self.indices(operands)?;
+        let name = self.fresh_name("output");
+        Ok(self.insert(name, NodeKind::Output, Vec::new(), &operands))
+    }
+
+    /// The node behind an id.
+    pub fn node(&self, id: &NodeId) -> Result<&Node> {
+        Ok(&self.graph[self.index(id)?])
+    }
+
+    /// The free-form metadata of a node, to edit.
+    pub fn metadata_mut(&mut self, id: &NodeId) -> Result<&mut BTreeMap<String, String>> {
+        let i = self.index(id)?;
+        Ok(&mut self.graph[i].metadata)
+    }
+
+    /// The node named `name` (without `%`), if any.
+    pub fn find(&self, name: &str) -> Option<NodeId> {
+        self.names.get(name).map(|&i| self.id(i))
+    }
+
+    /// All nodes in node order (insertion order, placeholders first).
+    pub fn nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.order.iter().map(|&i| self.id(i))
+    }
+
+    /// The number of nodes.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether the graph has no node.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The graph inputs, in order.
+    pub fn placeholders(&self) -> Vec<NodeId> {
+        self.nodes_where(|n| matches!(n.kind, NodeKind::Placeholder { .. }))
+    }
+
+    /// The first output node, if any.
+    pub fn output_node(&self) -> Option<NodeId> {
+        self.nodes_where(|n| n.kind == NodeKind::Output)
+            .into_iter()
+            .next()
+    }
+
+    /// The operands of a node, by position.
+    pub fn operands(&self, id: &NodeId) -> Result<Vec<NodeId>> {
+        let i = self.index(id)?;
+        Ok(self
+            .operand_indices(i)
+            .into_iter()
+            .map(|o| self.id(o))
+            .collect())
+    }
+
+    /// The nodes that use a node, each once, in node order.
+    pub fn users(&self, id: &NodeId) -> Result<Vec<NodeId>> {
+        let i = self.index(id)?;
+        Ok(self
+            .user_indices(i)
+            .into_iter()
+            .map(|u| self.id(u))
+            .collect())
+    }
+
+    /// Whether two graphs have the same nodes in the same order with the same names, kinds,
+    /// metas and operands (metadata aside).
+    pub fn same_structure(&self, other: &Graph) -> bool {
+        self.shape_eq(other, false)
+    }
+
+    fn shape_eq(&self, other: &Graph, with_metadata: bool) -> bool {
+        self.len() == other.len()
+            && self.order.iter().zip(&other.order).all(|(&a, &b)| {
+                let (na, nb) = (&self.graph[a], &other.graph[b]);
+                let names = |g: &Graph, i| -> Vec<String> {
+                    g.operand_indices(i)
+                        .into_iter()
+                        .map(|o| g.graph[o].name.clone())
+                        .collect()
+                };
+                na.name == nb.name
+                    && na.kind == nb.kind
+                    && na.meta == nb.meta
+                    && (!with_metadata || na.metadata == nb.metadata)
+                    && names(self, a) == names(other, b)
+            })
+    }
+
+    pub(crate) fn nodes_where(&self, keep: impl Fn(&Node) -> bool) -> Vec<NodeId> {
+        self.order
+            .iter()
+            .filter(|&&i| keep(&self.graph[i]))
+            .map(|&i| self.id(i))
+            .collect()
+    }
+
+    pub(crate) fn id(&self, index: NodeIndex<u32>) -> NodeId {
+        NodeId {
+            index,
+            name: Arc::from(self.graph[index].name.as_str()),
+        }
+    }
+
+    pub(crate) fn index(&self, id: &NodeId) -> Result<NodeIndex<u32>> {
+        match self.graph.node_weight(id.index) {
+            Some(node) if node.name == *id.name => Ok(id.index),
+            _ => Err(FxError::UnknownNode {
+                node: id.to_string(),
+            }),
+        }
+    }
+
+    pub(crate) fn indices(&self, ids: &[&NodeId]) -> Result<Vec<NodeIndex<u32>>> {
+        ids.iter().map(|id| self.index(id)).collect()
+    }
+
+    pub(crate) fn operand_indices(&self, i: NodeIndex<u32>) -> Vec<NodeIndex<u32>> {
+        let mut edges: Vec<(u32, NodeIndex<u32>)> = self
+            .graph
+            .edges_directed(i, Direction::Incoming)
+            .map(|e| (*e.weight(), e.source()))
+            .collect();
+        edges.sort();
+        edges.into_iter().map(|(_, o)| o).collect()
+    }
+
+    pub(crate) fn user_indices(&self, i: NodeIndex<u32>) -> Vec<NodeIndex<u32>> {
+        let users: std::collections::HashSet<NodeIndex<u32>> = self
+            .graph
+            .edges_directed(i, Direction::Outgoing)
+            .map(|e| e.target())
+            .collect();
+        self.order
+            .iter()
+            .copied()
+            .filter(|u| users.contains(u))
+            .collect()
+    }
+
+    /// The one meta of an operand of `user`, or an error if it yields several values.
+    pub(crate) fn single_meta(&self, user: &str, operand: NodeIndex<u32>) -> Result<TensorMeta> {
+        let node = &self.graph[operand];
+        match node.meta.as_slice() {
+            [meta] => Ok(meta.clone()),
+            metas => Err(FxError::MultiValueOperand {
+                node: format!("%{user}"),
+                operand: format!("%{}", node.name),
+                count: metas.len(),
+            }),
+        }
+    }
+
+    pub(crate) fn fresh_name(&mut self, candidate: &str) -> String {
+        let names = &self.names;
+        fresh_name(candidate, &mut self.counters, |n| names.contains_key(n))
+    }
+
+    /// Adds a node named exactly `name` (unique by the caller) at the cursor; placeholders
+    /// always go after the other placeholders, other nodes never before them.
+    pub(crate) fn insert(
+        &mut self,
+        name: String,
+        kind: NodeKind,
+        meta: Vec<TensorMeta>,
+        operands: &[NodeIndex<u32>],
+    ) -> NodeId {
+        let is_placeholder = matches!(kind, NodeKind::Placeholder { .. });
+        let index = self.add_unordered(name, kind, meta, operands);
+        let prefix = self
+            .order
+            .iter()
+            .take_while(|&&i| matches!(self.graph[i].kind, NodeKind::Placeholder { .. }))
+            .count();
+        let position = if is_placeholder {
+            prefix
+        } else {
+            let at = |n| self.order.iter().position(|&i| i == n);
+            let wanted = match self.cursor {
+                Cursor::End => None,
+                Cursor::Before(n) => at(n),
+                Cursor::After(n) => at(n).map(|p| p + 1),
+            };
+            if let Cursor::After(_) = self.cursor {
+                self.cursor = Cursor::After(index);
+            }
+            wanted.unwrap_or(self.order.len()).max(prefix)
+        };
+        self.order.insert(position, index);
+        self.id(index)
+    }
+
+    /// Adds a node and its operand edges without placing it in the node order.
+    pub(crate) fn add_unordered(
+        &mut self,
+        name: String,
+        kind: NodeKind,
+        meta: Vec<TensorMeta>,
+        operands: &[NodeIndex<u32>],
+    ) -> NodeIndex<u32> {
+        let node = Node {
+            name: name.clone(),
+            kind,
+            meta,
+            metadata: BTreeMap::new(),
+        };
+        let index = self.graph.add_node(node);
+        for (position, &o) in operands.iter().enumerate() {
+            self.graph.add_edge(o, index, position as u32);
+        }
+        self.names.insert(name, index);
+        index
+    }
+}
+
+impl PartialEq for Graph {
+    /// Same structure and the same metadata on every node.
+    fn eq(&self, other: &Self) -> bool {
+        self.shape_eq(other, true)
+    }
+}
+
+/// Checks a qualified path: dotted identifiers or indices (`layer1.0.conv`).
+pub(crate) fn check_path(path: &str) -> Result<()> {
+    let ok = !path.is_empty()
+        && path.split('.').all(|part| {
+            !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(FxError::InvalidPath { path: path.into() })
+    }
+}
+
+/// The module type of a repr (`Conv2d` of `Conv2d(3, 16)`), if the repr is one printable line.
+pub(crate) fn module_type_of(repr: &str) -> Option<String> {
+    if crate::lexer::balanced_len(repr) != Some(repr.len()) {
+        return None;
+    }
+    let ty: String = repr
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    (is_identifier(&ty) && sanitize(&ty) == ty).then_some(ty)
+}

@@ -1,0 +1,59 @@
+//! Tessera's graph IR, the counterpart of `torch.fx.Graph`: a petgraph dataflow graph of
+//! placeholder, get_attr, call_module, call_function (an [`Op`](tessera_tensor::Op)), getitem
+//! and output nodes, with a shape and dtype on every value, an editing API for passes, a
+//! verifier that reports every problem at once, and a printed form that parses back.
+//!
+//! ```
+//! use tessera_fx::Graph;
+//! use tessera_tensor::{DType, Op, TensorMeta, op::UnaryOp};
+//!
+//! let mut g = Graph::new();
+//! let x = g.placeholder("x", TensorMeta::new([1, 3, 32, 32], DType::F32));
+//! let conv = g.call_module(
+//!     "conv1",
+//!     "Conv2d(3, 16, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))",
+//!     &[&x],
+//!     vec![TensorMeta::new([1, 16, 32, 32], DType::F32)],
+//! )?;
+//! let relu = g.call_function(Op::Unary(UnaryOp::Relu), &[&conv])?;
+//! g.output(&[&relu])?;
+//! g.verify()?;
+//!
+//! let text = g.to_string();
+//! assert_eq!(
+//!     text,
+//!     "graph(x: f32[1, 3, 32, 32]):
+//!     %conv1 : f32[1, 16, 32, 32] = call_module[conv1: Conv2d(3, 16, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))](%x)
+//!     %relu : f32[1, 16, 32, 32] = call_function[relu](%conv1)
+//!     return %relu
+//! "
+//! );
+//! assert!(Graph::parse(&text)?.same_structure(&g));
+//! # Ok::<(), tessera_fx::FxError>(())
+//! ```
+
+mod attr_text;
+mod dot;
+mod edit;
+mod error;
+mod graph;
+mod graph_serde;
+mod lexer;
+mod names;
+mod node;
+mod node_id;
+mod op_syntax;
+mod parse;
+mod print;
+mod table;
+mod verify;
+
+pub use edit::ValueMap;
+pub use error::{FxError, Result};
+pub use graph::Graph;
+pub use names::sanitize as sanitize_name;
+pub use node::{Node, NodeKind};
+pub use node_id::NodeId;
+pub use op_syntax::{op_to_text, parse_op};
+pub use parse::ParseError;
+pub use verify::{VerifyError, VerifyErrors};
