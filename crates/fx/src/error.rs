@@ -51,6 +51,10 @@ pub enum FxError {
     /// The graph failed verification; every problem is listed.
     #[error(transparent)]
     Verify(#[from] VerifyErrors),
+    /// Tracing failed: the forward raised (a shape error, or reading a traced value), or a
+    /// value could not be mapped to the graph. The reason names the module path and op.
+    #[error("trace: {reason}")]
+    Trace { reason: String },
     /// An op that cannot be written as text or serialized (a user-defined `Custom` op).
     #[error("op {op} cannot be serialized: {reason}")]
     Unserializable { op: String, reason: String },

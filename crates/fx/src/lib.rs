@@ -46,6 +46,7 @@ mod op_syntax;
 mod parse;
 mod print;
 mod table;
+pub mod trace;
 mod verify;
 
 pub use edit::ValueMap;

@@ -1,0 +1,162 @@
+//! The recorder tracing installs: it maps traced tensors to graph nodes, turns parameters,
+//! buffers and constants into `get_attr` nodes, and appends a node for every op on meta
+//! tensors and every leaf module call.
+
+use super::LeafPolicy;
+use crate::{FxError, Graph, NodeId};
+use indexmap::IndexMap;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use tessera_nn::Module;
+use tessera_nn::module_trace::ModuleCallRecorder;
+use tessera_tensor::trace::TraceRecorder;
+use tessera_tensor::{Op, Tensor, TensorError, TensorId};
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) graph: Graph,
+    /// The node (or getitem node) that yields each traced tensor.
+    pub(crate) values: HashMap<TensorId, NodeId>,
+    /// get_attr nodes by qualified name.
+    attr_nodes: HashMap<String, NodeId>,
+    /// Tensors that get_attr nodes read: parameters and buffers by qualified name, then
+    /// constants made during the forward (`_tensor_constant0`, ...).
+    pub(crate) attributes: IndexMap<String, Tensor>,
+}
+
+pub(crate) struct Recording {
+    pub(crate) state: Mutex<State>,
+    /// Qualified names of the root's parameters and buffers by tensor identity.
+    names: HashMap<TensorId, String>,
+    policy: LeafPolicy,
+}
+
+/// Errors inside the recorder travel through the tensor crate's error type.
+fn to_tensor_error(e: FxError) -> TensorError {
+    TensorError::InvalidArgument {
+        op: "trace".into(),
+        msg: e.to_string(),
+    }
+}
+
+impl Recording {
+    pub(crate) fn new(
+        names: HashMap<TensorId, String>,
+        attributes: IndexMap<String, Tensor>,
+        policy: LeafPolicy,
+    ) -> Self {
+        Recording {
+            state: Mutex::new(State {
+                attributes,
+                ..State::default()
+            }),
+            names,
+            policy,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The node yielding `tensor`: a traced value, a parameter or buffer, or a new constant.
+    fn operand(&self, state: &mut State, tensor: &Tensor) -> crate::Result<NodeId> {
+        if let Some(node) = state.values.get(&tensor.id()) {
+            return Ok(node.clone());
+        }
+        let name = match self.names.get(&tensor.id()) {
+            Some(name) => name.clone(),
+            None if tensor.is_meta() => {
+                return Err(FxError::Trace {
+                    reason: format!(
+                        "a traced tensor of shape {:?} was not produced by the traced forward",
+                        tensor.shape()
+                    ),
+                });
+            }
+            None => {
+                let name = format!(
+                    "_tensor_constant{}",
+                    state
+                        .attributes
+                        .keys()
+                        .filter(|k| k.starts_with("_tensor_constant"))
+                        .count()
+                );
+                state.attributes.insert(name.clone(), tensor.detach());
+                name
+            }
+        };
+        if let Some(node) = state.attr_nodes.get(&name) {
+            return Ok(node.clone());
+        }
+        let node = state.graph.get_attr(&name, tensor.meta())?;
+        state.attr_nodes.insert(name, node.clone());
+        state.values.insert(tensor.id(), node.clone());
+        Ok(node)
+    }
+
+    /// Maps `outputs` to `node` (one output) or to getitem nodes of it (several).
+    fn bind_outputs(state: &mut State, node: NodeId, outputs: &[Tensor]) -> crate::Result<()> {
+        if outputs.len() == 1 {
+            state.values.insert(outputs[0].id(), node);
+            return Ok(());
+        }
+        for (i, out) in outputs.iter().enumerate() {
+            let item = state.graph.getitem(&node, i)?;
+            state.values.insert(out.id(), item);
+        }
+        Ok(())
+    }
+
+    fn record_op(&self, op: &Op, inputs: &[&Tensor], outputs: &[Tensor]) -> crate::Result<()> {
+        let mut state = self.lock();
+        let operands = inputs
+            .iter()
+            .map(|t| self.operand(&mut state, t))
+            .collect::<crate::Result<Vec<_>>>()?;
+        let refs: Vec<&NodeId> = operands.iter().collect();
+        let node = state.graph.call_function(op.clone(), &refs)?;
+        Self::bind_outputs(&mut state, node, outputs)
+    }
+}
+
+impl TraceRecorder for Recording {
+    fn record(
+        &self,
+        op: &Op,
+        inputs: &[&Tensor],
+        outputs: &[Tensor],
+    ) -> tessera_tensor::Result<()> {
+        self.record_op(op, inputs, outputs).map_err(to_tensor_error)
+    }
+}
+
+impl ModuleCallRecorder for Recording {
+    fn is_leaf(&self, module: &dyn Module, path: &str) -> bool {
+        self.policy.is_leaf(module, path)
+    }
+
+    fn record_call(
+        &self,
+        module: &dyn Module,
+        path: &str,
+        inputs: &[Tensor],
+        outputs: &[Tensor],
+    ) -> tessera_nn::Result<()> {
+        let record = || -> crate::Result<()> {
+            let mut state = self.lock();
+            let operands = inputs
+                .iter()
+                .map(|t| self.operand(&mut state, t))
+                .collect::<crate::Result<Vec<_>>>()?;
+            let refs: Vec<&NodeId> = operands.iter().collect();
+            let metas = outputs.iter().map(Tensor::meta).collect();
+            let node = state
+                .graph
+                .call_module(path, &tessera_nn::repr(module), &refs, metas)?;
+            Self::bind_outputs(&mut state, node, outputs)
+        };
+        record().map_err(|e| tessera_nn::NnError::Invalid(format!("tracing {path}: {e}")))
+    }
+}
