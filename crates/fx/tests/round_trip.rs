@@ -243,14 +243,14 @@ fn ops_print_only_the_attributes_their_name_does_not_say() -> Result<()> {
                 value: 2.0,
                 reversed: false,
             }),
-            "mul{op: Mul, reversed: false, value: 2.0}",
+            "mul{op: Mul, value: 2.0, reversed: false}",
         ),
         (
             Op::Clamp {
                 min: Some(-1.0),
                 max: None,
             },
-            "clamp{max: null, min: -1.0}",
+            "clamp{min: -1.0, max: null}",
         ),
         (Op::Index(IndexOp::Cat { dim: 1 }), "cat{dim: 1}"),
     ];
