@@ -4,7 +4,8 @@
 //! The serde form wraps the attributes in the enum variants that select the op
 //! (`{"Conv": {"Forward": {...}}}`); [`VARIANT_PATHS`] lists those wrappers, so the text keeps
 //! only the innermost attributes. An op whose path is missing still round-trips, printed with
-//! its whole serde form.
+//! its whole serde form. Non-finite float attributes (NaN, infinities) have no JSON form and
+//! print as `null`, so they do not round-trip.
 
 use crate::attr_text::{Attr, parse_block, render_block};
 use crate::lexer::Lexer;

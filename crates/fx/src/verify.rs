@@ -131,6 +131,9 @@ impl Graph {
                         operands.len()
                     ))
                 }
+                NodeKind::Placeholder { target } if *target != node.name => Some(format!(
+                    "placeholder target {target:?} differs from the node's name, which prints in its place"
+                )),
                 NodeKind::Placeholder { .. } => expect_metas(1, "a placeholder"),
                 NodeKind::GetAttr { target } => match attributes {
                     Some(known) if !known.contains(target) => Some(format!(

@@ -306,3 +306,28 @@ fn serde_refuses_a_graph_with_a_custom_op() -> Result<()> {
     assert!(g.to_string().contains("call_function[twice]{custom}"));
     Ok(())
 }
+
+#[test]
+fn attributes_read_back_in_any_field_order_and_quoting() -> Result<()> {
+    let op = tessera_fx::parse_op(r#"mul{"reversed": false, value: 2.0, op: "Mul"}"#)?;
+    assert_eq!(
+        op,
+        Op::Scalar(ScalarOp {
+            op: BinaryOp::Mul,
+            value: 2.0,
+            reversed: false,
+        })
+    );
+    assert_eq!(
+        tessera_fx::op_to_text(&op)?,
+        "mul{op: Mul, value: 2.0, reversed: false}"
+    );
+    Ok(())
+}
+
+#[test]
+fn an_op_named_differently_from_its_attributes_is_refused() {
+    let err = tessera_fx::parse_op("add{op: Mul, value: 2.0, reversed: false}")
+        .expect_err("the name says add, the attributes say mul");
+    assert_eq!(err.column, 1);
+}
