@@ -331,3 +331,45 @@ fn an_op_named_differently_from_its_attributes_is_refused() {
         .expect_err("the name says add, the attributes say mul");
     assert_eq!(err.column, 1);
 }
+
+#[test]
+fn module_reprs_with_quotes_and_brackets_round_trip() -> Result<()> {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(&[2, 4]));
+    let m = g.call_module(
+        "blocks.0.act",
+        r#"Lambda(name="a]b", dims=[1, (2, 3)], opts={'k': ']'})"#,
+        &[&x],
+        vec![f32s(&[2, 4])],
+    )?;
+    g.output(&[&m])?;
+    assert_text_round_trip(&g)?;
+    assert!(g.to_dot().contains(r#"Lambda(name=\"a]b\""#));
+    Ok(())
+}
+
+#[test]
+fn module_reprs_that_cannot_print_on_one_line_are_refused() {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(&[2]));
+    for repr in [
+        "Sequential(\n  (0): ReLU()\n)",
+        "Linear(2, 2",
+        "Odd)(",
+        "(no type)",
+    ] {
+        let err = g.call_module("m", repr, &[&x], vec![f32s(&[2])]);
+        assert!(
+            matches!(err, Err(tessera_fx::FxError::InvalidModuleRepr { .. })),
+            "{repr:?}"
+        );
+    }
+}
+
+#[test]
+fn windows_line_endings_parse() -> Result<()> {
+    let text = cnn_chain()?.to_string();
+    let parsed = Graph::parse(&text.replace('\n', "\r\n"))?;
+    assert_eq!(parsed.to_string(), text);
+    Ok(())
+}
