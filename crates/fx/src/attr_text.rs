@@ -1,25 +1,62 @@
 //! The text form of op attributes: serde values written like relaxed JSON (bare identifier
-//! keys and strings, `{stride: [1, 1], reduction: Mean}`), and read back exactly.
+//! keys and strings, `{stride: [1, 1], reduction: Mean}`), fields in declaration order, and read
+//! back exactly.
 
 use crate::lexer::Lexer;
 use crate::names::is_identifier;
 use crate::parse::ParseError;
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
 use std::fmt::Write;
 
+/// A serde value whose maps keep their order (serde_json's `Map` sorts its keys).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Attr {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(String),
+    Array(Vec<Attr>),
+    Object(Vec<(String, Attr)>),
+}
+
+type Map = Vec<(String, Attr)>;
+
+impl Attr {
+    /// The serde value of a type, with fields in declaration order.
+    pub(crate) fn of<T: serde::Serialize>(value: &T) -> serde_json::Result<Attr> {
+        let json = serde_json::to_string(value)?;
+        let mut lx = Lexer::new(&json, 1);
+        parse_value(&mut lx).map_err(|e| serde::ser::Error::custom(e.to_string()))
+    }
+
+    /// As a serde_json value, to deserialize from or compare regardless of key order.
+    pub(crate) fn to_json(&self) -> Value {
+        match self {
+            Attr::Null => Value::Null,
+            Attr::Bool(b) => Value::Bool(*b),
+            Attr::Number(n) => Value::Number(n.clone()),
+            Attr::String(s) => Value::String(s.clone()),
+            Attr::Array(items) => Value::Array(items.iter().map(Attr::to_json).collect()),
+            Attr::Object(map) => {
+                Value::Object(map.iter().map(|(k, v)| (k.clone(), v.to_json())).collect())
+            }
+        }
+    }
+}
+
 /// Writes a value; floats keep a `.` or exponent so they read back as floats.
-pub(crate) fn render(value: &Value, out: &mut String) {
+pub(crate) fn render(value: &Attr, out: &mut String) {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => write!(out, "{b}").unwrap_or_default(),
-        Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+        Attr::Null => out.push_str("null"),
+        Attr::Bool(b) => write!(out, "{b}").unwrap_or_default(),
+        Attr::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
             (Some(u), _, _) => write!(out, "{u}").unwrap_or_default(),
             (_, Some(i), _) => write!(out, "{i}").unwrap_or_default(),
             (_, _, Some(f)) => write!(out, "{f:?}").unwrap_or_default(),
             _ => out.push_str("null"),
         },
-        Value::String(s) => render_string(s, out),
-        Value::Array(items) => {
+        Attr::String(s) => render_string(s, out),
+        Attr::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
@@ -29,7 +66,7 @@ pub(crate) fn render(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
-        Value::Object(map) => {
+        Attr::Object(map) => {
             out.push('{');
             render_entries(map, out);
             out.push('}');
@@ -39,16 +76,16 @@ pub(crate) fn render(value: &Value, out: &mut String) {
 
 /// The attribute block of a call_function: an object's entries, or a single other value,
 /// between braces.
-pub(crate) fn render_block(value: &Value, out: &mut String) {
+pub(crate) fn render_block(value: &Attr, out: &mut String) {
     out.push('{');
     match value {
-        Value::Object(map) => render_entries(map, out),
+        Attr::Object(map) => render_entries(map, out),
         other => render(other, out),
     }
     out.push('}');
 }
 
-fn render_entries(map: &Map<String, Value>, out: &mut String) {
+fn render_entries(map: &Map, out: &mut String) {
     for (i, (key, item)) in map.iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
@@ -68,11 +105,11 @@ fn render_string(s: &str, out: &mut String) {
 }
 
 /// Reads what [`render_block`] wrote, the `{` included.
-pub(crate) fn parse_block(lx: &mut Lexer) -> Result<Value, ParseError> {
+pub(crate) fn parse_block(lx: &mut Lexer) -> Result<Attr, ParseError> {
     lx.expect("{")?;
     lx.skip_spaces();
     let value = if lx.peek() == Some('}') || starts_entry(lx) {
-        Value::Object(parse_entries(lx)?)
+        Attr::Object(parse_entries(lx)?)
     } else {
         parse_value(lx)?
     };
@@ -86,7 +123,7 @@ fn starts_entry(lx: &Lexer) -> bool {
     parse_key(&mut probe).is_ok() && probe.eat(":")
 }
 
-fn parse_entries(lx: &mut Lexer) -> Result<Map<String, Value>, ParseError> {
+fn parse_entries(lx: &mut Lexer) -> Result<Map, ParseError> {
     let mut map = Map::new();
     lx.skip_spaces();
     if lx.peek() == Some('}') {
@@ -95,7 +132,8 @@ fn parse_entries(lx: &mut Lexer) -> Result<Map<String, Value>, ParseError> {
     loop {
         let key = parse_key(lx)?;
         lx.expect(":")?;
-        map.insert(key, parse_value(lx)?);
+        let value = parse_value(lx)?;
+        map.push((key, value));
         if !lx.eat(",") {
             return Ok(map);
         }
@@ -125,7 +163,7 @@ fn parse_quoted(lx: &mut Lexer) -> Result<String, ParseError> {
 }
 
 /// Reads one value.
-pub(crate) fn parse_value(lx: &mut Lexer) -> Result<Value, ParseError> {
+pub(crate) fn parse_value(lx: &mut Lexer) -> Result<Attr, ParseError> {
     lx.skip_spaces();
     let start = lx.position();
     match lx.peek() {
@@ -133,7 +171,7 @@ pub(crate) fn parse_value(lx: &mut Lexer) -> Result<Value, ParseError> {
             lx.bump();
             let map = parse_entries(lx)?;
             lx.expect("}")?;
-            Ok(Value::Object(map))
+            Ok(Attr::Object(map))
         }
         Some('[') => {
             lx.bump();
@@ -147,9 +185,9 @@ pub(crate) fn parse_value(lx: &mut Lexer) -> Result<Value, ParseError> {
                 }
                 lx.expect("]")?;
             }
-            Ok(Value::Array(items))
+            Ok(Attr::Array(items))
         }
-        Some('"') => Ok(Value::String(parse_quoted(lx)?)),
+        Some('"') => Ok(Attr::String(parse_quoted(lx)?)),
         Some(c) if c == '-' || c.is_ascii_digit() => {
             let text = lx.take_while(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
             parse_number(text).ok_or_else(|| lx.error_at(start, format!("bad number `{text}`")))
@@ -157,22 +195,22 @@ pub(crate) fn parse_value(lx: &mut Lexer) -> Result<Value, ParseError> {
         _ => {
             let word = lx.ident("an attribute value")?;
             Ok(match word {
-                "null" => Value::Null,
-                "true" => Value::Bool(true),
-                "false" => Value::Bool(false),
-                other => Value::String(other.into()),
+                "null" => Attr::Null,
+                "true" => Attr::Bool(true),
+                "false" => Attr::Bool(false),
+                other => Attr::String(other.into()),
             })
         }
     }
 }
 
-fn parse_number(text: &str) -> Option<Value> {
+fn parse_number(text: &str) -> Option<Attr> {
     if text.contains(['.', 'e', 'E']) || text.contains("inf") || text.contains("NaN") {
         let f: f64 = text.parse().ok()?;
-        Number::from_f64(f).map(Value::Number)
+        Number::from_f64(f).map(Attr::Number)
     } else if let Ok(u) = text.parse::<u64>() {
-        Some(Value::Number(u.into()))
+        Some(Attr::Number(u.into()))
     } else {
-        Some(Value::Number(text.parse::<i64>().ok()?.into()))
+        Some(Attr::Number(text.parse::<i64>().ok()?.into()))
     }
 }

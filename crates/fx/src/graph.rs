@@ -1,7 +1,7 @@
 //! [`Graph`]: nodes in a petgraph `StableDiGraph` (edges run operand -> user, weighted by operand
 //! position) plus the node order, unique names, and the builders that append nodes.
 
-use crate::names::{fresh_name, is_identifier, sanitize};
+use crate::names::{fresh_name, is_identifier};
 use crate::{FxError, Node, NodeId, NodeKind, Result};
 use petgraph::Direction;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
@@ -116,17 +116,17 @@ impl Graph {
     /// Value `index` of a multi-output node.
     pub fn getitem(&mut self, operand: &NodeId, index: usize) -> Result<NodeId> {
         let o = self.index(operand)?;
+        let name = self.fresh_name("getitem");
         let metas = &self.graph[o].meta;
         let meta = metas
             .get(index)
             .cloned()
             .ok_or_else(|| FxError::GetItemOutOfRange {
-                node: "%getitem".into(),
+                node: format!("%{name}"),
                 operand: operand.to_string(),
                 index,
                 count: metas.len(),
             })?;
-        let name = self.fresh_name("getitem");
         Ok(self.insert(name, NodeKind::GetItem { index }, vec![meta], &[o]))
     }
 
@@ -379,5 +379,5 @@ pub(crate) fn module_type_of(repr: &str) -> Option<String> {
         .chars()
         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
         .collect();
-    (is_identifier(&ty) && sanitize(&ty) == ty).then_some(ty)
+    is_identifier(&ty).then_some(ty)
 }

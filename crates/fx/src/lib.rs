@@ -3,6 +3,17 @@
 //! and output nodes, with a shape and dtype on every value, an editing API for passes, a
 //! verifier that reports every problem at once, and a printed form that parses back.
 //!
+//! - Build: [`Graph::placeholder`], [`Graph::get_attr`], [`Graph::call_module`],
+//!   [`Graph::call_function`] (output metas from the op's meta function), [`Graph::getitem`],
+//!   [`Graph::output`].
+//! - Edit: [`Graph::insert_before`] / [`Graph::insert_after`], [`Graph::replace_all_uses_with`],
+//!   [`Graph::set_operand`], [`Graph::erase`] (refuses nodes with users),
+//!   [`Graph::copy_subgraph`], [`Graph::append_graph`].
+//! - Check and show: [`Graph::verify`], `Display` / [`Graph::parse`], [`Graph::tabular`],
+//!   [`Graph::to_dot`], serde for the whole graph.
+//!
+//! Tracing modules into a graph, the interpreter and `GraphModule` build on this crate.
+//!
 //! ```
 //! use tessera_fx::Graph;
 //! use tessera_tensor::{DType, Op, TensorMeta, op::UnaryOp};

@@ -4,13 +4,13 @@
 //! The serde form wraps the attributes in the enum variants that select the op
 //! (`{"Conv": {"Forward": {...}}}`); [`VARIANT_PATHS`] lists those wrappers, so the text keeps
 //! only the innermost attributes. An op whose path is missing still round-trips, printed with
-//! its whole serde form.
+//! its whole serde form. Non-finite float attributes (NaN, infinities) have no JSON form and
+//! print as `null`, so they do not round-trip.
 
-use crate::attr_text::{parse_block, render_block};
+use crate::attr_text::{Attr, parse_block, render_block};
 use crate::lexer::Lexer;
 use crate::parse::ParseError;
 use crate::{FxError, Result};
-use serde_json::{Map, Value};
 use tessera_tensor::Op;
 
 /// The enum variants that select each op, outermost first.
@@ -87,12 +87,20 @@ const VARIANT_PATHS: &[&str] = &[
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OpText {
     pub name: String,
-    pub attrs: Option<Value>,
+    pub attrs: Option<Attr>,
+}
+
+impl OpText {
+    /// Equal names and attributes, whatever the order of the attributes' fields.
+    fn same(&self, other: &OpText) -> bool {
+        self.name == other.name
+            && self.attrs.as_ref().map(Attr::to_json) == other.attrs.as_ref().map(Attr::to_json)
+    }
 }
 
 /// The text of an op; a `Custom` op has none.
 pub(crate) fn split_op(op: &Op) -> Result<OpText> {
-    let value = serde_json::to_value(op).map_err(|e| FxError::Unserializable {
+    let value = Attr::of(op).map_err(|e| FxError::Unserializable {
         op: op.name(),
         reason: e.to_string(),
     })?;
@@ -112,8 +120,8 @@ pub(crate) fn join_op(text: &OpText) -> Option<Op> {
     paths()
         .chain(std::iter::once(Vec::new()))
         .filter_map(|path| wrap(&path, text.attrs.clone()))
-        .filter_map(|value| serde_json::from_value::<Op>(value).ok())
-        .find(|op| split_op(op).is_ok_and(|t| t == *text))
+        .filter_map(|value| serde_json::from_value::<Op>(value.to_json()).ok())
+        .find(|op| split_op(op).is_ok_and(|t| t.same(text)))
 }
 
 fn paths() -> impl Iterator<Item = Vec<&'static str>> {
@@ -122,14 +130,14 @@ fn paths() -> impl Iterator<Item = Vec<&'static str>> {
 
 /// The attributes inside the wrappers of `path` and how many wrappers matched, or `None` if
 /// `value` is not an op of that path.
-fn strip(value: &Value, path: &[&str]) -> Option<(usize, Option<Value>)> {
+fn strip(value: &Attr, path: &[&str]) -> Option<(usize, Option<Attr>)> {
     let mut value = value;
     for (i, variant) in path.iter().enumerate() {
         match value {
-            Value::String(s) if s == variant && i + 1 == path.len() => {
+            Attr::String(s) if s == variant && i + 1 == path.len() => {
                 return Some((path.len(), None));
             }
-            Value::Object(map) if map.len() == 1 => value = map.get(*variant)?,
+            Attr::Object(map) if map.len() == 1 && map[0].0 == *variant => value = &map[0].1,
             _ => return None,
         }
     }
@@ -137,18 +145,16 @@ fn strip(value: &Value, path: &[&str]) -> Option<(usize, Option<Value>)> {
 }
 
 /// The serde form of the op with these attributes under the wrappers of `path`.
-fn wrap(path: &[&str], attrs: Option<Value>) -> Option<Value> {
+fn wrap(path: &[&str], attrs: Option<Attr>) -> Option<Attr> {
     let (mut value, outer) = match attrs {
         Some(attrs) => (attrs, path),
         None => {
             let (last, outer) = path.split_last()?;
-            (Value::String((*last).into()), outer)
+            (Attr::String((*last).into()), outer)
         }
     };
     for variant in outer.iter().rev() {
-        let mut map = Map::new();
-        map.insert((*variant).into(), value);
-        value = Value::Object(map);
+        value = Attr::Object(vec![((*variant).into(), value)]);
     }
     Some(value)
 }

@@ -6,6 +6,9 @@
 //!     %relu : f32[1, 16, 32, 32] = call_function[relu](%conv1)
 //!     return %relu
 //! ```
+//!
+//! Node metadata is not printed (serde keeps it); the output node's name is not printed either,
+//! and parsing names it `output` (or the first free `output_N`).
 
 use crate::op_syntax::{op_text_between, op_to_text};
 use crate::{Graph, NodeKind};

@@ -1,6 +1,6 @@
 //! `Graph::verify`: checks a graph and reports every problem at once, each with its node.
 
-use crate::print::{metas_list, node_meta_text};
+use crate::print::{meta_text, metas_list, node_meta_text};
 use crate::{Graph, NodeKind};
 use petgraph::stable_graph::NodeIndex;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -51,145 +51,177 @@ impl Graph {
     }
 
     fn verify_checking(&self, attributes: Option<&BTreeSet<String>>) -> Result<(), VerifyErrors> {
-        let mut errors = Vec::new();
-        let mut report = |node: &str, message: String| {
-            errors.push(VerifyError {
-                node: node.into(),
+        let mut errors: Vec<VerifyError> = self
+            .graph_problems()
+            .into_iter()
+            .map(|message| VerifyError {
+                node: "graph".into(),
                 message,
             })
-        };
+            .collect();
         let position: HashMap<NodeIndex<u32>, usize> = self
             .order
             .iter()
             .enumerate()
             .map(|(p, &i)| (i, p))
             .collect();
-        if petgraph::algo::toposort(&self.graph, None).is_err() {
-            report("graph", "the graph has a cycle".into());
-        }
         let mut seen = HashSet::new();
-        let outputs: Vec<_> = self
-            .order
-            .iter()
-            .filter(|&&i| self.graph[i].kind == NodeKind::Output)
-            .collect();
-        match outputs.as_slice() {
-            [] => report("graph", "the graph has no output".into()),
-            [_] => {}
-            many => report("graph", format!("the graph has {} outputs", many.len())),
-        }
-        if let Some(&&first) = outputs.first()
-            && self.order.last() != Some(&first)
-        {
-            report("graph", "the output is not the last node".into());
-        }
-        for (p, &i) in self.order.iter().enumerate() {
+        for &i in &self.order {
             let node = &self.graph[i];
-            let name = format!("%{}", node.name);
-            if !seen.insert(node.name.clone()) {
-                report(&name, "the name is used by another node".into());
+            let mut problems = Vec::new();
+            if !seen.insert(node.name.as_str()) {
+                problems.push("the name is used by another node".into());
             }
-            let operands = self.operand_indices(i);
-            for &o in &operands {
-                if position.get(&o).is_none_or(|&q| q >= p) {
-                    report(
-                        &name,
-                        format!(
-                            "uses %{}, which is not defined before it",
-                            self.graph[o].name
-                        ),
-                    );
-                }
-            }
-            let multi: Vec<_> = operands
-                .iter()
-                .filter(|&&o| self.graph[o].meta.len() != 1)
-                .map(|&o| &self.graph[o])
-                .collect();
-            let needs_single = !matches!(node.kind, NodeKind::GetItem { .. } | NodeKind::Output);
-            if needs_single {
-                for o in &multi {
-                    report(
-                        &name,
-                        format!(
-                            "operand %{} yields {} values; select one with getitem",
-                            o.name,
-                            o.meta.len()
-                        ),
-                    );
-                }
-            }
-            let expect_metas = |count: usize, what: &str| {
-                (node.meta.len() != count)
-                    .then(|| format!("{what} must have {count} meta(s), has {}", node.meta.len()))
-            };
-            let problem = match &node.kind {
-                NodeKind::Placeholder { .. } | NodeKind::GetAttr { .. } if !operands.is_empty() => {
-                    Some(format!(
-                        "{} takes no operands, has {}",
-                        node.kind.opcode(),
-                        operands.len()
-                    ))
-                }
-                NodeKind::Placeholder { .. } => expect_metas(1, "a placeholder"),
-                NodeKind::GetAttr { target } => match attributes {
-                    Some(known) if !known.contains(target) => Some(format!(
-                        "get_attr[{target}] names no known parameter or buffer"
-                    )),
-                    _ => expect_metas(1, "a get_attr"),
-                },
-                NodeKind::CallModule { .. } => None,
-                NodeKind::CallFunction { op } if needs_single && multi.is_empty() => {
-                    let metas: Vec<_> = operands
-                        .iter()
-                        .map(|&o| self.graph[o].meta[0].clone())
-                        .collect();
-                    match op.meta(&metas) {
-                        Err(e) => Some(format!(
-                            "call_function[{}] on ({}): {e}",
-                            op.name(),
-                            metas_list(&metas)
-                        )),
-                        Ok(expected) if expected != node.meta => Some(format!(
-                            "meta {} disagrees with call_function[{}], which gives {}",
-                            node_meta_text(&node.meta),
-                            op.name(),
-                            node_meta_text(&expected)
-                        )),
-                        Ok(_) => None,
-                    }
-                }
-                NodeKind::CallFunction { .. } => None,
-                NodeKind::GetItem { index } => match operands.as_slice() {
-                    [o] => match self.graph[*o].meta.get(*index) {
-                        None => Some(format!(
-                            "getitem[{index}] of %{}, which yields {} values",
-                            self.graph[*o].name,
-                            self.graph[*o].meta.len()
-                        )),
-                        Some(m) if node.meta != [m.clone()] => Some(format!(
-                            "meta {} disagrees with value {index} of %{}, which is {}",
-                            node_meta_text(&node.meta),
-                            self.graph[*o].name,
-                            crate::print::meta_text(m)
-                        )),
-                        Some(_) => None,
-                    },
-                    _ => Some(format!("getitem takes 1 operand, has {}", operands.len())),
-                },
-                NodeKind::Output if !self.user_indices(i).is_empty() => {
-                    Some("the output is used by other nodes".into())
-                }
-                NodeKind::Output => None,
-            };
-            if let Some(message) = problem {
-                report(&name, message);
-            }
+            problems.extend(self.operand_problems(i, &position));
+            problems.extend(self.kind_problem(i, attributes));
+            errors.extend(problems.into_iter().map(|message| VerifyError {
+                node: format!("%{}", node.name),
+                message,
+            }));
         }
         if errors.is_empty() {
             Ok(())
         } else {
             Err(VerifyErrors(errors))
+        }
+    }
+
+    /// A cycle, and anything but exactly one output as the last node.
+    fn graph_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if petgraph::algo::toposort(&self.graph, None).is_err() {
+            problems.push("the graph has a cycle".into());
+        }
+        let outputs: Vec<_> = self
+            .order
+            .iter()
+            .filter(|&&i| self.graph[i].kind == NodeKind::Output)
+            .collect();
+        match outputs.len() {
+            0 => problems.push("the graph has no output".into()),
+            1 => {}
+            n => problems.push(format!("the graph has {n} outputs")),
+        }
+        if outputs
+            .first()
+            .is_some_and(|&&o| self.order.last() != Some(&o))
+        {
+            problems.push("the output is not the last node".into());
+        }
+        problems
+    }
+
+    /// Operands used before their definition, and multi-value operands where one tensor is
+    /// needed (everywhere but getitem and output).
+    fn operand_problems(
+        &self,
+        i: NodeIndex<u32>,
+        position: &HashMap<NodeIndex<u32>, usize>,
+    ) -> Vec<String> {
+        let mut problems = Vec::new();
+        let here = position.get(&i).copied().unwrap_or(0);
+        let takes_tuples = matches!(
+            self.graph[i].kind,
+            NodeKind::GetItem { .. } | NodeKind::Output
+        );
+        for o in self.operand_indices(i) {
+            let operand = &self.graph[o];
+            if position.get(&o).is_none_or(|&q| q >= here) {
+                problems.push(format!(
+                    "uses %{}, which is not defined before it",
+                    operand.name
+                ));
+            }
+            if !takes_tuples && operand.meta.len() != 1 {
+                problems.push(format!(
+                    "operand %{} yields {} values; select one with getitem",
+                    operand.name,
+                    operand.meta.len()
+                ));
+            }
+        }
+        problems
+    }
+
+    /// What is wrong with the node for its kind: operand counts, metas against the op's meta
+    /// function or the getitem'd value, unknown get_attr targets, a used output.
+    fn kind_problem(
+        &self,
+        i: NodeIndex<u32>,
+        attributes: Option<&BTreeSet<String>>,
+    ) -> Option<String> {
+        let node = &self.graph[i];
+        let operands = self.operand_indices(i);
+        let expect_one_meta = |what: &str| {
+            (node.meta.len() != 1)
+                .then(|| format!("{what} must have 1 meta, has {}", node.meta.len()))
+        };
+        match &node.kind {
+            NodeKind::Placeholder { .. } | NodeKind::GetAttr { .. } if !operands.is_empty() => {
+                Some(format!(
+                    "{} takes no operands, has {}",
+                    node.kind.opcode(),
+                    operands.len()
+                ))
+            }
+            NodeKind::Placeholder { target } if *target != node.name => Some(format!(
+                "placeholder target {target:?} differs from the node's name, which prints in its place"
+            )),
+            NodeKind::Placeholder { .. } => expect_one_meta("a placeholder"),
+            NodeKind::GetAttr { target } => match attributes {
+                Some(known) if !known.contains(target) => Some(format!(
+                    "get_attr[{target}] names no known parameter or buffer"
+                )),
+                _ => expect_one_meta("a get_attr"),
+            },
+            NodeKind::CallModule { .. } => None,
+            NodeKind::CallFunction { op } => {
+                let metas = operands
+                    .iter()
+                    .map(|&o| match self.graph[o].meta.as_slice() {
+                        [meta] => Some(meta.clone()),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                match op.meta(&metas) {
+                    Err(e) => Some(format!(
+                        "call_function[{}] on ({}): {e}",
+                        op.name(),
+                        metas_list(&metas)
+                    )),
+                    Ok(expected) if expected != node.meta => Some(format!(
+                        "meta {} disagrees with call_function[{}], which gives {}",
+                        node_meta_text(&node.meta),
+                        op.name(),
+                        node_meta_text(&expected)
+                    )),
+                    Ok(_) => None,
+                }
+            }
+            NodeKind::GetItem { index } => {
+                let [o] = operands.as_slice() else {
+                    return Some(format!("getitem takes 1 operand, has {}", operands.len()));
+                };
+                let operand = &self.graph[*o];
+                match operand.meta.get(*index) {
+                    None => Some(format!(
+                        "getitem[{index}] of %{}, which yields {} values",
+                        operand.name,
+                        operand.meta.len()
+                    )),
+                    Some(m) if node.meta != std::slice::from_ref(m) => Some(format!(
+                        "meta {} disagrees with value {index} of %{}, which is {}",
+                        node_meta_text(&node.meta),
+                        operand.name,
+                        meta_text(m)
+                    )),
+                    Some(_) => None,
+                }
+            }
+            NodeKind::Output if !self.user_indices(i).is_empty() => {
+                Some("the output is used by other nodes".into())
+            }
+            NodeKind::Output => None,
         }
     }
 }

@@ -189,3 +189,26 @@ fn ids_of_another_graph_are_refused() -> Result<()> {
     assert!(matches!(g.users(&y), Err(FxError::UnknownNode { .. })));
     Ok(())
 }
+
+#[test]
+fn set_operand_replaces_one_operand_position() -> Result<()> {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(&[3]));
+    let y = g.placeholder("y", f32s(&[3]));
+    let sub = g.call_function(Op::Binary(BinaryOp::Sub), &[&x, &x])?;
+    g.set_operand(&sub, 1, &y)?;
+    assert_eq!(g.operands(&sub)?, [x, y]);
+    Ok(())
+}
+
+#[test]
+fn getitem_past_the_values_names_the_node_and_count() -> Result<()> {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(&[3]));
+    let err = g.getitem(&x, 1).expect_err("x yields one value");
+    assert_eq!(
+        err.to_string(),
+        "%getitem: getitem[1] of %x, which yields 1 values"
+    );
+    Ok(())
+}

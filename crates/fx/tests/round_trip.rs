@@ -243,14 +243,14 @@ fn ops_print_only_the_attributes_their_name_does_not_say() -> Result<()> {
                 value: 2.0,
                 reversed: false,
             }),
-            "mul{op: Mul, reversed: false, value: 2.0}",
+            "mul{op: Mul, value: 2.0, reversed: false}",
         ),
         (
             Op::Clamp {
                 min: Some(-1.0),
                 max: None,
             },
-            "clamp{max: null, min: -1.0}",
+            "clamp{min: -1.0, max: null}",
         ),
         (Op::Index(IndexOp::Cat { dim: 1 }), "cat{dim: 1}"),
     ];
@@ -304,5 +304,72 @@ fn serde_refuses_a_graph_with_a_custom_op() -> Result<()> {
     assert!(serde_json::to_string(&g).is_err());
     assert!(g.to_text().is_err());
     assert!(g.to_string().contains("call_function[twice]{custom}"));
+    Ok(())
+}
+
+#[test]
+fn attributes_read_back_in_any_field_order_and_quoting() -> Result<()> {
+    let op = tessera_fx::parse_op(r#"mul{"reversed": false, value: 2.0, op: "Mul"}"#)?;
+    assert_eq!(
+        op,
+        Op::Scalar(ScalarOp {
+            op: BinaryOp::Mul,
+            value: 2.0,
+            reversed: false,
+        })
+    );
+    assert_eq!(
+        tessera_fx::op_to_text(&op)?,
+        "mul{op: Mul, value: 2.0, reversed: false}"
+    );
+    Ok(())
+}
+
+#[test]
+fn an_op_named_differently_from_its_attributes_is_refused() {
+    let err = tessera_fx::parse_op("add{op: Mul, value: 2.0, reversed: false}")
+        .expect_err("the name says add, the attributes say mul");
+    assert_eq!(err.column, 1);
+}
+
+#[test]
+fn module_reprs_with_quotes_and_brackets_round_trip() -> Result<()> {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(&[2, 4]));
+    let m = g.call_module(
+        "blocks.0.act",
+        r#"Lambda(name="a]b", dims=[1, (2, 3)], opts={'k': ']'})"#,
+        &[&x],
+        vec![f32s(&[2, 4])],
+    )?;
+    g.output(&[&m])?;
+    assert_text_round_trip(&g)?;
+    assert!(g.to_dot().contains(r#"Lambda(name=\"a]b\""#));
+    Ok(())
+}
+
+#[test]
+fn module_reprs_that_cannot_print_on_one_line_are_refused() {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(&[2]));
+    for repr in [
+        "Sequential(\n  (0): ReLU()\n)",
+        "Linear(2, 2",
+        "Odd)(",
+        "(no type)",
+    ] {
+        let err = g.call_module("m", repr, &[&x], vec![f32s(&[2])]);
+        assert!(
+            matches!(err, Err(tessera_fx::FxError::InvalidModuleRepr { .. })),
+            "{repr:?}"
+        );
+    }
+}
+
+#[test]
+fn windows_line_endings_parse() -> Result<()> {
+    let text = cnn_chain()?.to_string();
+    let parsed = Graph::parse(&text.replace('\n', "\r\n"))?;
+    assert_eq!(parsed.to_string(), text);
     Ok(())
 }
