@@ -178,6 +178,11 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             fn as_module(&self) -> &dyn ::tessera_nn::Module {
                 self
             }
+            fn as_layer(&self) -> ::std::option::Option<&dyn ::tessera_nn::Layer> {
+                #[allow(unused_imports)]
+                use ::tessera_nn::layer_probe::{ViaLayer as _, ViaModule as _};
+                (&&::tessera_nn::layer_probe::Probe(self)).probe_layer()
+            }
             #extra_repr
             #version
             #get_extra

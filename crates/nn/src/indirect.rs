@@ -31,6 +31,9 @@ macro_rules! delegate_module {
             fn extra_repr(&self) -> String {
                 (**self).extra_repr()
             }
+            fn as_layer(&self) -> Option<&dyn crate::Layer> {
+                (**self).as_layer()
+            }
             fn custom_repr(&self) -> Option<String> {
                 (**self).custom_repr()
             }

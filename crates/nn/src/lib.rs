@@ -73,6 +73,8 @@ pub mod hooks;
 mod indirect;
 pub mod init;
 mod layer;
+#[doc(hidden)]
+pub mod layer_probe;
 pub mod layers;
 pub mod models;
 mod module;

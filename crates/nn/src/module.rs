@@ -28,6 +28,13 @@ pub trait Module: Any + Send + Sync {
     fn as_any(&self) -> &dyn Any;
     fn as_module(&self) -> &dyn Module;
 
+    /// This module as a one-tensor-in, one-tensor-out [`Layer`](crate::Layer), if it is one
+    /// (the derive detects a `Forward<Tensor, Output = Tensor>` impl); interpreters call leaf
+    /// modules through it.
+    fn as_layer(&self) -> Option<&dyn crate::Layer> {
+        None
+    }
+
     /// Text inside the parentheses of the repr (`in_features=2, out_features=3, bias=True`).
     fn extra_repr(&self) -> String {
         String::new()

@@ -81,3 +81,22 @@ fn real_inputs_are_not_recorded() -> Result<()> {
     assert!(log.0.lock().unwrap().is_empty());
     Ok(())
 }
+
+#[test]
+fn as_layer_finds_one_tensor_modules_only() -> Result<()> {
+    use tessera_nn::layers::CrossEntropyLoss;
+    use tessera_nn::{ModuleCore, models::SmallCnn};
+    #[derive(Module)]
+    struct NoForward {
+        core: ModuleCore,
+    }
+    assert!(Linear::new(2, 2)?.as_layer().is_some());
+    assert!(SmallCnn::new()?.as_layer().is_some());
+    assert!(Sequential::new().as_layer().is_some());
+    assert!(CrossEntropyLoss::new().as_layer().is_none(), "two tensors in");
+    assert!(NoForward { core: ModuleCore::default() }.as_layer().is_none());
+    let boxed: Box<dyn Module> = Box::new(ReLU::new());
+    let y = boxed.as_layer().unwrap().call(Tensor::from_vec(vec![-1.0f32, 1.0], &[2])?)?;
+    assert_eq!(y.to_vec::<f32>()?, vec![0.0, 1.0]);
+    Ok(())
+}

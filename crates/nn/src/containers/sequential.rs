@@ -78,6 +78,9 @@ impl Module for Sequential {
     fn type_name(&self) -> String {
         "Sequential".into()
     }
+    fn as_layer(&self) -> Option<&dyn Layer> {
+        Some(self)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
