@@ -51,6 +51,10 @@ pub enum FxError {
     /// The graph failed verification; every problem is listed.
     #[error(transparent)]
     Verify(#[from] VerifyErrors),
+    /// Running a graph failed; `node` says which node was executing (`while executing %conv1 =
+    /// call_module[conv1](%x)`).
+    #[error("{node}: {reason}")]
+    Run { node: String, reason: String },
     /// Tracing failed: the forward raised (a shape error, or reading a traced value), or a
     /// value could not be mapped to the graph. The reason names the module path and op.
     #[error("trace: {reason}")]

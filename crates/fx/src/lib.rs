@@ -49,6 +49,7 @@ mod edit;
 mod error;
 mod graph;
 mod graph_serde;
+pub mod interpreter;
 mod lexer;
 mod names;
 mod node;

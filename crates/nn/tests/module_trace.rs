@@ -93,10 +93,22 @@ fn as_layer_finds_one_tensor_modules_only() -> Result<()> {
     assert!(Linear::new(2, 2)?.as_layer().is_some());
     assert!(SmallCnn::new()?.as_layer().is_some());
     assert!(Sequential::new().as_layer().is_some());
-    assert!(CrossEntropyLoss::new().as_layer().is_none(), "two tensors in");
-    assert!(NoForward { core: ModuleCore::default() }.as_layer().is_none());
+    assert!(
+        CrossEntropyLoss::new().as_layer().is_none(),
+        "two tensors in"
+    );
+    assert!(
+        NoForward {
+            core: ModuleCore::default()
+        }
+        .as_layer()
+        .is_none()
+    );
     let boxed: Box<dyn Module> = Box::new(ReLU::new());
-    let y = boxed.as_layer().unwrap().call(Tensor::from_vec(vec![-1.0f32, 1.0], &[2])?)?;
+    let y = boxed
+        .as_layer()
+        .unwrap()
+        .call(Tensor::from_vec(vec![-1.0f32, 1.0], &[2])?)?;
     assert_eq!(y.to_vec::<f32>()?, vec![0.0, 1.0]);
     Ok(())
 }

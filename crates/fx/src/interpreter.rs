@@ -1,0 +1,202 @@
+//! The interpreter: runs a graph node by node on real tensors. It is the specification every
+//! compiled backend is tested against; like FX's `Interpreter`, each opcode is one method a
+//! subclass-like implementation can override.
+
+use crate::{FxError, Graph, Node, NodeId, NodeKind, Result};
+use indexmap::IndexMap;
+use std::collections::HashMap;
+use tessera_nn::{Call, Module, ModuleExt};
+use tessera_tensor::{Op, Tensor};
+
+/// One method per opcode; the defaults execute the node.
+pub trait Interpreter {
+    /// The module whose parameters, buffers and leaf submodules the graph refers to.
+    fn root(&self) -> &dyn Module;
+
+    /// Tensors that are not state of the root (constants made during tracing).
+    fn constants(&self) -> Option<&IndexMap<String, Tensor>> {
+        None
+    }
+
+    fn placeholder(&mut self, _node: &Node, input: Tensor) -> Result<Tensor> {
+        Ok(input)
+    }
+
+    /// Reads the root's current parameter or buffer at `target` (so training updates are
+    /// seen), or a constant.
+    fn get_attr(&mut self, _node: &Node, target: &str) -> Result<Tensor> {
+        if let Ok(p) = self.root().get_parameter(target) {
+            return Ok(p.tensor().clone());
+        }
+        if let Ok(b) = self.root().get_buffer(target) {
+            return Ok(b);
+        }
+        self.constants()
+            .and_then(|c| c.get(target).cloned())
+            .ok_or_else(|| FxError::Run {
+                node: String::new(),
+                reason: format!("no parameter, buffer or constant `{target}`"),
+            })
+    }
+
+    /// Calls the leaf submodule at `target` through `call` (so its hooks run).
+    fn call_module(
+        &mut self,
+        _node: &Node,
+        target: &str,
+        args: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>> {
+        let module = self
+            .root()
+            .get_submodule(target)
+            .map_err(|e| FxError::Run {
+                node: String::new(),
+                reason: e.to_string(),
+            })?;
+        let layer = module.as_layer().ok_or_else(|| FxError::Run {
+            node: String::new(),
+            reason: format!(
+                "{} at `{target}` does not map one tensor to one tensor",
+                module.type_name()
+            ),
+        })?;
+        let [x] = <[Tensor; 1]>::try_from(args).map_err(|a| FxError::Run {
+            node: String::new(),
+            reason: format!("a one-tensor module got {} operands", a.len()),
+        })?;
+        let y = layer.call(x).map_err(|e| FxError::Run {
+            node: String::new(),
+            reason: e.to_string(),
+        })?;
+        Ok(vec![y])
+    }
+
+    fn call_function(&mut self, _node: &Node, op: &Op, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let refs: Vec<&Tensor> = args.iter().collect();
+        op.apply(&refs).map_err(|e| FxError::Run {
+            node: String::new(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// Runs the root's graph with its own state: the plain interpreter.
+pub struct GraphInterpreter<'a> {
+    pub root: &'a dyn Module,
+    pub constants: Option<&'a IndexMap<String, Tensor>>,
+}
+
+impl Interpreter for GraphInterpreter<'_> {
+    fn root(&self) -> &dyn Module {
+        self.root
+    }
+
+    fn constants(&self) -> Option<&IndexMap<String, Tensor>> {
+        self.constants
+    }
+}
+
+/// `%conv1 = call_module[conv1](%x)`: how errors name the node being executed.
+fn describe(graph: &Graph, id: &NodeId, node: &Node) -> String {
+    let operands = graph
+        .operands(id)
+        .map(|ops| {
+            ops.iter()
+                .map(|o| o.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    let what = match &node.kind {
+        NodeKind::Placeholder { target } => format!("placeholder[{target}]"),
+        NodeKind::GetAttr { target } => format!("get_attr[{target}]"),
+        NodeKind::CallModule { target, .. } => format!("call_module[{target}]"),
+        NodeKind::CallFunction { op } => format!("call_function[{}]", op.name()),
+        NodeKind::GetItem { index } => format!("getitem[{index}]"),
+        NodeKind::Output => "output".into(),
+    };
+    format!("{id} = {what}({operands})")
+}
+
+/// Executes `graph` on `inputs` (one per placeholder, in order) and returns its outputs.
+pub fn run(
+    interpreter: &mut dyn Interpreter,
+    graph: &Graph,
+    inputs: &[Tensor],
+) -> Result<Vec<Tensor>> {
+    let placeholders = graph.placeholders();
+    if placeholders.len() != inputs.len() {
+        return Err(FxError::Run {
+            node: "graph".into(),
+            reason: format!(
+                "expected {} inputs, got {}",
+                placeholders.len(),
+                inputs.len()
+            ),
+        });
+    }
+    let mut values: HashMap<NodeId, Vec<Tensor>> = HashMap::new();
+    let mut next_input = inputs.iter();
+    for id in graph.nodes() {
+        let node = graph.node(&id)?;
+        let args = graph
+            .operands(&id)?
+            .iter()
+            .map(|o| {
+                values
+                    .get(o)
+                    .and_then(|v| v.first().cloned())
+                    .ok_or_else(|| FxError::UnknownNode {
+                        node: o.to_string(),
+                    })
+            })
+            .collect::<Result<Vec<Tensor>>>();
+        let at = |e: FxError| match e {
+            FxError::Run { node: n, reason } if n.is_empty() => FxError::Run {
+                node: format!("while executing {}", describe(graph, &id, node)),
+                reason,
+            },
+            other => other,
+        };
+        let result = match &node.kind {
+            NodeKind::Placeholder { .. } => {
+                let input = next_input
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| FxError::UnknownNode {
+                        node: id.to_string(),
+                    })?;
+                vec![interpreter.placeholder(node, input).map_err(at)?]
+            }
+            NodeKind::GetAttr { target } => vec![interpreter.get_attr(node, target).map_err(at)?],
+            NodeKind::CallModule { target, .. } => {
+                interpreter.call_module(node, target, args?).map_err(at)?
+            }
+            NodeKind::CallFunction { op } => {
+                interpreter.call_function(node, op, args?).map_err(at)?
+            }
+            NodeKind::GetItem { index } => {
+                let operand = graph.operands(&id)?.into_iter().next().ok_or_else(|| {
+                    FxError::UnknownNode {
+                        node: id.to_string(),
+                    }
+                })?;
+                let all = values.get(&operand).ok_or_else(|| FxError::UnknownNode {
+                    node: operand.to_string(),
+                })?;
+                vec![all.get(*index).cloned().ok_or_else(|| {
+                    at(FxError::Run {
+                        node: String::new(),
+                        reason: format!("no value {index}"),
+                    })
+                })?]
+            }
+            NodeKind::Output => return args,
+        };
+        values.insert(id, result);
+    }
+    Err(FxError::Run {
+        node: "graph".into(),
+        reason: "the graph has no output node".into(),
+    })
+}
