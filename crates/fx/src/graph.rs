@@ -137,6 +137,13 @@ impl Graph {
         Ok(self.insert(name, NodeKind::Output, Vec::new(), &operands))
     }
 
+    /// Replaces the shapes and dtypes a node yields (shape propagation does this).
+    pub fn set_meta(&mut self, id: &NodeId, meta: Vec<TensorMeta>) -> Result<()> {
+        let i = self.index(id)?;
+        self.graph[i].meta = meta;
+        Ok(())
+    }
+
     /// The node behind an id.
     pub fn node(&self, id: &NodeId) -> Result<&Node> {
         Ok(&self.graph[self.index(id)?])

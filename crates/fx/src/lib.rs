@@ -57,6 +57,7 @@ mod node_id;
 mod op_syntax;
 mod parse;
 mod print;
+pub mod shape_prop;
 mod table;
 pub mod trace;
 mod verify;

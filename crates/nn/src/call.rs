@@ -120,11 +120,19 @@ fn enter(module: &dyn Module) -> (CallFrame, String) {
         // SAFETY: the parent's `call` is below this one on the same thread, so the module
         // it points to is still borrowed.
         let parent = unsafe { &**parent };
+        // A direct child first (cheap); else any descendant (a module reached through a
+        // container, `self.activations["relu"]`).
         let name = own(parent)
             .children
             .into_iter()
             .find(|(_, m)| module_id(*m) == id)
-            .map(|(n, _)| n);
+            .map(|(n, _)| n)
+            .or_else(|| {
+                crate::walk::named_modules(parent, "", true)
+                    .into_iter()
+                    .find(|(_, m)| module_id(*m) == id)
+                    .map(|(n, _)| n)
+            });
         match name {
             None => module.type_name(),
             Some(n) if parent_path.is_empty() => n,
@@ -136,6 +144,17 @@ fn enter(module: &dyn Module) -> (CallFrame, String) {
             .push((module as *const dyn Module, path.clone()))
     });
     (CallFrame, path)
+}
+
+/// Runs `f` as if inside a call of `module` at the top level, so that the submodules `f`
+/// calls get their paths (tracing a closure over a module does this).
+pub(crate) fn as_caller<R>(module: &dyn Module, f: impl FnOnce() -> R) -> R {
+    CALL_STACK.with(|s| {
+        s.borrow_mut()
+            .push((module as *const dyn Module, String::new()))
+    });
+    let _frame = CallFrame;
+    f()
 }
 
 /// Runs `forward` the way PyTorch's `__call__` does.

@@ -38,6 +38,12 @@ pub fn with_module_recorder<R>(recorder: Arc<dyn ModuleCallRecorder>, f: impl Fn
     f()
 }
 
+/// Runs `f` as the body of a call of `module`: submodules it calls are named by their paths
+/// under `module` (tracing a closure over a module uses this).
+pub fn as_caller<R>(module: &dyn Module, f: impl FnOnce() -> R) -> R {
+    crate::call::as_caller(module, f)
+}
+
 /// Runs `f` with no module recorder (inside a leaf, nothing more is recorded).
 pub(crate) fn without_module_recorder<R>(f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Arc<dyn ModuleCallRecorder>>);

@@ -17,6 +17,8 @@ pub(crate) struct State {
     pub(crate) graph: Graph,
     /// The node (or getitem node) that yields each traced tensor.
     pub(crate) values: HashMap<TensorId, NodeId>,
+    /// Values of multi-output nodes not used yet: their getitem is made on first use.
+    pending: HashMap<TensorId, (NodeId, usize)>,
     /// get_attr nodes by qualified name.
     attr_nodes: HashMap<String, NodeId>,
     /// Tensors that get_attr nodes read: parameters and buffers by qualified name, then
@@ -60,9 +62,14 @@ impl Recording {
     }
 
     /// The node yielding `tensor`: a traced value, a parameter or buffer, or a new constant.
-    fn operand(&self, state: &mut State, tensor: &Tensor) -> crate::Result<NodeId> {
+    pub(crate) fn operand(&self, state: &mut State, tensor: &Tensor) -> crate::Result<NodeId> {
         if let Some(node) = state.values.get(&tensor.id()) {
             return Ok(node.clone());
+        }
+        if let Some((node, index)) = state.pending.remove(&tensor.id()) {
+            let item = state.graph.getitem(&node, index)?;
+            state.values.insert(tensor.id(), item.clone());
+            return Ok(item);
         }
         let name = match self.names.get(&tensor.id()) {
             Some(name) => name.clone(),
@@ -96,15 +103,15 @@ impl Recording {
         Ok(node)
     }
 
-    /// Maps `outputs` to `node` (one output) or to getitem nodes of it (several).
+    /// Maps `outputs` to `node` (one output) or to getitem nodes of it, made when a value is
+    /// first used (several).
     fn bind_outputs(state: &mut State, node: NodeId, outputs: &[Tensor]) -> crate::Result<()> {
         if outputs.len() == 1 {
             state.values.insert(outputs[0].id(), node);
             return Ok(());
         }
         for (i, out) in outputs.iter().enumerate() {
-            let item = state.graph.getitem(&node, i)?;
-            state.values.insert(out.id(), item);
+            state.pending.insert(out.id(), (node.clone(), i));
         }
         Ok(())
     }

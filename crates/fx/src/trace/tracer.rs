@@ -8,7 +8,7 @@ use crate::{FxError, Graph, NodeId, Result};
 use indexmap::IndexMap;
 use std::collections::HashMap;
 use std::sync::Arc;
-use tessera_nn::module_trace::with_module_recorder;
+use tessera_nn::module_trace::{as_caller, with_module_recorder};
 use tessera_nn::{Call, Layer, Module, ModuleExt};
 use tessera_tensor::trace::with_recorder;
 use tessera_tensor::{Tensor, TensorMeta};
@@ -77,7 +77,9 @@ pub fn trace_with(
             .collect()
     };
     let outputs = with_module_recorder(recording.clone(), || {
-        with_recorder(recording.clone(), || run(&placeholders))
+        with_recorder(recording.clone(), || {
+            as_caller(module, || run(&placeholders))
+        })
     })
     .map_err(|e| FxError::Trace {
         reason: e.to_string(),
@@ -86,18 +88,7 @@ pub fn trace_with(
     let mut state = recording.state.lock().unwrap_or_else(|e| e.into_inner());
     let results: Vec<NodeId> = outputs
         .iter()
-        .map(|t| {
-            state
-                .values
-                .get(&t.id())
-                .cloned()
-                .ok_or_else(|| FxError::Trace {
-                    reason: format!(
-                        "output of shape {:?} does not depend on the traced inputs",
-                        t.shape()
-                    ),
-                })
-        })
+        .map(|t| recording.operand(&mut state, t))
         .collect::<Result<_>>()?;
     let refs: Vec<&NodeId> = results.iter().collect();
     state.graph.output(&refs)?;

@@ -1,0 +1,337 @@
+//! Printed graphs of traced models, as reviewed snapshots: the Modules note's Net, BigNet,
+//! DynamicNet with each activation and StatefulModule, the conformance CNN at module and at
+//! op level (inlined), a ResNet basic block with its residual add, and a module with several
+//! inputs and outputs. Also re-shaping a traced graph for a new input size.
+
+mod common;
+
+use common::snapshots;
+use tessera_fx::interpreter::GraphInterpreter;
+use tessera_fx::shape_prop::propagate_shapes;
+use tessera_fx::trace::{LeafPolicy, trace, trace_with};
+use tessera_nn::layers::{BatchNorm2d, Conv2d, Conv2dOptions, LeakyReLU, Linear, ReLU};
+use tessera_nn::models::SmallCnn;
+use tessera_nn::{
+    Call, Forward, Layer, Module, ModuleCore, ModuleDict, ModuleExt, ModuleList, Parameter,
+    ParameterDict, ParameterList, Result,
+};
+use tessera_tensor::{DType, Tensor, TensorMeta};
+
+fn f32s(shape: &[usize]) -> TensorMeta {
+    TensorMeta::new(shape, DType::F32)
+}
+
+#[derive(Module)]
+struct MyLinear {
+    core: ModuleCore,
+    weight: Parameter,
+    bias: Parameter,
+}
+
+impl MyLinear {
+    fn new(i: usize, o: usize) -> MyLinear {
+        MyLinear {
+            core: ModuleCore::default(),
+            weight: Parameter::new(Tensor::randn(&[i, o], DType::F32).unwrap()),
+            bias: Parameter::new(Tensor::randn(&[o], DType::F32).unwrap()),
+        }
+    }
+}
+
+impl Forward for MyLinear {
+    type Output = Tensor;
+    fn forward(&self, x: Tensor) -> Result<Tensor> {
+        Ok(x.matmul(&self.weight)?.add(&self.bias)?)
+    }
+}
+
+#[derive(Module)]
+struct Net {
+    core: ModuleCore,
+    l0: MyLinear,
+    l1: MyLinear,
+}
+
+impl Forward for Net {
+    type Output = Tensor;
+    fn forward(&self, x: Tensor) -> Result<Tensor> {
+        self.l1.call(self.l0.call(x)?.relu()?)
+    }
+}
+
+fn net() -> Net {
+    Net {
+        core: ModuleCore::default(),
+        l0: MyLinear::new(4, 3),
+        l1: MyLinear::new(3, 1),
+    }
+}
+
+#[derive(Module)]
+struct BigNet {
+    core: ModuleCore,
+    l1: MyLinear,
+    net: Net,
+}
+
+impl Forward for BigNet {
+    type Output = Tensor;
+    fn forward(&self, x: Tensor) -> Result<Tensor> {
+        self.net.call(self.l1.call(x)?)
+    }
+}
+
+#[derive(Module)]
+struct DynamicNet {
+    core: ModuleCore,
+    linears: ModuleList<MyLinear>,
+    activations: ModuleDict<Box<dyn Layer>>,
+    r#final: MyLinear,
+}
+
+impl<'a> Forward<(Tensor, &'a str)> for DynamicNet {
+    type Output = Tensor;
+    fn forward(&self, (mut x, act): (Tensor, &'a str)) -> Result<Tensor> {
+        for linear in self.linears.iter() {
+            x = self.activations[act].call(linear.call(x)?)?;
+        }
+        self.r#final.call(x)
+    }
+}
+
+#[derive(Module)]
+struct StatefulModule {
+    core: ModuleCore,
+    param1: Parameter,
+    param2: Parameter,
+    param3: Option<Parameter>,
+    #[module(buffer)]
+    buffer1: Tensor,
+    #[module(buffer, persistent = false)]
+    buffer2: Tensor,
+    param_list: ParameterList,
+    param_dict: ParameterDict,
+    linear: Linear,
+}
+
+impl Forward for StatefulModule {
+    type Output = Tensor;
+    fn forward(&self, x: Tensor) -> Result<Tensor> {
+        // Uses every kind of state once: a parameter, a buffer, a list and dict entry, a layer.
+        let x = x.mul(&self.param1)?.add(&self.param_list[0])?;
+        let x = self.linear.call(x)?.add(&self.param2)?;
+        Ok(x.mul(&self.param_dict["foo"])?
+            .sum(&[-1], true)?
+            .add(&self.buffer1)?)
+    }
+}
+
+/// A ResNet basic block: conv-bn-relu-conv-bn plus the input, then relu.
+#[derive(Module)]
+struct BasicBlock {
+    core: ModuleCore,
+    conv1: Conv2d,
+    bn1: BatchNorm2d,
+    relu: ReLU,
+    conv2: Conv2d,
+    bn2: BatchNorm2d,
+}
+
+impl Forward for BasicBlock {
+    type Output = Tensor;
+    fn forward(&self, x: Tensor) -> Result<Tensor> {
+        let out = self
+            .relu
+            .call(self.bn1.call(self.conv1.call(x.clone())?)?)?;
+        let out = self.bn2.call(self.conv2.call(out)?)?;
+        self.relu.call(out.add(&x)?)
+    }
+}
+
+fn basic_block(c: usize) -> BasicBlock {
+    let conv =
+        || Conv2d::with_options(c, c, 3, Conv2dOptions::default().padding(1).bias(false)).unwrap();
+    BasicBlock {
+        core: ModuleCore::default(),
+        conv1: conv(),
+        bn1: BatchNorm2d::new(c).unwrap(),
+        relu: ReLU::new(),
+        conv2: conv(),
+        bn2: BatchNorm2d::new(c).unwrap(),
+    }
+}
+
+/// Two inputs, two outputs.
+#[derive(Module)]
+struct TwoHeads {
+    core: ModuleCore,
+    shared: Linear,
+    left: Linear,
+    right: Linear,
+}
+
+fn snapshot(name: &str, text: String) {
+    snapshots().bind(|| insta::assert_snapshot!(name, text));
+}
+
+#[test]
+fn note_models_trace_to_their_snapshots() {
+    snapshot(
+        "fx_trace_net",
+        trace(&net(), f32s(&[8, 4]), LeafPolicy::default())
+            .unwrap()
+            .graph
+            .to_string(),
+    );
+    let big = BigNet {
+        core: ModuleCore::default(),
+        l1: MyLinear::new(5, 4),
+        net: net(),
+    };
+    snapshot(
+        "fx_trace_bignet",
+        trace(&big, f32s(&[2, 5]), LeafPolicy::default())
+            .unwrap()
+            .graph
+            .to_string(),
+    );
+    let mut activations: ModuleDict<Box<dyn Layer>> = ModuleDict::new();
+    activations.insert("relu", Box::new(ReLU::new())).unwrap();
+    activations
+        .insert("lrelu", Box::new(LeakyReLU::new(0.01)))
+        .unwrap();
+    let dynamic = DynamicNet {
+        core: ModuleCore::default(),
+        linears: (0..3).map(|_| MyLinear::new(4, 4)).collect(),
+        activations,
+        r#final: MyLinear::new(4, 1),
+    };
+    for act in ["relu", "lrelu"] {
+        let traced = trace_with(
+            &dynamic,
+            &[("x", f32s(&[2, 4]))],
+            LeafPolicy::default(),
+            |t| Ok(vec![dynamic.call((t[0].clone(), act))?]),
+        )
+        .unwrap();
+        snapshot(
+            &format!("fx_trace_dynamicnet_{act}"),
+            traced.graph.to_string(),
+        );
+    }
+    let mut param_dict = ParameterDict::new();
+    param_dict
+        .insert(
+            "bar",
+            Parameter::new(Tensor::randn(&[4], DType::F32).unwrap()),
+        )
+        .unwrap();
+    param_dict
+        .insert(
+            "foo",
+            Parameter::new(Tensor::randn(&[3], DType::F32).unwrap()),
+        )
+        .unwrap();
+    let stateful = StatefulModule {
+        core: ModuleCore::default(),
+        param1: Parameter::new(Tensor::randn(&[2], DType::F32).unwrap()),
+        param2: Parameter::new(Tensor::randn(&[3], DType::F32).unwrap()),
+        param3: None,
+        buffer1: Tensor::randn(&[4], DType::F32).unwrap(),
+        buffer2: Tensor::randn(&[5], DType::F32).unwrap(),
+        param_list: (0..3)
+            .map(|_| Parameter::new(Tensor::randn(&[2], DType::F32).unwrap()))
+            .collect(),
+        param_dict,
+        linear: Linear::new(2, 3).unwrap(),
+    };
+    snapshot(
+        "fx_trace_stateful_module",
+        trace(&stateful, f32s(&[4, 2]), LeafPolicy::default())
+            .unwrap()
+            .graph
+            .to_string(),
+    );
+}
+
+#[test]
+fn the_cnn_at_module_and_at_op_level() {
+    let cnn = SmallCnn::new().unwrap();
+    cnn.eval();
+    snapshot(
+        "fx_trace_small_cnn",
+        trace(&cnn, f32s(&[4, 3, 16, 16]), LeafPolicy::default())
+            .unwrap()
+            .graph
+            .to_string(),
+    );
+    snapshot(
+        "fx_trace_small_cnn_inlined",
+        trace(&cnn, f32s(&[4, 3, 16, 16]), LeafPolicy::none())
+            .unwrap()
+            .graph
+            .to_string(),
+    );
+}
+
+#[test]
+fn a_residual_block_and_a_two_headed_module() {
+    let block = basic_block(8);
+    block.eval();
+    snapshot(
+        "fx_trace_basic_block",
+        trace(&block, f32s(&[1, 8, 8, 8]), LeafPolicy::default())
+            .unwrap()
+            .graph
+            .to_string(),
+    );
+    let heads = TwoHeads {
+        core: ModuleCore::default(),
+        shared: Linear::new(4, 8).unwrap(),
+        left: Linear::new(8, 2).unwrap(),
+        right: Linear::new(8, 3).unwrap(),
+    };
+    let traced = trace_with(
+        &heads,
+        &[("a", f32s(&[5, 4])), ("b", f32s(&[5, 4]))],
+        LeafPolicy::default(),
+        |t| {
+            let h = heads.shared.call(t[0].add(&t[1])?)?.relu()?;
+            Ok(vec![heads.left.call(h.clone())?, heads.right.call(h)?])
+        },
+    )
+    .unwrap();
+    snapshot("fx_trace_two_heads", traced.graph.to_string());
+}
+
+#[test]
+fn shape_propagation_reshapes_a_traced_graph_for_a_new_input_size() {
+    let cnn = SmallCnn::new().unwrap();
+    cnn.eval();
+    let mut traced = trace(&cnn, f32s(&[1, 3, 32, 32]), LeafPolicy::default()).unwrap();
+    let mut interpreter = GraphInterpreter {
+        root: &cnn,
+        constants: Some(&traced.attributes),
+    };
+    propagate_shapes(
+        &mut traced.graph,
+        &mut interpreter,
+        &[f32s(&[8, 3, 64, 64])],
+    )
+    .unwrap();
+    let text = traced.graph.to_string();
+    assert!(text.starts_with("graph(x: f32[8, 3, 64, 64]):"), "{text}");
+    assert!(
+        text.contains("%pool1 : f32[8, 16, 32, 32]") && text.contains("%fc : f32[8, 10]"),
+        "{text}"
+    );
+    traced.graph.verify().unwrap();
+    let err = propagate_shapes(
+        &mut traced.graph,
+        &mut interpreter,
+        &[f32s(&[8, 4, 64, 64])],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("while executing %conv1"), "{err}");
+}
