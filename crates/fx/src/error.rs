@@ -55,6 +55,9 @@ pub enum FxError {
     /// call_module[conv1](%x)`).
     #[error("{node}: {reason}")]
     Run { node: String, reason: String },
+    /// A saved graph artifact that cannot be written or read.
+    #[error("{path}: {reason}")]
+    Artifact { path: String, reason: String },
     /// Tracing failed: the forward raised (a shape error, or reading a traced value), or a
     /// value could not be mapped to the graph. The reason names the module path and op.
     #[error("trace: {reason}")]

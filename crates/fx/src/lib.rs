@@ -43,7 +43,9 @@
 //! # Ok::<(), tessera_fx::FxError>(())
 //! ```
 
+pub mod artifact;
 mod attr_text;
+mod code;
 mod dot;
 mod edit;
 mod error;

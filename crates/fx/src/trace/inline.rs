@@ -1,0 +1,121 @@
+//! Inlining: chosen `call_module` nodes are replaced by the ops of their module, traced at the
+//! node's input shape, with `get_attr` nodes of the module's parameters under its path; the
+//! same graph can then be seen at module level or at op level.
+
+use super::{LeafPolicy, TracedGraph, trace_with};
+use crate::{FxError, Graph, NodeId, NodeKind, Result};
+use std::collections::HashMap;
+use tessera_nn::{Call, Module, ModuleExt};
+
+/// Expands every `call_module` node whose target `select` accepts (e.g. `|_| true` for all).
+pub fn inline(
+    traced: &mut TracedGraph,
+    root: &dyn Module,
+    select: impl Fn(&str) -> bool,
+) -> Result<usize> {
+    let calls: Vec<(NodeId, String)> = traced
+        .graph
+        .nodes()
+        .filter_map(|id| match &traced.graph.node(&id).ok()?.kind {
+            NodeKind::CallModule { target, .. } if select(target) => {
+                Some((id.clone(), target.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    for (node, target) in &calls {
+        inline_one(traced, root, node, target)?;
+    }
+    Ok(calls.len())
+}
+
+fn inline_one(
+    traced: &mut TracedGraph,
+    root: &dyn Module,
+    node: &NodeId,
+    target: &str,
+) -> Result<()> {
+    let fail = |reason: String| FxError::Trace {
+        reason: format!("inlining {node} ({target}): {reason}"),
+    };
+    let module = root
+        .get_submodule(target)
+        .map_err(|e| fail(e.to_string()))?;
+    let layer = module
+        .as_layer()
+        .ok_or_else(|| fail("the module does not map one tensor to one tensor".into()))?;
+    let operands = traced.graph.operands(node)?;
+    let [input] = operands.as_slice() else {
+        return Err(fail(format!(
+            "expected one operand, got {}",
+            operands.len()
+        )));
+    };
+    let meta = traced
+        .graph
+        .node(input)?
+        .meta
+        .first()
+        .cloned()
+        .ok_or_else(|| fail("the operand has no value".into()))?;
+    let sub = trace_with(module, &[("x", meta)], LeafPolicy::none(), |t| {
+        Ok(vec![layer.call(t[0].clone())?])
+    })?;
+    for (name, tensor) in &sub.attributes {
+        traced
+            .attributes
+            .entry(format!("{target}.{name}"))
+            .or_insert_with(|| tensor.clone());
+    }
+    let input = input.clone();
+    let result = traced
+        .graph
+        .insert_before(node, |g| splice(g, &sub.graph, &input, target))?;
+    traced.graph.replace_all_uses_with(node, &result)?;
+    traced.graph.erase(node)?;
+    Ok(())
+}
+
+/// Copies `sub`'s nodes into `g`: its placeholder is `input`, its attributes move under
+/// `prefix`; returns the node standing for its output.
+fn splice(g: &mut Graph, sub: &Graph, input: &NodeId, prefix: &str) -> Result<NodeId> {
+    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    for id in sub.nodes() {
+        let node = sub.node(&id)?;
+        let operands: Vec<NodeId> = sub
+            .operands(&id)?
+            .iter()
+            .map(|o| {
+                map.get(o).cloned().ok_or_else(|| FxError::UnknownNode {
+                    node: o.to_string(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let refs: Vec<&NodeId> = operands.iter().collect();
+        let new = match &node.kind {
+            NodeKind::Placeholder { .. } => input.clone(),
+            NodeKind::GetAttr { target } => {
+                g.get_attr(&format!("{prefix}.{target}"), node.meta[0].clone())?
+            }
+            NodeKind::CallFunction { op } => g.call_function(op.clone(), &refs)?,
+            NodeKind::GetItem { index } => g.getitem(&operands[0], *index)?,
+            NodeKind::CallModule { .. } => {
+                return Err(FxError::Trace {
+                    reason: format!("{prefix}: a nested module call was not expanded"),
+                });
+            }
+            NodeKind::Output => {
+                return operands
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| FxError::UnknownNode {
+                        node: id.to_string(),
+                    });
+            }
+        };
+        map.insert(id, new);
+    }
+    Err(FxError::Trace {
+        reason: format!("{prefix}: the traced module has no output"),
+    })
+}

@@ -1,0 +1,118 @@
+//! Inlining module calls into ops, the `forward` source a graph renders as, and the saved
+//! artifact that runs without the model's Rust type.
+
+mod common;
+
+use common::snapshots;
+use tessera_fx::NodeKind;
+use tessera_fx::artifact::{load, run_standalone, save};
+use tessera_fx::interpreter::{GraphInterpreter, run};
+use tessera_fx::trace::{LeafPolicy, inline, trace};
+use tessera_nn::models::SmallCnn;
+use tessera_nn::{Call, ModuleExt};
+use tessera_tensor::{DType, Tensor, TensorMeta};
+
+fn cnn() -> SmallCnn {
+    let cnn = SmallCnn::new().unwrap();
+    cnn.eval();
+    cnn
+}
+
+#[test]
+fn inlining_every_module_call_gives_an_op_graph_that_computes_the_same() {
+    let cnn = cnn();
+    let meta = TensorMeta::new([2, 3, 16, 16], DType::F32);
+    let mut traced = trace(&cnn, meta, LeafPolicy::default()).unwrap();
+    assert_eq!(inline(&mut traced, &cnn, |_| true).unwrap(), 10);
+    traced.graph.verify().unwrap();
+    assert!(traced.graph.nodes().all(|id| !matches!(
+        traced.graph.node(&id).unwrap().kind,
+        NodeKind::CallModule { .. }
+    )));
+    snapshots().bind(|| insta::assert_snapshot!("fx_inlined_small_cnn", traced.graph.to_string()));
+    let x = Tensor::randn(&[2, 3, 16, 16], DType::F32).unwrap();
+    let mut interpreter = GraphInterpreter {
+        root: &cnn,
+        constants: Some(&traced.attributes),
+    };
+    let out = run(&mut interpreter, &traced.graph, &[x.clone()])
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        out.to_vec::<f32>().unwrap(),
+        cnn.call(x).unwrap().to_vec::<f32>().unwrap()
+    );
+}
+
+#[test]
+fn inlining_only_chosen_modules() {
+    let cnn = cnn();
+    let mut traced = trace(
+        &cnn,
+        TensorMeta::new([1, 3, 16, 16], DType::F32),
+        LeafPolicy::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        inline(&mut traced, &cnn, |t| t.starts_with("bn")).unwrap(),
+        2
+    );
+    let text = traced.graph.to_string();
+    assert!(
+        text.contains("call_module[conv1:")
+            && text.contains("call_function[batch_norm]")
+            && !text.contains("call_module[bn1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn code_renders_a_forward_function() {
+    let cnn = cnn();
+    let traced = trace(
+        &cnn,
+        TensorMeta::new([1, 3, 16, 16], DType::F32),
+        LeafPolicy::default(),
+    )
+    .unwrap();
+    snapshots().bind(|| insta::assert_snapshot!("fx_small_cnn_code", traced.graph.code().unwrap()));
+}
+
+#[test]
+fn a_saved_op_graph_runs_without_the_model() {
+    let cnn = cnn();
+    let traced = trace(
+        &cnn,
+        TensorMeta::new([2, 3, 16, 16], DType::F32),
+        LeafPolicy::none(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    save(&traced, dir.path()).unwrap();
+    let loaded = load(dir.path()).unwrap();
+    assert_eq!(loaded.graph.to_string(), traced.graph.to_string());
+    let x = Tensor::randn(&[2, 3, 16, 16], DType::F32).unwrap();
+    let out = run_standalone(&loaded, &[x.clone()]).unwrap().remove(0);
+    assert_eq!(
+        out.to_vec::<f32>().unwrap(),
+        cnn.call(x).unwrap().to_vec::<f32>().unwrap()
+    );
+    // A module-level graph needs its modules: running it alone names the node that fails.
+    let module_level = trace(
+        &cnn,
+        TensorMeta::new([2, 3, 16, 16], DType::F32),
+        LeafPolicy::default(),
+    )
+    .unwrap();
+    let err = run_standalone(
+        &module_level,
+        &[Tensor::zeros(&[2, 3, 16, 16], DType::F32).unwrap()],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("while executing %conv1 = call_module[conv1](%x)"),
+        "{err}"
+    );
+    assert!(load(dir.path().join("missing")).is_err());
+}
