@@ -335,3 +335,21 @@ fn shape_propagation_reshapes_a_traced_graph_for_a_new_input_size() {
     .to_string();
     assert!(err.contains("while executing %conv1"), "{err}");
 }
+
+#[test]
+fn resnet18_traces_like_torch_fx_and_its_graph_computes_the_same() {
+    use tessera_fx::interpreter::run;
+    use tessera_nn::models::ResNet18;
+    let resnet = ResNet18::new(10).unwrap();
+    resnet.eval();
+    let traced = trace(&resnet, f32s(&[1, 3, 64, 64]), LeafPolicy::default()).unwrap();
+    traced.graph.verify().unwrap();
+    // torch.fx's symbolic_trace of torchvision's resnet18 has 71 nodes; ours adds nothing
+    // (flatten is an op here, as there).
+    assert_eq!(traced.graph.len(), 71);
+    snapshot("fx_trace_resnet18", traced.graph.to_string());
+    let x = Tensor::randn(&[1, 3, 64, 64], DType::F32).unwrap();
+    let mut interpreter = GraphInterpreter { root: &resnet, constants: Some(&traced.attributes) };
+    let out = run(&mut interpreter, &traced.graph, &[x.clone()]).unwrap().remove(0);
+    assert_eq!(out.to_vec::<f32>().unwrap(), resnet.call(x).unwrap().to_vec::<f32>().unwrap());
+}
