@@ -4,8 +4,10 @@
 use clap::Parser;
 use std::time::Instant;
 use tessera::functional as F;
+use tessera::fx::interpreter::{GraphInterpreter, run as interpret};
+use tessera::fx::trace::{LeafPolicy, trace};
 use tessera::nn::layers::{CrossEntropyLoss, Linear, ReLU};
-use tessera::nn::models::SmallCnn as SmallCnnModule;
+use tessera::nn::models::{ResNet18, SmallCnn as SmallCnnModule};
 use tessera::nn::optim::{Optimizer, SGD, SgdOptions};
 use tessera::nn::{Call, ModuleExt, Sequential};
 use tessera::{DType, Generator, Result, Tensor, no_grad};
@@ -188,6 +190,11 @@ fn nn_err(e: tessera::nn::NnError) -> tessera::TensorError {
     }
 }
 
+/// Errors of the graph workloads, as tensor errors.
+fn fx_err(e: tessera::fx::FxError) -> tessera::TensorError {
+    tessera::TensorError::Autograd(e.to_string())
+}
+
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     match run(&args) {
@@ -205,7 +212,7 @@ type Workload = (
     fn(&mut Generator) -> Result<Box<dyn FnMut() -> Result<()>>>,
 );
 
-const WORKLOADS: [Workload; 7] = [
+const WORKLOADS: [Workload; 12] = [
     ("matmul_1024", |g| {
         let a = Tensor::randn_with(&[1024, 1024], DType::F32, g)?;
         let b = Tensor::randn_with(&[1024, 1024], DType::F32, g)?;
@@ -291,6 +298,75 @@ const WORKLOADS: [Workload; 7] = [
         Ok(Box::new(move || {
             let _guard = no_grad();
             cnn.call(images.clone()).map(drop).map_err(nn_err)
+        }))
+    }),
+    ("trace_small_cnn", |_| {
+        let cnn = SmallCnnModule::new().map_err(nn_err)?;
+        cnn.eval();
+        let meta = tessera::tensor::TensorMeta::new([64, 3, 32, 32], DType::F32);
+        Ok(Box::new(move || {
+            trace(&cnn, meta.clone(), LeafPolicy::default())
+                .map(drop)
+                .map_err(fx_err)
+        }))
+    }),
+    ("trace_resnet18", |_| {
+        let resnet = ResNet18::new(1000).map_err(nn_err)?;
+        resnet.eval();
+        let meta = tessera::tensor::TensorMeta::new([1, 3, 224, 224], DType::F32);
+        Ok(Box::new(move || {
+            trace(&resnet, meta.clone(), LeafPolicy::default())
+                .map(drop)
+                .map_err(fx_err)
+        }))
+    }),
+    ("cnn_infer_b64_interpreted", |g| {
+        let cnn = SmallCnnModule::new().map_err(nn_err)?;
+        cnn.eval();
+        let images = Tensor::randn_with(&[64, 3, 32, 32], DType::F32, g)?;
+        let traced = trace(&cnn, images.meta(), LeafPolicy::default()).map_err(fx_err)?;
+        Ok(Box::new(move || {
+            let _guard = no_grad();
+            let mut interpreter = GraphInterpreter {
+                root: &cnn,
+                constants: Some(&traced.attributes),
+            };
+            interpret(
+                &mut interpreter,
+                &traced.graph,
+                std::slice::from_ref(&images),
+            )
+            .map(drop)
+            .map_err(fx_err)
+        }))
+    }),
+    ("resnet18_infer_b1", |g| {
+        let resnet = ResNet18::new(1000).map_err(nn_err)?;
+        resnet.eval();
+        let image = Tensor::randn_with(&[1, 3, 224, 224], DType::F32, g)?;
+        Ok(Box::new(move || {
+            let _guard = no_grad();
+            resnet.call(image.clone()).map(drop).map_err(nn_err)
+        }))
+    }),
+    ("resnet18_infer_b1_interpreted", |g| {
+        let resnet = ResNet18::new(1000).map_err(nn_err)?;
+        resnet.eval();
+        let image = Tensor::randn_with(&[1, 3, 224, 224], DType::F32, g)?;
+        let traced = trace(&resnet, image.meta(), LeafPolicy::default()).map_err(fx_err)?;
+        Ok(Box::new(move || {
+            let _guard = no_grad();
+            let mut interpreter = GraphInterpreter {
+                root: &resnet,
+                constants: Some(&traced.attributes),
+            };
+            interpret(
+                &mut interpreter,
+                &traced.graph,
+                std::slice::from_ref(&image),
+            )
+            .map(drop)
+            .map_err(fx_err)
         }))
     }),
     ("elementwise_16m", |g| {

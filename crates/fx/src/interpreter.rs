@@ -136,6 +136,14 @@ pub fn run(
         });
     }
     let mut values: HashMap<NodeId, Vec<Tensor>> = HashMap::new();
+    // Values are dropped after their last use, as FX's interpreter does, so that memory (and
+    // the buffer cache) behaves as in eager execution.
+    let mut remaining_uses: HashMap<NodeId, usize> = HashMap::new();
+    for id in graph.nodes() {
+        for operand in graph.operands(&id)? {
+            *remaining_uses.entry(operand).or_insert(0) += 1;
+        }
+    }
     let mut next_input = inputs.iter();
     for id in graph.nodes() {
         let node = graph.node(&id)?;
@@ -193,6 +201,14 @@ pub fn run(
             }
             NodeKind::Output => return args,
         };
+        for operand in graph.operands(&id)? {
+            if let Some(count) = remaining_uses.get_mut(&operand) {
+                *count -= 1;
+                if *count == 0 {
+                    values.remove(&operand);
+                }
+            }
+        }
         values.insert(id, result);
     }
     Err(FxError::Run {

@@ -349,7 +349,15 @@ fn resnet18_traces_like_torch_fx_and_its_graph_computes_the_same() {
     assert_eq!(traced.graph.len(), 71);
     snapshot("fx_trace_resnet18", traced.graph.to_string());
     let x = Tensor::randn(&[1, 3, 64, 64], DType::F32).unwrap();
-    let mut interpreter = GraphInterpreter { root: &resnet, constants: Some(&traced.attributes) };
-    let out = run(&mut interpreter, &traced.graph, &[x.clone()]).unwrap().remove(0);
-    assert_eq!(out.to_vec::<f32>().unwrap(), resnet.call(x).unwrap().to_vec::<f32>().unwrap());
+    let mut interpreter = GraphInterpreter {
+        root: &resnet,
+        constants: Some(&traced.attributes),
+    };
+    let out = run(&mut interpreter, &traced.graph, &[x.clone()])
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        out.to_vec::<f32>().unwrap(),
+        resnet.call(x).unwrap().to_vec::<f32>().unwrap()
+    );
 }

@@ -1,6 +1,7 @@
 //! Tessera: PyTorch-style tensors, autograd and (as the project grows) modules, graph
 //! capture, rewrite passes and compilers, for Rust. This crate re-exports the others.
 
+pub use tessera_fx as fx;
 pub use tessera_nn as nn;
 pub use tessera_tensor as tensor;
 pub use tessera_tensor::functional;
