@@ -59,6 +59,7 @@ mod node_id;
 mod op_syntax;
 mod parse;
 mod print;
+pub mod rewrite;
 pub mod shape_prop;
 mod table;
 pub mod trace;

@@ -185,10 +185,12 @@ impl BatchNormState<'_> {
     fn forward(&self, input: &Tensor) -> Result<Tensor> {
         let o = self.options;
         let mut factor = o.momentum.unwrap_or(0.0);
-        if let (true, true, Some(count)) = (
+        // Counting batches is a side effect that tracing (a meta input) does not perform.
+        if let (true, true, Some(count), false) = (
             self.training,
             o.track_running_stats,
             self.num_batches_tracked,
+            input.is_meta(),
         ) {
             let _guard = no_grad();
             let n = count.item::<i64>()? + 1;

@@ -50,7 +50,9 @@ pub fn batch_norm(
     inputs.extend(weight);
     inputs.extend(bias);
     let mut outputs = op.apply(&inputs)?;
-    if let (true, Some((running_mean, running_var))) = (training, running) {
+    // A meta (traced) input has no statistics to blend: the update is a side effect tracing
+    // does not record.
+    if let (true, Some((running_mean, running_var)), false) = (training, running, input.is_meta()) {
         let (mean, var) = (&outputs[1], &outputs[2]);
         let n = (input.numel() / input.shape()[1]) as f64;
         let _guard = no_grad();
