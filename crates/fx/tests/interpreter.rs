@@ -8,7 +8,7 @@ use common::Case;
 use tessera_fx::interpreter::{GraphInterpreter, run};
 use tessera_fx::trace::{LeafPolicy, trace};
 use tessera_nn::models::SmallCnn;
-use tessera_nn::{Call, Module, ModuleExt, load_safetensors};
+use tessera_nn::{Call, ModuleExt, load_safetensors};
 use tessera_tensor::functional as F;
 use tessera_tensor::{DType, Tensor};
 

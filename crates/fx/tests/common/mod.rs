@@ -125,4 +125,5 @@ pub fn multi_io() -> Result<Graph> {
 }
 
 /// The workspace's conformance helpers (cases, tolerant comparison).
+#[allow(unused_imports)]
 pub use tessera_testkit::{Case, conformance_dir};
