@@ -112,9 +112,10 @@ impl ModuleCore {
         Ok(())
     }
 
-    /// Visits the run-time registrations, then the `parametrizations` child (registered
+    /// Visits the run-time registrations (after the fields; wrappers that present another
+    /// module's state, such as a graph module, forward to it). then the `parametrizations` child (registered
     /// last, as PyTorch adds it to `_modules` when the first tensor is parametrized).
-    pub(crate) fn visit_dynamic<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
+    pub fn visit_dynamic<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
         for (name, p) in &self.dynamic.parameters {
             visitor.parameter(name, p.as_ref());
         }
