@@ -64,6 +64,7 @@ pub mod rewrite;
 pub mod shape_prop;
 mod table;
 pub mod trace;
+pub mod transformer;
 mod verify;
 
 pub use edit::ValueMap;
