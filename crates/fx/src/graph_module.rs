@@ -42,6 +42,26 @@ impl GraphModule {
         self.root.as_module()
     }
 
+    /// Saves the graph as a deployment artifact (see [`crate::artifact`]): module calls are
+    /// inlined into ops first, so the saved graph runs without the model's Rust type.
+    pub fn save(&self, dir: impl AsRef<std::path::Path>) -> crate::Result<()> {
+        let root = self.root.as_module();
+        let mut attributes: IndexMap<String, Tensor> = IndexMap::new();
+        for (name, p) in tessera_nn::ModuleExt::named_parameters(root) {
+            attributes.insert(name, p.detach());
+        }
+        for (name, b) in tessera_nn::ModuleExt::named_buffers(root) {
+            attributes.insert(name, b.detach());
+        }
+        attributes.extend(self.constants.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut traced = TracedGraph {
+            graph: self.graph.clone(),
+            attributes,
+        };
+        crate::trace::inline(&mut traced, root, |_| true)?;
+        crate::artifact::save(&traced, dir)
+    }
+
     fn run(&self, inputs: &[Tensor]) -> tessera_nn::Result<Vec<Tensor>> {
         let mut interpreter = GraphInterpreter {
             root: self.root.as_module(),

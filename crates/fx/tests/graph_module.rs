@@ -102,3 +102,22 @@ fn hooks_on_the_graph_module_run() {
         .unwrap();
     assert_eq!(many[0].shape(), vec![4, 10]);
 }
+
+#[test]
+fn a_saved_graph_module_runs_after_loading_without_the_model() {
+    let cnn = Arc::new(SmallCnn::new().unwrap());
+    cnn.eval();
+    let gm = graph_module(cnn.clone(), LeafPolicy::default());
+    let dir = tempfile::tempdir().unwrap();
+    gm.save(dir.path()).unwrap();
+    drop(gm);
+    let loaded = tessera_fx::artifact::load(dir.path()).unwrap();
+    let x = Tensor::randn(&[4, 3, 16, 16], DType::F32).unwrap();
+    let out = tessera_fx::artifact::run_standalone(&loaded, std::slice::from_ref(&x))
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        out.to_vec::<f32>().unwrap(),
+        cnn.call(x).unwrap().to_vec::<f32>().unwrap()
+    );
+}
