@@ -252,3 +252,18 @@ fn reading_a_traced_value_is_a_trace_error_naming_the_module_and_op() {
         "{shape_err}"
     );
 }
+
+#[test]
+fn an_example_tensor_stands_for_its_shape_and_dtype() -> tessera_fx::Result<()> {
+    let cnn = SmallCnn::new().unwrap();
+    cnn.eval();
+    let example = Tensor::zeros(&[2, 3, 8, 8], DType::F32).unwrap();
+    let traced = trace(&cnn, &example, LeafPolicy::default())?;
+    assert!(
+        traced
+            .graph
+            .to_string()
+            .starts_with("graph(x: f32[2, 3, 8, 8]):")
+    );
+    Ok(())
+}

@@ -54,6 +54,13 @@ impl TensorMeta {
     }
 }
 
+/// An example tensor stands for its shape and dtype (tracing takes either).
+impl From<&Tensor> for TensorMeta {
+    fn from(t: &Tensor) -> Self {
+        t.meta()
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct TensorData {
     pub(crate) storage: Arc<StorageCell>,

@@ -30,9 +30,14 @@ impl Drop for RestoreData {
     }
 }
 
-/// Traces a one-tensor-in, one-tensor-out module for an input of `input` shape and dtype.
-pub fn trace<M: Layer>(module: &M, input: TensorMeta, policy: LeafPolicy) -> Result<TracedGraph> {
-    trace_with(module, &[("x", input)], policy, |inputs| {
+/// Traces a one-tensor-in, one-tensor-out module for an input of `input`'s shape and dtype
+/// (a `TensorMeta` spec, or an example `&Tensor`).
+pub fn trace<M: Layer>(
+    module: &M,
+    input: impl Into<TensorMeta>,
+    policy: LeafPolicy,
+) -> Result<TracedGraph> {
+    trace_with(module, &[("x", input.into())], policy, |inputs| {
         Ok(vec![module.call(inputs[0].clone())?])
     })
 }
