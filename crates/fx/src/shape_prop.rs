@@ -82,7 +82,7 @@ pub fn propagate_shapes(
                 .meta
                 .get(index)
                 .cloned()
-                .ok_or_else(|| FxError::UnknownNode { node: name })?;
+                .ok_or(FxError::UnknownNode { node: name })?;
             graph.set_meta(&id, vec![meta])?;
         }
     }
