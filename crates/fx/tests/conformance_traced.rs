@@ -11,50 +11,11 @@ use tessera_fx::trace::{LeafPolicy, trace};
 use tessera_nn::layers::{Dropout, Linear, ReLU};
 use tessera_nn::models::SmallCnn;
 use tessera_nn::optim::{Adam, AdamOptions, AdamW, AdamWOptions, Optimizer, SGD, SgdOptions};
-use tessera_nn::{
-    Call, Forward, Layer, Module, ModuleCore, ModuleExt, Parameter, Result, Sequential,
-    load_pt_state_dict,
-};
+use tessera_nn::{Call, Layer, ModuleExt, Sequential, load_pt_state_dict};
 use tessera_tensor::functional as F;
 use tessera_tensor::{DType, Tensor, TensorMeta};
 
-#[derive(Module)]
-struct MyLinear {
-    core: ModuleCore,
-    weight: Parameter,
-    bias: Parameter,
-}
-
-impl MyLinear {
-    fn new(i: usize, o: usize) -> MyLinear {
-        MyLinear {
-            core: ModuleCore::default(),
-            weight: Parameter::new(Tensor::zeros(&[i, o], DType::F32).unwrap()),
-            bias: Parameter::new(Tensor::zeros(&[o], DType::F32).unwrap()),
-        }
-    }
-}
-
-impl Forward for MyLinear {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        Ok(x.matmul(&self.weight)?.add(&self.bias)?)
-    }
-}
-
-#[derive(Module)]
-struct Net {
-    core: ModuleCore,
-    l0: MyLinear,
-    l1: MyLinear,
-}
-
-impl Forward for Net {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        self.l1.call(self.l0.call(x)?.relu()?)
-    }
-}
+use tessera_nn::models::note::{MyLinear, Net};
 
 /// Traces `model` (with its case weights loaded from the PyTorch `.pt` file) for `input`, in
 /// training mode or not: the modes of traced-through code are fixed at trace time, as in FX
@@ -89,7 +50,7 @@ fn a_mylinear() {
     for input in ["input", "input_batch"] {
         let (_, gm) = traced(
             "a_mylinear",
-            MyLinear::new(4, 3),
+            MyLinear::new(4, 3).unwrap(),
             case.io(input).meta(),
             LeafPolicy::default(),
             true,
@@ -106,7 +67,7 @@ fn a_mylinear() {
     }
     let (_, gm) = traced(
         "a_mylinear",
-        MyLinear::new(4, 3),
+        MyLinear::new(4, 3).unwrap(),
         case.io("input").meta(),
         LeafPolicy::default(),
         true,
@@ -205,11 +166,7 @@ fn d_cnn_train() {
 fn trajectory(case_name: &str, make: impl Fn(Vec<Tensor>) -> Box<dyn Optimizer>) {
     let case = Case::load(case_name);
     let inputs = case.io("inputs");
-    let net = Net {
-        core: ModuleCore::default(),
-        l0: MyLinear::new(4, 3),
-        l1: MyLinear::new(3, 1),
-    };
+    let net = Net::new().unwrap();
     let (_, gm) = traced(
         case_name,
         net,

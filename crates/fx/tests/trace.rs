@@ -4,7 +4,7 @@
 
 use tessera_fx::trace::{LeafPolicy, trace, trace_with};
 use tessera_nn::models::SmallCnn;
-use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, Parameter, Result};
+use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, Result};
 use tessera_tensor::{DType, Tensor, TensorMeta};
 
 #[test]
@@ -68,49 +68,15 @@ fn with_no_leaves_layers_expand_into_ops_reading_their_parameters() -> tessera_f
     Ok(())
 }
 
-#[derive(Module)]
-struct MyLinear {
-    core: ModuleCore,
-    weight: Parameter,
-    bias: Parameter,
-}
-
-impl Forward for MyLinear {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        Ok(x.matmul(&self.weight)?.add(&self.bias)?)
-    }
-}
-
-#[derive(Module)]
-struct Net {
-    core: ModuleCore,
-    l0: MyLinear,
-    l1: MyLinear,
-}
-
-impl Forward for Net {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        self.l1.call(self.l0.call(x)?.relu()?)
-    }
-}
+use tessera_nn::models::note::{MyLinear, Net};
 
 fn my_linear(i: usize, o: usize) -> MyLinear {
-    MyLinear {
-        core: ModuleCore::default(),
-        weight: Parameter::new(Tensor::randn(&[i, o], DType::F32).unwrap()),
-        bias: Parameter::new(Tensor::zeros(&[o], DType::F32).unwrap()),
-    }
+    MyLinear::new(i, o).unwrap()
 }
 
 #[test]
 fn custom_modules_are_traced_through_and_leaves_can_be_chosen_by_path() -> tessera_fx::Result<()> {
-    let net = Net {
-        core: ModuleCore::default(),
-        l0: my_linear(4, 3),
-        l1: my_linear(3, 1),
-    };
+    let net = Net::new().unwrap();
     let traced = trace(
         &net,
         TensorMeta::new([8, 4], DType::F32),
@@ -149,11 +115,7 @@ fn custom_modules_are_traced_through_and_leaves_can_be_chosen_by_path() -> tesse
 
 #[test]
 fn several_inputs_and_outputs_and_fixed_non_tensor_arguments() -> tessera_fx::Result<()> {
-    let net = Net {
-        core: ModuleCore::default(),
-        l0: my_linear(4, 3),
-        l1: my_linear(3, 1),
-    };
+    let net = Net::new().unwrap();
     let inputs = [
         ("a", TensorMeta::new([2, 4], DType::F32)),
         ("b", TensorMeta::new([2, 4], DType::F32)),

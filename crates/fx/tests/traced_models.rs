@@ -9,94 +9,16 @@ use common::snapshots;
 use tessera_fx::interpreter::GraphInterpreter;
 use tessera_fx::shape_prop::propagate_shapes;
 use tessera_fx::trace::{LeafPolicy, trace, trace_with};
-use tessera_nn::layers::{BatchNorm2d, Conv2d, Conv2dOptions, LeakyReLU, Linear, ReLU};
-use tessera_nn::models::SmallCnn;
+use tessera_nn::layers::Linear;
+use tessera_nn::models::note::{BigNet, DynamicNet, Net};
+use tessera_nn::models::{BasicBlock, SmallCnn};
 use tessera_nn::{
-    Call, Forward, Layer, Module, ModuleCore, ModuleDict, ModuleExt, ModuleList, Parameter,
-    ParameterDict, ParameterList, Result,
+    Call, Forward, Module, ModuleCore, ModuleExt, Parameter, ParameterDict, ParameterList, Result,
 };
 use tessera_tensor::{DType, Tensor, TensorMeta};
 
 fn f32s(shape: &[usize]) -> TensorMeta {
     TensorMeta::new(shape, DType::F32)
-}
-
-#[derive(Module)]
-struct MyLinear {
-    core: ModuleCore,
-    weight: Parameter,
-    bias: Parameter,
-}
-
-impl MyLinear {
-    fn new(i: usize, o: usize) -> MyLinear {
-        MyLinear {
-            core: ModuleCore::default(),
-            weight: Parameter::new(Tensor::randn(&[i, o], DType::F32).unwrap()),
-            bias: Parameter::new(Tensor::randn(&[o], DType::F32).unwrap()),
-        }
-    }
-}
-
-impl Forward for MyLinear {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        Ok(x.matmul(&self.weight)?.add(&self.bias)?)
-    }
-}
-
-#[derive(Module)]
-struct Net {
-    core: ModuleCore,
-    l0: MyLinear,
-    l1: MyLinear,
-}
-
-impl Forward for Net {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        self.l1.call(self.l0.call(x)?.relu()?)
-    }
-}
-
-fn net() -> Net {
-    Net {
-        core: ModuleCore::default(),
-        l0: MyLinear::new(4, 3),
-        l1: MyLinear::new(3, 1),
-    }
-}
-
-#[derive(Module)]
-struct BigNet {
-    core: ModuleCore,
-    l1: MyLinear,
-    net: Net,
-}
-
-impl Forward for BigNet {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        self.net.call(self.l1.call(x)?)
-    }
-}
-
-#[derive(Module)]
-struct DynamicNet {
-    core: ModuleCore,
-    linears: ModuleList<MyLinear>,
-    activations: ModuleDict<Box<dyn Layer>>,
-    r#final: MyLinear,
-}
-
-impl<'a> Forward<(Tensor, &'a str)> for DynamicNet {
-    type Output = Tensor;
-    fn forward(&self, (mut x, act): (Tensor, &'a str)) -> Result<Tensor> {
-        for linear in self.linears.iter() {
-            x = self.activations[act].call(linear.call(x)?)?;
-        }
-        self.r#final.call(x)
-    }
 }
 
 #[derive(Module)]
@@ -127,40 +49,6 @@ impl Forward for StatefulModule {
 }
 
 /// A ResNet basic block: conv-bn-relu-conv-bn plus the input, then relu.
-#[derive(Module)]
-struct BasicBlock {
-    core: ModuleCore,
-    conv1: Conv2d,
-    bn1: BatchNorm2d,
-    relu: ReLU,
-    conv2: Conv2d,
-    bn2: BatchNorm2d,
-}
-
-impl Forward for BasicBlock {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        let out = self
-            .relu
-            .call(self.bn1.call(self.conv1.call(x.clone())?)?)?;
-        let out = self.bn2.call(self.conv2.call(out)?)?;
-        self.relu.call(out.add(&x)?)
-    }
-}
-
-fn basic_block(c: usize) -> BasicBlock {
-    let conv =
-        || Conv2d::with_options(c, c, 3, Conv2dOptions::default().padding(1).bias(false)).unwrap();
-    BasicBlock {
-        core: ModuleCore::default(),
-        conv1: conv(),
-        bn1: BatchNorm2d::new(c).unwrap(),
-        relu: ReLU::new(),
-        conv2: conv(),
-        bn2: BatchNorm2d::new(c).unwrap(),
-    }
-}
-
 /// Two inputs, two outputs.
 #[derive(Module)]
 struct TwoHeads {
@@ -178,16 +66,12 @@ fn snapshot(name: &str, text: String) {
 fn note_models_trace_to_their_snapshots() {
     snapshot(
         "fx_trace_net",
-        trace(&net(), f32s(&[8, 4]), LeafPolicy::default())
+        trace(&Net::new().unwrap(), f32s(&[8, 4]), LeafPolicy::default())
             .unwrap()
             .graph
             .to_string(),
     );
-    let big = BigNet {
-        core: ModuleCore::default(),
-        l1: MyLinear::new(5, 4),
-        net: net(),
-    };
+    let big = BigNet::new().unwrap();
     snapshot(
         "fx_trace_bignet",
         trace(&big, f32s(&[2, 5]), LeafPolicy::default())
@@ -195,17 +79,7 @@ fn note_models_trace_to_their_snapshots() {
             .graph
             .to_string(),
     );
-    let mut activations: ModuleDict<Box<dyn Layer>> = ModuleDict::new();
-    activations.insert("relu", Box::new(ReLU::new())).unwrap();
-    activations
-        .insert("lrelu", Box::new(LeakyReLU::new(0.01)))
-        .unwrap();
-    let dynamic = DynamicNet {
-        core: ModuleCore::default(),
-        linears: (0..3).map(|_| MyLinear::new(4, 4)).collect(),
-        activations,
-        r#final: MyLinear::new(4, 1),
-    };
+    let dynamic = DynamicNet::new(3).unwrap();
     for act in ["relu", "lrelu"] {
         let traced = trace_with(
             &dynamic,
@@ -276,7 +150,7 @@ fn the_cnn_at_module_and_at_op_level() {
 
 #[test]
 fn a_residual_block_and_a_two_headed_module() {
-    let block = basic_block(8);
+    let block = BasicBlock::new(8, 8, 1).unwrap();
     block.eval();
     snapshot(
         "fx_trace_basic_block",

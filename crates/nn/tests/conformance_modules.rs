@@ -8,153 +8,16 @@ mod common;
 use common::{Case, assert_close};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tessera_nn::layers::{Dropout, LeakyReLU, Linear, ReLU};
+use tessera_nn::layers::{Dropout, Linear, ReLU};
 use tessera_nn::optim::{Adam, AdamOptions, AdamW, AdamWOptions, Optimizer, SGD, SgdOptions};
 use tessera_nn::{
-    Call, Forward, Layer, Module, ModuleCore, ModuleDict, ModuleExt, ModuleList, Parameter,
-    ParameterDict, ParameterList, Result, StateDict, load_pt_state_dict, load_safetensors,
+    Call, Module, ModuleExt, Result, StateDict, load_pt_state_dict, load_safetensors,
 };
 use tessera_tensor::functional as F;
 use tessera_tensor::{DType, Tensor};
 
-// ----- the Modules note's models -----
-
-#[derive(Module)]
-struct MyLinear {
-    core: ModuleCore,
-    weight: Parameter,
-    bias: Parameter,
-}
-
-impl MyLinear {
-    fn new(in_features: usize, out_features: usize) -> MyLinear {
-        MyLinear {
-            core: ModuleCore::default(),
-            weight: Parameter::new(
-                Tensor::randn(&[in_features, out_features], DType::F32).unwrap(),
-            ),
-            bias: Parameter::new(Tensor::randn(&[out_features], DType::F32).unwrap()),
-        }
-    }
-}
-
-impl Forward for MyLinear {
-    type Output = Tensor;
-    fn forward(&self, input: Tensor) -> Result<Tensor> {
-        Ok(input.matmul(&self.weight)?.add(&self.bias)?)
-    }
-}
-
-#[derive(Module)]
-struct Net {
-    core: ModuleCore,
-    l0: MyLinear,
-    l1: MyLinear,
-}
-
-impl Net {
-    fn new() -> Net {
-        Net {
-            core: ModuleCore::default(),
-            l0: MyLinear::new(4, 3),
-            l1: MyLinear::new(3, 1),
-        }
-    }
-}
-
-impl Forward for Net {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        self.l1.call(self.l0.call(x)?.relu()?)
-    }
-}
-
-#[derive(Module)]
-struct BigNet {
-    core: ModuleCore,
-    l1: MyLinear,
-    net: Net,
-}
-
-#[derive(Module)]
-struct DynamicNet {
-    core: ModuleCore,
-    linears: ModuleList<MyLinear>,
-    activations: ModuleDict<Box<dyn Layer>>,
-    r#final: MyLinear,
-}
-
-impl DynamicNet {
-    fn new(num_layers: usize) -> DynamicNet {
-        let mut activations: ModuleDict<Box<dyn Layer>> = ModuleDict::new();
-        activations.insert("relu", Box::new(ReLU::new())).unwrap();
-        activations
-            .insert("lrelu", Box::new(LeakyReLU::new(0.01)))
-            .unwrap();
-        DynamicNet {
-            core: ModuleCore::default(),
-            linears: (0..num_layers).map(|_| MyLinear::new(4, 4)).collect(),
-            activations,
-            r#final: MyLinear::new(4, 1),
-        }
-    }
-}
-
-impl<'a> Forward<(Tensor, &'a str)> for DynamicNet {
-    type Output = Tensor;
-    fn forward(&self, (mut x, act): (Tensor, &'a str)) -> Result<Tensor> {
-        let activation = self
-            .activations
-            .get(act)
-            .ok_or_else(|| tessera_nn::NnError::NotFound(format!("no activation {act}")))?;
-        for linear in self.linears.iter() {
-            x = activation.call(linear.call(x)?)?;
-        }
-        self.r#final.call(x)
-    }
-}
-
-#[derive(Module)]
-struct StatefulModule {
-    core: ModuleCore,
-    param1: Parameter,
-    param2: Parameter,
-    param3: Option<Parameter>,
-    #[module(buffer)]
-    buffer1: Tensor,
-    #[module(buffer, persistent = false)]
-    buffer2: Tensor,
-    #[module(buffer)]
-    buffer3: Option<Tensor>,
-    param_list: ParameterList,
-    param_dict: ParameterDict,
-    linear: Linear,
-}
-
-impl StatefulModule {
-    fn new() -> Result<StatefulModule> {
-        let mut param_dict = ParameterDict::new();
-        // Built from a plain dict, PyTorch sorts the keys: bar before foo.
-        param_dict.insert("bar", Parameter::new(Tensor::randn(&[4], DType::F32)?))?;
-        param_dict.insert("foo", Parameter::new(Tensor::randn(&[3], DType::F32)?))?;
-        Ok(StatefulModule {
-            core: ModuleCore::default(),
-            param1: Parameter::new(Tensor::randn(&[2], DType::F32)?),
-            param2: Parameter::new(Tensor::randn(&[3], DType::F32)?),
-            param3: None,
-            buffer1: Tensor::randn(&[4], DType::F32)?,
-            buffer2: Tensor::randn(&[5], DType::F32)?,
-            buffer3: None,
-            param_list: (0..3)
-                .map(|_| Parameter::new(Tensor::randn(&[2], DType::F32).unwrap()))
-                .collect(),
-            param_dict,
-            linear: Linear::new(2, 3)?,
-        })
-    }
-}
-
 use tessera_nn::models::SmallCnn;
+use tessera_nn::models::note::{BigNet, DynamicNet, MyLinear, Net, StatefulModule};
 
 // ----- helpers -----
 
@@ -217,7 +80,7 @@ fn names<T>(items: Vec<(String, T)>) -> Vec<String> {
 #[test]
 fn a_mylinear() -> Result<()> {
     let case = Case::load("a_mylinear");
-    let m = MyLinear::new(4, 3);
+    let m = MyLinear::new(4, 3).unwrap();
     load_both("a_mylinear", &m);
     let x = case.io("input").requires_grad_(true)?;
     let out = m.call(x.clone())?;
@@ -304,7 +167,7 @@ fn d_cnn_train() -> Result<()> {
 
 fn train_net(case_name: &str, make: impl FnOnce(Vec<Tensor>) -> Box<dyn Optimizer>) -> Result<()> {
     let case = Case::load(case_name);
-    let net = Net::new();
+    let net = Net::new().unwrap();
     load_both(case_name, &net);
     let mut opt = make(
         net.parameters()
@@ -500,23 +363,16 @@ fn check_expectations(name: &str, model: &dyn Module) {
 #[test]
 fn h_module_api_models() -> Result<()> {
     check_expectations("StatefulModule", &StatefulModule::new()?);
-    check_expectations("Net", &Net::new());
-    check_expectations(
-        "BigNet",
-        &BigNet {
-            core: ModuleCore::default(),
-            l1: MyLinear::new(5, 4),
-            net: Net::new(),
-        },
-    );
-    check_expectations("DynamicNet(3)", &DynamicNet::new(3));
+    check_expectations("Net", &Net::new().unwrap());
+    check_expectations("BigNet", &BigNet::new().unwrap());
+    check_expectations("DynamicNet(3)", &DynamicNet::new(3).unwrap());
     check_expectations("SmallCNN", &SmallCnn::new()?);
     let seq = tessera_nn::Sequential::new()
-        .add(MyLinear::new(4, 3))
+        .add(MyLinear::new(4, 3).unwrap())
         .add(ReLU::new())
-        .add(MyLinear::new(3, 1));
+        .add(MyLinear::new(3, 1).unwrap());
     check_expectations("Sequential(MyLinear(4,3), ReLU(), MyLinear(3,1))", &seq);
-    let dynamic = DynamicNet::new(3);
+    let dynamic = DynamicNet::new(3).unwrap();
     let x = Tensor::randn(&[2, 4], DType::F32)?;
     assert_eq!(dynamic.call((x.clone(), "relu"))?.shape(), vec![2, 1]);
     assert_eq!(dynamic.call((x, "lrelu"))?.shape(), vec![2, 1]);
@@ -542,11 +398,7 @@ fn h_module_api_state_dict_files_load_into_stateful_module() -> Result<()> {
 fn h_module_api_train_eval_propagation() {
     let case = Case::load("h_module_api");
     let e = &case.json["expectations"]["train_eval"];
-    let big = BigNet {
-        core: ModuleCore::default(),
-        l1: MyLinear::new(5, 4),
-        net: Net::new(),
-    };
+    let big = BigNet::new().unwrap();
     let modes = |m: &BigNet| -> Vec<(String, bool)> {
         m.named_modules()
             .into_iter()
@@ -589,7 +441,7 @@ fn h_module_api_load_state_dict_reports() -> Result<()> {
         .iter()
         .map(|k| (k.clone(), mismatched.get(k).unwrap().clone()))
         .collect();
-    let net = Net::new();
+    let net = Net::new().unwrap();
     let err = net
         .load_state_dict(&ordered, true, false)
         .unwrap_err()
@@ -633,7 +485,7 @@ fn h_module_api_state_dict_metadata_versions() -> Result<()> {
     let case = Case::load("h_module_api");
     let e = &case.json["expectations"]["state_dict_metadata"];
     for (name, model) in [
-        ("Net", Box::new(Net::new()) as Box<dyn Module>),
+        ("Net", Box::new(Net::new().unwrap()) as Box<dyn Module>),
         ("SmallCNN", Box::new(SmallCnn::new()?)),
     ] {
         // The case's JSON object does not keep order: compare as maps.

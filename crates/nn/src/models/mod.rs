@@ -1,5 +1,6 @@
 //! Reference models that tests, benchmarks and examples share.
 
+pub mod note;
 mod resnet;
 mod small_cnn;
 
