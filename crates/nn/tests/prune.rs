@@ -429,3 +429,41 @@ fn bad_names_and_dims_are_errors() -> Result<()> {
     assert!(err.to_string().contains("has to be pruned"), "{err}");
     Ok(())
 }
+
+#[test]
+fn pruning_after_remove_starts_again_from_the_pruned_values() -> Result<()> {
+    let mut lin = linear()?;
+    l1_unstructured(&mut lin, "weight", 3usize)?;
+    remove(&mut lin, "weight")?;
+    l1_unstructured(&mut lin, "weight", 3usize)?;
+    assert_eq!(keys(&lin)?, ["bias", "weight_orig", "weight_mask"]);
+    // The three zeros are the smallest now, so the mask is the first one again.
+    assert_eq!(mask(&lin, "weight")?, l1_rule(&w12(), &[1.0; 12], 3));
+    remove(&mut lin, "weight")?;
+    assert_eq!(keys(&lin)?, ["bias", "weight"]);
+    Ok(())
+}
+
+#[test]
+fn the_mask_has_the_parameter_dtype() -> Result<()> {
+    let mut lin = linear()?;
+    lin.double()?;
+    // L2 norms of the rows: 1.238, 2.319, 2.662, 1.233.
+    ln_structured(&mut lin, "weight", 0.25, 2.0, 0)?;
+    assert_eq!(lin.get_buffer("weight_mask")?.dtype(), DType::F64);
+    assert_eq!(lin.weight.dtype(), DType::F64);
+    assert_eq!(mask(&lin, "weight")?, channel_mask(4, 3, &[3]));
+    Ok(())
+}
+
+#[test]
+fn loading_a_state_dict_into_a_pruned_module_sets_orig_and_mask() -> Result<()> {
+    let mut source = linear()?;
+    l1_unstructured(&mut source, "weight", 6usize)?;
+    let mut target = Linear::new(3, 4)?;
+    random_unstructured(&mut target, "weight", 1usize)?;
+    target.load_state_dict(&source.state_dict()?, true, false)?;
+    let x = Tensor::from_slice(&[1.0f32, -2.0, 0.5], &[1, 3])?;
+    assert_eq!(vals(&target.call(x.clone())?)?, vals(&source.call(x)?)?);
+    Ok(())
+}

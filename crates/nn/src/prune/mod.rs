@@ -9,6 +9,22 @@
 //! `PruningContainer`: the new amount is taken from what is still unpruned. [`remove`]
 //! makes the pruning permanent (`bias`, `weight`).
 //!
+//! ```
+//! use tessera_nn::prune::{is_pruned, l1_unstructured, remove};
+//! use tessera_nn::{Linear, ModuleExt};
+//!
+//! let mut lin = Linear::new(4, 3)?;
+//! l1_unstructured(&mut lin, "weight", 0.5)?;
+//! assert!(is_pruned(&lin));
+//! assert_eq!(
+//!     lin.state_dict()?.keys().collect::<Vec<_>>(),
+//!     ["bias", "weight_orig", "weight_mask"]
+//! );
+//! remove(&mut lin, "weight")?;
+//! assert_eq!(lin.state_dict()?.keys().collect::<Vec<_>>(), ["bias", "weight"]);
+//! # Ok::<(), tessera_nn::NnError>(())
+//! ```
+//!
 //! [`Tensor::rebind`]: tessera_tensor::Tensor::rebind
 
 mod amount;
