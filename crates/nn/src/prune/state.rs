@@ -77,15 +77,19 @@ pub(crate) fn prune<M: Module + ?Sized>(
 ) -> Result<()> {
     let amount = amount.validate()?;
     let m = module.as_module();
-    let importance = match pruned_target(m, name) {
-        Some(_) => orig_and_mask(m, name)?.0.tensor().clone(),
-        None => unpruned_parameter(m, name)?.tensor().clone(),
+    // PyTorch's default importance is `<name>_orig`, the unmasked values.
+    let (importance, old) = match pruned_target(m, name) {
+        Some(_) => {
+            let (orig, mask) = orig_and_mask(m, name)?;
+            (orig.tensor().clone(), values(&mask)?)
+        }
+        None => {
+            let param = unpruned_parameter(m, name)?.tensor().clone();
+            let ones = vec![1.0; param.numel()];
+            (param, ones)
+        }
     };
     let shape = importance.shape();
-    let old = match pruned_target(m, name) {
-        Some(_) => values(&orig_and_mask(m, name)?.1)?,
-        None => vec![1.0; importance.numel()],
-    };
     let mask = method.combine(&values(&importance)?, &old, &shape, amount)?;
     set_mask(module, name, &mask_tensor(mask, &importance)?)
 }
