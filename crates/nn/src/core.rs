@@ -26,6 +26,10 @@ pub struct ModuleCore {
     /// The `parametrizations` child once a tensor is parametrized (`parametrize`); the
     /// tensors it names are hidden from the module's own registrations by `walk::own`.
     pub(crate) parametrizations: Option<Box<Parametrizations>>,
+    /// Parameters `prune` has replaced by `<name>_orig` and `<name>_mask` (hidden by
+    /// `walk::own`), or restored by `prune::remove` (listed after the run-time registrations,
+    /// where PyTorch re-registers them), in the order that happened.
+    pub(crate) pruned: IndexMap<String, crate::prune::Pruned>,
 }
 
 impl Default for ModuleCore {
@@ -35,6 +39,7 @@ impl Default for ModuleCore {
             hooks: Hooks::default(),
             dynamic: Dynamic::default(),
             parametrizations: None,
+            pruned: IndexMap::new(),
         }
     }
 }
@@ -63,8 +68,10 @@ impl ModuleCore {
             .parametrizations
             .as_ref()
             .is_some_and(|p| name == "parametrizations" || p.contains(name));
+        let pruned = matches!(self.pruned.get(name), Some(crate::prune::Pruned::Active(_)));
         if taken(name)
             || parametrized
+            || pruned
             || d.parameters.contains_key(name)
             || d.buffers.contains_key(name)
             || d.children.contains_key(name)
@@ -110,6 +117,13 @@ impl ModuleCore {
         self.check_free(name, taken)?;
         self.dynamic.children.insert(name.to_string(), module);
         Ok(())
+    }
+
+    /// Removes the run-time parameter or buffer `name` (PyTorch's `del module._parameters[name]`
+    /// and `del module._buffers[name]`), keeping the order of the others.
+    pub(crate) fn unregister(&mut self, name: &str) {
+        self.dynamic.parameters.shift_remove(name);
+        self.dynamic.buffers.shift_remove(name);
     }
 
     /// Visits the run-time registrations (after the fields; wrappers that present another

@@ -83,6 +83,7 @@ pub mod optim;
 mod parameter;
 pub mod parametrizations;
 pub mod parametrize;
+pub mod prune;
 mod repr;
 mod state;
 mod state_dict;

@@ -37,6 +37,22 @@ pub(crate) fn own(module: &dyn Module) -> Own<'_> {
         own.parameters.retain(|(name, _)| !p.contains(name));
         own.buffers.retain(|(name, _, _)| !p.contains(name));
     }
+    // A pruned parameter is hidden too (`<name>_orig` and `<name>_mask` stand for it); once
+    // the pruning is removed it comes last, where PyTorch re-registers it.
+    let pruned = &module.core().pruned;
+    if !pruned.is_empty() {
+        let mut restored = Vec::new();
+        own.parameters.retain(|(name, p)| match pruned.get(name) {
+            None => true,
+            Some(crate::prune::Pruned::Active(_)) => false,
+            Some(crate::prune::Pruned::Restored) => {
+                restored.push((name.clone(), *p));
+                false
+            }
+        });
+        restored.sort_by_key(|(name, _)| pruned.get_index_of(name));
+        own.parameters.extend(restored);
+    }
     own
 }
 
