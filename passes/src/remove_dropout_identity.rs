@@ -49,6 +49,10 @@ impl Pass for RemoveDropoutIdentity {
         let order: Vec<NodeId> = gm.graph.nodes().collect();
         let mut changed = false;
         for id in order {
+            // Removing a dropout op also erases its getitem users, which come later in order.
+            if gm.graph.node(&id).is_err() {
+                continue;
+            }
             let operands = gm.graph.operands(&id)?;
             let [input] = operands.as_slice() else {
                 continue;

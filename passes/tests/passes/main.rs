@@ -2,4 +2,6 @@
 //! instead of one per file).
 
 mod common;
+mod cse;
 mod dce;
+mod remove_dropout_identity;
