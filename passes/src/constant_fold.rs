@@ -3,7 +3,6 @@
 //! (`_folded_0`, ...) and reads it with one get_attr. It leaves call_module nodes (a module may
 //! hold state), dropout and custom ops, placeholders and non-frozen attributes alone.
 
-use crate::dce::eliminate_dead_code;
 use crate::{Changed, Pass, PassError, Result};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use tessera_fx::interpreter::{GraphInterpreter, Interpreter};
@@ -110,8 +109,11 @@ impl Pass for ConstantFold {
             gm.graph.replace_all_uses_with(id, &folded)?;
             changed = true;
         }
-        if changed {
-            eliminate_dead_code(&mut gm.graph)?;
+        // Erase the folded subgraphs (constant nodes nobody uses now), and nothing else.
+        for id in order.iter().rev().filter(|id| values.contains_key(*id)) {
+            if gm.graph.users(id)?.is_empty() {
+                gm.graph.erase(id)?;
+            }
         }
         Ok(Changed::from_bool(changed))
     }

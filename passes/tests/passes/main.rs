@@ -2,6 +2,8 @@
 //! instead of one per file).
 
 mod common;
+mod constant_fold;
 mod cse;
 mod dce;
+mod manager;
 mod remove_dropout_identity;
