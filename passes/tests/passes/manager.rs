@@ -2,7 +2,7 @@
 //! named, the timing table lists every pass, dumps are recorded on request, and the clean-up
 //! pipeline keeps the results of traced models.
 
-use crate::common::{assert_same, f32s, module_of, outputs};
+use crate::common::{assert_same, f32s, module_of, outputs, snapshots};
 use crate::remove_dropout_identity::drop_net;
 use std::sync::Arc;
 use tessera_fx::trace::{LeafPolicy, trace};
@@ -10,7 +10,7 @@ use tessera_fx::{Graph, GraphModule};
 use tessera_nn::ModuleExt;
 use tessera_nn::models::SmallCnn;
 use tessera_passes::{Changed, Pass, PassError, PassManager, pipelines, registry};
-use tessera_tensor::op::UnaryOp;
+use tessera_tensor::op::{BinaryOp, UnaryOp};
 use tessera_tensor::{DType, Op, Tensor};
 
 /// Gives the node after the first input a wrong shape: its op's meta function disagrees, so
@@ -132,4 +132,51 @@ fn cleanup_pipeline_keeps_drop_net_results() {
     let expected = outputs(&gm, &inputs);
     pipelines::cleanup().unwrap().run(&mut gm).unwrap();
     assert_same(&outputs(&gm, &inputs), &expected, "drop net after clean-up");
+}
+
+#[test]
+fn registry_names_are_unique() {
+    let mut names = registry::names();
+    let count = names.len();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), count);
+}
+
+#[test]
+fn cleanup_pipeline_on_duplicates_dead_code_and_folding() {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(&[2, 3]));
+    let c = g.get_attr("_tensor_constant0", f32s(&[3])).unwrap();
+    let c_exp = g.call_function(Op::Unary(UnaryOp::Exp), &[&c]).unwrap();
+    let a = g.call_function(Op::Unary(UnaryOp::Relu), &[&x]).unwrap();
+    let b = g.call_function(Op::Unary(UnaryOp::Relu), &[&x]).unwrap();
+    let _dead = g.call_function(Op::Unary(UnaryOp::Neg), &[&b]).unwrap();
+    let sum = g
+        .call_function(Op::Binary(BinaryOp::Add), &[&a, &b])
+        .unwrap();
+    let out = g
+        .call_function(Op::Binary(BinaryOp::Mul), &[&sum, &c_exp])
+        .unwrap();
+    g.output(&[&out]).unwrap();
+    let mut gm = module_of(g);
+    gm.constants.insert(
+        "_tensor_constant0".into(),
+        Tensor::randn(&[3], DType::F32).unwrap(),
+    );
+    let inputs = [Tensor::randn(&[2, 3], DType::F32).unwrap()];
+    let expected = outputs(&gm, &inputs);
+    let before = gm.graph.to_string();
+    let report = pipelines::cleanup().unwrap().run(&mut gm).unwrap();
+    let text = format!("before:\n{before}\nafter:\n{}", gm.graph);
+    snapshots().bind(|| insta::assert_snapshot!("cleanup_pipeline_hand_built", text));
+    assert_eq!(
+        report
+            .timings
+            .iter()
+            .filter(|t| t.changed.is_changed())
+            .count(),
+        3
+    );
+    assert_same(&outputs(&gm, &inputs), &expected, "after clean-up");
 }
