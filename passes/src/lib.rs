@@ -1,0 +1,21 @@
+//! Rewrite passes over Tessera's graph IR: the [`Pass`] trait, one pass per file, a single
+//! [`registry`], a [`PassManager`] that verifies, times and optionally dumps around every
+//! pass, and the [`pipelines`] written once with the reason for each ordering.
+
+mod constant_fold;
+mod cse;
+mod dce;
+mod error;
+mod manager;
+mod pass;
+pub mod pipelines;
+pub mod registry;
+mod remove_dropout_identity;
+
+pub use constant_fold::ConstantFold;
+pub use cse::CommonSubexpressionElimination;
+pub use dce::DeadCodeElimination;
+pub use error::{PassError, Result};
+pub use manager::{PassManager, PassReport, PassTiming};
+pub use pass::{Changed, Pass};
+pub use remove_dropout_identity::RemoveDropoutIdentity;

@@ -1,0 +1,33 @@
+//! The one place every pass is registered, by name: pipelines and tools look passes up here.
+
+use crate::{
+    CommonSubexpressionElimination, ConstantFold, DeadCodeElimination, Pass, PassError,
+    RemoveDropoutIdentity, Result,
+};
+
+/// Every registered pass in its default configuration (constant folding freezes every
+/// attribute, as an inference pipeline wants).
+pub fn all() -> Vec<Box<dyn Pass>> {
+    vec![
+        Box::new(DeadCodeElimination),
+        Box::new(CommonSubexpressionElimination),
+        Box::new(RemoveDropoutIdentity),
+        Box::new(ConstantFold::freeze_all()),
+    ]
+}
+
+/// The names of every registered pass.
+pub fn names() -> Vec<&'static str> {
+    all().iter().map(|p| p.name()).collect()
+}
+
+/// The registered pass called `name`.
+pub fn by_name(name: &str) -> Result<Box<dyn Pass>> {
+    all()
+        .into_iter()
+        .find(|p| p.name() == name)
+        .ok_or_else(|| PassError::UnknownPass {
+            name: name.into(),
+            known: names().into_iter().map(String::from).collect(),
+        })
+}
