@@ -88,14 +88,7 @@ impl LrScheduler for CosineAnnealingLR {
         let mut t_max = self.t_max;
         let mut eta_min = self.eta_min;
         if let Some(v) = d.get(&Key::from("T_max")) {
-            t_max = match self.base.int(v, "T_max")? {
-                n if n > 0 => n as usize,
-                n => {
-                    return Err(self
-                        .base
-                        .invalid(format!("\"T_max\" must be positive, got {n}")));
-                }
-            };
+            t_max = self.base.positive(v, "T_max")?;
         }
         if let Some(v) = d.get(&Key::from("eta_min")) {
             eta_min = self.base.number(v, "eta_min")?;

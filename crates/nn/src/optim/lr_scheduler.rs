@@ -128,6 +128,14 @@ impl SchedulerBase {
             .ok_or_else(|| self.invalid(format!("\"{key}\" must be an integer, got {v:?}")))
     }
 
+    /// A positive integer setting (`step_size`, `T_max`).
+    pub fn positive(&self, v: &Value, key: &str) -> Result<usize> {
+        match self.int(v, key)? {
+            n if n > 0 => Ok(n as usize),
+            n => Err(self.invalid(format!("\"{key}\" must be positive, got {n}"))),
+        }
+    }
+
     pub fn number(&self, v: &Value, key: &str) -> Result<f64> {
         v.as_f64()
             .ok_or_else(|| self.invalid(format!("\"{key}\" must be a number, got {v:?}")))

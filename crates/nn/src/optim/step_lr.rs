@@ -65,14 +65,7 @@ impl LrScheduler for StepLR {
         let mut step_size = self.step_size;
         let mut gamma = self.gamma;
         if let Some(v) = d.get(&Key::from("step_size")) {
-            step_size = match self.base.int(v, "step_size")? {
-                n if n > 0 => n as usize,
-                n => {
-                    return Err(self
-                        .base
-                        .invalid(format!("\"step_size\" must be positive, got {n}")));
-                }
-            };
+            step_size = self.base.positive(v, "step_size")?;
         }
         if let Some(v) = d.get(&Key::from("gamma")) {
             gamma = self.base.number(v, "gamma")?;
