@@ -351,30 +351,6 @@ fn gradients_reach_weight_orig_and_are_zero_where_masked() -> Result<()> {
     Ok(())
 }
 
-// ----- random variants -----
-
-#[test]
-fn random_variants_prune_the_amount_and_follow_the_seed() -> Result<()> {
-    let run = || -> Result<(Vec<f64>, Vec<f64>)> {
-        manual_seed(3);
-        let mut a = Linear::new(5, 4)?;
-        random_unstructured(&mut a, "weight", 0.4)?;
-        let mut b = Linear::new(5, 4)?;
-        random_structured(&mut b, "weight", Amount::Count(2), 1)?;
-        Ok((mask(&a, "weight")?, mask(&b, "weight")?))
-    };
-    let (unstructured, structured) = run()?;
-    assert_eq!(zeros(&unstructured), 8);
-    // Two of five columns are zero, wholly.
-    let dead: Vec<usize> = (0..5)
-        .filter(|c| (0..4).all(|r| structured[r * 5 + c] == 0.0))
-        .collect();
-    assert_eq!(dead.len(), 2);
-    assert_eq!(zeros(&structured), 8);
-    assert_eq!(run()?, (unstructured, structured));
-    Ok(())
-}
-
 // ----- errors -----
 
 #[test]
