@@ -7,7 +7,7 @@ use crate::{Changed, Pass, PassError, Result};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use tessera_fx::interpreter::{GraphInterpreter, Interpreter};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
-use tessera_nn::ModuleExt;
+use tessera_nn::{Module, ModuleExt};
 use tessera_tensor::{Op, Tensor};
 
 /// Constant folding over frozen attributes: those named in `frozen`, or every get_attr target
@@ -49,7 +49,7 @@ fn is_deterministic(op: &Op) -> bool {
 fn fresh_constant_name(gm: &GraphModule) -> String {
     (0..)
         .map(|i| format!("_folded_{i}"))
-        .find(|n| !gm.constants.contains_key(n) && gm.root().get_parameter(n).is_err())
+        .find(|n| !gm.constants.contains_key(n) && gm.get_parameter(n).is_err())
         .unwrap_or_else(|| "_folded".into())
 }
 
@@ -65,7 +65,7 @@ impl Pass for ConstantFold {
         let mut computed: HashSet<NodeId> = HashSet::new();
         {
             let mut interpreter = GraphInterpreter {
-                root: gm.root(),
+                root: gm.as_module(),
                 constants: Some(&gm.constants),
             };
             for id in &order {

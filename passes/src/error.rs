@@ -25,6 +25,9 @@ pub enum PassError {
     /// A pass name that the registry does not know.
     #[error("no pass named `{name}`; known passes: {}", .known.join(", "))]
     UnknownPass { name: String, known: Vec<String> },
+    /// An inference-only pass given a graph that runs in training mode.
+    #[error("{pass} refuses a training-mode graph: {reason}")]
+    TrainingMode { pass: String, reason: String },
     /// A graph a pass cannot handle, with the reason.
     #[error("{0}")]
     Unsupported(String),

@@ -1,8 +1,8 @@
 //! The one place every pass is registered, by name: pipelines and tools look passes up here.
 
 use crate::{
-    CommonSubexpressionElimination, ConstantFold, DeadCodeElimination, Pass, PassError,
-    RemoveDropoutIdentity, Result,
+    CommonSubexpressionElimination, ConstantFold, DeadCodeElimination, FoldBatchNorm, Pass,
+    PassError, RemoveDropoutIdentity, Result,
 };
 
 /// Every registered pass in its default configuration (constant folding freezes every
@@ -13,6 +13,7 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(CommonSubexpressionElimination),
         Box::new(RemoveDropoutIdentity),
         Box::new(ConstantFold::freeze_all()),
+        Box::new(FoldBatchNorm),
     ]
 }
 

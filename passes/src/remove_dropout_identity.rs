@@ -62,7 +62,7 @@ impl Pass for RemoveDropoutIdentity {
                     target,
                     module_type,
                     ..
-                } if module_is_identity(gm.root(), &target, &module_type) => {
+                } if module_is_identity(gm.as_module(), &target, &module_type) => {
                     gm.graph.replace_all_uses_with(&id, input)?;
                     gm.graph.erase(&id)?;
                     changed = true;

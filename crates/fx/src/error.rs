@@ -45,6 +45,9 @@ pub enum FxError {
     /// A qualified attribute or module path that is not dotted identifiers.
     #[error("invalid qualified path {path:?}: expected dotted identifiers like `layer1.0.conv`")]
     InvalidPath { path: String },
+    /// An owned module name that is empty, dotted or already used by an attribute or child.
+    #[error("cannot add an owned module called {name:?}: the name is empty, dotted or taken")]
+    ModuleName { name: String },
     /// The graph text could not be parsed.
     #[error(transparent)]
     Parse(#[from] ParseError),

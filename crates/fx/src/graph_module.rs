@@ -1,7 +1,11 @@
 //! `GraphModule`: a traced graph together with the module it was traced from, itself a
-//! module. Its parameters, buffers and state-dict keys are the traced module's, its hooks and
-//! train/eval work like any module's, and calling it runs the graph with the interpreter, so
-//! it can be trained like the original.
+//! module. Its parameters, buffers and state-dict keys are the traced module's (plus those of
+//! the modules passes added to it), its hooks and train/eval work like any module's, and
+//! calling it runs the graph with the interpreter, so it can be trained like the original.
+//!
+//! The traced module is shared, never changed: a pass that needs a different module (a conv
+//! with batch norm folded in, a pruned or quantized layer) adds it to the graph module's own
+//! [`GraphModule::owned_modules`] under a fresh name and points the `call_module` node at it.
 
 use crate::interpreter::{GraphInterpreter, run};
 use crate::trace::TracedGraph;
@@ -19,6 +23,8 @@ pub struct GraphModule {
     pub graph: Graph,
     /// Tensors made during tracing that are not state of the root (`_tensor_constant0`).
     pub constants: IndexMap<String, Tensor>,
+    /// Modules the graph module owns (added by passes), children next to the root's.
+    owned: IndexMap<String, Box<dyn Module>>,
 }
 
 impl GraphModule {
@@ -34,7 +40,47 @@ impl GraphModule {
             root,
             graph: traced.graph,
             constants,
+            owned: IndexMap::new(),
         }
+    }
+
+    /// Adds `module` as an owned child called `name`, which `call_module` nodes can target.
+    /// The name must be a single, unused attribute name (no `.`).
+    pub fn add_owned_module(&mut self, name: &str, module: Box<dyn Module>) -> crate::Result<()> {
+        if name.is_empty() || name.contains('.') || self.name_is_taken(name) {
+            return Err(FxError::ModuleName { name: name.into() });
+        }
+        self.owned.insert(name.into(), module);
+        Ok(())
+    }
+
+    /// Removes the owned module `name` (a pass that replaces it again), if there is one.
+    pub fn remove_owned_module(&mut self, name: &str) -> Option<Box<dyn Module>> {
+        self.owned.shift_remove(name)
+    }
+
+    /// The modules the graph module owns, in the order they were added.
+    pub fn owned_modules(&self) -> &IndexMap<String, Box<dyn Module>> {
+        &self.owned
+    }
+
+    /// `base`, or `base_1`, `base_2`, ... : the first name not used by an owned module, a
+    /// constant or any attribute or child of the root.
+    pub fn fresh_name(&self, base: &str) -> String {
+        let base = base.replace('.', "_");
+        std::iter::once(base.clone())
+            .chain((1..).map(|i| format!("{base}_{i}")))
+            .find(|n| !self.name_is_taken(n))
+            .unwrap_or(base)
+    }
+
+    fn name_is_taken(&self, name: &str) -> bool {
+        use tessera_nn::ModuleExt;
+        self.owned.contains_key(name)
+            || self.constants.contains_key(name)
+            || self.root.get_submodule(name).is_ok()
+            || self.root.get_parameter(name).is_ok()
+            || self.root.get_buffer(name).is_ok()
     }
 
     /// The module the graph was traced from.
@@ -45,7 +91,7 @@ impl GraphModule {
     /// Saves the graph as a deployment artifact (see [`crate::artifact`]): module calls are
     /// inlined into ops first, so the saved graph runs without the model's Rust type.
     pub fn save(&self, dir: impl AsRef<std::path::Path>) -> crate::Result<()> {
-        let root = self.root.as_module();
+        let root = self.as_module();
         let mut attributes: IndexMap<String, Tensor> = IndexMap::new();
         for (name, p) in tessera_nn::ModuleExt::named_parameters(root) {
             attributes.insert(name, p.detach());
@@ -64,7 +110,7 @@ impl GraphModule {
 
     fn run(&self, inputs: &[Tensor]) -> tessera_nn::Result<Vec<Tensor>> {
         let mut interpreter = GraphInterpreter {
-            root: self.root.as_module(),
+            root: self.as_module(),
             constants: Some(&self.constants),
         };
         run(&mut interpreter, &self.graph, inputs).map_err(to_nn_error)
@@ -84,10 +130,14 @@ impl Module for GraphModule {
         Some(&mut self.core)
     }
 
-    /// The traced module's state, under the same names (so state dicts are interchangeable).
+    /// The traced module's state, under the same names (so state dicts are interchangeable),
+    /// then the owned modules.
     fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
         self.root.visit_fields(visitor);
         self.root.core().visit_dynamic(visitor);
+        for (name, module) in &self.owned {
+            visitor.child(name, module.as_module());
+        }
     }
 
     fn type_name(&self) -> String {

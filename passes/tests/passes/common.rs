@@ -10,6 +10,7 @@ use tessera_nn::{Forward, Module};
 use tessera_passes::{Changed, Pass, PassManager};
 use tessera_tensor::{DType, Tensor, TensorMeta};
 use tessera_testkit::assert_close;
+pub use tessera_testkit::{Case, conformance_dir};
 
 pub fn f32s(shape: &[usize]) -> TensorMeta {
     TensorMeta::new(shape, DType::F32)

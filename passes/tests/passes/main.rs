@@ -5,5 +5,6 @@ mod common;
 mod constant_fold;
 mod cse;
 mod dce;
+mod fold_batch_norm;
 mod manager;
 mod remove_dropout_identity;

@@ -1,0 +1,191 @@
+//! Module-level folding: `call_module[bn](call_module[conv](x))` becomes one call of a new
+//! conv the graph module owns, whose weight and bias have the batch norm folded in. The traced
+//! model's modules are never changed, so a conv also called elsewhere, or whose output has
+//! other users, keeps working there: those uses still call the original.
+
+use super::formula::{BatchNormStats, WeightLayout, fold};
+use super::{attribute_error, module_at};
+use crate::{PassError, Result};
+use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_nn::layers::{
+    BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d, Linear, LinearOptions,
+};
+use tessera_nn::{Module, Parameter};
+use tessera_tensor::Tensor;
+
+/// The module types folding understands as batch norms.
+pub(super) const BATCH_NORMS: [&str; 2] = ["BatchNorm1d", "BatchNorm2d"];
+
+/// The eval-mode statistics of a batch norm module; `None` for one without running
+/// statistics (`track_running_stats=False` normalises with batch statistics even in eval).
+fn batch_norm_stats(module: &dyn Module) -> Result<Option<BatchNormStats>> {
+    macro_rules! stats_of {
+        ($bn:expr) => {{
+            let bn = $bn;
+            let (Some(mean), Some(var)) = (&bn.running_mean, &bn.running_var) else {
+                return Ok(None);
+            };
+            let gamma = bn.weight.as_ref().map(|p| p.tensor());
+            let beta = bn.bias.as_ref().map(|p| p.tensor());
+            BatchNormStats::from_tensors(mean, var, gamma, beta, bn.options.eps).map(Some)
+        }};
+    }
+    let any = module.as_any();
+    if let Some(bn) = any.downcast_ref::<BatchNorm2d>() {
+        return stats_of!(bn);
+    }
+    if let Some(bn) = any.downcast_ref::<BatchNorm1d>() {
+        return stats_of!(bn);
+    }
+    Ok(None)
+}
+
+fn parameter(t: Tensor) -> Parameter {
+    Parameter::new(t)
+}
+
+fn build_error(e: tessera_nn::NnError) -> PassError {
+    PassError::Unsupported(format!("building the folded module: {e}"))
+}
+
+/// A copy of `conv` with `stats` folded in, when the pair folds: Conv1d and Linear (with a
+/// 2-D output) before BatchNorm1d, Conv2d and ConvTranspose2d before BatchNorm2d.
+fn fused_module(
+    conv: &dyn Module,
+    bn_type: &str,
+    output_rank: usize,
+    stats: &BatchNormStats,
+) -> Result<Option<Box<dyn Module>>> {
+    let any = conv.as_any();
+    let fused: Box<dyn Module> = match bn_type {
+        "BatchNorm2d" => {
+            if let Some(c) = any.downcast_ref::<Conv2d>() {
+                let (w, b) = fold(
+                    &c.weight,
+                    c.bias.as_deref(),
+                    stats,
+                    WeightLayout::OutputFirst,
+                )?;
+                let options = c.options.clone().bias(true).dtype(w.dtype());
+                let mut f =
+                    Conv2d::with_options(c.in_channels, c.out_channels, c.kernel_size, options)
+                        .map_err(build_error)?;
+                (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
+                Box::new(f)
+            } else if let Some(c) = any.downcast_ref::<ConvTranspose2d>() {
+                let layout = WeightLayout::Transposed {
+                    groups: c.options.groups,
+                };
+                let (w, b) = fold(&c.weight, c.bias.as_deref(), stats, layout)?;
+                let options = c.options.clone().bias(true).dtype(w.dtype());
+                let mut f = ConvTranspose2d::with_options(
+                    c.in_channels,
+                    c.out_channels,
+                    c.kernel_size,
+                    options,
+                )
+                .map_err(build_error)?;
+                (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
+                Box::new(f)
+            } else {
+                return Ok(None);
+            }
+        }
+        "BatchNorm1d" => {
+            if let Some(c) = any.downcast_ref::<Conv1d>() {
+                let (w, b) = fold(
+                    &c.weight,
+                    c.bias.as_deref(),
+                    stats,
+                    WeightLayout::OutputFirst,
+                )?;
+                let options = c.options.clone().bias(true).dtype(w.dtype());
+                let mut f =
+                    Conv1d::with_options(c.in_channels, c.out_channels, c.kernel_size, options)
+                        .map_err(build_error)?;
+                (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
+                Box::new(f)
+            } else if let Some(l) = any.downcast_ref::<Linear>() {
+                // BatchNorm1d normalises dim 1, which is the linear's features only for 2-D output.
+                if output_rank != 2 {
+                    return Ok(None);
+                }
+                let (w, b) = fold(
+                    &l.weight,
+                    l.bias.as_deref(),
+                    stats,
+                    WeightLayout::OutputFirst,
+                )?;
+                let options = LinearOptions::default().dtype(w.dtype());
+                let mut f = Linear::with_options(l.in_features, l.out_features, options)
+                    .map_err(build_error)?;
+                (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
+                Box::new(f)
+            } else {
+                return Ok(None);
+            }
+        }
+        _ => return Ok(None),
+    };
+    tessera_nn::ModuleExt::eval(fused.as_module());
+    Ok(Some(fused))
+}
+
+/// Folds every `call_module` batch norm whose operand is a foldable `call_module`; returns
+/// whether anything changed.
+pub(super) fn fold_module_pairs(gm: &mut GraphModule) -> Result<bool> {
+    let order: Vec<NodeId> = gm.graph.nodes().collect();
+    let mut changed = false;
+    for bn_id in order {
+        let NodeKind::CallModule {
+            target: bn_target,
+            module_type: bn_type,
+            ..
+        } = gm.graph.node(&bn_id)?.kind.clone()
+        else {
+            continue;
+        };
+        if !BATCH_NORMS.contains(&bn_type.as_str()) {
+            continue;
+        }
+        let Ok([conv_id]) = <[NodeId; 1]>::try_from(gm.graph.operands(&bn_id)?) else {
+            continue;
+        };
+        let conv_node = gm.graph.node(&conv_id)?;
+        let NodeKind::CallModule {
+            target: conv_target,
+            ..
+        } = conv_node.kind.clone()
+        else {
+            continue;
+        };
+        let output_rank = conv_node.meta.first().map_or(0, |m| m.shape.len());
+        let Ok([input]) = <[NodeId; 1]>::try_from(gm.graph.operands(&conv_id)?) else {
+            continue;
+        };
+        let Some(stats) = batch_norm_stats(module_at(gm, &bn_target)?)? else {
+            continue;
+        };
+        let conv = module_at(gm, &conv_target)?;
+        let Some(fused) = fused_module(conv, &bn_type, output_rank, &stats)
+            .map_err(|e| attribute_error(&conv_target, e))?
+        else {
+            continue;
+        };
+        let leaf = bn_target.rsplit('.').next().unwrap_or(&bn_target);
+        let name = gm.fresh_name(&format!("{conv_target}_{leaf}"));
+        let repr = tessera_nn::repr(fused.as_module());
+        gm.add_owned_module(&name, fused)?;
+        let meta = gm.graph.node(&bn_id)?.meta.clone();
+        let folded = gm
+            .graph
+            .insert_before(&bn_id, |g| g.call_module(&name, &repr, &[&input], meta))?;
+        gm.graph.replace_all_uses_with(&bn_id, &folded)?;
+        gm.graph.erase(&bn_id)?;
+        if gm.graph.users(&conv_id)?.is_empty() {
+            gm.graph.erase(&conv_id)?;
+        }
+        changed = true;
+    }
+    Ok(changed)
+}
