@@ -3,6 +3,7 @@
 //! pass, and the [`pipelines`] written once with the reason for each ordering.
 
 mod constant_fold;
+pub mod cost;
 mod cse;
 mod dce;
 mod error;
@@ -12,6 +13,7 @@ mod pass;
 pub mod pipelines;
 pub mod registry;
 mod remove_dropout_identity;
+pub mod structured_prune;
 
 pub use constant_fold::ConstantFold;
 pub use cse::CommonSubexpressionElimination;
@@ -21,3 +23,4 @@ pub use fold_batch_norm::FoldBatchNorm;
 pub use manager::{PassManager, PassReport, PassTiming};
 pub use pass::{Changed, Pass};
 pub use remove_dropout_identity::RemoveDropoutIdentity;
+pub use structured_prune::StructuredPrune;

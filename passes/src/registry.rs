@@ -2,7 +2,7 @@
 
 use crate::{
     CommonSubexpressionElimination, ConstantFold, DeadCodeElimination, FoldBatchNorm, Pass,
-    PassError, RemoveDropoutIdentity, Result,
+    PassError, RemoveDropoutIdentity, Result, StructuredPrune,
 };
 
 /// Every registered pass in its default configuration (constant folding freezes every
@@ -14,6 +14,7 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(RemoveDropoutIdentity),
         Box::new(ConstantFold::freeze_all()),
         Box::new(FoldBatchNorm),
+        Box::new(StructuredPrune::new(0.3)),
     ]
 }
 

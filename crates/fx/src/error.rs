@@ -48,6 +48,9 @@ pub enum FxError {
     /// An owned module name that is empty, dotted or already used by an attribute or child.
     #[error("cannot add an owned module called {name:?}: the name is empty, dotted or taken")]
     ModuleName { name: String },
+    /// An op-only edit of a node that is not a `call_function`.
+    #[error("{node} is a {opcode} node, not a call_function")]
+    NotCallFunction { node: String, opcode: &'static str },
     /// The graph text could not be parsed.
     #[error(transparent)]
     Parse(#[from] ParseError),

@@ -144,6 +144,23 @@ impl Graph {
         Ok(())
     }
 
+    /// Replaces the op of a `call_function` node, keeping its operands, name and metas: for
+    /// passes that change an attribute (a reshape's sizes after pruning) and then re-derive
+    /// every meta with [`crate::shape_prop::propagate_shapes`].
+    pub fn set_op(&mut self, id: &NodeId, op: Op) -> Result<()> {
+        let i = self.index(id)?;
+        match &mut self.graph[i].kind {
+            NodeKind::CallFunction { op: old } => {
+                *old = op;
+                Ok(())
+            }
+            other => Err(FxError::NotCallFunction {
+                node: id.to_string(),
+                opcode: other.opcode(),
+            }),
+        }
+    }
+
     /// The node behind an id.
     pub fn node(&self, id: &NodeId) -> Result<&Node> {
         Ok(&self.graph[self.index(id)?])

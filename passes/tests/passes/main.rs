@@ -8,3 +8,4 @@ mod dce;
 mod fold_batch_norm;
 mod manager;
 mod remove_dropout_identity;
+mod structured_prune;

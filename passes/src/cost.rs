@@ -1,0 +1,109 @@
+//! What a graph costs: the parameters its nodes read and the FLOPs (two per multiply-add) of
+//! its convolutions, linear layers and matmuls, for pass reports (pruning, the optimize example).
+
+use crate::{PassError, Result};
+use std::collections::BTreeSet;
+use std::fmt;
+use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_nn::{Module, ModuleExt};
+use tessera_tensor::Op;
+use tessera_tensor::op::ConvOp;
+
+/// Parameters and FLOPs of one run of a graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraphCost {
+    /// Elements of the parameters of called modules and of the attributes read by `get_attr`.
+    pub parameters: usize,
+    /// Floating-point operations of one run, two per multiply-add.
+    pub flops: u64,
+}
+
+impl fmt::Display for GraphCost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} parameters, {:.2} MFLOPs",
+            self.parameters,
+            self.flops as f64 / 1e6
+        )
+    }
+}
+
+/// The cost of `gm` at the shapes recorded in its nodes.
+pub fn graph_cost(gm: &GraphModule) -> Result<GraphCost> {
+    let mut modules = BTreeSet::new();
+    let mut attributes = BTreeSet::new();
+    let mut flops = 0u64;
+    for id in gm.graph.nodes() {
+        let node = gm.graph.node(&id)?;
+        let out_numel = node
+            .meta
+            .first()
+            .map_or(0, |m| m.shape.iter().product::<usize>()) as u64;
+        match &node.kind {
+            NodeKind::CallModule {
+                target,
+                module_type,
+                ..
+            } => {
+                let module = gm.get_submodule(target).map_err(|e| {
+                    PassError::Unsupported(format!("{id} = call_module[{target}]: {e}"))
+                })?;
+                flops += module_flops(gm, &id, module, module_type, out_numel)?;
+                modules.insert(target.clone());
+            }
+            NodeKind::GetAttr { target } => {
+                attributes.insert((target.clone(), node.meta[0].shape.iter().product::<usize>()));
+            }
+            NodeKind::CallFunction { op } => {
+                let operands = gm.graph.operands(&id)?;
+                let shape = |i: usize| -> Result<Vec<usize>> {
+                    Ok(gm.graph.node(&operands[i])?.meta[0].shape.clone())
+                };
+                flops += match op {
+                    Op::Conv(ConvOp::Forward { .. }) => {
+                        2 * out_numel * shape(1)?[1..].iter().product::<usize>() as u64
+                    }
+                    Op::Linear { .. } => 2 * out_numel * shape(1)?[1] as u64,
+                    Op::Matmul => 2 * out_numel * shape(0)?.last().copied().unwrap_or(1) as u64,
+                    _ => 0,
+                };
+            }
+            _ => {}
+        }
+    }
+    let mut parameters: usize = attributes.iter().map(|(_, n)| n).sum();
+    for target in &modules {
+        if let Ok(m) = gm.get_submodule(target) {
+            parameters += m.parameters().iter().map(|p| p.numel()).sum::<usize>();
+        }
+    }
+    Ok(GraphCost { parameters, flops })
+}
+
+/// FLOPs of one call of a conv-like or linear module, from its weight's shape.
+fn module_flops(
+    gm: &GraphModule,
+    id: &NodeId,
+    module: &dyn Module,
+    module_type: &str,
+    out_numel: u64,
+) -> Result<u64> {
+    let Ok(weight) = module.get_parameter("weight") else {
+        return Ok(0);
+    };
+    let w = weight.shape();
+    Ok(match module_type {
+        "Conv1d" | "Conv2d" | "Linear" => 2 * out_numel * w[1..].iter().product::<usize>() as u64,
+        "ConvTranspose2d" => {
+            // Every input element is multiplied by one kernel slice per output channel.
+            let input = &gm.graph.operands(id)?[0];
+            let in_numel = gm.graph.node(input)?.meta[0]
+                .shape
+                .iter()
+                .product::<usize>() as u64;
+            2 * in_numel * w[1..].iter().product::<usize>() as u64
+        }
+        _ => 0,
+    })
+}

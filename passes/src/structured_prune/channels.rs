@@ -1,0 +1,286 @@
+//! Which channels depend on which: every value on a path from a conv or linear layer carries a
+//! channel map (for each channel at dim 1, the producer group and channel it comes from).
+//! Activations, pooling and batch norm pass maps through, flatten repeats each channel over its
+//! spatial size, `cat` on dim 1 concatenates maps and elementwise ops of two same-shaped values
+//! (residual adds) merge their groups, which must then drop the same channels. A map reaching
+//! anything else (the output, an unknown op, a grouped conv) pins its groups: they are not pruned.
+
+use crate::Result;
+use std::collections::HashMap;
+use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_nn::{Module, ModuleExt};
+use tessera_tensor::Op;
+use tessera_tensor::op::{BinaryOp, IndexOp, ViewOp};
+
+/// For each channel of a value: `(group, channel of the group)`, or `None` for a channel no
+/// prunable layer produced.
+pub type ChannelMap = Vec<Option<(usize, usize)>>;
+
+/// What the graph's channel dependencies allow.
+#[derive(Debug, Default)]
+pub struct ChannelGroups {
+    parent: Vec<usize>,
+    size: Vec<usize>,
+    pinned: Vec<bool>,
+    /// Prunable layers (`Conv2d` without groups, 2-D `Linear`) and the group of their output.
+    pub producers: Vec<(NodeId, usize)>,
+    /// Conv and linear calls and the map of their input (their input channels follow it).
+    pub consumers: Vec<(NodeId, ChannelMap)>,
+    /// Per-channel modules (batch norm) and the map of their input.
+    pub followers: Vec<(NodeId, ChannelMap)>,
+    /// Flattening reshapes and the map of their input (their sizes follow the channels).
+    pub reshapes: Vec<(NodeId, ChannelMap)>,
+}
+
+/// Module types that keep channels aligned and hold no per-channel state.
+const PASS_THROUGH_MODULES: [&str; 15] = [
+    "ReLU",
+    "ReLU6",
+    "LeakyReLU",
+    "ELU",
+    "GELU",
+    "SiLU",
+    "Sigmoid",
+    "Tanh",
+    "Hardtanh",
+    "Dropout",
+    "Identity",
+    "MaxPool2d",
+    "AvgPool2d",
+    "AdaptiveAvgPool2d",
+    "Softplus",
+];
+
+impl ChannelGroups {
+    fn new_group(&mut self, channels: usize) -> usize {
+        self.parent.push(self.parent.len());
+        self.size.push(channels);
+        self.pinned.push(false);
+        self.parent.len() - 1
+    }
+
+    /// The representative of `g`'s merged group.
+    pub fn root(&self, mut g: usize) -> usize {
+        while self.parent[g] != g {
+            g = self.parent[g];
+        }
+        g
+    }
+
+    fn union(&mut self, a: usize, b: usize) {
+        let (a, b) = (self.root(a), self.root(b));
+        if a != b {
+            self.parent[b] = a;
+            self.pinned[a] |= self.pinned[b];
+        }
+    }
+
+    fn pin(&mut self, map: &ChannelMap) {
+        for (g, _) in map.iter().flatten() {
+            let r = self.root(*g);
+            self.pinned[r] = true;
+        }
+    }
+
+    /// Whether the merged group of `g` may lose channels.
+    pub fn is_prunable(&self, g: usize) -> bool {
+        !self.pinned[self.root(g)]
+    }
+
+    /// The channel count of group `g`.
+    pub fn channels(&self, g: usize) -> usize {
+        self.size[g]
+    }
+
+    /// Merges the groups of two maps of values combined elementwise; channels that do not
+    /// line up (different channels, or a prunable channel against a fixed one) pin them.
+    fn merge(&mut self, a: &ChannelMap, b: &ChannelMap) {
+        if a.len() != b.len() {
+            self.pin(a);
+            self.pin(b);
+            return;
+        }
+        for (x, y) in a.iter().zip(b) {
+            match (x, y) {
+                (Some((ga, ca)), Some((gb, cb))) if ca == cb => self.union(*ga, *gb),
+                (None, None) => {}
+                _ => {
+                    self.pin(&vec![*x]);
+                    self.pin(&vec![*y]);
+                }
+            }
+        }
+    }
+}
+
+/// A conv or linear module call that can lose output channels.
+fn is_producer(module: &dyn Module, module_type: &str, output_rank: usize) -> bool {
+    match module_type {
+        "Conv2d" => module
+            .as_any()
+            .downcast_ref::<tessera_nn::layers::Conv2d>()
+            .is_some_and(|c| c.options.groups == 1),
+        "Linear" => output_rank == 2,
+        _ => false,
+    }
+}
+
+/// Walks the graph once and records every channel dependency.
+pub fn analyse(gm: &GraphModule) -> Result<ChannelGroups> {
+    let mut groups = ChannelGroups::default();
+    let mut maps: HashMap<NodeId, ChannelMap> = HashMap::new();
+    for id in gm.graph.nodes() {
+        let node = gm.graph.node(&id)?;
+        let operands = gm.graph.operands(&id)?;
+        let input_maps: Vec<Option<&ChannelMap>> = operands.iter().map(|o| maps.get(o)).collect();
+        let shape = node
+            .meta
+            .first()
+            .map(|m| m.shape.clone())
+            .unwrap_or_default();
+        let pin_all = |groups: &mut ChannelGroups| {
+            for m in input_maps.iter().flatten() {
+                groups.pin(m);
+            }
+        };
+        let output: Option<ChannelMap> = match &node.kind {
+            NodeKind::CallModule {
+                target,
+                module_type,
+                ..
+            } => {
+                let Ok(module) = gm.get_submodule(target) else {
+                    pin_all(&mut groups);
+                    continue;
+                };
+                let first = input_maps.first().copied().flatten();
+                if is_producer(module, module_type, shape.len()) && operands.len() == 1 {
+                    if let Some(map) = first {
+                        groups.consumers.push((id.clone(), map.clone()));
+                    }
+                    let g = groups.new_group(shape[1]);
+                    groups.producers.push((id.clone(), g));
+                    Some((0..shape[1]).map(|c| Some((g, c))).collect())
+                } else if operands.len() != 1 {
+                    pin_all(&mut groups);
+                    None
+                } else if matches!(module_type.as_str(), "BatchNorm1d" | "BatchNorm2d") {
+                    if let Some(map) = first {
+                        groups.followers.push((id.clone(), map.clone()));
+                    }
+                    first.cloned()
+                } else if PASS_THROUGH_MODULES.contains(&module_type.as_str()) {
+                    first.cloned()
+                } else if module_type == "Flatten" {
+                    flattened(gm, &operands[0], &shape, first)?.or_else(|| {
+                        pin_all(&mut groups);
+                        None
+                    })
+                } else {
+                    // Conv2d with groups, or any other module: its input channels are fixed.
+                    if is_consumer(module_type) {
+                        if let Some(map) = first {
+                            groups.pin(map);
+                        }
+                    }
+                    pin_all(&mut groups);
+                    None
+                }
+            }
+            NodeKind::CallFunction { op } => match op {
+                Op::Unary(_) | Op::Scalar(_) | Op::Clamp { .. } | Op::Pool(_) | Op::Dropout(_) => {
+                    input_maps.first().copied().flatten().cloned()
+                }
+                Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div) => {
+                    let same_shapes = operands.iter().all(|o| {
+                        gm.graph
+                            .node(o)
+                            .is_ok_and(|n| n.meta.first().is_some_and(|m| m.shape == shape))
+                    });
+                    match (same_shapes, input_maps.as_slice()) {
+                        (true, [Some(a), Some(b)]) => {
+                            groups.merge(a, b);
+                            Some((*a).clone())
+                        }
+                        _ => {
+                            pin_all(&mut groups);
+                            None
+                        }
+                    }
+                }
+                Op::Index(IndexOp::Cat { dim: 1 }) if input_maps.iter().any(Option::is_some) => {
+                    let mut map = ChannelMap::new();
+                    for (o, m) in operands.iter().zip(&input_maps) {
+                        match m {
+                            Some(m) => map.extend(m.iter().copied()),
+                            None => {
+                                let c = gm.graph.node(o)?.meta[0].shape[1];
+                                map.extend(std::iter::repeat_n(None, c));
+                            }
+                        }
+                    }
+                    Some(map)
+                }
+                Op::View(ViewOp::Reshape(_)) => {
+                    let first = input_maps.first().copied().flatten();
+                    match flattened(gm, &operands[0], &shape, first)? {
+                        Some(map) => {
+                            if let Some(m) = first {
+                                groups.reshapes.push((id.clone(), m.clone()));
+                            }
+                            Some(map)
+                        }
+                        None => {
+                            pin_all(&mut groups);
+                            None
+                        }
+                    }
+                }
+                _ => {
+                    pin_all(&mut groups);
+                    None
+                }
+            },
+            NodeKind::GetItem { .. } => input_maps.first().copied().flatten().cloned(),
+            _ => {
+                pin_all(&mut groups);
+                None
+            }
+        };
+        if let Some(map) = output {
+            maps.insert(id, map);
+        }
+    }
+    Ok(groups)
+}
+
+/// Conv-like modules whose weights are laid out by input channel.
+fn is_consumer(module_type: &str) -> bool {
+    matches!(
+        module_type,
+        "Conv2d" | "Linear" | "Conv1d" | "ConvTranspose2d"
+    )
+}
+
+/// The map after flattening `[N, C, ...]` to `[N, C * spatial]`, if the reshape is one.
+fn flattened(
+    gm: &GraphModule,
+    input: &NodeId,
+    output_shape: &[usize],
+    map: Option<&ChannelMap>,
+) -> Result<Option<ChannelMap>> {
+    let Some(map) = map else {
+        return Ok(None);
+    };
+    let in_shape = &gm.graph.node(input)?.meta[0].shape;
+    let spatial: usize = in_shape.iter().skip(2).product();
+    let is_flatten = in_shape.len() >= 2
+        && output_shape.len() == 2
+        && output_shape[0] == in_shape[0]
+        && output_shape[1] == in_shape[1] * spatial;
+    Ok(is_flatten.then(|| {
+        map.iter()
+            .flat_map(|c| std::iter::repeat_n(*c, spatial))
+            .collect()
+    }))
+}
