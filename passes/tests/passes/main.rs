@@ -7,5 +7,6 @@ mod cse;
 mod dce;
 mod fold_batch_norm;
 mod manager;
+mod random_graphs;
 mod remove_dropout_identity;
 mod structured_prune;
