@@ -1,8 +1,11 @@
 //! Tessera: PyTorch-style tensors, autograd and (as the project grows) modules, graph
 //! capture, rewrite passes and compilers, for Rust. This crate re-exports the others.
 
+pub mod datasets;
+
 pub use tessera_fx as fx;
 pub use tessera_nn as nn;
+pub use tessera_passes as passes;
 pub use tessera_tensor as tensor;
 pub use tessera_tensor::functional;
 pub use tessera_tensor::{
