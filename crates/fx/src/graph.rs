@@ -7,7 +7,7 @@ use petgraph::Direction;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tessera_tensor::{Op, TensorMeta};
 
 /// Where builders put new nodes; see [`Graph::insert_before`] and [`Graph::insert_after`].
@@ -29,6 +29,9 @@ pub struct Graph {
     pub(crate) names: HashMap<String, NodeIndex<u32>>,
     counters: HashMap<String, usize>,
     pub(crate) cursor: Cursor,
+    /// Each node's position in `order`, built on demand to sort users, and dropped when a node
+    /// is inserted. Erasing keeps it: the positions of the remaining nodes stay in order.
+    positions: OnceLock<HashMap<NodeIndex<u32>, usize>>,
 }
 
 impl Graph {
@@ -287,16 +290,29 @@ impl Graph {
     }
 
     pub(crate) fn user_indices(&self, i: NodeIndex<u32>) -> Vec<NodeIndex<u32>> {
-        let users: std::collections::HashSet<NodeIndex<u32>> = self
+        let mut users: Vec<NodeIndex<u32>> = self
             .graph
             .edges_directed(i, Direction::Outgoing)
             .map(|e| e.target())
             .collect();
-        self.order
-            .iter()
-            .copied()
-            .filter(|u| users.contains(u))
-            .collect()
+        users.sort();
+        users.dedup();
+        if users.len() > 1 {
+            let positions = self.positions.get_or_init(|| {
+                self.order
+                    .iter()
+                    .enumerate()
+                    .map(|(p, &i)| (i, p))
+                    .collect()
+            });
+            users.sort_by_key(|u| positions.get(u).copied().unwrap_or(usize::MAX));
+        }
+        users
+    }
+
+    /// Forgets the cached node positions (after the node order changed other than by erasing).
+    pub(crate) fn order_changed(&mut self) {
+        self.positions = OnceLock::new();
     }
 
     /// The one meta of an operand of `user`, or an error if it yields several values.
@@ -348,6 +364,7 @@ impl Graph {
             wanted.unwrap_or(self.order.len()).max(prefix)
         };
         self.order.insert(position, index);
+        self.order_changed();
         self.id(index)
     }
 

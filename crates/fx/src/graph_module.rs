@@ -12,7 +12,8 @@ use crate::trace::TracedGraph;
 use crate::{FxError, Graph};
 use indexmap::IndexMap;
 use std::any::Any;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
 use tessera_nn::{Forward, Module, ModuleCore, NnError, Visitor};
 use tessera_tensor::Tensor;
 
@@ -25,6 +26,9 @@ pub struct GraphModule {
     pub constants: IndexMap<String, Tensor>,
     /// Modules the graph module owns (added by passes), children next to the root's.
     owned: IndexMap<String, Box<dyn Module>>,
+    /// The names of the root's own parameters, buffers and children (the shared root cannot
+    /// change), collected once for [`GraphModule::fresh_name`].
+    root_names: OnceLock<HashSet<String>>,
 }
 
 impl GraphModule {
@@ -41,6 +45,7 @@ impl GraphModule {
             graph: traced.graph,
             constants,
             owned: IndexMap::new(),
+            root_names: OnceLock::new(),
         }
     }
 
@@ -75,12 +80,12 @@ impl GraphModule {
     }
 
     fn name_is_taken(&self, name: &str) -> bool {
-        use tessera_nn::ModuleExt;
         self.owned.contains_key(name)
             || self.constants.contains_key(name)
-            || self.root.get_submodule(name).is_ok()
-            || self.root.get_parameter(name).is_ok()
-            || self.root.get_buffer(name).is_ok()
+            || self
+                .root_names
+                .get_or_init(|| attribute_names(self.root.as_module()))
+                .contains(name)
     }
 
     /// The module the graph was traced from.
@@ -117,6 +122,26 @@ impl GraphModule {
     }
 }
 
+/// The names of `module`'s own parameters, buffers and children.
+fn attribute_names(module: &dyn Module) -> HashSet<String> {
+    struct Names(HashSet<String>);
+    impl<'a> Visitor<'a> for Names {
+        fn parameter(&mut self, name: &str, _: Option<&'a tessera_nn::Parameter>) {
+            self.0.insert(name.into());
+        }
+        fn buffer(&mut self, name: &str, _: Option<&'a Tensor>, _: bool) {
+            self.0.insert(name.into());
+        }
+        fn child(&mut self, name: &str, _: &'a dyn Module) {
+            self.0.insert(name.into());
+        }
+    }
+    let mut names = Names(HashSet::new());
+    module.visit_fields(&mut names);
+    module.core().visit_dynamic(&mut names);
+    names.0
+}
+
 fn to_nn_error(e: FxError) -> NnError {
     NnError::Invalid(e.to_string())
 }
@@ -142,6 +167,15 @@ impl Module for GraphModule {
 
     fn type_name(&self) -> String {
         "GraphModule".into()
+    }
+
+    /// Owned modules first, then the traced module's children, without scanning siblings.
+    fn child_module(&self, name: &str) -> Option<&dyn Module> {
+        self.owned
+            .get(name)
+            .map(|m| m.as_module())
+            .or_else(|| self.root.child_module(name))
+            .or_else(|| tessera_nn::find_child(self.as_module(), name))
     }
 
     fn as_any(&self) -> &dyn Any {

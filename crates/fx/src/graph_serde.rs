@@ -64,6 +64,7 @@ impl<'de> Deserialize<'de> for Graph {
                 graph.graph.add_edge(*source, index, position as u32);
             }
             graph.order.push(index);
+            graph.order_changed();
         }
         Ok(graph)
     }

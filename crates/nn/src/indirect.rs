@@ -31,6 +31,9 @@ macro_rules! delegate_module {
             fn extra_repr(&self) -> String {
                 (**self).extra_repr()
             }
+            fn child_module(&self, name: &str) -> Option<&dyn Module> {
+                (**self).child_module(name)
+            }
             fn as_layer(&self) -> Option<&dyn crate::Layer> {
                 (**self).as_layer()
             }

@@ -90,6 +90,7 @@ mod state_dict;
 mod value;
 mod visitor;
 mod walk;
+pub use walk::find_child;
 
 pub use call::{Args, Call, Forward, Plain};
 pub use checkpoint::{

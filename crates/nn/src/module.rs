@@ -35,6 +35,13 @@ pub trait Module: Any + Send + Sync {
         None
     }
 
+    /// The direct child called `name`. The default visits the fields and run-time
+    /// registrations; containers with many children override it with a direct lookup, so that
+    /// finding a module by path does not cost a scan of every sibling.
+    fn child_module(&self, name: &str) -> Option<&dyn Module> {
+        crate::walk::find_child(self.as_module(), name)
+    }
+
     /// Text inside the parentheses of the repr (`in_features=2, out_features=3, bias=True`).
     fn extra_repr(&self) -> String {
         String::new()

@@ -166,18 +166,32 @@ pub(crate) fn named_buffers(module: &dyn Module, recurse: bool) -> Vec<(String, 
     out
 }
 
+/// The direct child `name` of `module` among its fields and run-time registrations.
+pub fn find_child<'a>(module: &'a dyn Module, name: &str) -> Option<&'a dyn Module> {
+    struct Find<'n, 'a> {
+        name: &'n str,
+        found: Option<&'a dyn Module>,
+    }
+    impl<'a> Visitor<'a> for Find<'_, 'a> {
+        fn child(&mut self, name: &str, module: &'a dyn Module) {
+            if self.found.is_none() && name == self.name {
+                self.found = Some(module);
+            }
+        }
+    }
+    let mut find = Find { name, found: None };
+    module.visit_fields(&mut find);
+    module.core().visit_dynamic(&mut find);
+    find.found
+}
+
 pub(crate) fn get_submodule<'a>(module: &'a dyn Module, path: &str) -> Result<&'a dyn Module> {
     if path.is_empty() {
         return Ok(module);
     }
     let mut current = module;
     for segment in path.split('.') {
-        let next = own(current)
-            .children
-            .into_iter()
-            .find(|(n, _)| n == segment)
-            .map(|(_, m)| m);
-        current = next.ok_or_else(|| {
+        current = current.child_module(segment).ok_or_else(|| {
             NnError::NotFound(format!(
                 "{} has no attribute `{segment}`",
                 current.type_name()

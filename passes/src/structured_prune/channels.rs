@@ -20,6 +20,8 @@ pub type ChannelMap = Vec<Option<(usize, usize)>>;
 #[derive(Debug, Default)]
 pub struct ChannelGroups {
     parent: Vec<usize>,
+    /// Groups merged under each root (union by size).
+    members: Vec<usize>,
     size: Vec<usize>,
     pinned: Vec<bool>,
     /// Prunable layers (`Conv2d` without groups, 2-D `Linear`) and the group of their output.
@@ -54,6 +56,7 @@ const PASS_THROUGH_MODULES: [&str; 15] = [
 impl ChannelGroups {
     fn new_group(&mut self, channels: usize) -> usize {
         self.parent.push(self.parent.len());
+        self.members.push(1);
         self.size.push(channels);
         self.pinned.push(false);
         self.parent.len() - 1
@@ -67,10 +70,15 @@ impl ChannelGroups {
         g
     }
 
+    /// Merges two groups, the smaller tree under the larger (so roots stay a few steps away).
     fn union(&mut self, a: usize, b: usize) {
-        let (a, b) = (self.root(a), self.root(b));
+        let (mut a, mut b) = (self.root(a), self.root(b));
         if a != b {
+            if self.members[a] < self.members[b] {
+                std::mem::swap(&mut a, &mut b);
+            }
             self.parent[b] = a;
+            self.members[a] += self.members[b];
             self.pinned[a] |= self.pinned[b];
         }
     }

@@ -61,7 +61,20 @@ impl StructuredPrune {
             after: before,
             groups: Vec::new(),
         };
-        for (root, mask) in &alive {
+        // Report groups in the order of their first layer in the graph.
+        let mut roots: Vec<(usize, usize)> = alive
+            .keys()
+            .map(|&root| {
+                let first = groups
+                    .producers
+                    .iter()
+                    .position(|(_, g)| groups.root(*g) == root);
+                (first.unwrap_or(usize::MAX), root)
+            })
+            .collect();
+        roots.sort();
+        for (_, root) in &roots {
+            let mask = &alive[root];
             let producers = groups
                 .producers
                 .iter()

@@ -84,6 +84,15 @@ impl<M: Module> Module for ModuleList<M> {
             visitor.child(&i.to_string(), m.as_module());
         }
     }
+    /// Children `0`, `1`, ... by index, without a scan.
+    fn child_module(&self, name: &str) -> Option<&dyn Module> {
+        match name.parse::<usize>() {
+            Ok(i) if i < self.items.len() && i.to_string() == name => {
+                Some(self.items[i].as_module())
+            }
+            _ => crate::walk::find_child(self.as_module(), name),
+        }
+    }
     fn type_name(&self) -> String {
         "ModuleList".into()
     }

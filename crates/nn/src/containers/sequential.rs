@@ -75,6 +75,15 @@ impl Module for Sequential {
             visitor.child(&i.to_string(), layer.as_module());
         }
     }
+    /// Children `0`, `1`, ... by index, without a scan.
+    fn child_module(&self, name: &str) -> Option<&dyn Module> {
+        match name.parse::<usize>() {
+            Ok(i) if i < self.layers.len() && i.to_string() == name => {
+                Some(self.layers[i].as_module())
+            }
+            _ => crate::walk::find_child(self.as_module(), name),
+        }
+    }
     fn type_name(&self) -> String {
         "Sequential".into()
     }
