@@ -11,6 +11,7 @@ mod pass;
 pub mod pipelines;
 pub mod registry;
 mod remove_dropout_identity;
+pub mod simplify;
 
 pub use constant_fold::ConstantFold;
 pub use cse::CommonSubexpressionElimination;
@@ -19,3 +20,4 @@ pub use error::{PassError, Result};
 pub use manager::{PassManager, PassReport, PassTiming};
 pub use pass::{Changed, Pass};
 pub use remove_dropout_identity::RemoveDropoutIdentity;
+pub use simplify::{Simplify, SimplifyReport};

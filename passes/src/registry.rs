@@ -2,7 +2,7 @@
 
 use crate::{
     CommonSubexpressionElimination, ConstantFold, DeadCodeElimination, Pass, PassError,
-    RemoveDropoutIdentity, Result,
+    RemoveDropoutIdentity, Result, Simplify,
 };
 
 /// Every registered pass in its default configuration (constant folding freezes every
@@ -13,6 +13,7 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(CommonSubexpressionElimination),
         Box::new(RemoveDropoutIdentity),
         Box::new(ConstantFold::freeze_all()),
+        Box::new(Simplify::default()),
     ]
 }
 

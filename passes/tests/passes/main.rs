@@ -7,3 +7,4 @@ mod cse;
 mod dce;
 mod manager;
 mod remove_dropout_identity;
+mod simplify;
