@@ -1,7 +1,7 @@
 //! The one place every pass is registered, by name: pipelines and tools look passes up here.
 
 use crate::{
-    CommonSubexpressionElimination, ConstantFold, DeadCodeElimination, Pass, PassError,
+    CommonSubexpressionElimination, ConstantFold, DeadCodeElimination, FuseGroups, Pass, PassError,
     RemoveDropoutIdentity, Result, Simplify,
 };
 
@@ -14,6 +14,7 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(RemoveDropoutIdentity),
         Box::new(ConstantFold::freeze_all()),
         Box::new(Simplify::default()),
+        Box::new(FuseGroups),
     ]
 }
 

@@ -8,3 +8,4 @@ mod dce;
 mod manager;
 mod remove_dropout_identity;
 mod simplify;
+mod fusion_groups;
