@@ -185,8 +185,11 @@ pub fn fusion_groups(graph: &Graph) -> Result<FusionGrouping> {
                 let Some(input) = operands.first() else {
                     continue;
                 };
+                let Some(input_meta) = graph.node(input)?.meta.first() else {
+                    continue;
+                };
                 growing.push(Growing {
-                    shape: graph.node(input)?.meta[0].shape.clone(),
+                    shape: input_meta.shape.clone(),
                     members: Vec::new(),
                     elementwise: 0,
                     producer: None,

@@ -90,8 +90,8 @@ impl fmt::Display for SimplifyReport {
         for r in &self.regions {
             writeln!(
                 f,
-                "  region at %{}: {} nodes, {} leaves, {} roots; stopped: {} after {} iterations; \
-                 e-graph {} nodes in {} classes; {}",
+                "  region at %{}: {} nodes, {} leaves, {} roots; stopped: {} after {} \
+                 iteration(s); e-graph {} nodes in {} classes; {}",
                 r.first,
                 r.nodes,
                 r.leaves,

@@ -24,6 +24,7 @@ use region::Region;
 use std::collections::HashMap;
 use std::time::Duration;
 use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_nn::ModuleExt;
 use tessera_tensor::{DType, Tensor};
 
 /// The simplify pass and its limits, which apply to each region's e-graph run.
@@ -61,7 +62,7 @@ fn uniform_value(t: &Tensor) -> Option<f64> {
 }
 
 /// What the graph says about each leaf: its meta, and its fill when it reads a constant of the
-/// module (`gm.constants`, never parameters, which training may change).
+/// module (`gm.constants`, never parameters or buffers, which training may change).
 fn leaf_facts(gm: &GraphModule, leaves: &[NodeId]) -> Result<Vec<LeafFacts>> {
     leaves
         .iter()
@@ -71,7 +72,14 @@ fn leaf_facts(gm: &GraphModule, leaves: &[NodeId]) -> Result<Vec<LeafFacts>> {
                 PassError::Unsupported(format!("simplify: leaf {id} has no value"))
             })?;
             let fill = match &node.kind {
-                NodeKind::GetAttr { target } => gm.constants.get(target).and_then(uniform_value),
+                // Parameters and buffers shadow constants of the same name, as in the
+                // interpreter.
+                NodeKind::GetAttr { target }
+                    if gm.root().get_parameter(target).is_err()
+                        && gm.root().get_buffer(target).is_err() =>
+                {
+                    gm.constants.get(target).and_then(uniform_value)
+                }
                 _ => None,
             };
             Ok(LeafFacts { meta, fill })

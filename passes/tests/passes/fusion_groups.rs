@@ -3,6 +3,8 @@
 //! ends the group that feeds it; the pass records groups in metadata and changes no result.
 
 use crate::common::{assert_same, f32s, module_of, outputs, run_pass, snapshots};
+use proptest::prelude::*;
+use std::collections::HashSet;
 use std::sync::Arc;
 use tessera_fx::trace::{LeafPolicy, inline, trace};
 use tessera_fx::{Graph, GraphModule, NodeId};
@@ -159,9 +161,97 @@ fn fuse_groups_records_groups_in_metadata_and_keeps_results() {
     for name in ["linear", "add", "relu"] {
         let id = gm.graph.find(name).unwrap();
         let metadata = &gm.graph.node(&id).unwrap().metadata;
-        assert_eq!(metadata.get(FUSION_GROUP_KEY).map(String::as_str), Some("g0"));
+        assert_eq!(
+            metadata.get(FUSION_GROUP_KEY).map(String::as_str),
+            Some("g0")
+        );
     }
     let (changed, _) = run_pass(by_name("fusion_groups").unwrap(), &mut gm);
     assert_eq!(changed, Changed::No, "a second run records the same groups");
     assert_same(&outputs(&gm, &[x]), &expected, "linear epilogue");
+}
+
+/// Every node reachable from `from` along uses.
+fn reachable(g: &Graph, from: &NodeId) -> HashSet<NodeId> {
+    let mut seen = HashSet::new();
+    let mut stack = vec![from.clone()];
+    while let Some(n) = stack.pop() {
+        for u in g.users(&n).unwrap() {
+            if seen.insert(u.clone()) {
+                stack.push(u);
+            }
+        }
+    }
+    seen
+}
+
+/// A random DAG on a [4, 4] input: each step applies relu, neg, add of two earlier values, a
+/// transpose (not elementwise) or a row sum (a reduction, broadcast back by the next add).
+fn random_dag(steps: &[(u8, usize, usize)]) -> Graph {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(&[4, 4]));
+    let mut values = vec![x];
+    for &(kind, i, j) in steps {
+        let a = values[i % values.len()].clone();
+        let b = values[j % values.len()].clone();
+        let op = match kind % 5 {
+            0 => relu(),
+            1 => Op::Unary(UnaryOp::Neg),
+            2 => {
+                let sum = call(&mut g, add(), &[&a, &b]);
+                values.push(sum);
+                continue;
+            }
+            3 => Op::View(ViewOp::Permute(vec![1, 0])),
+            _ => Op::Reduce(ReduceOp {
+                kind: ReduceKind::Sum,
+                dims: vec![1],
+                keepdim: true,
+            }),
+        };
+        let v = call(&mut g, op, &[&a]);
+        let v = if kind % 5 == 4 {
+            // Broadcast the [4, 1] sum back to [4, 4] so later steps keep one shape.
+            call(&mut g, add(), &[&v, &values[0].clone()])
+        } else {
+            v
+        };
+        values.push(v);
+    }
+    let outs: Vec<&NodeId> = values.iter().rev().take(2).collect();
+    g.output(&outs).unwrap();
+    g
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn fusion_groups_have_one_output_and_are_convex(
+        steps in prop::collection::vec((0u8..5, 0usize..16, 0usize..16), 1..16),
+    ) {
+        let g = random_dag(&steps);
+        let grouping = fusion_groups(&g).unwrap();
+        for group in &grouping.groups {
+            let members: HashSet<&NodeId> = group.nodes.iter().collect();
+            let escaping: Vec<&NodeId> = group
+                .nodes
+                .iter()
+                .filter(|n| g.users(n).unwrap().iter().any(|u| !members.contains(u)))
+                .collect();
+            prop_assert!(escaping.len() <= 1, "{} has outputs {:?}", group.id, escaping);
+            for n in &group.nodes {
+                for outside in reachable(&g, n).iter().filter(|u| !members.contains(u)) {
+                    let back = reachable(&g, outside);
+                    prop_assert!(
+                        !group.nodes.iter().any(|m| back.contains(m)),
+                        "{} is not convex: {} leaves it and comes back\n{}",
+                        group.id,
+                        outside,
+                        grouping
+                    );
+                }
+            }
+        }
+    }
 }

@@ -5,7 +5,7 @@ mod common;
 mod constant_fold;
 mod cse;
 mod dce;
+mod fusion_groups;
 mod manager;
 mod remove_dropout_identity;
 mod simplify;
-mod fusion_groups;
