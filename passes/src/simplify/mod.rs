@@ -28,6 +28,37 @@ use tessera_nn::ModuleExt;
 use tessera_tensor::{DType, Tensor};
 
 /// The simplify pass and its limits, which apply to each region's e-graph run.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tessera_fx::trace::TracedGraph;
+/// use tessera_fx::{Graph, GraphModule};
+/// use tessera_nn::layers::Identity;
+/// use tessera_passes::Simplify;
+/// use tessera_tensor::op::{BinaryOp, ScalarOp, UnaryOp};
+/// use tessera_tensor::{DType, Op, TensorMeta};
+///
+/// let mut g = Graph::new();
+/// let x = g.placeholder("x", TensorMeta::new([2, 3], DType::F32));
+/// let one = Op::Scalar(ScalarOp { op: BinaryOp::Mul, value: 1.0, reversed: false });
+/// let y = g.call_function(one, &[&x])?;
+/// let r = g.call_function(Op::Unary(UnaryOp::Relu), &[&y])?;
+/// let rr = g.call_function(Op::Unary(UnaryOp::Relu), &[&r])?;
+/// g.output(&[&rr])?;
+/// let traced = TracedGraph { graph: g, attributes: Default::default() };
+/// let mut gm = GraphModule::new(Arc::new(Identity::new()), traced);
+///
+/// let report = Simplify::default().run_with_report(&mut gm)?;
+/// assert_eq!(report.fired(), ["mul-one", "relu-relu"]);
+/// assert_eq!(
+///     gm.graph.to_string(),
+///     "graph(x: f32[2, 3]):
+///     %relu_2 : f32[2, 3] = call_function[relu](%x)
+///     return %relu_2
+/// "
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Simplify {
     /// Stop once the e-graph holds this many e-nodes.

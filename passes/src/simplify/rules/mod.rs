@@ -39,6 +39,8 @@ enum Rhs {
 struct Checked {
     rhs: Rhs,
     condition: Option<Condition>,
+    /// The variables the right-hand side reads, which egg checks the left-hand side binds.
+    vars: Vec<Var>,
 }
 
 impl Applier<TensorLang, ShapeAnalysis> for Checked {
@@ -72,6 +74,10 @@ impl Applier<TensorLang, ShapeAnalysis> for Checked {
             Vec::new()
         }
     }
+
+    fn vars(&self) -> Vec<Var> {
+        self.vars.clone()
+    }
 }
 
 fn pattern(name: &str, text: &str) -> Result<Pattern<TensorLang>> {
@@ -80,7 +86,16 @@ fn pattern(name: &str, text: &str) -> Result<Pattern<TensorLang>> {
 }
 
 fn rewrite(name: &str, lhs: &str, rhs: Rhs, condition: Option<Condition>) -> Result<Rule> {
-    Rewrite::new(name, pattern(name, lhs)?, Checked { rhs, condition })
+    let vars = match &rhs {
+        Rhs::Pattern(ast) => Pattern::new(ast.clone()).vars(),
+        Rhs::Build(_) => Vec::new(),
+    };
+    let applier = Checked {
+        rhs,
+        condition,
+        vars,
+    };
+    Rewrite::new(name, pattern(name, lhs)?, applier)
         .map_err(|e| PassError::Unsupported(format!("simplify rule `{name}`: {e}")))
 }
 
