@@ -146,6 +146,11 @@ pub fn write_back(
             replacements.push((root.clone(), value));
         }
     }
+    if replacements.is_empty() {
+        // Drop nodes built for roots that kept their terms, and the names they took.
+        *graph = saved;
+        return Ok(false);
+    }
     for (root, value) in &replacements {
         graph.replace_all_uses_with(root, value)?;
     }
@@ -156,9 +161,6 @@ pub fn write_back(
         if erasable.contains(id) && graph.users(id)?.is_empty() {
             graph.erase(id)?;
         }
-    }
-    if replacements.is_empty() {
-        return Ok(false);
     }
     let kept = region.nodes.iter().chain(&builder.new_nodes);
     let cost_after = cost_of(graph, kept.filter(|id| graph.node(id).is_ok()))?;
