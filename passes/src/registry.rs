@@ -1,8 +1,8 @@
 //! The one place every pass is registered, by name: pipelines and tools look passes up here.
 
 use crate::{
-    CommonSubexpressionElimination, ConstantFold, DeadCodeElimination, FoldBatchNorm, Pass,
-    PassError, RemoveDropoutIdentity, Result, StructuredPrune,
+    CommonSubexpressionElimination, ConstantFold, DeadCodeElimination, FoldBatchNorm, FuseGroups,
+    Pass, PassError, RemoveDropoutIdentity, Result, Simplify, StructuredPrune,
 };
 
 /// Every registered pass in its default configuration (constant folding freezes every
@@ -15,6 +15,8 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(ConstantFold::freeze_all()),
         Box::new(FoldBatchNorm),
         Box::new(StructuredPrune::new(0.3)),
+        Box::new(Simplify::default()),
+        Box::new(FuseGroups),
     ]
 }
 

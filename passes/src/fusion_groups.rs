@@ -1,0 +1,266 @@
+//! Fusion grouping for code generation: marks maximal groups of elementwise call_function
+//! nodes of one output shape that a backend can emit as one kernel, together with a GEMM or
+//! convolution whose epilogue they form and a reduction they feed. The pass only records each
+//! member's group in its metadata (`fusion_group = "g0"`); it never changes what the graph
+//! computes, and leaves views, module calls, multi-output ops and everything else ungrouped.
+//!
+//! Groups grow from their output backwards: a node joins the group of its users only when all
+//! of its users are in that one group. So every member but the group's output is used only
+//! inside the group, a group has one output, and it is convex (a path leaving the group starts
+//! at its output and can never come back in).
+
+use crate::{Changed, Pass, Result};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use tessera_fx::{Graph, GraphModule, NodeId, NodeKind};
+use tessera_tensor::Op;
+
+/// The metadata key the pass writes.
+pub const FUSION_GROUP_KEY: &str = "fusion_group";
+
+/// A group's id; prints as the metadata spells it (`g3`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupId(pub usize);
+
+impl fmt::Display for GroupId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "g{}", self.0)
+    }
+}
+
+/// The op a group's elementwise epilogue follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Producer {
+    Gemm,
+    Conv,
+}
+
+/// One kernel: an optional producer, elementwise ops, an optional final reduction.
+#[derive(Debug, Clone)]
+pub struct FusionGroup {
+    pub id: GroupId,
+    /// Every member, in graph order.
+    pub nodes: Vec<NodeId>,
+    pub producer: Option<Producer>,
+    /// Whether the group ends in a reduction (its output).
+    pub reduction: bool,
+}
+
+impl FusionGroup {
+    /// The kernel kind: `elementwise`, `gemm+epilogue`, `conv+epilogue`, each possibly
+    /// followed by `+reduction`.
+    pub fn kind(&self) -> String {
+        let head = match self.producer {
+            None => "elementwise",
+            Some(Producer::Gemm) => "gemm+epilogue",
+            Some(Producer::Conv) => "conv+epilogue",
+        };
+        if self.reduction {
+            format!("{head}+reduction")
+        } else {
+            head.to_string()
+        }
+    }
+}
+
+/// The groups of a graph, numbered in the order of their first member.
+#[derive(Debug, Clone, Default)]
+pub struct FusionGrouping {
+    pub groups: Vec<FusionGroup>,
+}
+
+impl FusionGrouping {
+    /// The group of `node`, if it has one.
+    pub fn group_of(&self, node: &NodeId) -> Option<GroupId> {
+        self.groups
+            .iter()
+            .find(|g| g.nodes.contains(node))
+            .map(|g| g.id)
+    }
+}
+
+/// One line per group: `g0 gemm+epilogue: %linear, %add, %relu`.
+impl fmt::Display for FusionGrouping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.groups.is_empty() {
+            return writeln!(f, "(no groups)");
+        }
+        for g in &self.groups {
+            let names: Vec<String> = g.nodes.iter().map(|n| n.to_string()).collect();
+            writeln!(f, "{} {}: {}", g.id, g.kind(), names.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// What a node can be in a group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Role {
+    Elementwise,
+    Producer(Producer),
+    Reduction,
+    None,
+}
+
+fn role(graph: &Graph, id: &NodeId) -> Result<Role> {
+    let node = graph.node(id)?;
+    if node.meta.len() != 1 {
+        return Ok(Role::None);
+    }
+    let NodeKind::CallFunction { op } = &node.kind else {
+        return Ok(Role::None);
+    };
+    Ok(match op {
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Scalar(_)
+        | Op::Compare(_)
+        | Op::Where
+        | Op::Clamp { .. }
+        | Op::ToDType(_) => Role::Elementwise,
+        Op::Matmul | Op::Linear { .. } => Role::Producer(Producer::Gemm),
+        Op::Conv(_) => Role::Producer(Producer::Conv),
+        Op::Reduce(_) => Role::Reduction,
+        _ => Role::None,
+    })
+}
+
+/// A group being grown backwards from its output.
+struct Growing {
+    /// The shape of the elementwise members (a reduction's input shape).
+    shape: Vec<usize>,
+    members: Vec<NodeId>,
+    elementwise: usize,
+    producer: Option<Producer>,
+    reduction: bool,
+}
+
+/// The fusion groups of `graph`.
+pub fn fusion_groups(graph: &Graph) -> Result<FusionGrouping> {
+    let order: Vec<NodeId> = graph.nodes().collect();
+    let mut group_of: HashMap<NodeId, usize> = HashMap::new();
+    let mut growing: Vec<Growing> = Vec::new();
+    for id in order.iter().rev() {
+        let role = role(graph, id)?;
+        if role == Role::None {
+            continue;
+        }
+        let shape = graph.node(id)?.meta[0].shape.clone();
+        // The one group every user is in, if there is one.
+        let users = graph.users(id)?;
+        let mut user_groups = users.iter().map(|u| group_of.get(u).copied());
+        let shared = match user_groups.next() {
+            Some(Some(first)) if user_groups.all(|g| g == Some(first)) => Some(first),
+            _ => None,
+        };
+        let joined = match (role, shared) {
+            (Role::Elementwise, Some(g)) if growing[g].shape == shape => {
+                growing[g].elementwise += 1;
+                Some(g)
+            }
+            (Role::Producer(p), Some(g))
+                if growing[g].shape == shape
+                    && growing[g].producer.is_none()
+                    && growing[g].elementwise > 0 =>
+            {
+                growing[g].producer = Some(p);
+                Some(g)
+            }
+            _ => None,
+        };
+        let g = match (joined, role) {
+            (Some(g), _) => g,
+            (None, Role::Elementwise) => {
+                growing.push(Growing {
+                    shape,
+                    members: Vec::new(),
+                    elementwise: 1,
+                    producer: None,
+                    reduction: false,
+                });
+                growing.len() - 1
+            }
+            (None, Role::Reduction) => {
+                let operands = graph.operands(id)?;
+                let Some(input) = operands.first() else {
+                    continue;
+                };
+                let Some(input_meta) = graph.node(input)?.meta.first() else {
+                    continue;
+                };
+                growing.push(Growing {
+                    shape: input_meta.shape.clone(),
+                    members: Vec::new(),
+                    elementwise: 0,
+                    producer: None,
+                    reduction: true,
+                });
+                growing.len() - 1
+            }
+            (None, _) => continue,
+        };
+        growing[g].members.push(id.clone());
+        group_of.insert(id.clone(), g);
+    }
+    let position: HashMap<&NodeId, usize> = order.iter().enumerate().map(|(i, n)| (n, i)).collect();
+    // Groups without an elementwise op (a lone reduction) are no fusion.
+    let mut kept: BTreeMap<usize, FusionGroup> = BTreeMap::new();
+    for g in growing.into_iter().filter(|g| g.elementwise > 0) {
+        let mut nodes = g.members;
+        nodes.sort_by_key(|n| position.get(n).copied().unwrap_or(usize::MAX));
+        let first = nodes.first().and_then(|n| position.get(n)).copied();
+        kept.insert(
+            first.unwrap_or(usize::MAX),
+            FusionGroup {
+                id: GroupId(0),
+                nodes,
+                producer: g.producer,
+                reduction: g.reduction,
+            },
+        );
+    }
+    let groups = kept
+        .into_values()
+        .enumerate()
+        .map(|(i, mut g)| {
+            g.id = GroupId(i);
+            g
+        })
+        .collect();
+    Ok(FusionGrouping { groups })
+}
+
+/// Records each node's fusion group in its metadata (and clears stale records).
+pub struct FuseGroups;
+
+impl Pass for FuseGroups {
+    fn name(&self) -> &'static str {
+        "fusion_groups"
+    }
+
+    fn run(&self, gm: &mut GraphModule) -> Result<Changed> {
+        let grouping = fusion_groups(&gm.graph)?;
+        let mut wanted: HashMap<NodeId, String> = HashMap::new();
+        for g in &grouping.groups {
+            for n in &g.nodes {
+                wanted.insert(n.clone(), g.id.to_string());
+            }
+        }
+        let order: Vec<NodeId> = gm.graph.nodes().collect();
+        let mut changed = false;
+        for id in order {
+            let metadata = gm.graph.metadata_mut(&id)?;
+            let before = metadata.get(FUSION_GROUP_KEY).cloned();
+            match wanted.remove(&id) {
+                Some(group) => {
+                    metadata.insert(FUSION_GROUP_KEY.into(), group);
+                }
+                None => {
+                    metadata.remove(FUSION_GROUP_KEY);
+                }
+            }
+            changed |= metadata.get(FUSION_GROUP_KEY) != before.as_ref();
+        }
+        Ok(Changed::from_bool(changed))
+    }
+}
