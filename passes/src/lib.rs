@@ -10,6 +10,7 @@ pub mod fold_batch_norm;
 mod manager;
 mod pass;
 pub mod pipelines;
+pub mod quantize;
 pub mod registry;
 mod remove_dropout_identity;
 
@@ -20,4 +21,5 @@ pub use error::{PassError, Result};
 pub use fold_batch_norm::FoldBatchNorm;
 pub use manager::{PassManager, PassReport, PassTiming};
 pub use pass::{Changed, Pass};
+pub use quantize::{ConvertStatic, InsertObservers, QuantizeDynamic, calibrate};
 pub use remove_dropout_identity::RemoveDropoutIdentity;

@@ -1,12 +1,13 @@
 //! The one place every pass is registered, by name: pipelines and tools look passes up here.
 
 use crate::{
-    CommonSubexpressionElimination, ConstantFold, DeadCodeElimination, FoldBatchNorm, Pass,
-    PassError, RemoveDropoutIdentity, Result,
+    CommonSubexpressionElimination, ConstantFold, ConvertStatic, DeadCodeElimination,
+    FoldBatchNorm, InsertObservers, Pass, PassError, QuantizeDynamic, RemoveDropoutIdentity,
+    Result,
 };
 
 /// Every registered pass in its default configuration (constant folding freezes every
-/// attribute, as an inference pipeline wants).
+/// attribute, as an inference pipeline wants; quantization uses per-channel weights).
 pub fn all() -> Vec<Box<dyn Pass>> {
     vec![
         Box::new(DeadCodeElimination),
@@ -14,6 +15,9 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(RemoveDropoutIdentity),
         Box::new(ConstantFold::freeze_all()),
         Box::new(FoldBatchNorm),
+        Box::new(QuantizeDynamic { per_channel: true }),
+        Box::new(InsertObservers),
+        Box::new(ConvertStatic { per_channel: true }),
     ]
 }
 

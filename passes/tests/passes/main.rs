@@ -7,4 +7,5 @@ mod cse;
 mod dce;
 mod fold_batch_norm;
 mod manager;
+mod quantize;
 mod remove_dropout_identity;
