@@ -28,6 +28,11 @@ pub enum PassError {
     /// An inference-only pass given a graph that runs in training mode.
     #[error("{pass} refuses a training-mode graph: {reason}")]
     TrainingMode { pass: String, reason: String },
+    /// Static quantization met an observer that never saw a value.
+    #[error(
+        "observer `{observer}` ({node}) has not observed any value: run calibrate() with representative batches before convert_static"
+    )]
+    NotCalibrated { observer: String, node: String },
     /// A graph a pass cannot handle, with the reason.
     #[error("{0}")]
     Unsupported(String),

@@ -1,12 +1,13 @@
 //! The one place every pass is registered, by name: pipelines and tools look passes up here.
 
 use crate::{
-    CommonSubexpressionElimination, ConstantFold, DeadCodeElimination, FoldBatchNorm, FuseGroups,
-    Pass, PassError, RemoveDropoutIdentity, Result, Simplify, StructuredPrune,
+    CommonSubexpressionElimination, ConstantFold, ConvertStatic, DeadCodeElimination,
+    FoldBatchNorm, FuseGroups, InsertObservers, Pass, PassError, QuantizeDynamic,
+    RemoveDropoutIdentity, Result, Simplify, StructuredPrune,
 };
 
 /// Every registered pass in its default configuration (constant folding freezes every
-/// attribute, as an inference pipeline wants).
+/// attribute, as an inference pipeline wants; quantization uses per-channel weights).
 pub fn all() -> Vec<Box<dyn Pass>> {
     vec![
         Box::new(DeadCodeElimination),
@@ -17,6 +18,9 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(StructuredPrune::new(0.3)),
         Box::new(Simplify::default()),
         Box::new(FuseGroups),
+        Box::new(QuantizeDynamic { per_channel: true }),
+        Box::new(InsertObservers),
+        Box::new(ConvertStatic { per_channel: true }),
     ]
 }
 

@@ -81,6 +81,13 @@ const VARIANT_PATHS: &[&str] = &[
     "Loss.L1",
     "Loss.Nll",
     "Loss.BceWithLogits",
+    "Quant.QuantizePerTensor",
+    "Quant.QuantizePerChannel",
+    "Quant.DequantizePerTensor",
+    "Quant.DequantizePerChannel",
+    "Quant.LinearDynamic",
+    "Quant.Linear",
+    "Quant.Conv2d",
 ];
 
 /// An op as text: its name and its remaining attributes, if any.

@@ -84,6 +84,7 @@ mod parameter;
 pub mod parametrizations;
 pub mod parametrize;
 pub mod prune;
+pub mod quantized;
 mod repr;
 mod state;
 mod state_dict;

@@ -99,22 +99,22 @@ pub enum ConvOp {
 
 /// Every size of one convolution, in 4-D (`N, C, H, W`) terms.
 #[derive(Debug, Clone, Copy)]
-struct Geometry {
-    params: ConvParams,
-    n: usize,
-    c_in: usize,
-    h: usize,
-    w: usize,
-    c_out: usize,
-    kh: usize,
-    kw: usize,
-    oh: usize,
-    ow: usize,
+pub(crate) struct Geometry {
+    pub(crate) params: ConvParams,
+    pub(crate) n: usize,
+    pub(crate) c_in: usize,
+    pub(crate) h: usize,
+    pub(crate) w: usize,
+    pub(crate) c_out: usize,
+    pub(crate) kh: usize,
+    pub(crate) kw: usize,
+    pub(crate) oh: usize,
+    pub(crate) ow: usize,
 }
 
 impl Geometry {
     /// Checks an input and a weight shape (3-D for conv1d, 4-D for conv2d) against `params`.
-    fn new(params: ConvParams, x: &[usize], w: &[usize]) -> Result<Geometry> {
+    pub(crate) fn new(params: ConvParams, x: &[usize], w: &[usize]) -> Result<Geometry> {
         let op = params.name();
         let rank = params.spatial_dims + 2;
         let layout = if rank == 3 {
@@ -215,7 +215,7 @@ impl Geometry {
             .shape_nd(vec![self.c_out, self.cin_g(), self.kh, self.kw])
     }
 
-    fn output_shape(&self) -> Vec<usize> {
+    pub(crate) fn output_shape(&self) -> Vec<usize> {
         self.params
             .shape_nd(vec![self.n, self.c_out, self.oh, self.ow])
     }

@@ -13,6 +13,7 @@ mod loss;
 mod matmul;
 mod norm;
 mod pool;
+pub mod quant;
 mod reduce;
 mod softmax;
 mod unary;
@@ -27,6 +28,7 @@ pub use index::IndexOp;
 pub use loss::{LossOp, Reduction};
 pub use norm::NormOp;
 pub use pool::{Pool2dParams, PoolOp};
+pub use quant::QuantOp;
 pub use reduce::{ReduceKind, ReduceOp};
 pub use unary::UnaryOp;
 pub use view::ViewOp;
@@ -76,6 +78,8 @@ pub enum Op {
     Index(IndexOp),
     /// Loss functions.
     Loss(LossOp),
+    /// Quantize, dequantize and the int8 inference ops.
+    Quant(QuantOp),
     /// A user-defined op with its own backward.
     #[serde(skip)]
     Custom(CustomOp),
@@ -167,6 +171,7 @@ macro_rules! delegate {
             Op::Embedding($def) => $body,
             Op::Index($def) => $body,
             Op::Loss($def) => $body,
+            Op::Quant($def) => $body,
             Op::Custom($def) => $body,
         }
     };

@@ -1,0 +1,58 @@
+//! `quantize_dynamic`: every `call_module` Linear becomes a call of an owned
+//! `DynamicQuantizedLinear` (int8 weights, activations quantized per call). Other layers and
+//! the traced model's modules are left alone; a linear also called elsewhere gets one
+//! quantized copy per call site.
+
+use super::{build_error, module_at};
+use crate::{Changed, Pass, Result};
+use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_nn::layers::Linear;
+use tessera_nn::quantized::DynamicQuantizedLinear;
+
+/// Dynamic int8 quantization of Linear layers; `per_channel` picks per-output-channel
+/// weight scales (else one per tensor).
+pub struct QuantizeDynamic {
+    pub per_channel: bool,
+}
+
+impl Pass for QuantizeDynamic {
+    fn name(&self) -> &'static str {
+        "quantize_dynamic"
+    }
+
+    fn run(&self, gm: &mut GraphModule) -> Result<Changed> {
+        let order: Vec<NodeId> = gm.graph.nodes().collect();
+        let mut changed = false;
+        for id in order {
+            let NodeKind::CallModule {
+                target,
+                module_type,
+                ..
+            } = gm.graph.node(&id)?.kind.clone()
+            else {
+                continue;
+            };
+            if module_type != "Linear" {
+                continue;
+            }
+            let Some(linear) = module_at(gm, &target)?.as_any().downcast_ref::<Linear>() else {
+                continue;
+            };
+            let quantized = DynamicQuantizedLinear::from_float(linear, self.per_channel)
+                .map_err(|e| build_error(self.name(), &target, e))?;
+            let repr = tessera_nn::repr(&quantized);
+            let name = gm.fresh_name(&format!("{target}_dynamic_quantized"));
+            gm.add_owned_module(&name, Box::new(quantized))?;
+            let operands = gm.graph.operands(&id)?;
+            let meta = gm.graph.node(&id)?.meta.clone();
+            let new = gm.graph.insert_before(&id, |g| {
+                let refs: Vec<&NodeId> = operands.iter().collect();
+                g.call_module(&name, &repr, &refs, meta)
+            })?;
+            gm.graph.replace_all_uses_with(&id, &new)?;
+            gm.graph.erase(&id)?;
+            changed = true;
+        }
+        Ok(Changed::from_bool(changed))
+    }
+}

@@ -1,0 +1,35 @@
+//! Int8 quantization for inference, as PyTorch's `quantize_dynamic` and FX post-training
+//! static quantization. Dynamic: [`QuantizeDynamic`] swaps every `call_module` Linear for a
+//! `DynamicQuantizedLinear` the graph module owns. Static, in three steps:
+//! [`InsertObservers`] puts `MinMaxObserver` modules on the input and output of each
+//! conv(+ReLU) and linear(+ReLU) block, [`calibrate`] runs representative batches through
+//! them, and [`ConvertStatic`] replaces each block by `quantize -> quantized module ->
+//! dequantize` with the observed parameters and removes the observers. The traced model's
+//! modules are never changed; every new module is owned by the graph module.
+
+mod blocks;
+mod calibrate;
+mod convert;
+mod dynamic;
+mod observers;
+
+pub use blocks::{Block, find_blocks};
+pub use calibrate::calibrate;
+pub use convert::ConvertStatic;
+pub use dynamic::QuantizeDynamic;
+pub use observers::InsertObservers;
+
+use crate::{PassError, Result};
+use tessera_fx::GraphModule;
+use tessera_nn::{Module, ModuleExt};
+
+/// The submodule at `target` of the graph module (the traced model's or an owned one).
+fn module_at<'a>(gm: &'a GraphModule, target: &str) -> Result<&'a dyn Module> {
+    gm.get_submodule(target)
+        .map_err(|e| PassError::Unsupported(format!("call_module[{target}]: {e}")))
+}
+
+/// A module that could not be built, as the pass's error.
+fn build_error(pass: &str, target: &str, e: impl std::fmt::Display) -> PassError {
+    PassError::Unsupported(format!("{pass}: quantizing call_module[{target}]: {e}"))
+}

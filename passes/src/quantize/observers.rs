@@ -1,0 +1,77 @@
+//! `insert_observers`: a `MinMaxObserver` the graph module owns is called on the input and on
+//! the output of every conv(+ReLU) and linear(+ReLU) block, so that running the graph
+//! (calibration) records the ranges static quantization needs. An input that is already an
+//! observer's output (the previous block's output observer) is not observed twice. The
+//! observers return their input, so the graph computes the same values.
+
+use super::blocks::find_blocks;
+use crate::{Changed, Pass, PassError, Result};
+use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_nn::quantized::MinMaxObserver;
+
+/// Inserts min/max observers around the blocks static quantization will convert.
+pub struct InsertObservers;
+
+/// Whether `node` calls an owned observer.
+pub(super) fn is_observer(gm: &GraphModule, node: &NodeId) -> Result<bool> {
+    Ok(match &gm.graph.node(node)?.kind {
+        NodeKind::CallModule { target, .. } => gm
+            .owned_modules()
+            .get(target)
+            .is_some_and(|m| m.as_any().is::<MinMaxObserver>()),
+        _ => false,
+    })
+}
+
+/// Adds an owned observer called `base` (made unique) and returns its name and repr.
+fn new_observer(gm: &mut GraphModule, base: &str) -> Result<(String, String)> {
+    let observer = MinMaxObserver::new()
+        .map_err(|e| PassError::Unsupported(format!("insert_observers: {e}")))?;
+    let repr = tessera_nn::repr(&observer);
+    let name = gm.fresh_name(base);
+    gm.add_owned_module(&name, Box::new(observer))?;
+    Ok((name, repr))
+}
+
+impl Pass for InsertObservers {
+    fn name(&self) -> &'static str {
+        "insert_observers"
+    }
+
+    fn run(&self, gm: &mut GraphModule) -> Result<Changed> {
+        let blocks = find_blocks(gm)?;
+        let mut changed = false;
+        for block in &blocks {
+            let base = block.target.replace('.', "_");
+            // The input.
+            let Some(input) = gm.graph.operands(&block.layer)?.into_iter().next() else {
+                continue;
+            };
+            if !is_observer(gm, &input)? {
+                let (name, repr) = new_observer(gm, &format!("{base}_input_observer"))?;
+                let meta = gm.graph.node(&input)?.meta.clone();
+                let observed = gm.graph.insert_before(&block.layer, |g| {
+                    g.call_module(&name, &repr, &[&input], meta)
+                })?;
+                gm.graph.set_operand(&block.layer, 0, &observed)?;
+                changed = true;
+            }
+            // The output.
+            let last = block.last().clone();
+            let users = gm.graph.users(&last)?;
+            if let [user] = users.as_slice()
+                && is_observer(gm, user)?
+            {
+                continue;
+            }
+            let (name, repr) = new_observer(gm, &format!("{base}_output_observer"))?;
+            let meta = gm.graph.node(&last)?.meta.clone();
+            let observed = gm
+                .graph
+                .insert_after(&last, |g| g.call_module(&name, &repr, &[&last], meta))?;
+            gm.graph.replace_all_uses_with(&last, &observed)?;
+            changed = true;
+        }
+        Ok(Changed::from_bool(changed))
+    }
+}

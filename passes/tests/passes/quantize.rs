@@ -1,0 +1,286 @@
+//! Quantization passes: dynamic int8 Linear (graph before/after, the PyTorch-like repr, the
+//! output within the rounding bound of float), static post-training quantization of the
+//! conformance CNN (observers, calibration, conversion, accuracy against float) and of a
+//! linear/ReLU chain, and the error for converting without calibration.
+
+use crate::common::{Case, conformance_dir, run_pass, snapshots};
+use std::sync::Arc;
+use tessera_fx::GraphModule;
+use tessera_fx::trace::{LeafPolicy, trace};
+use tessera_nn::layers::{Linear, ReLU};
+use tessera_nn::models::SmallCnn;
+use tessera_nn::quantized::{DynamicQuantizedLinear, MinMaxObserver};
+use tessera_nn::{Call, Layer, ModuleExt, Sequential, load_pt_state_dict, repr};
+use tessera_passes::{
+    Changed, ConvertStatic, FoldBatchNorm, InsertObservers, Pass, PassError, QuantizeDynamic,
+    calibrate,
+};
+use tessera_tensor::op::quant::dynamic_qparams;
+use tessera_tensor::{DType, Generator, Tensor, TensorMeta};
+
+fn randn(shape: &[usize], seed: u64) -> Tensor {
+    Tensor::randn_with(shape, DType::F32, &mut Generator::new(seed)).unwrap()
+}
+
+fn values(t: &Tensor) -> Vec<f32> {
+    t.detach()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+}
+
+fn traced<M: Layer + 'static>(model: Arc<M>, input: TensorMeta) -> GraphModule {
+    let graph = trace(&*model, input, LeafPolicy::default()).unwrap();
+    GraphModule::new(model, graph)
+}
+
+fn mlp() -> Arc<Sequential> {
+    Arc::new(
+        Sequential::new()
+            .add(Linear::new(32, 64).unwrap())
+            .add(ReLU::new())
+            .add(Linear::new(64, 10).unwrap()),
+    )
+}
+
+/// `text` with the number after every `scale`/`zero_point` (`: ` or `=`) replaced by `_`.
+fn mask_qparams(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = ["scale: ", "scale=", "zero_point: ", "zero_point="]
+        .iter()
+        .filter_map(|key| rest.find(key).map(|i| i + key.len()))
+        .min()
+    {
+        out.push_str(&rest[..i]);
+        out.push('_');
+        rest = rest[i..].trim_start_matches(|c: char| c.is_ascii_digit() || ".e-".contains(c));
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The largest absolute difference and the fraction of rows whose argmax agrees.
+fn compare(actual: &Tensor, expected: &Tensor) -> (f32, f32) {
+    let (a, e) = (values(actual), values(expected));
+    let classes = *expected.shape().last().unwrap();
+    let max_err = a
+        .iter()
+        .zip(&e)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    let argmax = |row: &[f32]| {
+        (0..row.len())
+            .max_by(|&i, &j| row[i].total_cmp(&row[j]))
+            .unwrap()
+    };
+    let rows = e.len() / classes;
+    let agree = (0..rows)
+        .filter(|&r| argmax(&a[r * classes..][..classes]) == argmax(&e[r * classes..][..classes]))
+        .count();
+    (max_err, agree as f32 / rows as f32)
+}
+
+#[test]
+fn quantize_dynamic_swaps_every_linear_for_an_owned_int8_module() {
+    let model = mlp();
+    let mut gm = traced(model.clone(), TensorMeta::new(vec![8, 32], DType::F32));
+    let x = randn(&[8, 32], 1);
+    let expected = model.call(x.clone()).unwrap();
+    let (changed, text) = run_pass(Box::new(QuantizeDynamic { per_channel: true }), &mut gm);
+    assert_eq!(changed, Changed::Yes);
+    snapshots().bind(|| insta::assert_snapshot!("quantize_dynamic_mlp", text));
+    let owned: Vec<&String> = gm.owned_modules().keys().collect();
+    assert_eq!(owned, ["0_dynamic_quantized", "2_dynamic_quantized"]);
+    assert_eq!(
+        repr(gm.owned_modules()["0_dynamic_quantized"].as_module()),
+        "DynamicQuantizedLinear(in_features=32, out_features=64, dtype=torch.qint8, qscheme=torch.per_channel_affine)"
+    );
+    // Two layers each rounding x and w to steps of ~1/255 and 1/255 of their ranges: the
+    // result stays within a few percent of the output's magnitude.
+    let y = gm.call(x).unwrap();
+    let (max_err, agreement) = compare(&y, &expected);
+    let magnitude = values(&expected).iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(
+        max_err <= 0.03 * magnitude,
+        "{max_err} vs magnitude {magnitude}"
+    );
+    assert!(agreement >= 0.75, "top-1 agreement {agreement}");
+    // The traced model is untouched.
+    assert_eq!(model.get_parameter("0.weight").unwrap().dtype(), DType::F32);
+}
+
+/// `sum_k (|x| * w_step / 2 + |w| * x_step / 2 + x_step * w_step / 4)`: the largest error of
+/// one output when x and w are each rounded to their nearest step (nothing clamps: both
+/// ranges come from the values themselves).
+fn rounding_bound(x: &[f32], w: &[f32], x_step: f32, w_step: f32) -> f32 {
+    x.iter()
+        .zip(w)
+        .map(|(x, w)| x.abs() * w_step / 2.0 + w.abs() * x_step / 2.0 + x_step * w_step / 4.0)
+        .sum()
+}
+
+#[test]
+fn dynamic_linear_output_is_within_the_rounding_bound_per_tensor_and_per_channel() {
+    for per_channel in [false, true] {
+        let model = Arc::new(Sequential::new().add(Linear::new(48, 12).unwrap()));
+        let mut gm = traced(model.clone(), TensorMeta::new(vec![16, 48], DType::F32));
+        QuantizeDynamic { per_channel }.run(&mut gm).unwrap();
+        let x = randn(&[16, 48], 4);
+        let (y, expected) = (
+            values(&gm.call(x.clone()).unwrap()),
+            values(&model.call(x.clone()).unwrap()),
+        );
+        let quantized = gm.owned_modules()["0_dynamic_quantized"]
+            .as_any()
+            .downcast_ref::<DynamicQuantizedLinear>()
+            .unwrap();
+        let w_steps = values(&quantized.scale);
+        let (xv, wv) = (
+            values(&x),
+            values(&model.get_parameter("0.weight").unwrap()),
+        );
+        let (lo, hi) = xv
+            .iter()
+            .fold((0f32, 0f32), |(a, b), &v| (a.min(v), b.max(v)));
+        let x_step = dynamic_qparams(lo, hi, false).scale;
+        for (i, (a, e)) in y.iter().zip(&expected).enumerate() {
+            let (r, c) = (i / 12, i % 12);
+            let w_step = w_steps[if per_channel { c } else { 0 }];
+            let bound = rounding_bound(&xv[r * 48..][..48], &wv[c * 48..][..48], x_step, w_step);
+            assert!(
+                (a - e).abs() <= bound + 1e-5,
+                "per_channel={per_channel} [{r}, {c}]: {a} vs {e}, bound {bound}"
+            );
+        }
+    }
+}
+
+/// The conformance CNN with its PyTorch weights, in eval mode, traced and batch-norm folded.
+fn folded_cnn(batch: usize) -> (Arc<SmallCnn>, GraphModule) {
+    let model = Arc::new(SmallCnn::new().unwrap());
+    let path = conformance_dir().join("d_cnn_eval").join("state_dict.pt");
+    model
+        .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
+        .unwrap();
+    model.eval();
+    let mut gm = traced(
+        model.clone(),
+        TensorMeta::new(vec![batch, 3, 16, 16], DType::F32),
+    );
+    FoldBatchNorm.run(&mut gm).unwrap();
+    (model, gm)
+}
+
+#[test]
+fn static_quantization_of_the_conformance_cnn_stays_close_to_float() {
+    let case = Case::load("d_cnn_eval");
+    let input = case.io("input");
+    let (model, mut gm) = folded_cnn(input.shape()[0]);
+    let (changed, observed) = run_pass(Box::new(InsertObservers), &mut gm);
+    assert_eq!(changed, Changed::Yes);
+    snapshots().bind(|| insta::assert_snapshot!("quantize_insert_observers_cnn", observed));
+    // Observers pass values through: the observed graph still gives PyTorch's output.
+    case.check("output", &gm.call(input.clone()).unwrap());
+
+    let batches: Vec<Vec<Tensor>> = (0..8)
+        .map(|s| vec![randn(&input.shape(), 100 + s)])
+        .collect();
+    calibrate(&gm, &batches).unwrap();
+    let observer = gm.owned_modules()["conv1_bn1_input_observer"]
+        .as_any()
+        .downcast_ref::<MinMaxObserver>()
+        .unwrap();
+    assert!(observer.range().unwrap().is_some());
+
+    let (changed, converted) = run_pass(Box::new(ConvertStatic { per_channel: true }), &mut gm);
+    assert_eq!(changed, Changed::Yes);
+    let after = converted.split("after:").nth(1).unwrap();
+    assert!(!after.contains("observer"), "{after}");
+    assert!(after.contains("QuantizedConvReLU2d(3, 16, kernel_size=(3, 3), stride=(1, 1), scale="));
+    assert!(
+        gm.owned_modules()
+            .values()
+            .all(|m| !m.as_any().is::<MinMaxObserver>()),
+        "observer modules are removed"
+    );
+    // The calibrated parameters depend on float rounding of the machine's kernels: masked.
+    let masked = mask_qparams(&converted);
+    snapshots().bind(|| insta::assert_snapshot!("quantize_convert_static_cnn", masked));
+
+    // Accuracy against float on the conformance input and on 256 random images.
+    let (max_err, agreement) = compare(
+        &gm.call(input.clone()).unwrap(),
+        &model.call(input).unwrap(),
+    );
+    eprintln!("conformance input: max abs error {max_err}, top-1 agreement {agreement}");
+    let mut totals = (0f32, 0f32);
+    let rounds = 64;
+    for s in 0..rounds {
+        let x = randn(&[4, 3, 16, 16], 1000 + s);
+        let (e, a) = compare(&gm.call(x.clone()).unwrap(), &model.call(x).unwrap());
+        totals = (totals.0.max(e), totals.1 + a / rounds as f32);
+    }
+    eprintln!(
+        "random inputs: max abs error {}, top-1 agreement {}",
+        totals.0, totals.1
+    );
+    let logits = values(&model.call(randn(&[4, 3, 16, 16], 7)).unwrap());
+    let spread = logits.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(
+        max_err <= 0.1 * spread.max(1.0),
+        "max abs error {max_err}, logits up to {spread}"
+    );
+    assert!(totals.1 >= 0.85, "top-1 agreement {}", totals.1);
+}
+
+#[test]
+fn a_linear_relu_chain_shares_the_observer_between_blocks() {
+    let model = Arc::new(
+        Sequential::new()
+            .add(Linear::new(16, 32).unwrap())
+            .add(ReLU::new())
+            .add(Linear::new(32, 8).unwrap()),
+    );
+    let mut gm = traced(model.clone(), TensorMeta::new(vec![4, 16], DType::F32));
+    let (_, observed) = run_pass(Box::new(InsertObservers), &mut gm);
+    assert_eq!(observed.matches("MinMaxObserver").count(), 3, "{observed}");
+    calibrate(&gm, &[vec![randn(&[64, 16], 6)]]).unwrap();
+    let (_, converted) = run_pass(Box::new(ConvertStatic { per_channel: false }), &mut gm);
+    let after = converted.split("after:").nth(1).unwrap();
+    assert!(after.contains("QuantizedLinearReLU(in_features=16, out_features=32"));
+    assert!(after.contains("QuantizedLinear(in_features=32, out_features=8"));
+    assert!(after.contains("qscheme=torch.per_tensor_affine"));
+    let x = randn(&[4, 16], 6);
+    let (y, expected) = (gm.call(x.clone()).unwrap(), model.call(x).unwrap());
+    let (max_err, _) = compare(&y, &expected);
+    let magnitude = values(&expected).iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(max_err <= 0.05 * magnitude, "{max_err} vs {magnitude}");
+}
+
+#[test]
+fn converting_without_calibration_names_the_observer() {
+    let (_, mut gm) = folded_cnn(2);
+    InsertObservers.run(&mut gm).unwrap();
+    let err = ConvertStatic { per_channel: true }
+        .run(&mut gm)
+        .unwrap_err();
+    assert!(matches!(err, PassError::NotCalibrated { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("conv1_bn1_input_observer") && text.contains("calibrate()"),
+        "{text}"
+    );
+}
+
+#[test]
+fn quantized_graph_outputs_carry_no_gradient() {
+    let model = mlp();
+    let mut gm = traced(model, TensorMeta::new(vec![2, 32], DType::F32));
+    QuantizeDynamic { per_channel: false }.run(&mut gm).unwrap();
+    let y = gm
+        .call(randn(&[2, 32], 9).requires_grad_(true).unwrap())
+        .unwrap();
+    assert!(!y.requires_grad());
+}
