@@ -1,7 +1,7 @@
 //! Optimises a trained ResNet-style CNN for inference, one pass at a time: trace it, fold batch
 //! norm into the convolutions, prune 30% of the channels structurally (and fine-tune the pruned
-//! graph briefly), simplify the elementwise and layout regions with the e-graph pass, then
-//! clean up. Prints the graph after every step with the pass's time, and
+//! graph briefly), quantize its linear layer to int8 (dynamic), simplify the elementwise and
+//! layout regions with the e-graph pass, then clean up. Prints the graph after every step with the pass's time, and
 //! compares accuracy, latency, parameters and FLOPs of every stage with the eager float model.
 
 use clap::Parser;
@@ -19,7 +19,9 @@ use tessera::nn::models::BasicBlock;
 use tessera::nn::optim::{Adam, AdamOptions, Optimizer};
 use tessera::nn::{Call, Forward, Layer, ModuleCore, ModuleExt};
 use tessera::passes::cost::{GraphCost, graph_cost};
-use tessera::passes::{DeadCodeElimination, FoldBatchNorm, Pass, Simplify, StructuredPrune};
+use tessera::passes::{
+    DeadCodeElimination, FoldBatchNorm, Pass, QuantizeDynamic, Simplify, StructuredPrune,
+};
 use tessera::tensor::TensorMeta;
 use tessera::{Generator, Tensor, manual_seed, no_grad};
 
@@ -214,6 +216,10 @@ fn run(args: &Args) -> Result<(), Error> {
         (
             "structured_prune",
             Box::new(StructuredPrune::new(args.prune)),
+        ),
+        (
+            "quantize_dynamic",
+            Box::new(QuantizeDynamic { per_channel: true }),
         ),
         ("simplify", Box::new(Simplify::default())),
         ("dead_code_elimination", Box::new(DeadCodeElimination)),
