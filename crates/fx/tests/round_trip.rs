@@ -218,6 +218,41 @@ fn every_op() -> Vec<Op> {
             reduction: Reduction::Mean,
             pos_weight: true,
         }),
+        Op::Quant(QuantOp::QuantizePerTensor {
+            scale: 0.0123,
+            zero_point: 7,
+            dtype: DType::U8,
+        }),
+        Op::Quant(QuantOp::QuantizePerChannel {
+            axis: 0,
+            dtype: DType::I8,
+        }),
+        Op::Quant(QuantOp::DequantizePerTensor {
+            scale: 0.5,
+            zero_point: 0,
+        }),
+        Op::Quant(QuantOp::DequantizePerChannel { axis: 1 }),
+        Op::Quant(QuantOp::LinearDynamic {
+            bias: true,
+            reduce_range: false,
+        }),
+        Op::Quant(QuantOp::Linear {
+            x_scale: 0.1,
+            x_zero_point: 3,
+            out_scale: 0.2,
+            out_zero_point: 0,
+            relu: true,
+            bias: false,
+        }),
+        Op::Quant(QuantOp::Conv2d {
+            params: ConvParams::conv2d([2, 2], [1, 1], [1, 1], 1),
+            x_scale: 0.1,
+            x_zero_point: 3,
+            out_scale: 0.2,
+            out_zero_point: 9,
+            relu: false,
+            bias: true,
+        }),
     ]);
     ops
 }

@@ -113,10 +113,25 @@ macro_rules! qint_dispatch {
     };
 }
 
+/// `x` rounded to the nearest integer, ties to even, as an integer (`torch.round`,
+/// `nearbyint`). On x86-64 this is `cvtss2si` under the default rounding mode (round to
+/// nearest even); `f32::round_ties_even` would be a libm call there, as baseline x86-64 has
+/// no SSE4.1 `roundss`. Values beyond i32 (and NaN, which gives 0) take the slow path.
+#[inline]
+pub(crate) fn round_half_even(x: f32) -> i64 {
+    #[cfg(target_arch = "x86_64")]
+    if x.abs() < 2.0e9 {
+        use std::arch::x86_64::{_mm_cvtss_si32, _mm_set_ss};
+        // SAFETY: SSE is part of the x86-64 baseline.
+        return i64::from(unsafe { _mm_cvtss_si32(_mm_set_ss(x)) });
+    }
+    x.round_ties_even() as i64
+}
+
 /// `clamp(round_half_even(x / scale) + zero_point, qmin, qmax)` in f32.
 #[inline]
-pub(crate) fn quantize_f32(x: f32, inv: QParams, (qmin, qmax): (i64, i64)) -> i64 {
-    ((x / inv.scale).round_ties_even() as i64 + inv.zero_point).clamp(qmin, qmax)
+pub(crate) fn quantize_f32(x: f32, q: QParams, (qmin, qmax): (i64, i64)) -> i64 {
+    (round_half_even(x / q.scale) + q.zero_point).clamp(qmin, qmax)
 }
 
 /// The same in f64.
@@ -129,13 +144,13 @@ fn quantize_f64(x: f64, scale: f64, zero_point: i64, (qmin, qmax): (i64, i64)) -
 fn quantize_with<Q: QInt>(
     x: &Tensor,
     op: &str,
-    params: &(dyn Fn(usize) -> (f64, i64) + Sync),
+    params: &(impl Fn(usize) -> (f64, i64) + Sync),
     range: (i64, i64),
 ) -> Result<Tensor> {
     let shape = x.shape();
     let out: Vec<Q> = match x.dtype() {
         DType::F32 => x.with_slice(|s: &[f32]| {
-            let mut out = vec![Q::from_clamped(0); s.len()];
+            let mut out = crate::cpu::uninit_buffer::<Q>(s.len());
             out.par_chunks_mut(CHUNK)
                 .zip(s.par_chunks(CHUNK))
                 .enumerate()
@@ -165,11 +180,11 @@ fn quantize_with<Q: QInt>(
 /// Dequantizes each element with the scale and zero point of its channel, into f32.
 fn dequantize_with<Q: QInt>(
     q: &Tensor,
-    params: &(dyn Fn(usize) -> (f32, i64) + Sync),
+    params: &(impl Fn(usize) -> (f32, i64) + Sync),
 ) -> Result<Tensor> {
     let shape = q.shape();
     let out = q.with_slice(|s: &[Q]| {
-        let mut out = vec![0f32; s.len()];
+        let mut out = crate::cpu::uninit_buffer::<f32>(s.len());
         out.par_chunks_mut(CHUNK)
             .zip(s.par_chunks(CHUNK))
             .enumerate()

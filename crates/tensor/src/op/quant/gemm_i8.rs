@@ -108,17 +108,95 @@ pub fn gemm_u8i8_with(
         c.fill(0);
         return Ok(());
     }
+    // VNNI runs on `b` packed once into 16-column blocks of 4-byte groups (see `pack`).
+    let packed = if kernel == Int8Kernel::Avx512Vnni {
+        pack(b, n, k)
+    } else {
+        Vec::new()
+    };
+    let strip = |a: &[u8], c: &mut [i32]| {
+        if kernel == Int8Kernel::Avx512Vnni {
+            gemm_rows_packed(a, &packed, c, n, k)
+        } else {
+            gemm_rows(kernel, a, b, c, n, k)
+        }
+    };
     let threads = rayon::current_num_threads();
     if !parallel || threads == 1 || m * n * k < PARALLEL_WORK || m < 8 {
-        gemm_rows(kernel, &a[..m * k], b, c, n, k);
+        strip(&a[..m * k], c);
         return Ok(());
     }
     // About four tasks per thread, in strips of whole 4-row groups.
     let rows = m.div_ceil(threads * 4).div_ceil(4).max(1) * 4;
     c.par_chunks_mut(rows * n)
         .zip(a[..m * k].par_chunks(rows * k))
-        .for_each(|(c, a)| gemm_rows(kernel, a, b, c, n, k));
+        .for_each(|(c, a)| strip(a, c));
     Ok(())
+}
+
+/// Columns per packed block: one 512-bit register of i32 sums.
+const BLOCK: usize = 16;
+
+/// `b [n, k]` as `ceil(n/16)` blocks, each `ceil(k/4)` groups of 64 bytes: column `j`'s
+/// bytes `4q..4q+4` at `(block * quads + q) * 64 + (j % 16) * 4`, zero-padded past `n` and `k`.
+/// One `vpdpbusd` of a group with four broadcast bytes of a row of `a` then adds 16 columns'
+/// partial dot products at once, so no horizontal sums are needed.
+fn pack(b: &[i8], n: usize, k: usize) -> Vec<i8> {
+    let quads = k.div_ceil(4);
+    let blocks = n.div_ceil(BLOCK);
+    let mut packed = vec![0i8; blocks * quads * 64];
+    let fill = |block: usize, dst: &mut [i8]| {
+        for lane in 0..BLOCK.min(n - block * BLOCK) {
+            let column = &b[(block * BLOCK + lane) * k..][..k];
+            for (q, bytes) in column.chunks(4).enumerate() {
+                let at = q * 64 + lane * 4;
+                dst[at..at + bytes.len()].copy_from_slice(bytes);
+            }
+        }
+    };
+    if n * k >= PARALLEL_WORK / 4 {
+        packed
+            .par_chunks_mut((quads * 64).max(1))
+            .enumerate()
+            .for_each(|(block, dst)| fill(block, dst));
+    } else {
+        packed
+            .chunks_mut((quads * 64).max(1))
+            .enumerate()
+            .for_each(|(block, dst)| fill(block, dst));
+    }
+    packed
+}
+
+/// [`gemm_rows`] on packed `b`: 4 rows by up to 4 blocks (64 columns) per micro-kernel call.
+fn gemm_rows_packed(a: &[u8], packed: &[i8], c: &mut [i32], n: usize, k: usize) {
+    let m = c.len() / n;
+    let quads = k.div_ceil(4);
+    let blocks = n.div_ceil(BLOCK);
+    for b0 in (0..blocks).step_by(4) {
+        let nr = (blocks - b0).min(4);
+        let panel = &packed[b0 * quads * 64..(b0 + nr) * quads * 64];
+        for i in (0..m).step_by(4) {
+            let rows = (m - i).min(4);
+            let ri: [usize; 4] = std::array::from_fn(|r| (i + r).min(m - 1));
+            let a_rows: [&[u8]; 4] = ri.map(|r| &a[r * k..(r + 1) * k]);
+            let dst = &mut c[i * n..(i + rows) * n];
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: only reached with the VNNI kernel, which `gemm_u8i8_with` checked the
+            // CPU runs; `panel` holds `nr` blocks of `quads` groups, rows hold `k` bytes and
+            // `dst` holds `rows` rows of `n`.
+            unsafe {
+                match nr {
+                    1 => x86::packed_vnni::<1>(&a_rows, panel, quads, k, dst, n, rows, b0 * BLOCK),
+                    2 => x86::packed_vnni::<2>(&a_rows, panel, quads, k, dst, n, rows, b0 * BLOCK),
+                    3 => x86::packed_vnni::<3>(&a_rows, panel, quads, k, dst, n, rows, b0 * BLOCK),
+                    _ => x86::packed_vnni::<4>(&a_rows, panel, quads, k, dst, n, rows, b0 * BLOCK),
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (a_rows, panel, dst, quads);
+        }
+    }
 }
 
 impl Int8Kernel {
@@ -188,8 +266,69 @@ fn tile_scalar(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::tile_scalar;
+    use super::{BLOCK, tile_scalar};
     use std::arch::x86_64::*;
+
+    /// `dst[r, col0 + j] = a[r] . b[col0 + j]` for `rows` rows and `NR` packed blocks: per
+    /// 4-byte group, each row's bytes are broadcast and `vpdpbusd` adds them times the
+    /// group of 16 columns; the last group of a row shorter than a multiple of 4 is read
+    /// into a zero-padded word. Columns past `n` are masked off on the store.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[allow(clippy::too_many_arguments)] // one micro-kernel call: operands, sizes, destination
+    pub(super) unsafe fn packed_vnni<const NR: usize>(
+        a: &[&[u8]; 4],
+        panel: &[i8],
+        quads: usize,
+        k: usize,
+        dst: &mut [i32],
+        n: usize,
+        rows: usize,
+        col0: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_si512(); NR]; 4];
+        let full = k / 4;
+        // SAFETY: group q of block s lies at (s * quads + q) * 64 inside `panel` (NR blocks);
+        // full groups read bytes 4q..4q+4 < k of each row.
+        unsafe {
+            let group = |s: usize, q: usize| {
+                _mm512_loadu_si512(panel.as_ptr().add((s * quads + q) * 64) as *const __m512i)
+            };
+            for q in 0..full {
+                let bv: [__m512i; NR] = std::array::from_fn(|s| group(s, q));
+                for r in 0..4 {
+                    let word = (a[r].as_ptr().add(4 * q) as *const i32).read_unaligned();
+                    let av = _mm512_set1_epi32(word);
+                    for s in 0..NR {
+                        acc[r][s] = _mm512_dpbusd_epi32(acc[r][s], av, bv[s]);
+                    }
+                }
+            }
+            if full < quads {
+                let bv: [__m512i; NR] = std::array::from_fn(|s| group(s, full));
+                for r in 0..4 {
+                    let mut bytes = [0u8; 4];
+                    bytes[..k - 4 * full].copy_from_slice(&a[r][4 * full..k]);
+                    let av = _mm512_set1_epi32(i32::from_le_bytes(bytes));
+                    for s in 0..NR {
+                        acc[r][s] = _mm512_dpbusd_epi32(acc[r][s], av, bv[s]);
+                    }
+                }
+            }
+            for (r, acc) in acc.iter().enumerate().take(rows) {
+                let row = &mut dst[r * n..(r + 1) * n];
+                for (s, v) in acc.iter().enumerate() {
+                    let j = col0 + s * BLOCK;
+                    let count = (n - j).min(BLOCK);
+                    let ptr = row.as_mut_ptr().add(j);
+                    if count == BLOCK {
+                        _mm512_storeu_si512(ptr as *mut __m512i, *v);
+                    } else {
+                        _mm512_mask_storeu_epi32(ptr, ((1u32 << count) - 1) as __mmask16, *v);
+                    }
+                }
+            }
+        }
+    }
 
     /// `vpdpbusd` on 64 bytes at a time; the tail is read with a byte mask.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]

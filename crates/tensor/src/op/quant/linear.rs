@@ -4,8 +4,8 @@
 //! row sums of `x` and the column sums of `w`:
 //! `sum x*w - w_zp * sum_k x - x_zp * sum_k w + K * x_zp * w_zp`.
 
-use super::affine::{QParams, dynamic_qparams, min_max, quantize_f32};
-use super::gemm_i8::gemm_u8i8;
+use super::affine::{QParams, dynamic_qparams, min_max, quantize_f32, round_half_even};
+use super::gemm_i8::{Int8Kernel, gemm_u8i8_with};
 use crate::cpu::tensor_from;
 use crate::{Result, Tensor};
 use rayon::prelude::*;
@@ -36,9 +36,9 @@ impl Weights {
         let zero_points = if zps.len() == 1 { vec![zps[0]; n] } else { zps };
         let bias = inputs.get(4).map(|b| b.to_vec::<f32>()).transpose()?;
         let sums = data
-            .chunks(k.max(1))
+            .par_chunks(k.max(1))
             .take(n)
-            .map(|row| row.iter().map(|&v| i64::from(v)).sum())
+            .map(|row| row.iter().map(|&v| i32::from(v)).sum::<i32>() as i64)
             .collect();
         Ok(Weights {
             n,
@@ -60,13 +60,25 @@ impl Weights {
 }
 
 /// `acc[m, n]` of u8 rows `a [m, k]` against the weights, and the row sums of `a`.
-pub(super) fn int8_product(a: &[u8], m: usize, w: &Weights) -> Result<(Vec<i32>, Vec<i64>)> {
-    let mut acc = vec![0i32; m * w.n];
-    gemm_u8i8(a, &w.data, &mut acc, (m, w.n, w.k))?;
+pub(super) fn int8_product(
+    a: &[u8],
+    m: usize,
+    w: &Weights,
+    parallel: bool,
+) -> Result<(Vec<i32>, Vec<i64>)> {
+    let mut acc = crate::cpu::uninit_buffer::<i32>(m * w.n);
+    gemm_u8i8_with(
+        Int8Kernel::best(),
+        a,
+        &w.data,
+        &mut acc,
+        (m, w.n, w.k),
+        parallel,
+    )?;
     let row_sums = a
-        .par_chunks(w.k.max(1))
+        .chunks(w.k.max(1))
         .take(m)
-        .map(|r| r.iter().map(|&v| i64::from(v)).sum())
+        .map(|r| r.iter().map(|&v| i32::from(v)).sum::<i32>() as i64)
         .collect();
     Ok((acc, row_sums))
 }
@@ -81,16 +93,19 @@ pub(super) fn linear_dynamic(inputs: &[&Tensor], reduce_range: bool) -> Result<T
         let (lo, hi) = if lo <= hi { (lo, hi) } else { (0.0, 0.0) };
         let xq = dynamic_qparams(lo, hi, reduce_range);
         let range = if reduce_range { (0, 127) } else { (0, 255) };
-        let a: Vec<u8> = x
-            .par_iter()
-            .with_min_len(1 << 14)
-            .map(|&v| quantize_f32(v, xq, range) as u8)
-            .collect();
+        let mut a = crate::cpu::uninit_buffer::<u8>(x.len());
+        a.par_chunks_mut(1 << 14)
+            .zip(x.par_chunks(1 << 14))
+            .for_each(|(a, x)| {
+                for (a, &v) in a.iter_mut().zip(x) {
+                    *a = quantize_f32(v, xq, range) as u8;
+                }
+            });
         (xq, a)
     })?;
-    let (acc, row_sums) = int8_product(&a, m, &w)?;
+    let (acc, row_sums) = int8_product(&a, m, &w, true)?;
     let n = w.n;
-    let mut out = vec![0f32; m * n];
+    let mut out = crate::cpu::uninit_buffer::<f32>(m * n);
     let scales: Vec<f32> = w.scales.iter().map(|s| s * xq.scale).collect();
     out.par_chunks_mut(n.max(1))
         .zip(acc.par_chunks(n.max(1)))
@@ -110,14 +125,69 @@ pub(super) fn linear_dynamic(inputs: &[&Tensor], reduce_range: bool) -> Result<T
     Ok(tensor_from(out, &shape))
 }
 
-/// `relu?(real) / out_scale + out_zp`, rounded half to even and clamped to u8.
-#[inline]
-pub(super) fn requantize(real: f32, out: QParams, relu: bool) -> u8 {
-    let q = quantize_f32(real, out, (0, 255));
-    if relu {
-        q.max(out.zero_point.clamp(0, 255)) as u8
-    } else {
-        q as u8
+/// Requantization of exact int32 sums to u8 with per-output-channel constants, as fbgemm:
+/// `q = clamp(round((acc - w_zp * row_sum + offset) * multiplier + bias / out_scale) +
+/// out_zp, lo, 255)` with `multiplier = x_scale * w_scale / out_scale` and `lo = out_zp`
+/// under a fused ReLU (the quantized zero), else 0. Clamping before rounding gives the same
+/// integers (the bounds are integers) and keeps the fast rounding in range.
+pub(super) struct Requantize {
+    multiplier: Vec<f32>,
+    /// `bias / out_scale + out_zp` per channel.
+    shift: Vec<f32>,
+    /// `K * x_zp * w_zp - x_zp * sum_k w` per channel.
+    offset: Vec<i64>,
+    w_zp: Vec<i64>,
+    /// `offset` in i32 when every weight zero point is 0 and it fits: the vectorisable path.
+    offset_i32: Option<Vec<i32>>,
+    lo: f32,
+}
+
+impl Requantize {
+    pub(super) fn new(w: &Weights, xq: QParams, outq: QParams, relu: bool) -> Requantize {
+        let out_zp = outq.zero_point.clamp(0, 255) as f32;
+        let offset: Vec<i64> = (0..w.n)
+            .map(|j| w.k as i64 * xq.zero_point * w.zero_points[j] - xq.zero_point * w.sums[j])
+            .collect();
+        let offset_i32 = w
+            .zero_points
+            .iter()
+            .all(|&z| z == 0)
+            .then(|| offset.iter().map(|&o| i32::try_from(o).ok()).collect())
+            .flatten();
+        Requantize {
+            multiplier: w.scales.iter().map(|s| xq.scale * s / outq.scale).collect(),
+            shift: (0..w.n)
+                .map(|j| w.bias.as_ref().map_or(0.0, |b| b[j] / outq.scale) + out_zp)
+                .collect(),
+            offset,
+            w_zp: w.zero_points.clone(),
+            offset_i32,
+            lo: if relu { out_zp } else { 0.0 },
+        }
+    }
+
+    /// The u8 outputs of one row from its raw sums and its input row's sum.
+    pub(super) fn row(&self, acc: &[i32], row_sum: i64, out: &mut [u8]) {
+        let finish = |v: f32| round_half_even(v.clamp(self.lo, 255.0)) as u8;
+        match &self.offset_i32 {
+            Some(offset) => {
+                for ((((o, &a), &off), &m), &sh) in out
+                    .iter_mut()
+                    .zip(acc)
+                    .zip(offset)
+                    .zip(&self.multiplier)
+                    .zip(&self.shift)
+                {
+                    *o = finish(a.wrapping_add(off) as f32 * m + sh);
+                }
+            }
+            None => {
+                for (j, (o, &a)) in out.iter_mut().zip(acc).enumerate() {
+                    let exact = i64::from(a) - self.w_zp[j] * row_sum + self.offset[j];
+                    *o = finish(exact as f32 * self.multiplier[j] + self.shift[j]);
+                }
+            }
+        }
     }
 }
 
@@ -131,22 +201,14 @@ pub(super) fn linear_static(
     let w = Weights::read(inputs)?;
     let mut shape = inputs[0].shape();
     let m = if w.k == 0 { 0 } else { inputs[0].numel() / w.k };
-    let (acc, row_sums) = inputs[0].with_slice(|a: &[u8]| int8_product(a, m, &w))??;
+    let (acc, row_sums) = inputs[0].with_slice(|a: &[u8]| int8_product(a, m, &w, true))??;
     let n = w.n;
-    let scales: Vec<f32> = w.scales.iter().map(|s| s * xq.scale).collect();
-    let mut out = vec![0u8; m * n];
+    let requantize = Requantize::new(&w, xq, outq, relu);
+    let mut out = crate::cpu::uninit_buffer::<u8>(m * n);
     out.par_chunks_mut(n.max(1))
         .zip(acc.par_chunks(n.max(1)))
         .zip(row_sums.par_iter())
-        .for_each(|((o, acc), &rs)| {
-            for (j, (o, &raw)) in o.iter_mut().zip(acc).enumerate() {
-                let mut real = w.correct(raw, rs, xq.zero_point, j) as f32 * scales[j];
-                if let Some(b) = &w.bias {
-                    real += b[j];
-                }
-                *o = requantize(real, outq, relu);
-            }
-        });
+        .for_each(|((o, acc), &rs)| requantize.row(acc, rs, o));
     if let Some(last) = shape.last_mut() {
         *last = n;
     }
