@@ -1,7 +1,8 @@
 //! What a graph costs: the parameters its nodes read and the FLOPs (two per multiply-add) of
 //! its convolutions, linear layers and matmuls, for pass reports (pruning, the optimize example).
 
-use crate::{PassError, Result};
+use crate::Result;
+use crate::lookup::module_at;
 use std::collections::BTreeSet;
 use std::fmt;
 use tessera_fx::{GraphModule, NodeId, NodeKind};
@@ -46,9 +47,7 @@ pub fn graph_cost(gm: &GraphModule) -> Result<GraphCost> {
                 module_type,
                 ..
             } => {
-                let module = gm.get_submodule(target).map_err(|e| {
-                    PassError::Unsupported(format!("{id} = call_module[{target}]: {e}"))
-                })?;
+                let module = module_at(gm, target)?;
                 flops += module_flops(gm, &id, module, module_type, out_numel)?;
                 modules.insert(target.clone());
             }

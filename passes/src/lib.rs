@@ -9,6 +9,7 @@ mod dce;
 mod error;
 pub mod fold_batch_norm;
 pub mod fusion_groups;
+mod lookup;
 mod manager;
 mod pass;
 pub mod pipelines;

@@ -10,10 +10,11 @@ pub mod formula;
 mod modules;
 mod ops;
 
+use crate::lookup::module_at;
 use crate::{Changed, Pass, PassError, Result};
 use modules::BATCH_NORMS;
 use tessera_fx::{GraphModule, NodeKind};
-use tessera_nn::{Module, ModuleExt};
+use tessera_nn::ModuleExt;
 use tessera_tensor::Tensor;
 use tessera_tensor::op::NormOp;
 
@@ -64,12 +65,6 @@ fn refuse_training(gm: &GraphModule) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// The submodule at `target` of the graph module (the traced model's or an owned one).
-fn module_at<'a>(gm: &'a GraphModule, target: &str) -> Result<&'a dyn Module> {
-    gm.get_submodule(target)
-        .map_err(|e| PassError::Unsupported(format!("call_module[{target}]: {e}")))
 }
 
 /// The current value of the parameter, buffer or constant `target`.

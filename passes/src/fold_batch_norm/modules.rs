@@ -3,8 +3,9 @@
 //! model's modules are never changed, so a conv also called elsewhere, or whose output has
 //! other users, keeps working there: those uses still call the original.
 
+use super::attribute_error;
 use super::formula::{BatchNormStats, WeightLayout, fold};
-use super::{attribute_error, module_at};
+use crate::lookup::module_at;
 use crate::{PassError, Result};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
 use tessera_nn::layers::{

@@ -19,15 +19,8 @@ pub use convert::ConvertStatic;
 pub use dynamic::QuantizeDynamic;
 pub use observers::InsertObservers;
 
-use crate::{PassError, Result};
-use tessera_fx::GraphModule;
-use tessera_nn::{Module, ModuleExt};
-
-/// The submodule at `target` of the graph module (the traced model's or an owned one).
-fn module_at<'a>(gm: &'a GraphModule, target: &str) -> Result<&'a dyn Module> {
-    gm.get_submodule(target)
-        .map_err(|e| PassError::Unsupported(format!("call_module[{target}]: {e}")))
-}
+use crate::PassError;
+use crate::lookup::module_at;
 
 /// A module that could not be built, as the pass's error.
 fn build_error(pass: &str, target: &str, e: impl std::fmt::Display) -> PassError {

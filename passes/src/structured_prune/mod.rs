@@ -8,6 +8,7 @@ pub mod channels;
 mod rebuild;
 
 use crate::cost::{GraphCost, graph_cost};
+use crate::lookup::module_at;
 use crate::{Changed, Pass, PassError, Result};
 use channels::{ChannelGroups, ChannelMap, analyse};
 use rebuild::{Keep, sliced_batch_norm, sliced_layer};
@@ -236,9 +237,7 @@ fn replace_module_call(
         return Err(PassError::Unsupported(format!("{id} is not a module call")));
     };
     let meta = node.meta.clone();
-    let module = gm
-        .get_submodule(&target)
-        .map_err(|e| PassError::Unsupported(format!("{id} = call_module[{target}]: {e}")))?;
+    let module = module_at(gm, &target)?;
     let built = build(&target, module)?;
     let name = gm.fresh_name(&format!("{target}_{suffix}"));
     let repr = tessera_nn::repr(built.as_module());

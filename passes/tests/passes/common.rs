@@ -63,3 +63,11 @@ pub fn assert_same(actual: &[Tensor], expected: &[Tensor], what: &str) {
         assert_close(a, e, 1e-5, 1e-6, what);
     }
 }
+
+/// A random f32 tensor (standard normal, from `seed`).
+pub fn random(shape: &[usize], seed: u64) -> Tensor {
+    tessera_testkit::leaf(shape, seed)
+        .detach()
+        .to_dtype(DType::F32)
+        .unwrap()
+}

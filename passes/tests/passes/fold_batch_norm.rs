@@ -2,7 +2,7 @@
 //! PyTorch's outputs kept), a conv shared by two calls and a conv output with two users, the
 //! linear and transposed-conv pairs, f64, and the training-mode refusal.
 
-use crate::common::{Case, assert_same, conformance_dir, f32s, run_pass, snapshots};
+use crate::common::{Case, assert_same, conformance_dir, f32s, random, run_pass, snapshots};
 use std::sync::Arc;
 use tessera_fx::trace::{LeafPolicy, TracedGraph, trace};
 use tessera_fx::{Graph, GraphModule};
@@ -29,14 +29,6 @@ fn conformance_cnn() -> Arc<SmallCnn> {
 fn traced<M: Layer + 'static>(model: Arc<M>, input: TensorMeta, policy: LeafPolicy) -> GraphModule {
     let graph = trace(&*model, input, policy).unwrap();
     GraphModule::new(model, graph)
-}
-
-/// A random f32 tensor (standard normal, from `seed`).
-fn random(shape: &[usize], seed: u64) -> Tensor {
-    tessera_testkit::leaf(shape, seed)
-        .detach()
-        .to_dtype(DType::F32)
-        .unwrap()
 }
 
 fn values(t: &Tensor) -> Vec<f64> {

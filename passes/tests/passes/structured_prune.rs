@@ -2,7 +2,7 @@
 //! removed, and removing them leaves the outputs exactly as they were, through batch norm,
 //! residual adds, flatten and concatenation; ResNet-18's channel groups and costs.
 
-use crate::common::{assert_same, f32s, snapshots};
+use crate::common::{assert_same, f32s, random, snapshots};
 use std::sync::Arc;
 use tessera_fx::trace::{LeafPolicy, TracedGraph, trace};
 use tessera_fx::{Graph, GraphModule};
@@ -14,14 +14,7 @@ use tessera_nn::{Forward, Module, ModuleExt, Sequential, repr};
 use tessera_passes::cost::graph_cost;
 use tessera_passes::{Pass, StructuredPrune};
 use tessera_tensor::op::{BinaryOp, IndexOp, UnaryOp};
-use tessera_tensor::{DType, Op, Tensor, no_grad};
-
-fn random(shape: &[usize], seed: u64) -> Tensor {
-    tessera_testkit::leaf(shape, seed)
-        .detach()
-        .to_dtype(DType::F32)
-        .unwrap()
-}
+use tessera_tensor::{Op, Tensor, no_grad};
 
 /// Zeroes output channels `channels` of a layer's weight and bias (dim 0 of both).
 fn zero_channels(module: &dyn Module, channels: &[usize]) {
