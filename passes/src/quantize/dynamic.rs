@@ -1,13 +1,14 @@
-//! `quantize_dynamic`: every `call_module` Linear becomes a call of an owned
-//! `DynamicQuantizedLinear` (int8 weights, activations quantized per call). Other layers and
-//! the traced model's modules are left alone; a linear also called elsewhere gets one
-//! quantized copy per call site.
+//! `quantize_dynamic`: every `call_module` f32 Linear becomes a call of an owned
+//! `DynamicQuantizedLinear` (int8 weights, activations quantized per call). Other layers,
+//! linears of other dtypes and the traced model's modules are left alone; a linear also
+//! called elsewhere gets one quantized copy per call site.
 
 use super::{build_error, module_at};
 use crate::{Changed, Pass, Result};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
 use tessera_nn::layers::Linear;
 use tessera_nn::quantized::DynamicQuantizedLinear;
+use tessera_tensor::DType;
 
 /// Dynamic int8 quantization of Linear layers; `per_channel` picks per-output-channel
 /// weight scales (else one per tensor).
@@ -38,6 +39,10 @@ impl Pass for QuantizeDynamic {
             let Some(linear) = module_at(gm, &target)?.as_any().downcast_ref::<Linear>() else {
                 continue;
             };
+            // The int8 kernels take f32 activations: other dtypes stay float.
+            if linear.weight.dtype() != DType::F32 {
+                continue;
+            }
             let quantized = DynamicQuantizedLinear::from_float(linear, self.per_channel)
                 .map_err(|e| build_error(self.name(), &target, e))?;
             let repr = tessera_nn::repr(&quantized);

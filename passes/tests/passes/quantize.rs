@@ -275,6 +275,16 @@ fn converting_without_calibration_names_the_observer() {
 }
 
 #[test]
+fn a_float64_linear_stays_float() {
+    let model = Arc::new(Sequential::new().add(Linear::new(4, 3).unwrap()));
+    model.double().unwrap();
+    let mut gm = traced(model, TensorMeta::new(vec![2, 4], DType::F64));
+    let changed = QuantizeDynamic { per_channel: true }.run(&mut gm).unwrap();
+    assert_eq!(changed, Changed::No);
+    assert!(gm.owned_modules().is_empty());
+}
+
+#[test]
 fn quantized_graph_outputs_carry_no_gradient() {
     let model = mlp();
     let mut gm = traced(model, TensorMeta::new(vec![2, 32], DType::F32));

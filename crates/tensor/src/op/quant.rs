@@ -419,11 +419,7 @@ impl QuantizedWeight {
         let w = weight.detach().to_dtype(DType::F32)?;
         let values = w.to_vec::<f32>()?;
         let channels = if per_channel { w.shape()[0] } else { 1 };
-        let per = if channels == 0 {
-            0
-        } else {
-            values.len() / channels
-        };
+        let per = values.len().checked_div(channels).unwrap_or(0);
         let range = qrange(op, DType::I8)?;
         let params: Vec<QParams> = (0..channels)
             .map(|c| {
