@@ -14,7 +14,7 @@ impl Graph {
     /// The graph in DOT, nodes and edges in node order.
     pub fn to_dot(&self) -> String {
         let mut out = String::from("digraph G {\n    node [shape=box, fontname=\"monospace\"];\n");
-        for &i in &self.order {
+        for i in self.order.iter() {
             let node = &self.graph[i];
             let head = format!("%{} : {}", node.name, node_meta_text(&node.meta));
             let body = escape(&self.target_text(i));
@@ -25,7 +25,7 @@ impl Graph {
                 escape(&head)
             );
         }
-        for &i in &self.order {
+        for i in self.order.iter() {
             let mut edges: Vec<_> = self
                 .graph
                 .edges_directed(i, petgraph::Direction::Incoming)

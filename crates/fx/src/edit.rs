@@ -4,8 +4,9 @@
 use crate::graph::Cursor;
 use crate::{FxError, Graph, Node, NodeId, NodeKind, Result};
 use petgraph::Direction;
+use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Maps nodes of a source graph to the nodes that stand for them in the graph being built.
 pub type ValueMap = HashMap<NodeId, NodeId>;
@@ -91,7 +92,7 @@ impl Graph {
         if matches!(self.cursor, Cursor::Before(c) | Cursor::After(c) if c == i) {
             self.cursor = Cursor::End;
         }
-        self.order.retain(|&o| o != i);
+        self.order.remove(i);
         let removed = self
             .graph
             .remove_node(i)
@@ -141,12 +142,15 @@ impl Graph {
 
     /// The nodes (in node order), their contents and operands, detached from the graph.
     fn snapshot(&self, nodes: &[NodeId]) -> Result<Vec<(NodeId, Node, Vec<NodeId>)>> {
-        let chosen = self.indices(&nodes.iter().collect::<Vec<_>>())?;
+        let chosen: HashSet<NodeIndex<u32>> = self
+            .indices(&nodes.iter().collect::<Vec<_>>())?
+            .into_iter()
+            .collect();
         Ok(self
             .order
             .iter()
             .filter(|i| chosen.contains(i))
-            .map(|&i| {
+            .map(|i| {
                 let operands = self.operand_indices(i).into_iter().map(|o| self.id(o));
                 (self.id(i), self.graph[i].clone(), operands.collect())
             })

@@ -2,12 +2,13 @@
 //! position) plus the node order, unique names, and the builders that append nodes.
 
 use crate::names::{fresh_name, is_identifier};
+use crate::order::NodeOrder;
 use crate::{FxError, Node, NodeId, NodeKind, Result};
 use petgraph::Direction;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use tessera_tensor::{Op, TensorMeta};
 
 /// Where builders put new nodes; see [`Graph::insert_before`] and [`Graph::insert_after`].
@@ -25,13 +26,10 @@ pub(crate) enum Cursor {
 #[derive(Debug, Clone, Default)]
 pub struct Graph {
     pub(crate) graph: StableDiGraph<Node, u32>,
-    pub(crate) order: Vec<NodeIndex<u32>>,
+    pub(crate) order: NodeOrder,
     pub(crate) names: HashMap<String, NodeIndex<u32>>,
     counters: HashMap<String, usize>,
     pub(crate) cursor: Cursor,
-    /// Each node's position in `order`, built on demand to sort users, and dropped when a node
-    /// is inserted. Erasing keeps it: the positions of the remaining nodes stay in order.
-    positions: OnceLock<HashMap<NodeIndex<u32>, usize>>,
 }
 
 impl Graph {
@@ -182,7 +180,7 @@ impl Graph {
 
     /// All nodes in node order (insertion order, placeholders first).
     pub fn nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.order.iter().map(|&i| self.id(i))
+        self.order.iter().map(|i| self.id(i))
     }
 
     /// The number of nodes.
@@ -227,6 +225,17 @@ impl Graph {
             .collect())
     }
 
+    /// Whether `a` comes before `b` in the node order (in constant time; false when equal).
+    pub fn precedes(&self, a: &NodeId, b: &NodeId) -> Result<bool> {
+        let key = |id| {
+            let i = self.index(id)?;
+            self.order.key(i).ok_or_else(|| FxError::UnknownNode {
+                node: id.to_string(),
+            })
+        };
+        Ok(key(a)? < key(b)?)
+    }
+
     /// Whether two graphs have the same nodes in the same order with the same names, kinds,
     /// metas and operands (metadata aside).
     pub fn same_structure(&self, other: &Graph) -> bool {
@@ -235,7 +244,7 @@ impl Graph {
 
     fn shape_eq(&self, other: &Graph, with_metadata: bool) -> bool {
         self.len() == other.len()
-            && self.order.iter().zip(&other.order).all(|(&a, &b)| {
+            && self.order.iter().zip(other.order.iter()).all(|(a, b)| {
                 let (na, nb) = (&self.graph[a], &other.graph[b]);
                 let names = |g: &Graph, i| -> Vec<String> {
                     g.operand_indices(i)
@@ -254,8 +263,8 @@ impl Graph {
     pub(crate) fn nodes_where(&self, keep: impl Fn(&Node) -> bool) -> Vec<NodeId> {
         self.order
             .iter()
-            .filter(|&&i| keep(&self.graph[i]))
-            .map(|&i| self.id(i))
+            .filter(|&i| keep(&self.graph[i]))
+            .map(|i| self.id(i))
             .collect()
     }
 
@@ -298,21 +307,9 @@ impl Graph {
         users.sort();
         users.dedup();
         if users.len() > 1 {
-            let positions = self.positions.get_or_init(|| {
-                self.order
-                    .iter()
-                    .enumerate()
-                    .map(|(p, &i)| (i, p))
-                    .collect()
-            });
-            users.sort_by_key(|u| positions.get(u).copied().unwrap_or(usize::MAX));
+            users.sort_by_key(|&u| self.order.key(u).unwrap_or(u64::MAX));
         }
         users
-    }
-
-    /// Forgets the cached node positions (after the node order changed other than by erasing).
-    pub(crate) fn order_changed(&mut self) {
-        self.positions = OnceLock::new();
     }
 
     /// The one meta of an operand of `user`, or an error if it yields several values.
@@ -344,27 +341,38 @@ impl Graph {
     ) -> NodeId {
         let is_placeholder = matches!(kind, NodeKind::Placeholder { .. });
         let index = self.add_unordered(name, kind, meta, operands);
-        let prefix = self
+        // Placeholders stay first: the last of the leading placeholders bounds where others go.
+        let last_placeholder = self
             .order
             .iter()
-            .take_while(|&&i| matches!(self.graph[i].kind, NodeKind::Placeholder { .. }))
-            .count();
-        let position = if is_placeholder {
-            prefix
-        } else {
-            let at = |n| self.order.iter().position(|&i| i == n);
-            let wanted = match self.cursor {
-                Cursor::End => None,
-                Cursor::Before(n) => at(n),
-                Cursor::After(n) => at(n).map(|p| p + 1),
-            };
-            if let Cursor::After(_) = self.cursor {
-                self.cursor = Cursor::After(index);
-            }
-            wanted.unwrap_or(self.order.len()).max(prefix)
+            .take_while(|&i| matches!(self.graph[i].kind, NodeKind::Placeholder { .. }))
+            .last();
+        let after_placeholders = |order: &mut NodeOrder| match last_placeholder {
+            Some(p) => order.insert_after(p, index),
+            None => order.insert_first(index),
         };
-        self.order.insert(position, index);
-        self.order_changed();
+        let bound = last_placeholder.and_then(|p| self.order.key(p));
+        let past_placeholders = |at| self.order.key(at).map(|k| bound.is_none_or(|b| k > b));
+        if is_placeholder {
+            after_placeholders(&mut self.order);
+        } else {
+            match self.cursor {
+                Cursor::End => self.order.push(index),
+                Cursor::Before(at) => match past_placeholders(at) {
+                    Some(true) => self.order.insert_before(at, index),
+                    Some(false) => after_placeholders(&mut self.order),
+                    None => self.order.push(index),
+                },
+                Cursor::After(at) => {
+                    match past_placeholders(at) {
+                        Some(true) => self.order.insert_after(at, index),
+                        Some(false) => after_placeholders(&mut self.order),
+                        None => self.order.push(index),
+                    }
+                    self.cursor = Cursor::After(index);
+                }
+            }
+        }
         self.id(index)
     }
 

@@ -24,7 +24,7 @@ impl Serialize for Graph {
         let nodes = self
             .order
             .iter()
-            .map(|&i| NodeRepr {
+            .map(|i| NodeRepr {
                 node: self.graph[i].clone(),
                 operands: self
                     .operand_indices(i)
@@ -64,7 +64,6 @@ impl<'de> Deserialize<'de> for Graph {
                 graph.graph.add_edge(*source, index, position as u32);
             }
             graph.order.push(index);
-            graph.order_changed();
         }
         Ok(graph)
     }

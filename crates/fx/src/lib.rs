@@ -58,6 +58,7 @@ mod names;
 mod node;
 mod node_id;
 mod op_syntax;
+mod order;
 mod parse;
 mod print;
 pub mod rewrite;

@@ -284,7 +284,6 @@ fn build(entries: Vec<Entry>) -> Result<Graph, ParseError> {
             graph.graph.add_edge(source, index, position as u32);
         }
         graph.order.push(index);
-        graph.order_changed();
     }
     Ok(graph)
 }

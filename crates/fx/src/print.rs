@@ -96,14 +96,14 @@ impl fmt::Display for Graph {
         let inputs: Vec<String> = self
             .order
             .iter()
-            .filter(|&&i| matches!(self.graph[i].kind, NodeKind::Placeholder { .. }))
-            .map(|&i| {
+            .filter(|&i| matches!(self.graph[i].kind, NodeKind::Placeholder { .. }))
+            .map(|i| {
                 let node = &self.graph[i];
                 format!("{}: {}", node.name, node_meta_text(&node.meta))
             })
             .collect();
         writeln!(f, "graph({}):", inputs.join(", "))?;
-        for &i in &self.order {
+        for i in self.order.iter() {
             if !matches!(self.graph[i].kind, NodeKind::Placeholder { .. }) {
                 writeln!(f, "    {}", self.node_line(i))?;
             }
@@ -115,7 +115,7 @@ impl fmt::Display for Graph {
 impl Graph {
     /// The printed graph, or an error naming the first op with no text form.
     pub fn to_text(&self) -> crate::Result<String> {
-        for &i in &self.order {
+        for i in self.order.iter() {
             if let NodeKind::CallFunction { op } = &self.graph[i].kind {
                 op_to_text(op)?;
             }

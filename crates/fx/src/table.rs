@@ -8,7 +8,7 @@ impl Graph {
     pub fn tabular(&self) -> String {
         let header = ["opcode", "name", "target", "args", "users"].map(String::from);
         let mut rows = vec![header];
-        for &i in &self.order {
+        for i in self.order.iter() {
             let node = &self.graph[i];
             let target = match &node.kind {
                 NodeKind::Placeholder { target } | NodeKind::GetAttr { target } => target.clone(),

@@ -59,14 +59,10 @@ impl Graph {
                 message,
             })
             .collect();
-        let position: HashMap<NodeIndex<u32>, usize> = self
-            .order
-            .iter()
-            .enumerate()
-            .map(|(p, &i)| (i, p))
-            .collect();
+        let position: HashMap<NodeIndex<u32>, usize> =
+            self.order.iter().enumerate().map(|(p, i)| (i, p)).collect();
         let mut seen = HashSet::new();
-        for &i in &self.order {
+        for i in self.order.iter() {
             let node = &self.graph[i];
             let mut problems = Vec::new();
             if !seen.insert(node.name.as_str()) {
@@ -95,7 +91,7 @@ impl Graph {
         let outputs: Vec<_> = self
             .order
             .iter()
-            .filter(|&&i| self.graph[i].kind == NodeKind::Output)
+            .filter(|&i| self.graph[i].kind == NodeKind::Output)
             .collect();
         match outputs.len() {
             0 => problems.push("the graph has no output".into()),
@@ -104,7 +100,7 @@ impl Graph {
         }
         if outputs
             .first()
-            .is_some_and(|&&o| self.order.last() != Some(&o))
+            .is_some_and(|&o| self.order.last() != Some(o))
         {
             problems.push("the output is not the last node".into());
         }

@@ -57,6 +57,38 @@ fn insert_after_places_new_nodes_in_creation_order_after_the_node() -> Result<()
 }
 
 #[test]
+fn precedes_and_users_follow_the_order_through_many_inserts_and_erases() -> Result<()> {
+    let (mut g, x, r) = relu_graph()?;
+    // Hundreds of nodes squeezed in at the same two places use up the gaps between the order's
+    // keys again and again; the order, `precedes` and the order of users must stay right.
+    let mut expected = vec![x.clone()];
+    let mut before_relu = Vec::new();
+    let mut after_x = Vec::new();
+    for _ in 0..150 {
+        before_relu.push(g.insert_before(&r, |g| g.call_function(relu(), &[&x]))?);
+        let anchor = after_x.last().unwrap_or(&x).clone();
+        after_x.push(g.insert_after(&anchor, |g| g.call_function(relu(), &[&x]))?);
+    }
+    expected.extend(after_x.iter().cloned());
+    expected.extend(before_relu.iter().cloned());
+    expected.push(r.clone());
+    for id in after_x.iter().step_by(7) {
+        g.erase(id)?;
+        expected.retain(|e| e != id);
+    }
+    let order: Vec<_> = g.nodes().collect();
+    assert_eq!(&order[..order.len() - 1], &expected[..]);
+    for pair in expected.windows(2) {
+        assert!(g.precedes(&pair[0], &pair[1])?);
+        assert!(!g.precedes(&pair[1], &pair[0])?);
+    }
+    assert!(!g.precedes(&x, &x)?);
+    let users = g.users(&x)?;
+    assert_eq!(users, expected[1..].to_vec(), "users come in node order");
+    Ok(())
+}
+
+#[test]
 fn placeholders_stay_before_every_other_node() -> Result<()> {
     let (mut g, x, _) = relu_graph()?;
     let y = g.placeholder("y", f32s(&[4]));

@@ -81,10 +81,11 @@ pub fn regions(graph: &Graph) -> Result<Vec<Region>> {
     for region in &mut regions {
         let members: HashSet<&NodeId> = region.nodes.iter().collect();
         let mut leaves: Vec<NodeId> = Vec::new();
+        let mut seen_leaves: HashSet<NodeId> = HashSet::new();
         let mut roots = Vec::new();
         for id in &region.nodes {
             for operand in graph.operands(id)? {
-                if !members.contains(&operand) && !leaves.contains(&operand) {
+                if !members.contains(&operand) && seen_leaves.insert(operand.clone()) {
                     leaves.push(operand);
                 }
             }

@@ -182,6 +182,27 @@ fn simplify_handles_regions_that_leave_and_reenter() {
     assert!(report.changed());
 }
 
+#[test]
+fn simplify_leaves_a_region_untouched_when_its_new_terms_cost_more() {
+    // `(x * 2) * 3` folds to `x * 6`, but `x * 2` is still needed by the add: the region would
+    // gain a node, so it stays exactly as it was, without even taking a fresh name.
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(&[4, 4]));
+    let a = call(&mut g, scalar(BinaryOp::Mul, 2.0), &[&x]);
+    let b = call(&mut g, scalar(BinaryOp::Mul, 3.0), &[&a]);
+    let c = call(&mut g, scalar(BinaryOp::Add, 1.0), &[&a]);
+    g.output(&[&b, &c]).unwrap();
+    let mut gm = module_of(g);
+    let mut untouched = gm.graph.clone();
+    let report = Simplify::default().run_with_report(&mut gm).unwrap();
+    assert!(report.fired().contains(&"mul-mul-fold"), "{report}");
+    assert!(!report.changed(), "{report}");
+    assert_eq!(gm.graph, untouched);
+    let fresh = call(&mut gm.graph, scalar(BinaryOp::Mul, 6.0), &[&x]);
+    let expected = call(&mut untouched, scalar(BinaryOp::Mul, 6.0), &[&x]);
+    assert_eq!(fresh.name(), expected.name());
+}
+
 /// `x * ones` with constant ones read by get_attr.
 fn times_ones(x_shape: &[usize], ones_shape: &[usize]) -> GraphModule {
     let mut g = Graph::new();
