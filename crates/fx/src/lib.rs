@@ -8,7 +8,8 @@
 //!   [`Graph::output`].
 //! - Edit: [`Graph::insert_before`] / [`Graph::insert_after`], [`Graph::replace_all_uses_with`],
 //!   [`Graph::set_operand`], [`Graph::erase`] (refuses nodes with users),
-//!   [`Graph::copy_subgraph`], [`Graph::append_graph`].
+//!   [`Graph::copy_subgraph`], [`Graph::append_graph`], [`Graph::precedes`]; each edit is
+//!   logarithmic in the graph's size.
 //! - Check and show: [`Graph::verify`], `Display` / [`Graph::parse`], [`Graph::tabular`],
 //!   [`Graph::to_dot`], serde for the whole graph.
 //!
