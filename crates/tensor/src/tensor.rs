@@ -377,9 +377,14 @@ impl Tensor {
         self.with_slice(|s: &[T]| s.to_vec())
     }
 
-    /// The elements converted to f64, whatever the dtype.
+    /// The elements converted to f64, whatever the dtype (f32 and f64 read straight from
+    /// storage, without an intermediate f64 tensor).
     pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
-        self.to_dtype(DType::F64)?.to_vec::<f64>()
+        match self.dtype() {
+            DType::F64 => self.to_vec::<f64>(),
+            DType::F32 => self.with_slice(|s: &[f32]| s.iter().map(|&x| f64::from(x)).collect()),
+            _ => self.to_dtype(DType::F64)?.to_vec::<f64>(),
+        }
     }
 
     /// The value of a one-element tensor.

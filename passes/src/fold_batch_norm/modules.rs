@@ -8,6 +8,7 @@ use super::formula::{BatchNormStats, WeightLayout, fold};
 use crate::lookup::module_at;
 use crate::{PassError, Result};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_nn::init::skip_init;
 use tessera_nn::layers::{
     BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d, Linear, LinearOptions,
 };
@@ -49,7 +50,8 @@ fn build_error(e: tessera_nn::NnError) -> PassError {
     PassError::Unsupported(format!("building the folded module: {e}"))
 }
 
-/// A copy of `conv` with `stats` folded in, when the pair folds: Conv1d and Linear (with a
+/// A copy of `conv` with `stats` folded in (built without drawing a default initialisation
+/// that the folded weights replace), when the pair folds: Conv1d and Linear (with a
 /// 2-D output) before BatchNorm1d, Conv2d and ConvTranspose2d before BatchNorm2d.
 fn fused_module(
     conv: &dyn Module,
@@ -68,9 +70,10 @@ fn fused_module(
                     WeightLayout::OutputFirst,
                 )?;
                 let options = c.options.clone().bias(true).dtype(w.dtype());
-                let mut f =
+                let mut f = skip_init(|| {
                     Conv2d::with_options(c.in_channels, c.out_channels, c.kernel_size, options)
-                        .map_err(build_error)?;
+                })
+                .map_err(build_error)?;
                 (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
                 Box::new(f)
             } else if let Some(c) = any.downcast_ref::<ConvTranspose2d>() {
@@ -79,12 +82,14 @@ fn fused_module(
                 };
                 let (w, b) = fold(&c.weight, c.bias.as_deref(), stats, layout)?;
                 let options = c.options.clone().bias(true).dtype(w.dtype());
-                let mut f = ConvTranspose2d::with_options(
-                    c.in_channels,
-                    c.out_channels,
-                    c.kernel_size,
-                    options,
-                )
+                let mut f = skip_init(|| {
+                    ConvTranspose2d::with_options(
+                        c.in_channels,
+                        c.out_channels,
+                        c.kernel_size,
+                        options,
+                    )
+                })
                 .map_err(build_error)?;
                 (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
                 Box::new(f)
@@ -101,9 +106,10 @@ fn fused_module(
                     WeightLayout::OutputFirst,
                 )?;
                 let options = c.options.clone().bias(true).dtype(w.dtype());
-                let mut f =
+                let mut f = skip_init(|| {
                     Conv1d::with_options(c.in_channels, c.out_channels, c.kernel_size, options)
-                        .map_err(build_error)?;
+                })
+                .map_err(build_error)?;
                 (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
                 Box::new(f)
             } else if let Some(l) = any.downcast_ref::<Linear>() {
@@ -118,8 +124,9 @@ fn fused_module(
                     WeightLayout::OutputFirst,
                 )?;
                 let options = LinearOptions::default().dtype(w.dtype());
-                let mut f = Linear::with_options(l.in_features, l.out_features, options)
-                    .map_err(build_error)?;
+                let mut f =
+                    skip_init(|| Linear::with_options(l.in_features, l.out_features, options))
+                        .map_err(build_error)?;
                 (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
                 Box::new(f)
             } else {
