@@ -16,6 +16,9 @@ use tessera::{DType, manual_seed};
 
 type Error = Box<dyn std::error::Error>;
 
+/// Builds a fresh graph module for each timed run.
+type GraphBuilder = dyn Fn() -> Result<GraphModule, Error>;
+
 #[derive(Parser)]
 #[command(
     about = "Time every registered pass on ResNet-18 and on synthetic graphs of growing size"
@@ -132,7 +135,7 @@ fn run(args: &Args) -> Result<(), Error> {
     }
     manual_seed(0);
     let names = registry::names();
-    let mut graphs: Vec<(String, Box<dyn Fn() -> Result<GraphModule, Error>>)> = vec![
+    let mut graphs: Vec<(String, Box<GraphBuilder>)> = vec![
         (
             "ResNet-18 modules".into(),
             Box::new(|| resnet18(LeafPolicy::default())),

@@ -35,7 +35,7 @@ fn inlining_every_module_call_gives_an_op_graph_that_computes_the_same() {
         root: &cnn,
         constants: Some(&traced.attributes),
     };
-    let out = run(&mut interpreter, &traced.graph, &[x.clone()])
+    let out = run(&mut interpreter, &traced.graph, std::slice::from_ref(&x))
         .unwrap()
         .remove(0);
     assert_eq!(
@@ -92,7 +92,9 @@ fn a_saved_op_graph_runs_without_the_model() {
     let loaded = load(dir.path()).unwrap();
     assert_eq!(loaded.graph.to_string(), traced.graph.to_string());
     let x = Tensor::randn(&[2, 3, 16, 16], DType::F32).unwrap();
-    let out = run_standalone(&loaded, &[x.clone()]).unwrap().remove(0);
+    let out = run_standalone(&loaded, std::slice::from_ref(&x))
+        .unwrap()
+        .remove(0);
     assert_eq!(
         out.to_vec::<f32>().unwrap(),
         cnn.call(x).unwrap().to_vec::<f32>().unwrap()

@@ -35,7 +35,7 @@ fn check_case(policy: LeafPolicy) {
         root: &cnn,
         constants: Some(&traced.attributes),
     };
-    let out = run(&mut interpreter, &traced.graph, &[x.clone()])
+    let out = run(&mut interpreter, &traced.graph, std::slice::from_ref(&x))
         .unwrap()
         .remove(0);
     case.check("output", &out);

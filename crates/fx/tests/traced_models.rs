@@ -227,7 +227,7 @@ fn resnet18_traces_like_torch_fx_and_its_graph_computes_the_same() {
         root: &resnet,
         constants: Some(&traced.attributes),
     };
-    let out = run(&mut interpreter, &traced.graph, &[x.clone()])
+    let out = run(&mut interpreter, &traced.graph, std::slice::from_ref(&x))
         .unwrap()
         .remove(0);
     assert_eq!(

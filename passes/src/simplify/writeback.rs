@@ -107,10 +107,7 @@ impl Planner<'_> {
                 }
             }
             let key = (format!("{op:?}"), values);
-            let original = match self.originals.get(&key) {
-                Some(original) => Some(Value::Node(original.clone())),
-                None => None,
-            };
+            let original = self.originals.get(&key).map(|o| Value::Node(o.clone()));
             let value = match original {
                 Some(original) if self.defined_at(&original, root)? => original,
                 _ => {
