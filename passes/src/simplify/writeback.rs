@@ -107,10 +107,10 @@ impl Planner<'_> {
                 }
             }
             let key = (format!("{op:?}"), values);
-            let original = match self.originals.get(&key) {
-                Some(original) => Some(Value::Node(original.clone())),
-                None => None,
-            };
+            let original = self
+                .originals
+                .get(&key)
+                .map(|original| Value::Node(original.clone()));
             let value = match original {
                 Some(original) if self.defined_at(&original, root)? => original,
                 _ => {

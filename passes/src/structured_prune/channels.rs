@@ -186,10 +186,10 @@ pub fn analyse(gm: &GraphModule) -> Result<ChannelGroups> {
                     })
                 } else {
                     // Conv2d with groups, or any other module: its input channels are fixed.
-                    if is_consumer(module_type) {
-                        if let Some(map) = first {
-                            groups.pin(map);
-                        }
+                    if is_consumer(module_type)
+                        && let Some(map) = first
+                    {
+                        groups.pin(map);
                     }
                     pin_all(&mut groups);
                     None
