@@ -18,8 +18,9 @@ use tessera_passes::{
     Changed, ConvertStatic, FoldBatchNorm, InsertObservers, Pass, PassError, QuantizeDynamic,
     calibrate,
 };
+use tessera_tensor::op::UnaryOp;
 use tessera_tensor::op::quant::{dequantize, dynamic_qparams, quantize_per_tensor};
-use tessera_tensor::{DType, Generator, Tensor, TensorMeta};
+use tessera_tensor::{DType, Generator, Op, Tensor, TensorMeta};
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn_with(shape, DType::F32, &mut Generator::new(seed)).unwrap()
@@ -290,6 +291,14 @@ fn u8_pooling_between_quantized_blocks_matches_the_float_round_trip() {
         let q = quantize_per_tensor(&y, fc.input, DType::U8).unwrap();
         dequantize(&fc.call(q).unwrap(), fc.output).unwrap()
     };
+    // The graph after folding: the same modules with pooling and flatten on u8.
+    let on_u8 = |x: &Tensor| -> Tensor {
+        let q = quantize_per_tensor(x, conv1.input, DType::U8).unwrap();
+        let q = conv2.call(model.pool1.call(conv1.call(q).unwrap()).unwrap());
+        let q = model.gap.call(q.unwrap()).unwrap();
+        let q = fc.call(model.flatten.call(q).unwrap()).unwrap();
+        dequantize(&q, fc.output).unwrap()
+    };
     // Max pooling is exact on u8; the u8 average differs from the round trip by one step of
     // fc's input only where a mean lies exactly halfway (see the tensor crate's quant_pool
     // tests), which moves a logit by at most sum_j |w_cj| input steps plus one output step.
@@ -303,6 +312,7 @@ fn u8_pooling_between_quantized_blocks_matches_the_float_round_trip() {
     for seed in 0..16 {
         let x = randn(&[4, 3, 16, 16], 500 + seed);
         let (actual, expected) = (gm.call(x.clone()).unwrap(), round_trip(&x));
+        assert_eq!(values(&actual), values(&on_u8(&x)), "seed {seed}");
         let (max_err, agreement) = compare(&actual, &expected);
         assert!(max_err <= bound, "seed {seed}: {max_err} > {bound}");
         assert_eq!(agreement, 1.0, "seed {seed}");
@@ -311,8 +321,12 @@ fn u8_pooling_between_quantized_blocks_matches_the_float_round_trip() {
     assert!(exact > 0, "no batch matched the round trip exactly");
 }
 
-/// conv -> ReLU -> `pool` -> conv, observed, calibrated and converted; the printed result.
-fn convert_around(pool: AvgPool2d) -> (GraphModule, Arc<Sequential>, String) {
+/// conv -> ReLU -> `pool` -> conv, traced, changed by `edit`, observed, calibrated and
+/// converted; the printed result.
+fn convert_around(
+    pool: AvgPool2d,
+    edit: impl FnOnce(&mut GraphModule),
+) -> (GraphModule, Arc<Sequential>, String) {
     let padded = || Conv2dOptions::default().padding(1);
     let model = Arc::new(
         Sequential::new()
@@ -323,6 +337,7 @@ fn convert_around(pool: AvgPool2d) -> (GraphModule, Arc<Sequential>, String) {
     );
     model.eval();
     let mut gm = traced(model.clone(), TensorMeta::new(vec![2, 3, 8, 8], DType::F32));
+    edit(&mut gm);
     InsertObservers.run(&mut gm).unwrap();
     calibrate(&gm, &[vec![randn(&[16, 3, 8, 8], 21)]]).unwrap();
     ConvertStatic { per_channel: true }.run(&mut gm).unwrap();
@@ -333,10 +348,10 @@ fn convert_around(pool: AvgPool2d) -> (GraphModule, Arc<Sequential>, String) {
 #[test]
 fn an_average_pool_runs_on_u8_unless_padding_counts_in_its_divisor() {
     let options = || AvgPool2dOptions::default().stride(1).padding(1);
-    let (gm, model, shared) = convert_around(AvgPool2d::with_options(
-        3,
-        options().count_include_pad(false),
-    ));
+    let (gm, model, shared) = convert_around(
+        AvgPool2d::with_options(3, options().count_include_pad(false)),
+        |_| {},
+    );
     assert_eq!(
         shared.matches("call_function[quantize_per_tensor]").count(),
         1,
@@ -349,7 +364,7 @@ fn an_average_pool_runs_on_u8_unless_padding_counts_in_its_divisor() {
     let magnitude = values(&expected).iter().fold(0f32, |m, v| m.max(v.abs()));
     assert!(max_err <= 0.05 * magnitude, "{max_err} vs {magnitude}");
     // Padded zeros in the divisor would need the zero point: the pool stays float.
-    let (_, _, counted) = convert_around(AvgPool2d::with_options(3, options()));
+    let (_, _, counted) = convert_around(AvgPool2d::with_options(3, options()), |_| {});
     assert_eq!(
         counted
             .matches("call_function[quantize_per_tensor]")
@@ -358,6 +373,29 @@ fn an_average_pool_runs_on_u8_unless_padding_counts_in_its_divisor() {
         "{counted}"
     );
     assert!(counted.contains("%_2 : f32[2, 8, 8, 8]"), "{counted}");
+}
+
+#[test]
+fn a_pool_also_read_as_float_keeps_its_round_trip() {
+    let options = AvgPool2dOptions::default().stride(1).padding(1);
+    let pool = AvgPool2d::with_options(3, options.count_include_pad(false));
+    let (gm, _, text) = convert_around(pool, |gm| {
+        let pool = gm.graph.find("_2").unwrap();
+        gm.graph
+            .insert_after(&pool, |g| {
+                g.call_function(Op::Unary(UnaryOp::Relu), &[&pool])
+            })
+            .unwrap();
+    });
+    // The float relu still reads the pool, so the pool stays f32 between the blocks.
+    assert!(text.contains("%_2 : f32[2, 8, 8, 8]"), "{text}");
+    assert!(text.contains("call_function[relu](%_2)"), "{text}");
+    assert_eq!(
+        text.matches("call_function[quantize_per_tensor]").count(),
+        2,
+        "{text}"
+    );
+    gm.call(randn(&[2, 3, 8, 8], 23)).unwrap();
 }
 
 #[test]
