@@ -1,12 +1,17 @@
 //! `convert_static`: every observed conv(+ReLU) and linear(+ReLU) block becomes
 //! `quantize_per_tensor -> quantized module -> dequantize`, with the scale and zero point
 //! the block's input and output observers recorded and the weights quantized to int8
-//! (symmetric, per output channel unless asked otherwise). Then every observer is removed.
+//! (symmetric, per output channel unless asked otherwise). A block's input observer may sit
+//! behind ops that keep quantization parameters (pooling, flatten: see `InsertObservers`).
+//! Then every observer is removed, and each `dequantize -> pooling/flatten -> quantize` round
+//! trip with equal parameters is folded so that those ops run on u8.
 //! Blocks without observers on both sides, and convs with groups other than 1, stay float.
 //! An observer that never saw a value is an error naming it: calibrate first.
 
 use super::blocks::{Block, find_blocks};
 use super::observers::is_observer;
+use super::round_trips::fold_round_trips;
+use super::shared_qparams::through_shared_qparams;
 use super::{build_error, module_at};
 use crate::{Changed, Pass, PassError, Result};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
@@ -98,13 +103,15 @@ fn quantized_module(
 }
 
 impl ConvertStatic {
-    /// Every block with an observer on its input and one as the only user of its output.
+    /// Every block with an observer on its input (directly or through ops that keep
+    /// quantization parameters) and one as the only user of its output.
     fn plans(&self, gm: &GraphModule) -> Result<Vec<Plan>> {
         let mut plans = Vec::new();
         for block in find_blocks(gm)? {
             let Some(input) = gm.graph.operands(&block.layer)?.into_iter().next() else {
                 continue;
             };
+            let input = through_shared_qparams(gm, &input)?;
             let users = gm.graph.users(block.last())?;
             let [output] = users.as_slice() else {
                 continue;
@@ -204,6 +211,7 @@ impl Pass for ConvertStatic {
             changed |= self.convert(gm, plan)?;
         }
         changed |= remove_observers(gm)?;
+        changed |= fold_round_trips(gm)?;
         Ok(Changed::from_bool(changed))
     }
 }

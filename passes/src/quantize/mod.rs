@@ -4,14 +4,19 @@
 //! [`InsertObservers`] puts `MinMaxObserver` modules on the input and output of each
 //! conv(+ReLU) and linear(+ReLU) block, [`calibrate`] runs representative batches through
 //! them, and [`ConvertStatic`] replaces each block by `quantize -> quantized module ->
-//! dequantize` with the observed parameters and removes the observers. The traced model's
-//! modules are never changed; every new module is owned by the graph module.
+//! dequantize` with the observed parameters and removes the observers. A block fed by another
+//! only through pooling or flatten takes the producer's output parameters as its input ones
+//! (PyTorch's shared qparams), and the dequantize/quantize pair around those ops is removed,
+//! so that they run on u8. The traced model's modules are never changed; every new module is
+//! owned by the graph module.
 
 mod blocks;
 mod calibrate;
 mod convert;
 mod dynamic;
 mod observers;
+mod round_trips;
+mod shared_qparams;
 
 pub use blocks::{Block, find_blocks};
 pub use calibrate::calibrate;

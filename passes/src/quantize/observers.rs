@@ -1,10 +1,13 @@
 //! `insert_observers`: a `MinMaxObserver` the graph module owns is called on the input and on
 //! the output of every conv(+ReLU) and linear(+ReLU) block, so that running the graph
 //! (calibration) records the ranges static quantization needs. An input that is already an
-//! observer's output (the previous block's output observer) is not observed twice. The
-//! observers return their input, so the graph computes the same values.
+//! observer's output (the previous block's output observer), directly or through ops that keep
+//! quantization parameters (pooling, flatten), is not observed again: the block shares that
+//! observer's parameters. The observers return their input, so the graph computes the same
+//! values.
 
 use super::blocks::find_blocks;
+use super::shared_qparams::through_shared_qparams;
 use crate::{Changed, Pass, PassError, Result};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
 use tessera_nn::quantized::MinMaxObserver;
@@ -47,7 +50,7 @@ impl Pass for InsertObservers {
             let Some(input) = gm.graph.operands(&block.layer)?.into_iter().next() else {
                 continue;
             };
-            if !is_observer(gm, &input)? {
+            if !is_observer(gm, &through_shared_qparams(gm, &input)?)? {
                 let (name, repr) = new_observer(gm, &format!("{base}_input_observer"))?;
                 let meta = gm.graph.node(&input)?.meta.clone();
                 let observed = gm.graph.insert_before(&block.layer, |g| {

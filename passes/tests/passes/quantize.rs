@@ -1,22 +1,26 @@
 //! Quantization passes: dynamic int8 Linear (graph before/after, the PyTorch-like repr, the
 //! output within the rounding bound of float), static post-training quantization of the
-//! conformance CNN (observers, calibration, conversion, accuracy against float) and of a
-//! linear/ReLU chain, and the error for converting without calibration.
+//! conformance CNN (observers, calibration, conversion, accuracy against float, pooling on u8
+//! against the float round trip it replaces) and of a linear/ReLU chain, which pools share
+//! quantization parameters, and the error for converting without calibration.
 
 use crate::common::{Case, conformance_dir, run_pass, snapshots};
 use std::sync::Arc;
 use tessera_fx::GraphModule;
 use tessera_fx::trace::{LeafPolicy, trace};
-use tessera_nn::layers::{Linear, ReLU};
+use tessera_nn::layers::{AvgPool2d, AvgPool2dOptions, Conv2d, Conv2dOptions, Linear, ReLU};
 use tessera_nn::models::SmallCnn;
-use tessera_nn::quantized::{DynamicQuantizedLinear, MinMaxObserver};
+use tessera_nn::quantized::{
+    DynamicQuantizedLinear, MinMaxObserver, QuantizedConvReLU2d, QuantizedLinear,
+};
 use tessera_nn::{Call, Layer, ModuleExt, Sequential, load_pt_state_dict, repr};
 use tessera_passes::{
     Changed, ConvertStatic, FoldBatchNorm, InsertObservers, Pass, PassError, QuantizeDynamic,
     calibrate,
 };
-use tessera_tensor::op::quant::dynamic_qparams;
-use tessera_tensor::{DType, Generator, Tensor, TensorMeta};
+use tessera_tensor::op::UnaryOp;
+use tessera_tensor::op::quant::{dequantize, dynamic_qparams, quantize_per_tensor};
+use tessera_tensor::{DType, Generator, Op, Tensor, TensorMeta};
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn_with(shape, DType::F32, &mut Generator::new(seed)).unwrap()
@@ -180,6 +184,9 @@ fn static_quantization_of_the_conformance_cnn_stays_close_to_float() {
     let (model, mut gm) = folded_cnn(input.shape()[0]);
     let (changed, observed) = run_pass(Box::new(InsertObservers), &mut gm);
     assert_eq!(changed, Changed::Yes);
+    // conv2 and fc read conv1's and conv2's output observers through pooling and flatten.
+    let after_observers = observed.split("after:").nth(1).unwrap();
+    assert_eq!(after_observers.matches("= call_module[").count(), 4 + 8);
     snapshots().bind(|| insta::assert_snapshot!("quantize_insert_observers_cnn", observed));
     // Observers pass values through: the observed graph still gives PyTorch's output.
     case.check("output", &gm.call(input.clone()).unwrap());
@@ -205,6 +212,15 @@ fn static_quantization_of_the_conformance_cnn_stays_close_to_float() {
             .all(|m| !m.as_any().is::<MinMaxObserver>()),
         "observer modules are removed"
     );
+    // One quantize in and one dequantize out: pooling and flatten run on u8.
+    assert_eq!(
+        after.matches("call_function[quantize_per_tensor]").count(),
+        1
+    );
+    assert_eq!(after.matches("call_function[dequantize]").count(), 1);
+    for node in ["%pool1 : u8[", "%gap : u8[", "%flatten : u8["] {
+        assert!(after.contains(node), "{node} in {after}");
+    }
     // The calibrated parameters depend on float rounding of the machine's kernels: masked.
     let masked = mask_qparams(&converted);
     snapshots().bind(|| insta::assert_snapshot!("quantize_convert_static_cnn", masked));
@@ -233,6 +249,153 @@ fn static_quantization_of_the_conformance_cnn_stays_close_to_float() {
         "max abs error {max_err}, logits up to {spread}"
     );
     assert!(totals.1 >= 0.85, "top-1 agreement {}", totals.1);
+}
+
+/// The folded conformance CNN converted to static int8, calibrated on 8 random batches.
+fn converted_cnn(batch: usize) -> (Arc<SmallCnn>, GraphModule) {
+    let (model, mut gm) = folded_cnn(batch);
+    InsertObservers.run(&mut gm).unwrap();
+    let batches: Vec<Vec<Tensor>> = (0..8)
+        .map(|s| vec![randn(&[batch, 3, 16, 16], 100 + s)])
+        .collect();
+    calibrate(&gm, &batches).unwrap();
+    ConvertStatic { per_channel: true }.run(&mut gm).unwrap();
+    (model, gm)
+}
+
+/// An owned module of the converted graph, as its concrete type.
+fn owned<'a, M: 'static>(gm: &'a GraphModule, name: &str) -> &'a M {
+    gm.owned_modules()[name]
+        .as_any()
+        .downcast_ref::<M>()
+        .unwrap()
+}
+
+#[test]
+fn u8_pooling_between_quantized_blocks_matches_the_float_round_trip() {
+    let (model, gm) = converted_cnn(4);
+    let conv1: &QuantizedConvReLU2d = owned(&gm, "conv1_bn1_relu_quantized");
+    let conv2: &QuantizedConvReLU2d = owned(&gm, "conv2_bn2_relu_quantized");
+    let fc: &QuantizedLinear = owned(&gm, "fc_quantized");
+    // Shared parameters: each block reads its producer's output parameters.
+    assert_eq!(conv2.input, conv1.output);
+    assert_eq!(fc.input, conv2.output);
+    // The graph before folding: dequantize, float pooling, quantize between the blocks.
+    let round_trip = |x: &Tensor| -> Tensor {
+        let q = quantize_per_tensor(x, conv1.input, DType::U8).unwrap();
+        let y = dequantize(&conv1.call(q).unwrap(), conv1.output).unwrap();
+        let y = model.pool1.call(y).unwrap();
+        let q = quantize_per_tensor(&y, conv2.input, DType::U8).unwrap();
+        let y = dequantize(&conv2.call(q).unwrap(), conv2.output).unwrap();
+        let y = model.flatten.call(model.gap.call(y).unwrap()).unwrap();
+        let q = quantize_per_tensor(&y, fc.input, DType::U8).unwrap();
+        dequantize(&fc.call(q).unwrap(), fc.output).unwrap()
+    };
+    // The graph after folding: the same modules with pooling and flatten on u8.
+    let on_u8 = |x: &Tensor| -> Tensor {
+        let q = quantize_per_tensor(x, conv1.input, DType::U8).unwrap();
+        let q = conv2.call(model.pool1.call(conv1.call(q).unwrap()).unwrap());
+        let q = model.gap.call(q.unwrap()).unwrap();
+        let q = fc.call(model.flatten.call(q).unwrap()).unwrap();
+        dequantize(&q, fc.output).unwrap()
+    };
+    // Max pooling is exact on u8; the u8 average differs from the round trip by one step of
+    // fc's input only where a mean lies exactly halfway (see the tensor crate's quant_pool
+    // tests), which moves a logit by at most sum_j |w_cj| input steps plus one output step.
+    let weight = values(&model.fc.weight);
+    let row_l1 = weight
+        .chunks(32)
+        .map(|row| row.iter().map(|w| w.abs()).sum::<f32>())
+        .fold(0f32, f32::max);
+    let bound = row_l1 * fc.input.scale + fc.output.scale;
+    let mut exact = 0;
+    for seed in 0..16 {
+        let x = randn(&[4, 3, 16, 16], 500 + seed);
+        let (actual, expected) = (gm.call(x.clone()).unwrap(), round_trip(&x));
+        assert_eq!(values(&actual), values(&on_u8(&x)), "seed {seed}");
+        let (max_err, agreement) = compare(&actual, &expected);
+        assert!(max_err <= bound, "seed {seed}: {max_err} > {bound}");
+        assert_eq!(agreement, 1.0, "seed {seed}");
+        exact += usize::from(max_err == 0.0);
+    }
+    assert!(exact > 0, "no batch matched the round trip exactly");
+}
+
+/// conv -> ReLU -> `pool` -> conv, traced, changed by `edit`, observed, calibrated and
+/// converted; the printed result.
+fn convert_around(
+    pool: AvgPool2d,
+    edit: impl FnOnce(&mut GraphModule),
+) -> (GraphModule, Arc<Sequential>, String) {
+    let padded = || Conv2dOptions::default().padding(1);
+    let model = Arc::new(
+        Sequential::new()
+            .add(Conv2d::with_options(3, 8, 3, padded()).unwrap())
+            .add(ReLU::new())
+            .add(pool)
+            .add(Conv2d::with_options(8, 4, 3, padded()).unwrap()),
+    );
+    model.eval();
+    let mut gm = traced(model.clone(), TensorMeta::new(vec![2, 3, 8, 8], DType::F32));
+    edit(&mut gm);
+    InsertObservers.run(&mut gm).unwrap();
+    calibrate(&gm, &[vec![randn(&[16, 3, 8, 8], 21)]]).unwrap();
+    ConvertStatic { per_channel: true }.run(&mut gm).unwrap();
+    let text = gm.graph.to_string();
+    (gm, model, text)
+}
+
+#[test]
+fn an_average_pool_runs_on_u8_unless_padding_counts_in_its_divisor() {
+    let options = || AvgPool2dOptions::default().stride(1).padding(1);
+    let (gm, model, shared) = convert_around(
+        AvgPool2d::with_options(3, options().count_include_pad(false)),
+        |_| {},
+    );
+    assert_eq!(
+        shared.matches("call_function[quantize_per_tensor]").count(),
+        1,
+        "{shared}"
+    );
+    assert!(shared.contains("%_2 : u8[2, 8, 8, 8]"), "{shared}");
+    let x = randn(&[2, 3, 8, 8], 22);
+    let expected = model.call(x.clone()).unwrap();
+    let (max_err, _) = compare(&gm.call(x).unwrap(), &expected);
+    let magnitude = values(&expected).iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(max_err <= 0.05 * magnitude, "{max_err} vs {magnitude}");
+    // Padded zeros in the divisor would need the zero point: the pool stays float.
+    let (_, _, counted) = convert_around(AvgPool2d::with_options(3, options()), |_| {});
+    assert_eq!(
+        counted
+            .matches("call_function[quantize_per_tensor]")
+            .count(),
+        2,
+        "{counted}"
+    );
+    assert!(counted.contains("%_2 : f32[2, 8, 8, 8]"), "{counted}");
+}
+
+#[test]
+fn a_pool_also_read_as_float_keeps_its_round_trip() {
+    let options = AvgPool2dOptions::default().stride(1).padding(1);
+    let pool = AvgPool2d::with_options(3, options.count_include_pad(false));
+    let (gm, _, text) = convert_around(pool, |gm| {
+        let pool = gm.graph.find("_2").unwrap();
+        gm.graph
+            .insert_after(&pool, |g| {
+                g.call_function(Op::Unary(UnaryOp::Relu), &[&pool])
+            })
+            .unwrap();
+    });
+    // The float relu still reads the pool, so the pool stays f32 between the blocks.
+    assert!(text.contains("%_2 : f32[2, 8, 8, 8]"), "{text}");
+    assert!(text.contains("call_function[relu](%_2)"), "{text}");
+    assert_eq!(
+        text.matches("call_function[quantize_per_tensor]").count(),
+        2,
+        "{text}"
+    );
+    gm.call(randn(&[2, 3, 8, 8], 23)).unwrap();
 }
 
 #[test]

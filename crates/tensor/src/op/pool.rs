@@ -1,6 +1,7 @@
 //! Pooling over the last two dimensions of `[C, H, W]` or `[N, C, H, W]` tensors (max with
 //! indices, average, adaptive average) and the backward ops that scatter gradients back; the
-//! window arithmetic and kernels live in [`windows`].
+//! window arithmetic and kernels live in [`windows`]. The forward ops also take u8 (static
+//! int8 activations, whose scale and zero point the output keeps); they have no backward.
 
 mod windows;
 
@@ -161,7 +162,7 @@ impl PoolOp {
                 format!("expected {count} inputs, got {}", inputs.len()),
             ));
         }
-        expect_float(&op, &inputs[0])?;
+        self.expect_dtype(&op, &inputs[0])?;
         let shape = &inputs[0].shape;
         let size = plane_size(&op, shape)?;
         match self {
@@ -210,6 +211,65 @@ impl PoolOp {
                 Ok(with_plane(shape, *input_size))
             }
         }
+    }
+}
+
+impl PoolOp {
+    /// Floats for every op; u8 for the forward ops, except an average whose padding would
+    /// count in the divisor (a padded zero is the zero point, which u8 tensors do not carry).
+    fn expect_dtype(&self, op: &str, input: &TensorMeta) -> Result<()> {
+        if input.dtype != DType::U8 {
+            return expect_float(op, input);
+        }
+        match self {
+            PoolOp::MaxPool2d(_)
+            | PoolOp::MaxPool2dValues(_)
+            | PoolOp::AdaptiveAvgPool2d { .. } => Ok(()),
+            PoolOp::AvgPool2d {
+                params,
+                count_include_pad,
+            } if !count_include_pad || params.padding == [0, 0] => Ok(()),
+            PoolOp::AvgPool2d { .. } => Err(TensorError::invalid(
+                op,
+                "u8 input with padding needs count_include_pad=false: padded zeros would be \
+                 the zero point, which a u8 tensor does not carry",
+            )),
+            _ => Err(TensorError::dtype(op, input.dtype)),
+        }
+    }
+
+    /// The forward ops on u8: the max exactly, the mean rounded half to even.
+    fn cpu_u8(
+        &self,
+        op: &str,
+        planes: &Planes,
+        x: &Tensor,
+        out_shape: &[usize],
+    ) -> Result<Vec<Tensor>> {
+        let [rows, cols] = self.windows(op, plane_size(op, &x.shape())?)?;
+        let x = x.to_vec::<u8>()?;
+        Ok(match self {
+            PoolOp::MaxPool2d(_) => {
+                let (values, indices) = windows::max_forward(planes, &rows, &cols, &x);
+                vec![
+                    tensor_from(values, out_shape),
+                    tensor_from(indices, out_shape),
+                ]
+            }
+            PoolOp::MaxPool2dValues(_) => {
+                vec![tensor_from(
+                    windows::max_values(planes, &rows, &cols, &x),
+                    out_shape,
+                )]
+            }
+            PoolOp::AvgPool2d { .. } | PoolOp::AdaptiveAvgPool2d { .. } => {
+                vec![tensor_from(
+                    windows::avg_forward_u8(planes, &rows, &cols, &x),
+                    out_shape,
+                )]
+            }
+            _ => return Err(TensorError::dtype(op, DType::U8)),
+        })
     }
 }
 
@@ -262,6 +322,9 @@ impl OpDef for PoolOp {
         // take the forward's windows over their (larger) output plane.
         let planes = Planes::new(count, in_size, out_size);
         let forward_windows = |forward: PoolOp| forward.windows(&op, out_size);
+        if inputs[0].dtype() == DType::U8 {
+            return self.cpu_u8(&op, &planes, inputs[0], &out_shape);
+        }
         float_dispatch!(inputs[0].dtype(), &op, T => {
             let x = inputs[0].to_vec::<T>()?;
             Ok(match self {
@@ -313,6 +376,12 @@ impl OpDef for PoolOp {
             return Ok(vec![None; cx.inputs.len()]);
         }
         let x = &cx.inputs[0];
+        if !x.dtype().is_float() {
+            return Err(TensorError::invalid(
+                self.name(),
+                format!("no gradient flows through {} pooling", x.dtype()),
+            ));
+        }
         let grad = cx.grad(0)?;
         let size = plane_size(&self.name(), &x.shape())?;
         let pool = |op: PoolOp| Op::Pool(op).apply1(&[&grad]);

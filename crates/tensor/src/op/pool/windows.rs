@@ -1,8 +1,11 @@
 //! Pooling windows along one axis (PyTorch's output-size and window rules) and the kernels
 //! that reduce over them or scatter gradients back, one `H x W` plane per parallel task.
+//! Max pooling also runs on u8 (quantized activations: dequantization is monotonic); the u8
+//! average is in [`avg_forward_u8`].
 
 use super::Pool2dParams;
 use crate::cpu::PAR_CHUNK;
+use crate::storage::StorageElement;
 use crate::{Float, Result, TensorError};
 use rayon::prelude::*;
 
@@ -128,6 +131,33 @@ impl Window {
     }
 }
 
+/// An element max pooling selects over: floats, where NaN wins as in PyTorch, and u8.
+pub(super) trait MaxElement: StorageElement + PartialOrd {
+    /// At most every value a window can hold: where all taps equal it, the first tap wins.
+    const LOWEST: Self;
+    /// Whether `self` replaces `best` as the window's maximum.
+    fn beats(self, best: Self) -> bool;
+}
+
+macro_rules! float_max_element {
+    ($($t:ty),*) => {$(
+        impl MaxElement for $t {
+            const LOWEST: Self = <$t>::NEG_INFINITY;
+            fn beats(self, best: Self) -> bool {
+                (self > best) | self.is_nan()
+            }
+        }
+    )*};
+}
+float_max_element!(f32, f64);
+
+impl MaxElement for u8 {
+    const LOWEST: Self = 0;
+    fn beats(self, best: Self) -> bool {
+        self > best
+    }
+}
+
 /// `count` planes read as `src` (`[H, W]`) and written as `dst`.
 pub(super) struct Planes {
     count: usize,
@@ -175,7 +205,7 @@ fn divisor(row: &Window, col: &Window, count_include_pad: bool) -> usize {
 }
 
 /// Max per window and the index of the (first) max in the plane; NaN wins, as in PyTorch.
-pub(super) fn max_forward<T: Float>(
+pub(super) fn max_forward<T: MaxElement>(
     p: &Planes,
     rows: &[Window],
     cols: &[Window],
@@ -194,14 +224,14 @@ pub(super) fn max_forward<T: Float>(
         for (r, row) in rows.iter().enumerate() {
             for (c, col) in cols.iter().enumerate() {
                 // Branch-free selection: the data decides, so branches would mispredict.
-                let (mut best, mut at) = (T::neg_infinity(), row.start * w + col.start);
+                let (mut best, mut at) = (T::LOWEST, row.start * w + col.start);
                 let mut y = row.start;
                 while y < row.end {
                     let mut pos = y * w + col.start;
                     let row_end = y * w + col.end;
                     while pos < row_end {
                         let v = src[pos];
-                        let better = (v > best) | v.is_nan();
+                        let better = v.beats(best);
                         best = if better { v } else { best };
                         at = if better { pos } else { at };
                         pos += col.step;
@@ -229,7 +259,7 @@ pub(super) fn max_forward<T: Float>(
 }
 
 /// Max per window without indices; NaN wins, as in PyTorch.
-pub(super) fn max_values<T: Float>(
+pub(super) fn max_values<T: MaxElement>(
     p: &Planes,
     rows: &[Window],
     cols: &[Window],
@@ -252,7 +282,7 @@ pub(super) fn max_values<T: Float>(
                     let taps = &src[(r * sh + ky) * w + kx..];
                     for (c, b) in best.iter_mut().enumerate() {
                         let v = taps[c * sw];
-                        *b = if v > *b || v.is_nan() { v } else { *b };
+                        *b = if v.beats(*b) { v } else { *b };
                     }
                 }
             }
@@ -280,7 +310,7 @@ fn regular_windows(windows: &[Window]) -> Option<(usize, usize)> {
 /// Max pooling over dense windows, one output row at a time with the tap loops outside and
 /// the output columns innermost, so that the selection runs without data-dependent branches.
 #[allow(clippy::too_many_arguments)]
-fn max_regular<T: Float>(
+fn max_regular<T: MaxElement>(
     src: &[T],
     w: usize,
     (sh, kh): (usize, usize),
@@ -304,7 +334,7 @@ fn max_regular<T: Float>(
                 let taps = &src[base..];
                 for (c, (b, a)) in best.iter_mut().zip(at.iter_mut()).enumerate() {
                     let v = taps[c * sw];
-                    let better = (v > *b) | v.is_nan();
+                    let better = v.beats(*b);
                     // Arithmetic rather than `if`, which compilers turn into branches.
                     *a += better as i64 * ((base + c * sw) as i64 - *a);
                     *b = if better { v } else { *b };
@@ -374,6 +404,45 @@ pub(super) fn avg_forward<T: Float>(
         }
     });
     y
+}
+
+/// Mean per window of u8 values, rounded half to even (PyTorch's `nearbyint`) from the exact
+/// integer sum, so that quantized input and output share their scale and zero point. Padding
+/// never counts: the divisor is the number of input elements (`count_include_pad` would need
+/// the zero point, which a u8 tensor does not carry; the op rejects it where padding exists).
+pub(super) fn avg_forward_u8(p: &Planes, rows: &[Window], cols: &[Window], x: &[u8]) -> Vec<u8> {
+    let w = p.src[1];
+    let mut y = vec![0u8; p.count * p.dst_len()];
+    per_plane(&mut y, p.dst_len(), |i, out| {
+        let src = &x[i * p.src_len()..][..p.src_len()];
+        for (r, row) in rows.iter().enumerate() {
+            for (c, col) in cols.iter().enumerate() {
+                let sum: u64 = row
+                    .positions()
+                    .map(|y| {
+                        src[y * w + col.start..y * w + col.end]
+                            .iter()
+                            .map(|&v| u64::from(v))
+                            .sum::<u64>()
+                    })
+                    .sum();
+                let n = divisor(row, col, false) as u64;
+                out[r * cols.len() + c] = if n == 0 {
+                    0
+                } else {
+                    div_round_half_even(sum, n)
+                };
+            }
+        }
+    });
+    y
+}
+
+/// `sum / n` rounded to the nearest integer, ties to even; `sum / n` is at most 255.
+fn div_round_half_even(sum: u64, n: u64) -> u8 {
+    let (q, r) = (sum / n, sum % n);
+    let up = 2 * r > n || (2 * r == n && q % 2 == 1);
+    (q + u64::from(up)) as u8
 }
 
 /// Spreads each gradient evenly over its window, the adjoint of [`avg_forward`].
