@@ -50,8 +50,24 @@ fn build_error(e: tessera_nn::NnError) -> PassError {
     PassError::Unsupported(format!("building the folded module: {e}"))
 }
 
-/// A copy of `conv` with `stats` folded in (built without drawing a default initialisation
-/// that the folded weights replace), when the pair folds: Conv1d and Linear (with a
+/// A copy of the conv `$conv` (of layer type `$layer`, with `in_channels`, `out_channels`,
+/// `kernel_size` and `options`) with `$stats` folded into its weight laid out as `$layout`,
+/// built without drawing a default initialisation that the folded weights replace.
+macro_rules! folded_conv {
+    ($conv:expr, $layer:ty, $layout:expr, $stats:expr) => {{
+        let c = $conv;
+        let (w, b) = fold(&c.weight, c.bias.as_deref(), $stats, $layout)?;
+        let options = c.options.clone().bias(true).dtype(w.dtype());
+        let mut f = skip_init(|| {
+            <$layer>::with_options(c.in_channels, c.out_channels, c.kernel_size, options)
+        })
+        .map_err(build_error)?;
+        (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
+        Box::new(f) as Box<dyn Module>
+    }};
+}
+
+/// A copy of `conv` with `stats` folded in, when the pair folds: Conv1d and Linear (with a
 /// 2-D output) before BatchNorm1d, Conv2d and ConvTranspose2d before BatchNorm2d.
 fn fused_module(
     conv: &dyn Module,
@@ -63,55 +79,19 @@ fn fused_module(
     let fused: Box<dyn Module> = match bn_type {
         "BatchNorm2d" => {
             if let Some(c) = any.downcast_ref::<Conv2d>() {
-                let (w, b) = fold(
-                    &c.weight,
-                    c.bias.as_deref(),
-                    stats,
-                    WeightLayout::OutputFirst,
-                )?;
-                let options = c.options.clone().bias(true).dtype(w.dtype());
-                let mut f = skip_init(|| {
-                    Conv2d::with_options(c.in_channels, c.out_channels, c.kernel_size, options)
-                })
-                .map_err(build_error)?;
-                (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
-                Box::new(f)
+                folded_conv!(c, Conv2d, WeightLayout::OutputFirst, stats)
             } else if let Some(c) = any.downcast_ref::<ConvTranspose2d>() {
                 let layout = WeightLayout::Transposed {
                     groups: c.options.groups,
                 };
-                let (w, b) = fold(&c.weight, c.bias.as_deref(), stats, layout)?;
-                let options = c.options.clone().bias(true).dtype(w.dtype());
-                let mut f = skip_init(|| {
-                    ConvTranspose2d::with_options(
-                        c.in_channels,
-                        c.out_channels,
-                        c.kernel_size,
-                        options,
-                    )
-                })
-                .map_err(build_error)?;
-                (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
-                Box::new(f)
+                folded_conv!(c, ConvTranspose2d, layout, stats)
             } else {
                 return Ok(None);
             }
         }
         "BatchNorm1d" => {
             if let Some(c) = any.downcast_ref::<Conv1d>() {
-                let (w, b) = fold(
-                    &c.weight,
-                    c.bias.as_deref(),
-                    stats,
-                    WeightLayout::OutputFirst,
-                )?;
-                let options = c.options.clone().bias(true).dtype(w.dtype());
-                let mut f = skip_init(|| {
-                    Conv1d::with_options(c.in_channels, c.out_channels, c.kernel_size, options)
-                })
-                .map_err(build_error)?;
-                (f.weight, f.bias) = (parameter(w), Some(parameter(b)));
-                Box::new(f)
+                folded_conv!(c, Conv1d, WeightLayout::OutputFirst, stats)
             } else if let Some(l) = any.downcast_ref::<Linear>() {
                 // BatchNorm1d normalises dim 1, which is the linear's features only for 2-D output.
                 if output_rank != 2 {

@@ -2,12 +2,12 @@
 //! `torch.ao.nn.quantized.Conv2d` and `intrinsic.quantized.ConvReLU2d`), im2col plus the
 //! int8 GEMM, on u8 tensors with calibrated parameters. Groups other than 1 are refused.
 
-use super::qscheme;
+use super::{f32_bias, qscheme, static_operands};
 use crate::layers::{Conv2d, py_tuple};
 use crate::{Forward, ModuleCore, NnError, Result};
 use tessera_tensor::op::quant::{QParams, QuantizedWeight};
 use tessera_tensor::op::{ConvParams, QuantOp};
-use tessera_tensor::{DType, Op, Tensor};
+use tessera_tensor::{Op, Tensor};
 
 macro_rules! quantized_conv {
     ($(#[$doc:meta])* $name:ident, relu = $relu:expr) => {
@@ -62,10 +62,7 @@ macro_rules! quantized_conv {
                 }
                 let params = ConvParams::conv2d(o.stride.pair(), o.padding.pair(), o.dilation.pair(), 1);
                 let q = QuantizedWeight::symmetric(&conv.weight, per_channel)?;
-                let bias = match &conv.bias {
-                    Some(b) => Some(b.detach().to_dtype(DType::F32)?),
-                    None => None,
-                };
+                let bias = f32_bias(conv.bias.as_ref())?;
                 Ok($name {
                     core: ModuleCore::default(),
                     in_channels: conv.in_channels,
@@ -118,14 +115,8 @@ macro_rules! quantized_conv {
                     relu: $relu,
                     bias: self.bias.is_some(),
                 });
-                let mut inputs = vec![
-                    &input,
-                    &self.weight,
-                    &self.weight_scale,
-                    &self.weight_zero_point,
-                ];
-                inputs.extend(self.bias.as_ref());
-                Ok(op.apply1(&inputs)?)
+                let weight = [&self.weight, &self.weight_scale, &self.weight_zero_point];
+                Ok(op.apply1(&static_operands(&input, weight, self.bias.as_ref()))?)
             }
         }
     };

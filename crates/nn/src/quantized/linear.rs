@@ -3,12 +3,12 @@
 //! are u8 with the calibrated scale and zero point; the graph quantizes before and
 //! dequantizes after.
 
-use super::qscheme;
+use super::{f32_bias, qscheme, static_operands};
 use crate::layers::Linear;
 use crate::{Forward, ModuleCore, Result};
 use tessera_tensor::op::QuantOp;
 use tessera_tensor::op::quant::{QParams, QuantizedWeight};
-use tessera_tensor::{DType, Op, Tensor};
+use tessera_tensor::{Op, Tensor};
 
 macro_rules! quantized_linear {
     ($(#[$doc:meta])* $name:ident, relu = $relu:expr) => {
@@ -51,10 +51,7 @@ macro_rules! quantized_linear {
                 per_channel: bool,
             ) -> Result<Self> {
                 let q = QuantizedWeight::symmetric(&linear.weight, per_channel)?;
-                let bias = match &linear.bias {
-                    Some(b) => Some(b.detach().to_dtype(DType::F32)?),
-                    None => None,
-                };
+                let bias = f32_bias(linear.bias.as_ref())?;
                 Ok($name {
                     core: ModuleCore::default(),
                     in_features: linear.in_features,
@@ -92,14 +89,8 @@ macro_rules! quantized_linear {
                     relu: $relu,
                     bias: self.bias.is_some(),
                 });
-                let mut inputs = vec![
-                    &input,
-                    &self.weight,
-                    &self.weight_scale,
-                    &self.weight_zero_point,
-                ];
-                inputs.extend(self.bias.as_ref());
-                Ok(op.apply1(&inputs)?)
+                let weight = [&self.weight, &self.weight_scale, &self.weight_zero_point];
+                Ok(op.apply1(&static_operands(&input, weight, self.bias.as_ref()))?)
             }
         }
     };

@@ -13,6 +13,8 @@ pub use dynamic_linear::DynamicQuantizedLinear;
 pub use linear::{QuantizedLinear, QuantizedLinearReLU};
 pub use observer::MinMaxObserver;
 
+use tessera_tensor::{DType, Tensor};
+
 /// The quantization scheme of int8 weights, as PyTorch prints it.
 pub(crate) fn qscheme(per_channel: bool) -> &'static str {
     if per_channel {
@@ -20,4 +22,26 @@ pub(crate) fn qscheme(per_channel: bool) -> &'static str {
     } else {
         "torch.per_tensor_affine"
     }
+}
+
+/// The f32 bias static int8 ops add to their dequantized accumulators, copied from a float
+/// layer's bias.
+pub(crate) fn f32_bias(bias: Option<&crate::Parameter>) -> crate::Result<Option<Tensor>> {
+    Ok(match bias {
+        Some(b) => Some(b.detach().to_dtype(DType::F32)?),
+        None => None,
+    })
+}
+
+/// The operands of a static int8 op, in its order: the u8 input, the int8 weight, its scales
+/// and zero points, then the bias if there is one.
+pub(crate) fn static_operands<'a>(
+    input: &'a Tensor,
+    weight: [&'a Tensor; 3],
+    bias: Option<&'a Tensor>,
+) -> Vec<&'a Tensor> {
+    let mut operands = vec![input];
+    operands.extend(weight);
+    operands.extend(bias);
+    operands
 }
