@@ -2,7 +2,7 @@
 //! with respect to its input, run through the tensor crate's `ConvOp::BackwardInput`).
 
 use super::linear::reset_weight_and_bias;
-use super::options::{Size2, initialized, options, parameter};
+use super::options::{Size2, initialized, optional_parameter, options, parameter};
 use super::python::py_tuple;
 use crate::{Forward, ModuleCore, NnError, Parameter, Result};
 use tessera_tensor::op::{ConvOp, ConvParams};
@@ -172,10 +172,7 @@ impl Conv1d {
             out_channels,
             kernel_size,
             weight: parameter(&shape, dtype, device)?,
-            bias: match options.bias {
-                true => Some(parameter(&[out_channels], dtype, device)?),
-                false => None,
-            },
+            bias: optional_parameter(options.bias, &[out_channels], dtype, device)?,
             options,
         };
         initialized(layer, Conv1d::reset_parameters)
@@ -295,10 +292,7 @@ impl Conv2d {
             out_channels,
             kernel_size,
             weight: parameter(&shape, o.dtype, o.device)?,
-            bias: match o.bias {
-                true => Some(parameter(&[out_channels], o.dtype, o.device)?),
-                false => None,
-            },
+            bias: optional_parameter(o.bias, &[out_channels], o.dtype, o.device)?,
             options,
         };
         initialized(layer, Conv2d::reset_parameters)
@@ -397,10 +391,7 @@ impl ConvTranspose2d {
             out_channels,
             kernel_size,
             weight: parameter(&shape, o.dtype, o.device)?,
-            bias: match o.bias {
-                true => Some(parameter(&[out_channels], o.dtype, o.device)?),
-                false => None,
-            },
+            bias: optional_parameter(o.bias, &[out_channels], o.dtype, o.device)?,
             options,
         };
         initialized(layer, ConvTranspose2d::reset_parameters)

@@ -1,6 +1,6 @@
 //! Affine layers: `Identity`, `Linear` (`x W^T + b`) and `Bilinear` (`x1^T A x2 + b`).
 
-use super::options::{initialized, options, parameter};
+use super::options::{initialized, optional_parameter, options, parameter};
 use super::python::py_bool;
 use crate::init::{self, FanMode};
 use crate::{Forward, ModuleCore, NnError, Parameter, Result};
@@ -76,10 +76,7 @@ impl Linear {
             in_features,
             out_features,
             weight: parameter(&[out_features, in_features], dtype, device)?,
-            bias: match options.bias {
-                true => Some(parameter(&[out_features], dtype, device)?),
-                false => None,
-            },
+            bias: optional_parameter(options.bias, &[out_features], dtype, device)?,
         };
         initialized(layer, Linear::reset_parameters)
     }
@@ -142,10 +139,7 @@ impl Bilinear {
             in2_features,
             out_features,
             weight: parameter(&[out_features, in1_features, in2_features], dtype, device)?,
-            bias: match options.bias {
-                true => Some(parameter(&[out_features], dtype, device)?),
-                false => None,
-            },
+            bias: optional_parameter(options.bias, &[out_features], dtype, device)?,
         };
         initialized(layer, Bilinear::reset_parameters)
     }

@@ -142,6 +142,16 @@ pub(crate) fn parameter(shape: &[usize], dtype: DType, device: Device) -> Result
     Ok(Parameter::new(zeros(shape, dtype, device)?))
 }
 
+/// A zero parameter of `shape` when `wanted` (a layer's optional bias), else `None`.
+pub(crate) fn optional_parameter(
+    wanted: bool,
+    shape: &[usize],
+    dtype: DType,
+    device: Device,
+) -> Result<Option<Parameter>> {
+    wanted.then(|| parameter(shape, dtype, device)).transpose()
+}
+
 /// Runs a layer's default initialisation unless inside `init::skip_init`.
 pub(crate) fn initialized<L>(layer: L, reset: impl FnOnce(&L) -> Result<()>) -> Result<L> {
     if !crate::init::is_init_skipped() {
