@@ -2,6 +2,7 @@
 //! [`registry`], a [`PassManager`] that verifies, times and optionally dumps around every
 //! pass, and the [`pipelines`] written once with the reason for each ordering.
 
+mod attributes;
 mod constant_fold;
 pub mod cost;
 mod cse;

@@ -15,7 +15,6 @@ use crate::{Changed, Pass, PassError, Result};
 use modules::BATCH_NORMS;
 use tessera_fx::{GraphModule, NodeKind};
 use tessera_nn::ModuleExt;
-use tessera_tensor::Tensor;
 use tessera_tensor::op::NormOp;
 
 /// Folds eval-mode batch norm into the preceding conv, linear or transposed conv.
@@ -65,19 +64,6 @@ fn refuse_training(gm: &GraphModule) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// The current value of the parameter, buffer or constant `target`.
-fn attribute(gm: &GraphModule, target: &str) -> Result<Tensor> {
-    if let Ok(p) = gm.get_parameter(target) {
-        return Ok(p.tensor().clone());
-    }
-    if let Ok(b) = gm.get_buffer(target) {
-        return Ok(b);
-    }
-    gm.constants.get(target).cloned().ok_or_else(|| {
-        PassError::Unsupported(format!("no parameter, buffer or constant `{target}`"))
-    })
 }
 
 /// `e`, prefixed with the module whose weights could not be folded.

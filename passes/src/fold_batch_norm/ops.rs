@@ -3,32 +3,12 @@
 //! constants (and the same for `linear` with a 2-D output). The old weights stay where other
 //! nodes read them; the original conv stays while it has other users.
 
-use super::attribute;
 use super::formula::{BatchNormStats, WeightLayout, fold};
 use crate::Result;
+use crate::attributes::{attr_targets, attribute};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
 use tessera_tensor::op::{ConvOp, NormOp};
 use tessera_tensor::{Op, TensorMeta};
-
-/// The `get_attr` target of `id`, if it is a `get_attr` node.
-fn attr_target(gm: &GraphModule, id: &NodeId) -> Result<Option<String>> {
-    Ok(match &gm.graph.node(id)?.kind {
-        NodeKind::GetAttr { target } => Some(target.clone()),
-        _ => None,
-    })
-}
-
-/// The targets of `operands`, if all are `get_attr` nodes.
-fn attr_targets(gm: &GraphModule, operands: &[NodeId]) -> Result<Option<Vec<String>>> {
-    let mut targets = Vec::new();
-    for o in operands {
-        match attr_target(gm, o)? {
-            Some(t) => targets.push(t),
-            None => return Ok(None),
-        }
-    }
-    Ok(Some(targets))
-}
 
 /// The producer op with its bias flag replaced by `true`, when it is one folding handles.
 fn with_bias(op: &Op, output_rank: usize) -> Option<Op> {

@@ -1,16 +1,20 @@
 //! Which channels depend on which: every value on a path from a conv or linear layer carries a
 //! channel map (for each channel at dim 1, the producer group and channel it comes from).
-//! Activations, pooling and batch norm pass maps through, flatten repeats each channel over its
-//! spatial size, `cat` on dim 1 concatenates maps and elementwise ops of two same-shaped values
+//! Layers are `call_module` nodes or, in graphs traced with every module inlined, `conv2d` and
+//! `linear` ops whose weights are `get_attr` nodes no other node reads. Activations, pooling and
+//! batch norm (module or op) pass maps through, flatten repeats each channel over its spatial
+//! size, `cat` on dim 1 concatenates maps and elementwise ops of two same-shaped values
 //! (residual adds) merge their groups, which must then drop the same channels. A map reaching
-//! anything else (the output, an unknown op, a grouped conv) pins its groups: they are not pruned.
+//! anything else (the output, an unknown op, a grouped conv, a layer sharing its weights) pins
+//! its groups: they are not pruned.
 
 use crate::Result;
+use crate::attributes::{attr_target, attr_targets};
 use std::collections::HashMap;
 use tessera_fx::{GraphModule, NodeId, NodeKind};
 use tessera_nn::{Module, ModuleExt};
 use tessera_tensor::Op;
-use tessera_tensor::op::{BinaryOp, IndexOp, ViewOp};
+use tessera_tensor::op::{BinaryOp, ConvOp, IndexOp, NormOp, ViewOp};
 
 /// For each channel of a value: `(group, channel of the group)`, or `None` for a channel no
 /// prunable layer produced.
@@ -24,11 +28,12 @@ pub struct ChannelGroups {
     members: Vec<usize>,
     size: Vec<usize>,
     pinned: Vec<bool>,
-    /// Prunable layers (`Conv2d` without groups, 2-D `Linear`) and the group of their output.
+    /// Prunable layers (`Conv2d` without groups, 2-D `Linear`, as modules or ops) and the group
+    /// of their output.
     pub producers: Vec<(NodeId, usize)>,
     /// Conv and linear calls and the map of their input (their input channels follow it).
     pub consumers: Vec<(NodeId, ChannelMap)>,
-    /// Per-channel modules (batch norm) and the map of their input.
+    /// Per-channel modules and ops (batch norm) and the map of their input.
     pub followers: Vec<(NodeId, ChannelMap)>,
     /// Flattening reshapes and the map of their input (their sizes follow the channels).
     pub reshapes: Vec<(NodeId, ChannelMap)>,
@@ -133,6 +138,65 @@ fn is_producer(module: &dyn Module, module_type: &str, output_rank: usize) -> bo
     }
 }
 
+/// A `conv2d` op without groups or a `linear` op with a 2-D weight and output, whose weight and
+/// bias are `get_attr` nodes that no other node reads (so that slicing them changes only it).
+fn is_producer_op(
+    gm: &GraphModule,
+    op: &Op,
+    operands: &[NodeId],
+    output_rank: usize,
+) -> Result<bool> {
+    let layer = match op {
+        Op::Conv(ConvOp::Forward { params, .. }) => params.groups == 1,
+        Op::Linear { .. } => {
+            output_rank == 2
+                && operands
+                    .get(1)
+                    .map(|w| gm.graph.node(w))
+                    .transpose()?
+                    .is_some_and(|w| w.meta.first().is_some_and(|m| m.shape.len() == 2))
+        }
+        _ => false,
+    };
+    if !layer || operands.len() < 2 {
+        return Ok(false);
+    }
+    for o in &operands[1..] {
+        if attr_target(gm, o)?.is_none() || gm.graph.users(o)?.len() != 1 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Records `id` as a layer with `channels` output channels in a new group, whose input channels
+/// follow `input`; returns its output's map.
+fn produce(
+    groups: &mut ChannelGroups,
+    id: &NodeId,
+    input: Option<&ChannelMap>,
+    channels: usize,
+) -> ChannelMap {
+    if let Some(map) = input {
+        groups.consumers.push((id.clone(), map.clone()));
+    }
+    let g = groups.new_group(channels);
+    groups.producers.push((id.clone(), g));
+    (0..channels).map(|c| Some((g, c))).collect()
+}
+
+/// Records `id` as a per-channel follower of `input`, which its output keeps.
+fn follow(
+    groups: &mut ChannelGroups,
+    id: &NodeId,
+    input: Option<&ChannelMap>,
+) -> Option<ChannelMap> {
+    if let Some(map) = input {
+        groups.followers.push((id.clone(), map.clone()));
+    }
+    input.cloned()
+}
+
 /// Walks the graph once and records every channel dependency.
 pub fn analyse(gm: &GraphModule) -> Result<ChannelGroups> {
     let mut groups = ChannelGroups::default();
@@ -163,20 +227,12 @@ pub fn analyse(gm: &GraphModule) -> Result<ChannelGroups> {
                 };
                 let first = input_maps.first().copied().flatten();
                 if is_producer(module, module_type, shape.len()) && operands.len() == 1 {
-                    if let Some(map) = first {
-                        groups.consumers.push((id.clone(), map.clone()));
-                    }
-                    let g = groups.new_group(shape[1]);
-                    groups.producers.push((id.clone(), g));
-                    Some((0..shape[1]).map(|c| Some((g, c))).collect())
+                    Some(produce(&mut groups, &id, first, shape[1]))
                 } else if operands.len() != 1 {
                     pin_all(&mut groups);
                     None
                 } else if matches!(module_type.as_str(), "BatchNorm1d" | "BatchNorm2d") {
-                    if let Some(map) = first {
-                        groups.followers.push((id.clone(), map.clone()));
-                    }
-                    first.cloned()
+                    follow(&mut groups, &id, first)
                 } else if PASS_THROUGH_MODULES.contains(&module_type.as_str()) {
                     first.cloned()
                 } else if module_type == "Flatten" {
@@ -196,6 +252,18 @@ pub fn analyse(gm: &GraphModule) -> Result<ChannelGroups> {
                 }
             }
             NodeKind::CallFunction { op } => match op {
+                // A layer that is not a producer has fixed input channels: the last arm pins.
+                Op::Conv(ConvOp::Forward { .. }) | Op::Linear { .. }
+                    if is_producer_op(gm, op, &operands, shape.len())? =>
+                {
+                    let first = input_maps.first().copied().flatten();
+                    Some(produce(&mut groups, &id, first, shape[1]))
+                }
+                Op::Norm(NormOp::BatchNorm { .. })
+                    if !operands.is_empty() && attr_targets(gm, &operands[1..])?.is_some() =>
+                {
+                    follow(&mut groups, &id, input_maps.first().copied().flatten())
+                }
                 Op::Unary(_) | Op::Scalar(_) | Op::Clamp { .. } | Op::Pool(_) | Op::Dropout(_) => {
                     input_maps.first().copied().flatten().cloned()
                 }
@@ -249,7 +317,8 @@ pub fn analyse(gm: &GraphModule) -> Result<ChannelGroups> {
                     None
                 }
             },
-            NodeKind::GetItem { .. } => input_maps.first().copied().flatten().cloned(),
+            // A batch norm op's normalised value; its other outputs are per-channel statistics.
+            NodeKind::GetItem { index: 0 } => input_maps.first().copied().flatten().cloned(),
             _ => {
                 pin_all(&mut groups);
                 None

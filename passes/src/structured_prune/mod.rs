@@ -2,15 +2,19 @@
 //! layers are removed, together with the matching input channels of every consumer, through
 //! batch norm, activations, pooling and flatten; residual adds make their branches drop the same
 //! channels and concatenations shift channel indices (see [`channels`]). The pruned layers are
-//! new, smaller dense modules the graph module owns; the traced model is not changed.
+//! new, smaller dense modules the graph module owns or, for `conv2d`, `linear` and `batch_norm`
+//! ops of graphs traced with modules inlined, new smaller constants their `get_attr` operands
+//! read (see [`ops`]); the traced model is not changed.
 
 pub mod channels;
+mod ops;
 mod rebuild;
 
 use crate::cost::{GraphCost, graph_cost};
 use crate::lookup::module_at;
 use crate::{Changed, Pass, PassError, Result};
 use channels::{ChannelGroups, ChannelMap, analyse};
+use ops::{op_weight, slice_batch_norm_op, slice_layer_op};
 use rebuild::{Keep, sliced_batch_norm, sliced_layer};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -139,14 +143,16 @@ impl StructuredPrune {
     }
 }
 
-/// The weight of the layer called by node `id`, as f64 values.
+/// The weight of the layer node `id` calls (a module) or computes (an op), as f64 values.
 fn layer_weight(gm: &GraphModule, id: &NodeId) -> Result<Vec<f64>> {
-    let NodeKind::CallModule { target, .. } = &gm.graph.node(id)?.kind else {
-        return Err(PassError::Unsupported(format!("{id} is not a module call")));
+    let weight = match &gm.graph.node(id)?.kind {
+        NodeKind::CallModule { target, .. } => gm
+            .get_parameter(&format!("{target}.weight"))
+            .map_err(|e| PassError::Unsupported(format!("{id}: {e}")))?
+            .tensor()
+            .clone(),
+        _ => op_weight(gm, id)?,
     };
-    let weight = gm
-        .get_parameter(&format!("{target}.weight"))
-        .map_err(|e| PassError::Unsupported(format!("{id}: {e}")))?;
     weight
         .detach()
         .to_vec_f64()
@@ -167,8 +173,8 @@ fn kept(map: &ChannelMap, groups: &ChannelGroups, alive: &BTreeMap<usize, Vec<bo
     (keep.len() < map.len()).then_some(keep)
 }
 
-/// Replaces every affected module call by a call of its smaller copy, resizes flattening
-/// reshapes, then re-derives every node's shapes.
+/// Replaces every affected module call by a call of its smaller copy, points every affected op
+/// at smaller constants, resizes flattening reshapes, then re-derives every node's shapes.
 fn rewrite(
     gm: &mut GraphModule,
     groups: &ChannelGroups,
@@ -189,23 +195,35 @@ fn rewrite(
     let order: Vec<NodeId> = gm.graph.nodes().collect();
     for id in &order {
         if let Some((out, input)) = layers.get(id) {
-            replace_module_call(gm, id, "pruned", |target, m| {
-                sliced_layer(target, m, out, input)
-            })?;
+            if is_module_call(gm, id)? {
+                replace_module_call(gm, id, "pruned", |target, m| {
+                    sliced_layer(target, m, out, input)
+                })?;
+            } else {
+                slice_layer_op(gm, id, out, input)?;
+            }
         }
     }
     for (id, map) in &groups.followers {
         if let Some(keep) = kept(map, groups, alive) {
-            replace_module_call(gm, id, "pruned", |target, m| {
-                sliced_batch_norm(target, m, &Some(keep.clone()))
-            })?;
+            if is_module_call(gm, id)? {
+                replace_module_call(gm, id, "pruned", |target, m| {
+                    sliced_batch_norm(target, m, &Some(keep.clone()))
+                })?;
+            } else {
+                slice_batch_norm_op(gm, id, &Some(keep))?;
+            }
         }
     }
     for (id, map) in &groups.reshapes {
         if let Some(keep) = kept(map, groups, alive) {
+            // Each kept channel still spans the input's spatial size (metas are not updated yet).
+            let input = &gm.graph.operands(id)?[0];
+            let spatial: usize = gm.graph.node(input)?.meta[0].shape[2..].iter().product();
             let batch = gm.graph.node(id)?.meta[0].shape[0];
+            let features = keep.len() * spatial;
             gm.graph
-                .set_op(id, Op::View(ViewOp::Reshape(vec![batch, keep.len()])))?;
+                .set_op(id, Op::View(ViewOp::Reshape(vec![batch, features])))?;
         }
     }
     let inputs: Vec<_> = gm
@@ -222,6 +240,13 @@ fn rewrite(
     propagate_shapes(&mut graph, &mut interpreter, &inputs)?;
     gm.graph = graph;
     Ok(())
+}
+
+fn is_module_call(gm: &GraphModule, id: &NodeId) -> Result<bool> {
+    Ok(matches!(
+        gm.graph.node(id)?.kind,
+        NodeKind::CallModule { .. }
+    ))
 }
 
 /// Points the `call_module` node `id` at a new owned module built from the old one, named

@@ -10,12 +10,12 @@ use tessera_tensor::{DType, Tensor};
 /// The channels to keep along one dimension (`None`: all of them).
 pub type Keep = Option<Vec<usize>>;
 
-fn build_error(target: &str, e: impl std::fmt::Display) -> PassError {
+pub(super) fn build_error(target: &str, e: impl std::fmt::Display) -> PassError {
     PassError::Unsupported(format!("pruning {target}: {e}"))
 }
 
 /// `t` restricted to indices `keep` along `dim`.
-fn select(t: &Tensor, dim: isize, keep: &Keep) -> std::result::Result<Tensor, NnError> {
+pub(super) fn select(t: &Tensor, dim: isize, keep: &Keep) -> std::result::Result<Tensor, NnError> {
     let t = t.detach();
     Ok(match keep {
         None => t,
@@ -29,7 +29,11 @@ fn select(t: &Tensor, dim: isize, keep: &Keep) -> std::result::Result<Tensor, Nn
 
 /// The weight `w` (`[out, in, kernel...]`) keeping output channels `out` and input channels
 /// `input`, copied a kernel at a time (index_select twice would gather element by element).
-fn sliced_weight(w: &Tensor, out: &Keep, input: &Keep) -> std::result::Result<Tensor, NnError> {
+pub(super) fn sliced_weight(
+    w: &Tensor,
+    out: &Keep,
+    input: &Keep,
+) -> std::result::Result<Tensor, NnError> {
     let w = w.detach();
     let mut shape = w.shape().to_vec();
     if shape.len() < 2 {

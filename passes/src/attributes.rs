@@ -1,0 +1,63 @@
+//! The tensors `get_attr` nodes read: finding them, and pointing an operand at a new constant
+//! the graph module owns (so that passes never change the traced model's parameters).
+
+use crate::{PassError, Result};
+use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_nn::ModuleExt;
+use tessera_tensor::{Tensor, TensorMeta};
+
+/// The current value of the parameter, buffer or constant `target`.
+pub(crate) fn attribute(gm: &GraphModule, target: &str) -> Result<Tensor> {
+    if let Ok(p) = gm.get_parameter(target) {
+        return Ok(p.tensor().clone());
+    }
+    if let Ok(b) = gm.get_buffer(target) {
+        return Ok(b);
+    }
+    gm.constants.get(target).cloned().ok_or_else(|| {
+        PassError::Unsupported(format!("no parameter, buffer or constant `{target}`"))
+    })
+}
+
+/// The `get_attr` target of `id`, if it is a `get_attr` node.
+pub(crate) fn attr_target(gm: &GraphModule, id: &NodeId) -> Result<Option<String>> {
+    Ok(match &gm.graph.node(id)?.kind {
+        NodeKind::GetAttr { target } => Some(target.clone()),
+        _ => None,
+    })
+}
+
+/// The targets of `operands`, if all are `get_attr` nodes.
+pub(crate) fn attr_targets(gm: &GraphModule, operands: &[NodeId]) -> Result<Option<Vec<String>>> {
+    let mut targets = Vec::new();
+    for o in operands {
+        match attr_target(gm, o)? {
+            Some(t) => targets.push(t),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(targets))
+}
+
+/// Makes operand `position` of `node` read `value` from a new constant named after the old
+/// operand's target with `suffix` (`conv1.weight` -> `conv1_weight_pruned`); the old `get_attr`
+/// is erased when nothing else reads it.
+pub(crate) fn replace_with_constant(
+    gm: &mut GraphModule,
+    node: &NodeId,
+    position: usize,
+    value: Tensor,
+    suffix: &str,
+) -> Result<()> {
+    let old = gm.graph.operands(node)?[position].clone();
+    let base = attr_target(gm, &old)?.unwrap_or_else(|| old.to_string());
+    let name = gm.fresh_name(&format!("{base}_{suffix}"));
+    let meta = TensorMeta::new(value.shape(), value.dtype());
+    gm.constants.insert(name.clone(), value);
+    let new = gm.graph.insert_before(node, |g| g.get_attr(&name, meta))?;
+    gm.graph.set_operand(node, position, &new)?;
+    if gm.graph.users(&old)?.is_empty() && attr_target(gm, &old)?.is_some() {
+        gm.graph.erase(&old)?;
+    }
+    Ok(())
+}
