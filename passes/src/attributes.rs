@@ -39,6 +39,22 @@ pub(crate) fn attr_targets(gm: &GraphModule, operands: &[NodeId]) -> Result<Opti
     Ok(Some(targets))
 }
 
+/// Stores `value` as a new constant of the graph module named `name` (made unique) and reads
+/// it with a `get_attr` node inserted before `before`; returns that node.
+pub(crate) fn insert_constant(
+    gm: &mut GraphModule,
+    name: &str,
+    value: Tensor,
+    before: &NodeId,
+) -> Result<NodeId> {
+    let name = gm.fresh_name(name);
+    let meta = TensorMeta::new(value.shape(), value.dtype());
+    gm.constants.insert(name.clone(), value);
+    Ok(gm
+        .graph
+        .insert_before(before, |g| g.get_attr(&name, meta))?)
+}
+
 /// Makes operand `position` of `node` read `value` from a new constant named after the old
 /// operand's target with `suffix` (`conv1.weight` -> `conv1_weight_pruned`); the old `get_attr`
 /// is erased when nothing else reads it.
@@ -51,10 +67,7 @@ pub(crate) fn replace_with_constant(
 ) -> Result<()> {
     let old = gm.graph.operands(node)?[position].clone();
     let base = attr_target(gm, &old)?.unwrap_or_else(|| old.to_string());
-    let name = gm.fresh_name(&format!("{base}_{suffix}"));
-    let meta = TensorMeta::new(value.shape(), value.dtype());
-    gm.constants.insert(name.clone(), value);
-    let new = gm.graph.insert_before(node, |g| g.get_attr(&name, meta))?;
+    let new = insert_constant(gm, &format!("{base}_{suffix}"), value, node)?;
     gm.graph.set_operand(node, position, &new)?;
     if gm.graph.users(&old)?.is_empty() && attr_target(gm, &old)?.is_some() {
         gm.graph.erase(&old)?;

@@ -3,7 +3,7 @@
 use crate::print::{meta_text, metas_list, node_meta_text};
 use crate::{Graph, NodeKind};
 use petgraph::stable_graph::NodeIndex;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 
 /// One problem found by [`Graph::verify`]; `node` is the printed name (`%relu`), or `graph`
@@ -59,8 +59,6 @@ impl Graph {
                 message,
             })
             .collect();
-        let position: HashMap<NodeIndex<u32>, usize> =
-            self.order.iter().enumerate().map(|(p, i)| (i, p)).collect();
         let mut seen = HashSet::new();
         for i in self.order.iter() {
             let node = &self.graph[i];
@@ -68,7 +66,7 @@ impl Graph {
             if !seen.insert(node.name.as_str()) {
                 problems.push("the name is used by another node".into());
             }
-            problems.extend(self.operand_problems(i, &position));
+            problems.extend(self.operand_problems(i));
             problems.extend(self.kind_problem(i, attributes));
             errors.extend(problems.into_iter().map(|message| VerifyError {
                 node: format!("%{}", node.name),
@@ -109,20 +107,16 @@ impl Graph {
 
     /// Operands used before their definition, and multi-value operands where one tensor is
     /// needed (everywhere but getitem and output).
-    fn operand_problems(
-        &self,
-        i: NodeIndex<u32>,
-        position: &HashMap<NodeIndex<u32>, usize>,
-    ) -> Vec<String> {
+    fn operand_problems(&self, i: NodeIndex<u32>) -> Vec<String> {
         let mut problems = Vec::new();
-        let here = position.get(&i).copied().unwrap_or(0);
+        let here = self.order.key(i).unwrap_or(0);
         let takes_tuples = matches!(
             self.graph[i].kind,
             NodeKind::GetItem { .. } | NodeKind::Output
         );
         for o in self.operand_indices(i) {
             let operand = &self.graph[o];
-            if position.get(&o).is_none_or(|&q| q >= here) {
+            if self.order.key(o).is_none_or(|q| q >= here) {
                 problems.push(format!(
                     "uses %{}, which is not defined before it",
                     operand.name

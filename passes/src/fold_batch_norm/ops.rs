@@ -5,10 +5,10 @@
 
 use super::formula::{BatchNormStats, WeightLayout, fold};
 use crate::Result;
-use crate::attributes::{attr_targets, attribute};
+use crate::attributes::{attr_targets, attribute, insert_constant};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_tensor::Op;
 use tessera_tensor::op::{ConvOp, NormOp};
-use tessera_tensor::{Op, TensorMeta};
 
 /// The producer op with its bias flag replaced by `true`, when it is one folding handles.
 fn with_bias(op: &Op, output_rank: usize) -> Option<Op> {
@@ -104,16 +104,12 @@ pub(super) fn fold_op_pairs(gm: &mut GraphModule) -> Result<bool> {
             .strip_suffix(".weight")
             .unwrap_or(&weight_targets[0])
             .to_string();
-        let w_name = gm.fresh_name(&format!("{stem}_weight_folded"));
-        gm.constants.insert(w_name.clone(), w.clone());
-        let b_name = gm.fresh_name(&format!("{stem}_bias_folded"));
-        gm.constants.insert(b_name.clone(), b.clone());
+        let w = insert_constant(gm, &format!("{stem}_weight_folded"), w, &bn_id)?;
+        let b = insert_constant(gm, &format!("{stem}_bias_folded"), b, &bn_id)?;
         let input = producer_operands[0].clone();
-        let folded = gm.graph.insert_before(&bn_id, |g| {
-            let w = g.get_attr(&w_name, TensorMeta::new(w.shape(), w.dtype()))?;
-            let b = g.get_attr(&b_name, TensorMeta::new(b.shape(), b.dtype()))?;
-            g.call_function(folded_op, &[&input, &w, &b])
-        })?;
+        let folded = gm
+            .graph
+            .insert_before(&bn_id, |g| g.call_function(folded_op, &[&input, &w, &b]))?;
         for user in users {
             gm.graph.replace_all_uses_with(&user, &folded)?;
             gm.graph.erase(&user)?;
