@@ -16,6 +16,22 @@ macro_rules! module_kinds {
         /// and quantized modules (`tessera_nn::quantized`) have a variant each; any other
         /// name is [`ModuleKind::Other`]. [`ModuleKind::from_name`] is the one way from a name
         /// to a kind, so a kind equals another exactly when their names are equal.
+        ///
+        /// ```
+        /// use tessera_nn::{ModuleExt, ModuleKind, layers::Conv2d};
+        ///
+        /// let conv = Conv2d::new(3, 16, 3)?;
+        /// assert_eq!(conv.kind(), ModuleKind::Conv2d);
+        /// assert_eq!(ModuleKind::from_name("Conv2d"), ModuleKind::Conv2d);
+        /// assert!(matches!(ModuleKind::from_name("MyBlock"), ModuleKind::Other(_)));
+        /// # Ok::<(), tessera_nn::NnError>(())
+        /// ```
+        ///
+        /// A misspelt kind does not compile:
+        ///
+        /// ```compile_fail
+        /// let is_conv = |k: &tessera_nn::ModuleKind| matches!(k, tessera_nn::ModuleKind::Conv2D);
+        /// ```
         #[allow(clippy::upper_case_acronyms)]
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum ModuleKind {
