@@ -70,3 +70,31 @@ fn ordinary_shapes_still_work() {
     let t = Tensor::zeros(&[], DType::I32).unwrap();
     assert_eq!(t.numel(), 1);
 }
+
+#[test]
+fn pooling_meta_costs_nothing_per_element() {
+    use tessera_tensor::op::{Pool2dParams, PoolOp};
+    // Tracing SmallCnn on [1, 3, 2^32, 2^32] used to allocate 2^32 windows (or panic with
+    // "capacity overflow") before any shape was checked.
+    let params = Pool2dParams {
+        kernel: [2, 2],
+        stride: [2, 2],
+        padding: [0, 0],
+        dilation: [1, 1],
+        ceil_mode: false,
+    };
+    let x = TensorMeta::new(&[1, 1, 1 << 32, 1 << 32], DType::F32);
+    let out = Op::Pool(PoolOp::MaxPool2d(params)).meta(std::slice::from_ref(&x));
+    assert!(is_overflow(&out.unwrap_err()));
+    let adaptive = Op::Pool(PoolOp::AdaptiveAvgPool2d {
+        output_size: [1, 1],
+    });
+    let out = adaptive.meta(&[x]).unwrap();
+    assert_eq!(out[0].shape, vec![1, 1, 1, 1]);
+    // Sizes past any real plane are refused before arithmetic can overflow.
+    let big = TensorMeta::new(&[1, 1, usize::MAX, 4], DType::F32);
+    let e = Op::Pool(PoolOp::MaxPool2d(params))
+        .meta(&[big])
+        .unwrap_err();
+    assert!(e.to_string().contains("larger than 2^40"), "{e}");
+}
