@@ -109,9 +109,9 @@ pub(crate) fn parse_block(lx: &mut Lexer) -> Result<Attr, ParseError> {
     lx.expect("{")?;
     lx.skip_spaces();
     let value = if lx.peek() == Some('}') || starts_entry(lx) {
-        Attr::Object(parse_entries(lx)?)
+        Attr::Object(parse_entries(lx, 1)?)
     } else {
-        parse_value(lx)?
+        parse_nested(lx, 1)?
     };
     lx.expect("}")?;
     Ok(value)
@@ -123,7 +123,7 @@ fn starts_entry(lx: &Lexer) -> bool {
     parse_key(&mut probe).is_ok() && probe.eat(":")
 }
 
-fn parse_entries(lx: &mut Lexer) -> Result<Map, ParseError> {
+fn parse_entries(lx: &mut Lexer, depth: usize) -> Result<Map, ParseError> {
     let mut map = Map::new();
     lx.skip_spaces();
     if lx.peek() == Some('}') {
@@ -132,7 +132,7 @@ fn parse_entries(lx: &mut Lexer) -> Result<Map, ParseError> {
     loop {
         let key = parse_key(lx)?;
         lx.expect(":")?;
-        let value = parse_value(lx)?;
+        let value = parse_nested(lx, depth)?;
         map.push((key, value));
         if !lx.eat(",") {
             return Ok(map);
@@ -162,14 +162,29 @@ fn parse_quoted(lx: &mut Lexer) -> Result<String, ParseError> {
     }
 }
 
+/// How deeply attribute values may nest. Op attributes nest two or three levels; the limit
+/// keeps hostile text (`[[[[...`) from exhausting the stack.
+pub(crate) const MAX_DEPTH: usize = 64;
+
 /// Reads one value.
 pub(crate) fn parse_value(lx: &mut Lexer) -> Result<Attr, ParseError> {
+    parse_nested(lx, 0)
+}
+
+/// Reads one value `depth` levels inside others.
+fn parse_nested(lx: &mut Lexer, depth: usize) -> Result<Attr, ParseError> {
     lx.skip_spaces();
     let start = lx.position();
+    if depth >= MAX_DEPTH && matches!(lx.peek(), Some('{' | '[')) {
+        return Err(lx.error_at(
+            start,
+            format!("attribute values nest more than {MAX_DEPTH} levels deep"),
+        ));
+    }
     match lx.peek() {
         Some('{') => {
             lx.bump();
-            let map = parse_entries(lx)?;
+            let map = parse_entries(lx, depth + 1)?;
             lx.expect("}")?;
             Ok(Attr::Object(map))
         }
@@ -178,7 +193,7 @@ pub(crate) fn parse_value(lx: &mut Lexer) -> Result<Attr, ParseError> {
             let mut items = Vec::new();
             if !lx.eat("]") {
                 loop {
-                    items.push(parse_value(lx)?);
+                    items.push(parse_nested(lx, depth + 1)?);
                     if !lx.eat(",") {
                         break;
                     }

@@ -183,8 +183,14 @@ impl Op {
     }
 
     /// Output shapes and dtypes for inputs of these shapes and dtypes.
+    /// Every output's byte size is checked to fit in memory's address range, so a huge or
+    /// overflowing shape is an error here, never a wrapped count in a kernel.
     pub fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
-        delegate!(self, d => d.meta(inputs))
+        let outputs = delegate!(self, d => d.meta(inputs))?;
+        for out in &outputs {
+            crate::size::checked_len(&self.name(), &out.shape, out.dtype)?;
+        }
+        Ok(outputs)
     }
 
     pub(crate) fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
