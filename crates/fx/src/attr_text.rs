@@ -22,11 +22,10 @@ pub(crate) enum Attr {
 type Map = Vec<(String, Attr)>;
 
 impl Attr {
-    /// The serde value of a type, with fields in declaration order.
-    pub(crate) fn of<T: serde::Serialize>(value: &T) -> serde_json::Result<Attr> {
-        let json = serde_json::to_string(value)?;
-        let mut lx = Lexer::new(&json, 1);
-        parse_value(&mut lx).map_err(|e| serde::ser::Error::custom(e.to_string()))
+    /// The value of JSON text, with fields in the order written.
+    pub(crate) fn from_json_text(json: &str) -> Result<Attr, ParseError> {
+        let mut lx = Lexer::new(json, 1);
+        parse_value(&mut lx)
     }
 
     /// As a serde_json value, to deserialize from or compare regardless of key order.

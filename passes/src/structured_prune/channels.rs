@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use tessera_fx::{GraphModule, NodeId, NodeKind};
 use tessera_nn::{Module, ModuleExt, ModuleKind};
 use tessera_tensor::Op;
-use tessera_tensor::op::{BinaryOp, ConvOp, IndexOp, NormOp, ViewOp};
+use tessera_tensor::op::{BinaryOp, ConvOp, IndexOp, NormOp, OpKind, ViewOp};
 
 /// For each channel of a value: `(group, channel of the group)`, or `None` for a channel no
 /// prunable layer produced.
@@ -256,7 +256,8 @@ pub fn analyse(gm: &GraphModule) -> Result<ChannelGroups> {
                 {
                     follow(&mut groups, &id, input_maps.first().copied().flatten())
                 }
-                Op::Unary(_) | Op::Scalar(_) | Op::Clamp { .. } | Op::Pool(_) | Op::Dropout(_) => {
+                // Elementwise functions of one tensor and pooling keep the channels.
+                op if matches!(op.kind(), OpKind::ElementwiseUnary | OpKind::Pooling) => {
                     input_maps.first().copied().flatten().cloned()
                 }
                 Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div) => {

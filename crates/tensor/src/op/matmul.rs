@@ -1,7 +1,7 @@
 //! Matrix products on the `gemm` crate: `matmul` with PyTorch's 1-D, batching and broadcasting
 //! rules, and `linear` (`x @ w^T + b`) with the bias folded into the GEMM's destination.
 
-use super::{BackwardCtx, OpDef, expect_inputs};
+use super::{BackwardCtx, OpDef, OpKind, expect_inputs};
 use crate::cpu::{float_dispatch, offset_of, tensor_from};
 use crate::layout::{Layout, broadcast_layout, broadcast_shapes};
 use crate::storage::StorageElement;
@@ -244,6 +244,14 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
 pub(crate) struct MatmulOp;
 
 impl OpDef for MatmulOp {
+    fn attributes(&self) -> Option<String> {
+        None
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Gemm
+    }
+
     fn name(&self) -> String {
         "matmul".into()
     }
@@ -327,7 +335,7 @@ pub(crate) fn add_bias_rows<T: Float>(out: &mut [T], bias: &[T]) {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct LinearOp {
     pub(crate) bias: bool,
 }
@@ -376,6 +384,14 @@ fn linear_kernel<T: Float + StorageElement>(
 }
 
 impl OpDef for LinearOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::struct_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Gemm
+    }
+
     fn name(&self) -> String {
         "linear".into()
     }

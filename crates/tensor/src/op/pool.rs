@@ -5,7 +5,7 @@
 
 mod windows;
 
-use super::{BackwardCtx, Op, OpDef, expect_float};
+use super::{BackwardCtx, Op, OpDef, OpKind, expect_float};
 use crate::cpu::{float_dispatch, tensor_from};
 use crate::{DType, Result, Tensor, TensorError, TensorMeta};
 use windows::{Planes, Window};
@@ -311,6 +311,14 @@ fn expect_grad_plane(op: &str, grad_out: &[usize], plane: [usize; 2]) -> Result<
 }
 
 impl OpDef for PoolOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::variant_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Pooling
+    }
+
     fn name(&self) -> String {
         match self {
             PoolOp::MaxPool2d(_) => "max_pool2d_with_indices",
