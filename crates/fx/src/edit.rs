@@ -11,6 +11,9 @@ use std::collections::{HashMap, HashSet};
 /// Maps nodes of a source graph to the nodes that stand for them in the graph being built.
 pub type ValueMap = HashMap<NodeId, NodeId>;
 
+/// A node to copy: its id, the node, and its operands' ids with their printed names.
+type Snapshot = (NodeId, Node, Vec<(NodeId, String)>);
+
 impl Graph {
     /// Runs `build` with new nodes inserted just before `node`, in the order `build` adds them
     /// (FX's `with graph.inserting_before(node)`).
@@ -82,7 +85,7 @@ impl Graph {
         let users = self.user_indices(i);
         if !users.is_empty() {
             return Err(FxError::EraseWithUsers {
-                node: node.to_string(),
+                node: self.display(node),
                 users: users
                     .into_iter()
                     .map(|u| format!("%{}", self.graph[u].name))
@@ -97,9 +100,10 @@ impl Graph {
             .graph
             .remove_node(i)
             .ok_or_else(|| FxError::UnknownNode {
-                node: node.to_string(),
+                node: format!("node #{}", i.index()),
             })?;
         self.names.remove(&removed.name);
+        self.clear_stamp(i);
         Ok(removed)
     }
 
@@ -133,15 +137,15 @@ impl Graph {
                     .get(&o)
                     .cloned()
                     .ok_or_else(|| FxError::UnmappedOperand {
-                        node: output.to_string(),
-                        operand: o.to_string(),
+                        node: other.display(&output),
+                        operand: other.display(&o),
                     })
             })
             .collect()
     }
 
     /// The nodes (in node order), their contents and operands, detached from the graph.
-    fn snapshot(&self, nodes: &[NodeId]) -> Result<Vec<(NodeId, Node, Vec<NodeId>)>> {
+    fn snapshot(&self, nodes: &[NodeId]) -> Result<Vec<Snapshot>> {
         let chosen: HashSet<NodeIndex<u32>> = self
             .indices(&nodes.iter().collect::<Vec<_>>())?
             .into_iter()
@@ -151,7 +155,10 @@ impl Graph {
             .iter()
             .filter(|i| chosen.contains(i))
             .map(|i| {
-                let operands = self.operand_indices(i).into_iter().map(|o| self.id(o));
+                let operands = self
+                    .operand_indices(i)
+                    .into_iter()
+                    .map(|o| (self.id(o), format!("%{}", self.graph[o].name)));
                 (self.id(i), self.graph[i].clone(), operands.collect())
             })
             .collect())
@@ -159,17 +166,17 @@ impl Graph {
 
     fn copy_nodes(
         &mut self,
-        snapshot: Vec<(NodeId, Node, Vec<NodeId>)>,
+        snapshot: Vec<Snapshot>,
         value_map: &mut ValueMap,
     ) -> Result<Vec<NodeId>> {
         let mut copies = Vec::with_capacity(snapshot.len());
         for (original, node, operands) in snapshot {
             let operands = operands
                 .iter()
-                .map(|o| {
+                .map(|(o, operand_name)| {
                     let mapped = value_map.get(o).ok_or_else(|| FxError::UnmappedOperand {
-                        node: original.to_string(),
-                        operand: o.to_string(),
+                        node: format!("%{}", node.name),
+                        operand: operand_name.clone(),
                     })?;
                     self.index(mapped)
                 })

@@ -185,7 +185,7 @@ pub fn replace_pattern_with_filter(
                     .get(p)
                     .cloned()
                     .ok_or_else(|| FxError::UnknownNode {
-                        node: p.to_string(),
+                        node: format!("placeholder #{}", p.index.index()),
                     })
             })
             .collect::<Result<_>>()?;
@@ -202,7 +202,7 @@ pub fn replace_pattern_with_filter(
                     .iter()
                     .map(|o| {
                         map.get(o).cloned().ok_or_else(|| FxError::UnknownNode {
-                            node: o.to_string(),
+                            node: replacement.display(o),
                         })
                     })
                     .collect::<Result<_>>()?;
@@ -214,7 +214,7 @@ pub fn replace_pattern_with_filter(
                             .into_iter()
                             .next()
                             .ok_or_else(|| FxError::UnknownNode {
-                                node: id.to_string(),
+                                node: replacement.display(&id),
                             });
                     }
                     NodeKind::CallFunction { op } => g.call_function(op.clone(), &refs)?,

@@ -71,7 +71,7 @@ pub fn transform(graph: &Graph, transformer: &mut dyn Transformer) -> Result<Gra
             .iter()
             .map(|o| {
                 map.get(o).cloned().ok_or_else(|| FxError::UnknownNode {
-                    node: o.to_string(),
+                    node: graph.display(o),
                 })
             })
             .collect::<Result<_>>()?;

@@ -35,8 +35,9 @@ fn inline_one(
     node: &NodeId,
     target: &str,
 ) -> Result<()> {
+    let shown = traced.graph.display(node);
     let fail = |reason: String| FxError::Trace {
-        reason: format!("inlining {node} ({target}): {reason}"),
+        reason: format!("inlining {shown} ({target}): {reason}"),
     };
     let module = root
         .get_submodule(target)
@@ -87,7 +88,7 @@ fn splice(g: &mut Graph, sub: &Graph, input: &NodeId, prefix: &str) -> Result<No
             .iter()
             .map(|o| {
                 map.get(o).cloned().ok_or_else(|| FxError::UnknownNode {
-                    node: o.to_string(),
+                    node: sub.display(o),
                 })
             })
             .collect::<Result<_>>()?;
@@ -109,7 +110,7 @@ fn splice(g: &mut Graph, sub: &Graph, input: &NodeId, prefix: &str) -> Result<No
                     .into_iter()
                     .next()
                     .ok_or_else(|| FxError::UnknownNode {
-                        node: id.to_string(),
+                        node: sub.display(&id),
                     });
             }
         };
