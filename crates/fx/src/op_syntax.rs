@@ -107,9 +107,9 @@ impl OpText {
 
 /// The text of an op; a `Custom` op has none.
 pub(crate) fn split_op(op: &Op) -> Result<OpText> {
-    let value = Attr::of(op).map_err(|e| FxError::Unserializable {
+    let value = Attr::of(op).map_err(|source| FxError::Unserializable {
         op: op.name(),
-        reason: e.to_string(),
+        source,
     })?;
     let attrs = paths()
         .filter_map(|path| strip(&value, &path))

@@ -1,6 +1,7 @@
 //! The one error type of `tessera-nn`: every failure names the module path, the key or the
 //! file involved.
 
+use crate::checkpoint::CheckpointError;
 use tessera_tensor::TensorError;
 
 /// Everything that can go wrong in module, optimizer and checkpoint code.
@@ -29,10 +30,15 @@ pub enum NnError {
     #[error("{0}")]
     Invalid(String),
 
-    /// A checkpoint file that cannot be read or written.
-    #[error("{path}: {reason}")]
-    Checkpoint { path: String, reason: String },
+    /// A checkpoint file that cannot be read or written; `source` says what is wrong.
+    #[error("{path}: {source}")]
+    Checkpoint {
+        path: String,
+        #[source]
+        source: CheckpointError,
+    },
 
+    /// Reading or writing the file `path` failed.
     #[error("{path}: {source}")]
     Io {
         path: String,
