@@ -31,7 +31,14 @@ fn json_error(path: &Path) -> impl FnOnce(serde_json::Error) -> FxError + '_ {
 }
 
 fn weights_error(path: &Path) -> impl FnOnce(tessera_nn::NnError) -> FxError + '_ {
-    move |source| artifact_error(path, ArtifactError::Weights { source })
+    move |source| {
+        artifact_error(
+            path,
+            ArtifactError::Weights {
+                source: Box::new(source),
+            },
+        )
+    }
 }
 
 /// Writes `graph.json` and `weights.safetensors` into the folder `dir` (created if needed).

@@ -112,7 +112,7 @@ pub enum RunError {
     NoSubmodule {
         target: String,
         #[source]
-        source: NnError,
+        source: Box<NnError>,
     },
     /// A called module that does not map one tensor to one tensor.
     #[error("{module_type} at `{target}` does not map one tensor to one tensor")]
@@ -124,13 +124,13 @@ pub enum RunError {
     #[error("{source}")]
     Module {
         #[source]
-        source: NnError,
+        source: Box<NnError>,
     },
     /// The op failed on these tensors.
     #[error("{source}")]
     Op {
         #[source]
-        source: TensorError,
+        source: Box<TensorError>,
     },
     /// A getitem past the values its operand yielded.
     #[error("no value {index}")]
@@ -174,7 +174,7 @@ pub enum ArtifactError {
     #[error("{source}")]
     Weights {
         #[source]
-        source: NnError,
+        source: Box<NnError>,
     },
     /// The loaded graph fails verification against itself and its weights (wrong shapes, a
     /// cycle, no output, a get_attr of a missing weight or of one of another shape or dtype).
@@ -194,7 +194,7 @@ pub enum TraceError {
     #[error("{source}")]
     Forward {
         #[source]
-        source: NnError,
+        source: Box<NnError>,
     },
     /// A tensor that reached the graph without being produced by the traced forward.
     #[error("a traced tensor of shape {shape:?} was not produced by the traced forward")]
@@ -223,7 +223,7 @@ pub enum InlineError {
     #[error("{source}")]
     NoSubmodule {
         #[source]
-        source: NnError,
+        source: Box<NnError>,
     },
     /// The module does not map one tensor to one tensor.
     #[error("the module does not map one tensor to one tensor")]

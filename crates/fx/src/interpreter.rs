@@ -51,7 +51,7 @@ pub trait Interpreter {
             .get_submodule(target)
             .map_err(|source| RunError::NoSubmodule {
                 target: target.into(),
-                source,
+                source: Box::new(source),
             })?;
         let layer = module.as_layer().ok_or_else(|| RunError::NotALayer {
             target: target.into(),
@@ -59,9 +59,9 @@ pub trait Interpreter {
         })?;
         let [x] =
             <[Tensor; 1]>::try_from(args).map_err(|a| RunError::OperandCount { count: a.len() })?;
-        let y = layer
-            .call(x)
-            .map_err(|source| RunError::Module { source })?;
+        let y = layer.call(x).map_err(|source| RunError::Module {
+            source: Box::new(source),
+        })?;
         Ok(vec![y])
     }
 
@@ -72,7 +72,9 @@ pub trait Interpreter {
         args: Vec<Tensor>,
     ) -> Result<Vec<Tensor>, RunError> {
         let refs: Vec<&Tensor> = args.iter().collect();
-        op.apply(&refs).map_err(|source| RunError::Op { source })
+        op.apply(&refs).map_err(|source| RunError::Op {
+            source: Box::new(source),
+        })
     }
 }
 

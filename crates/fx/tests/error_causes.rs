@@ -8,8 +8,8 @@ use tessera_fx::interpreter::{GraphInterpreter, Interpreter};
 use tessera_fx::rewrite::replace_pattern;
 use tessera_fx::trace::{LeafPolicy, TracedGraph, inline, trace};
 use tessera_fx::{ArtifactError, FxError, Graph, InlineError, PatternError, RunError, TraceError};
+use tessera_nn::ReLU;
 use tessera_nn::models::SmallCnn;
-use tessera_nn::{NnError, ReLU};
 use tessera_tensor::{DType, Tensor, TensorError, TensorMeta};
 
 /// Runs `text` (a graph reading no weights) on `inputs`.
@@ -36,13 +36,13 @@ fn a_failing_op_is_a_run_error_naming_the_node_with_the_tensor_error_as_source()
     let err = run_text(ADD, &[zeros(&[2, 3]), zeros(&[4, 5])]).unwrap_err();
     let FxError::Run {
         node,
-        source:
-            RunError::Op {
-                source: TensorError::ShapeMismatch { op, lhs, rhs, .. },
-            },
+        source: RunError::Op { source },
     } = &err
     else {
         panic!("expected a run error of the add op, got {err:?}");
+    };
+    let TensorError::ShapeMismatch { op, lhs, rhs, .. } = source.as_ref() else {
+        panic!("expected a shape mismatch, got {source:?}");
     };
     assert_eq!(node, "%add = call_function[add](%x, %y)");
     assert_eq!((op.as_str(), lhs, rhs), ("add", &vec![2, 3], &vec![4, 5]));
@@ -130,11 +130,15 @@ fn a_shape_error_while_tracing_keeps_the_module_error() {
     );
     let text = err.to_string();
     assert!(text.starts_with("trace: conv1"), "{text}");
-    let nn_error = err
-        .source()
-        .and_then(|e| e.source())
-        .and_then(|e| e.downcast_ref::<NnError>());
-    assert!(nn_error.is_some(), "the module error is the cause: {err:?}");
+    // The chain reaches the conv's own shape error: trace -> module (conv1) -> tensor op.
+    let chain = std::iter::successors(err.source(), |&e| e.source());
+    let shape_error = chain
+        .filter_map(|e| e.downcast_ref::<TensorError>())
+        .find(|e| matches!(e, TensorError::ShapeMismatch { op, .. } if op == "conv2d"));
+    assert!(
+        shape_error.is_some(),
+        "the conv's shape error is the cause: {err:?}"
+    );
 }
 
 #[test]

@@ -35,7 +35,7 @@ pub enum NnError {
     Checkpoint {
         path: String,
         #[source]
-        source: CheckpointError,
+        source: Box<CheckpointError>,
     },
 
     /// Reading or writing the file `path` failed.

@@ -61,7 +61,7 @@ fn refused(dir: &Path, bytes: &[u8]) -> CheckpointError {
         Ok(_) => panic!("a damaged checkpoint loaded"),
         Err(NnError::Checkpoint { path, source }) => {
             assert!(path.ends_with("x.pt"), "{path}");
-            source
+            *source
         }
         Err(other) => panic!("expected a checkpoint error, got {other:?}"),
     }
@@ -152,7 +152,7 @@ fn safetensors_refused(
     std::fs::write(&path, safetensors::serialize(tensors, metadata).unwrap()).unwrap();
     match load_safetensors(&path) {
         Ok(_) => panic!("a bad safetensors file loaded"),
-        Err(NnError::Checkpoint { source, .. }) => source,
+        Err(NnError::Checkpoint { source, .. }) => *source,
         Err(other) => panic!("expected a checkpoint error, got {other:?}"),
     }
 }
@@ -189,13 +189,8 @@ fn safetensors_problems_are_typed() {
     std::fs::write(&path, b"\xff\xff\xff\xff\xff\xff\xff\xffgarbage").unwrap();
     let err = load_safetensors(&path).unwrap_err();
     assert!(
-        matches!(
-            err,
-            NnError::Checkpoint {
-                source: CheckpointError::Safetensors { .. },
-                ..
-            }
-        ),
+        matches!(&err, NnError::Checkpoint { source, .. }
+            if matches!(**source, CheckpointError::Safetensors { .. })),
         "{err:?}"
     );
     // The chain: NnError -> CheckpointError -> safetensors' own error.

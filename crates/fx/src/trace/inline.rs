@@ -42,9 +42,11 @@ fn inline_one(
             source,
         },
     };
-    let module = root
-        .get_submodule(target)
-        .map_err(|source| fail(InlineError::NoSubmodule { source }))?;
+    let module = root.get_submodule(target).map_err(|source| {
+        fail(InlineError::NoSubmodule {
+            source: Box::new(source),
+        })
+    })?;
     let layer = module
         .as_layer()
         .ok_or_else(|| fail(InlineError::NotALayer))?;

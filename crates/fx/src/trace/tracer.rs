@@ -87,7 +87,9 @@ pub fn trace_with(
         })
     })
     .map_err(|source| FxError::Trace {
-        source: TraceError::Forward { source },
+        source: TraceError::Forward {
+            source: Box::new(source),
+        },
     })?;
 
     let mut state = recording.state.lock().unwrap_or_else(|e| e.into_inner());

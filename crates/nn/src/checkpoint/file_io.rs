@@ -10,7 +10,7 @@ use super::CheckpointError;
 pub(crate) fn checkpoint_error(path: &Path, source: CheckpointError) -> NnError {
     NnError::Checkpoint {
         path: path.display().to_string(),
-        source,
+        source: Box::new(source),
     }
 }
 
