@@ -8,8 +8,8 @@ use tessera_fx::interpreter::{GraphInterpreter, Interpreter};
 use tessera_fx::rewrite::replace_pattern;
 use tessera_fx::trace::{LeafPolicy, TracedGraph, inline, trace};
 use tessera_fx::{ArtifactError, FxError, Graph, InlineError, PatternError, RunError, TraceError};
-use tessera_nn::ReLU;
 use tessera_nn::models::SmallCnn;
+use tessera_nn::{Call, ReLU};
 use tessera_tensor::{DType, Tensor, TensorError, TensorMeta};
 
 /// Runs `text` (a graph reading no weights) on `inputs`.
@@ -204,4 +204,30 @@ fn a_missing_artifact_is_an_io_error_naming_the_file() {
     assert!(path.ends_with("graph.json"), "{path}");
     assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
     assert!(err.source().is_some());
+}
+
+#[test]
+fn a_graph_module_that_fails_keeps_the_graph_error_whole() {
+    let cnn = std::sync::Arc::new(SmallCnn::new().unwrap());
+    let traced = trace(
+        cnn.as_ref(),
+        TensorMeta::new([1, 3, 16, 16], DType::F32),
+        LeafPolicy::default(),
+    )
+    .unwrap();
+    let gm = tessera_fx::GraphModule::new(cnn, traced);
+    let err = gm.call(zeros(&[1, 4, 16, 16])).unwrap_err();
+    let tessera_nn::NnError::Graph(source) = &err else {
+        panic!("expected the graph error, got {err:?}");
+    };
+    let fx = source.downcast_ref::<FxError>().expect("an FxError");
+    assert!(
+        matches!(fx, FxError::Run { node, source: RunError::Module { .. } }
+            if node == "%conv1 = call_module[conv1](%x)"),
+        "{fx:?}"
+    );
+    assert!(
+        err.to_string().starts_with("while executing %conv1"),
+        "{err}"
+    );
 }

@@ -38,6 +38,11 @@ pub enum NnError {
         source: Box<CheckpointError>,
     },
 
+    /// An error of a crate built on this one, kept whole: running a `GraphModule` gives the
+    /// graph crate's `FxError` here; downcast `source()` to it to match on what went wrong.
+    #[error("{0}")]
+    Graph(#[source] Box<dyn std::error::Error + Send + Sync>),
+
     /// Reading or writing the file `path` failed.
     #[error("{path}: {source}")]
     Io {
