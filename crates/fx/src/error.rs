@@ -3,7 +3,7 @@
 
 use crate::parse::ParseError;
 use crate::verify::VerifyErrors;
-use tessera_nn::NnError;
+use tessera_nn::{ModuleKind, NnError};
 use tessera_tensor::TensorError;
 
 /// Everything that can go wrong while building, editing, printing or parsing a graph.
@@ -45,6 +45,14 @@ pub enum FxError {
     /// A module repr that cannot be printed on one line and parsed back.
     #[error("module repr of {target} cannot be printed and parsed back: {repr:?}")]
     InvalidModuleRepr { target: String, repr: String },
+    /// A module repr that names another kind than the module called, so the printed graph
+    /// would parse back a different kind.
+    #[error("module repr of {target} does not start with its kind {kind}: {repr:?}")]
+    ModuleKindMismatch {
+        target: String,
+        kind: ModuleKind,
+        repr: String,
+    },
     /// A qualified attribute or module path that is not dotted identifiers.
     #[error("invalid qualified path {path:?}: expected dotted identifiers like `layer1.0.conv`")]
     InvalidPath { path: String },
@@ -90,12 +98,16 @@ pub enum FxError {
     /// A rewrite whose pattern or replacement graph cannot be used.
     #[error("rewrite: {problem}")]
     Pattern { problem: PatternError },
-    /// An op that cannot be written as text or serialized (a user-defined `Custom` op).
+    /// An op that cannot be written as text or serialized (a user-defined `Custom` op that
+    /// is not registered).
+    #[error("op {op} cannot be serialized: a custom op that is not registered has no text form")]
+    Unserializable { op: String },
+    /// An op whose attributes, as its definition writes them, do not read as attribute text.
     #[error("op {op} cannot be serialized: {source}")]
-    Unserializable {
+    AttributeText {
         op: String,
         #[source]
-        source: serde_json::Error,
+        source: ParseError,
     },
 }
 

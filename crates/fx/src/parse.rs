@@ -2,7 +2,7 @@
 //! print is the identity; syntax errors give the line and column, and the graph read is
 //! verified, so hand-written text with a wrong shape or a cycle is an error here.
 
-use crate::graph::module_type_of;
+use crate::graph::module_kind_of_repr;
 use crate::lexer::Lexer;
 use crate::op_syntax::read_op;
 use crate::{FxError, Graph, NodeKind};
@@ -130,11 +130,11 @@ fn parse_line(lx: &mut Lexer) -> Result<Entry, ParseError> {
             lx.skip_spaces();
             let repr_at = lx.position();
             let module_repr = lx.balanced_until_bracket()?.to_string();
-            let module_type = module_type_of(&module_repr)
+            let module_kind = module_kind_of_repr(&module_repr)
                 .ok_or_else(|| lx.error_at(repr_at, "expected a module repr like `Conv2d(...)`"))?;
             let kind = NodeKind::CallModule {
                 target,
-                module_type,
+                kind: module_kind,
                 module_repr,
             };
             (kind, true)

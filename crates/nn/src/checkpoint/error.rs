@@ -50,6 +50,13 @@ pub enum CheckpointError {
     /// A record shorter than its zip entry claims.
     #[error("record {name} is truncated: {read} of {size} bytes")]
     TruncatedRecord { name: String, read: u64, size: u64 },
+    /// A record whose bytes do not match the CRC-32 the archive records (a flipped bit).
+    #[error("record {name}: bad CRC-32 ({actual:08x}, the archive says {expected:08x})")]
+    Crc {
+        name: String,
+        actual: u32,
+        expected: u32,
+    },
     /// Reading a record's bytes failed.
     #[error("record {name}: {source}")]
     Io {

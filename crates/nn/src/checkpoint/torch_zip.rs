@@ -108,7 +108,8 @@ fn open(path: &Path) -> Result<(Pickle, ZipStorages)> {
     ))
 }
 
-/// The bytes of entry `name`, refusing compressed entries and sizes the file cannot hold.
+/// The bytes of entry `name`, refusing compressed entries, sizes the file cannot hold and
+/// contents whose CRC-32 differs from the archive's.
 fn read_record<R: Read + Seek>(
     archive: &mut ZipArchive<R>,
     name: &str,
@@ -124,6 +125,7 @@ fn read_record<R: Read + Seek>(
         return Err(CheckpointError::CompressedRecord { name: name.into() });
     }
     let size = entry.size();
+    let expected_crc = entry.crc32();
     if size > file_len {
         return Err(CheckpointError::RecordTooLarge {
             name: name.into(),
@@ -144,6 +146,16 @@ fn read_record<R: Read + Seek>(
             name: name.into(),
             read: bytes.len() as u64,
             size,
+        });
+    }
+    // Reading exactly `size` bytes stops before the zip reader's own check at end of entry, so
+    // the checksum is compared here: a flipped bit is an error, as in Python's zipfile.
+    let actual = crc32fast::hash(&bytes);
+    if actual != expected_crc {
+        return Err(CheckpointError::Crc {
+            name: name.into(),
+            actual,
+            expected: expected_crc,
         });
     }
     Ok(bytes)
