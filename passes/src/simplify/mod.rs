@@ -100,7 +100,7 @@ fn leaf_facts(gm: &GraphModule, leaves: &[NodeId]) -> Result<Vec<LeafFacts>> {
         .map(|id| {
             let node = gm.graph.node(id)?;
             let meta = node.meta.first().cloned().ok_or_else(|| {
-                PassError::Unsupported(format!("simplify: leaf {id} has no value"))
+                PassError::Unsupported(format!("simplify: leaf %{} has no value", node.name))
             })?;
             let fill = match &node.kind {
                 // Parameters and buffers shadow constants of the same name, as in the
@@ -166,12 +166,13 @@ impl Simplify {
                 .iter()
                 .map(|o| class_of.get(o).copied())
                 .collect::<Option<Vec<Id>>>()
-                .ok_or_else(|| PassError::Unsupported(format!("simplify: {id} out of order")))?;
+                .ok_or_else(|| PassError::Unsupported(format!("simplify: {} out of order", gm.graph.display(id))))?;
             let class = add_op(&mut runner.egraph, op, &operands)
-                .ok_or_else(|| PassError::Unsupported(format!("simplify: cannot express {id}")))?;
+                .ok_or_else(|| PassError::Unsupported(format!("simplify: cannot express %{}", node.name)))?;
             if runner.egraph[class].data.meta.as_ref() != node.meta.first() {
                 return Err(PassError::Unsupported(format!(
-                    "simplify: the shape analysis disagrees with the meta of {id}"
+                    "simplify: the shape analysis disagrees with the meta of %{}",
+                    node.name
                 )));
             }
             let enodes = &runner.egraph[class].nodes;
@@ -183,7 +184,7 @@ impl Simplify {
             return Err(PassError::Unsupported(format!(
                 "simplify: a rule equated values of different shapes or constants in the region \
                  at {}",
-                region.nodes[0]
+                gm.graph.display(&region.nodes[0])
             )));
         }
         for iteration in &runner.iterations {
@@ -195,7 +196,7 @@ impl Simplify {
         let rewritten =
             writeback::write_back(&mut gm.graph, region, &runner.egraph, &class_of, cost)?;
         Ok(RegionReport {
-            first: region.nodes[0].name().to_string(),
+            first: gm.graph.name(&region.nodes[0])?.to_string(),
             nodes: region.nodes.len(),
             leaves: region.leaves.len(),
             roots: region.roots.len(),
