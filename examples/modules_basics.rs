@@ -22,7 +22,7 @@ fn section(title: &str) {
     println!("\n===== {title} =====");
 }
 
-fn main() -> Result<()> {
+pub(crate) fn main() -> Result<()> {
     manual_seed(0);
 
     section("A Simple Custom Module");

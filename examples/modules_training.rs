@@ -92,7 +92,7 @@ fn section(title: &str) {
     println!("\n===== {title} =====");
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) fn main() -> Result<(), Box<dyn std::error::Error>> {
     manual_seed(0);
 
     section("Neural Network Training with Modules");
