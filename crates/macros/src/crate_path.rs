@@ -7,10 +7,11 @@ use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::Ident;
 
-/// The path of `tessera-nn` as seen from the crate being compiled: `::tessera_nn` (or its
-/// renamed name) when that crate depends on `tessera-nn`, `::tessera::nn` when it depends on
-/// the facade alone, and `::tessera_nn` when neither is found (tessera-nn itself, which
-/// declares `extern crate self as tessera_nn`, or a build without Cargo manifests).
+/// The path of `tessera-nn` as seen from the crate being compiled: `::tessera_nn` (or the
+/// name it was renamed to) when that crate depends on `tessera-nn`, `::tessera::nn` (or the
+/// facade's renamed name) when it depends on the facade alone. Inside tessera-nn itself,
+/// which declares `extern crate self as tessera_nn`, and when no manifest can be read (a
+/// build without Cargo), it is `::tessera_nn`.
 pub fn nn_path() -> TokenStream {
     match crate_name("tessera-nn") {
         Ok(FoundCrate::Name(name)) => return absolute(&name),
