@@ -24,6 +24,7 @@ pub mod layout;
 mod methods;
 pub mod op;
 mod random;
+pub mod size;
 pub mod storage;
 mod tensor;
 mod threads;

@@ -49,8 +49,9 @@ impl TensorMeta {
         }
     }
 
+    /// The element count, saturating at `usize::MAX` for shapes too large to allocate.
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        crate::size::saturating_numel(&self.shape)
     }
 }
 
@@ -123,7 +124,7 @@ impl Tensor {
             storage: Arc::new(StorageCell {
                 buffer: RwLock::new(Storage::Meta {
                     dtype,
-                    len: shape.iter().product(),
+                    len: crate::size::saturating_numel(shape),
                 }),
                 version: AtomicU64::new(0),
             }),
