@@ -196,7 +196,7 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             #get_extra
             #set_extra
         }
-        impl #impl_generics ::tessera_nn::ModuleType for #ty #ty_generics #where_clause {
+        impl #impl_generics #nn::ModuleType for #ty #ty_generics #where_clause {
             const NAME: &'static str = #type_name;
         }
     })
