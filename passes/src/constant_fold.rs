@@ -85,9 +85,9 @@ impl Pass for ConstantFold {
                     }
                     NodeKind::CallFunction { op } if constant_operands && is_deterministic(op) => {
                         let args: Vec<&Tensor> = operands.iter().map(|o| &values[o][0]).collect();
-                        let outs = op
-                            .apply(&args)
-                            .map_err(|e| PassError::Unsupported(format!("folding %{}: {e}", node.name)))?;
+                        let outs = op.apply(&args).map_err(|e| {
+                            PassError::Unsupported(format!("folding %{}: {e}", node.name))
+                        })?;
                         computed.insert(id.clone());
                         outs.into_iter().map(|t| t.detach()).collect()
                     }

@@ -166,9 +166,15 @@ impl Simplify {
                 .iter()
                 .map(|o| class_of.get(o).copied())
                 .collect::<Option<Vec<Id>>>()
-                .ok_or_else(|| PassError::Unsupported(format!("simplify: {} out of order", gm.graph.display(id))))?;
-            let class = add_op(&mut runner.egraph, op, &operands)
-                .ok_or_else(|| PassError::Unsupported(format!("simplify: cannot express %{}", node.name)))?;
+                .ok_or_else(|| {
+                    PassError::Unsupported(format!(
+                        "simplify: {} out of order",
+                        gm.graph.display(id)
+                    ))
+                })?;
+            let class = add_op(&mut runner.egraph, op, &operands).ok_or_else(|| {
+                PassError::Unsupported(format!("simplify: cannot express %{}", node.name))
+            })?;
             if runner.egraph[class].data.meta.as_ref() != node.meta.first() {
                 return Err(PassError::Unsupported(format!(
                     "simplify: the shape analysis disagrees with the meta of %{}",
