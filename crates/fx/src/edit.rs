@@ -122,26 +122,49 @@ impl Graph {
     /// Appends the nodes of `other` (FX's `graph_copy`): its placeholders must be mapped in
     /// `value_map`; its output is not copied, and the mapped values it returns are returned.
     pub fn append_graph(&mut self, other: &Graph, value_map: &mut ValueMap) -> Result<Vec<NodeId>> {
-        let body: Vec<NodeId> = other
-            .nodes_where(|n| !matches!(n.kind, NodeKind::Placeholder { .. } | NodeKind::Output));
-        let snapshot = other.snapshot(&body)?;
-        self.copy_nodes(snapshot, value_map)?;
-        let Some(output) = other.output_node() else {
-            return Ok(Vec::new());
-        };
-        other
-            .operands(&output)?
-            .into_iter()
-            .map(|o| {
-                value_map
-                    .get(&o)
-                    .cloned()
-                    .ok_or_else(|| FxError::UnmappedOperand {
-                        node: other.display(&output),
-                        operand: other.display(&o),
-                    })
-            })
-            .collect()
+        self.append_graph_with(other, value_map, |g, node, operands| {
+            let operands = g.indices(&operands.iter().collect::<Vec<_>>())?;
+            g.insert_copy(node.clone(), &operands)
+        })
+    }
+
+    /// Appends `other` node by node, in order, through `build`, which makes the node standing
+    /// for each one from the node and its operands' new values: the one copy loop that
+    /// [`Graph::append_graph`], subgraph rewriting, inlining and the transformer share.
+    /// Placeholders mapped in `value_map` are skipped (the others go to `build`), every new
+    /// value is recorded in `value_map`, and the output's mapped operands are returned (none
+    /// when `other` has no output).
+    pub fn append_graph_with(
+        &mut self,
+        other: &Graph,
+        value_map: &mut ValueMap,
+        mut build: impl FnMut(&mut Graph, &Node, &[NodeId]) -> Result<NodeId>,
+    ) -> Result<Vec<NodeId>> {
+        for id in other.nodes() {
+            let node = other.node(&id)?;
+            if matches!(node.kind, NodeKind::Placeholder { .. }) && value_map.contains_key(&id) {
+                continue;
+            }
+            let operands = other
+                .operands(&id)?
+                .iter()
+                .map(|o| {
+                    value_map
+                        .get(o)
+                        .copied()
+                        .ok_or_else(|| FxError::UnmappedOperand {
+                            node: other.display(&id),
+                            operand: other.display(o),
+                        })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if node.kind == NodeKind::Output {
+                return Ok(operands);
+            }
+            let new = build(self, node, &operands)?;
+            value_map.insert(id, new);
+        }
+        Ok(Vec::new())
     }
 
     /// The nodes (in node order), their contents and operands, detached from the graph.
@@ -181,19 +204,25 @@ impl Graph {
                     self.index(mapped)
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let name = self.fresh_name(&node.name);
-            let kind = match node.kind {
-                NodeKind::Placeholder { .. } => NodeKind::Placeholder {
-                    target: name.clone(),
-                },
-                kind => kind,
-            };
-            let copy = self.insert(name, kind, node.meta, &operands);
-            let i = self.index(&copy)?;
-            self.graph[i].metadata = node.metadata;
-            value_map.insert(original, copy.clone());
+            let copy = self.insert_copy(node, &operands)?;
+            value_map.insert(original, copy);
             copies.push(copy);
         }
         Ok(copies)
+    }
+
+    /// Inserts a copy of `node` (fresh name, same kind, metas and metadata) on `operands`.
+    fn insert_copy(&mut self, node: Node, operands: &[NodeIndex<u32>]) -> Result<NodeId> {
+        let name = self.fresh_name(&node.name);
+        let kind = match node.kind {
+            NodeKind::Placeholder { .. } => NodeKind::Placeholder {
+                target: name.clone(),
+            },
+            kind => kind,
+        };
+        let copy = self.insert(name, kind, node.meta, operands);
+        let i = self.index(&copy)?;
+        self.graph[i].metadata = node.metadata;
+        Ok(copy)
     }
 }
