@@ -198,11 +198,13 @@ impl Simplify {
                 *report.rules.entry(rule.to_string()).or_default() += count;
             }
         }
+        // Named before the write-back, which may erase the region's first node.
+        let first = gm.graph.name(&region.nodes[0])?.to_string();
         let cost = cost::KernelCost::new(&runner.egraph, original);
         let rewritten =
             writeback::write_back(&mut gm.graph, region, &runner.egraph, &class_of, cost)?;
         Ok(RegionReport {
-            first: gm.graph.name(&region.nodes[0])?.to_string(),
+            first,
             nodes: region.nodes.len(),
             leaves: region.leaves.len(),
             roots: region.roots.len(),
