@@ -66,7 +66,8 @@ pub(crate) fn replace_with_constant(
     suffix: &str,
 ) -> Result<()> {
     let old = gm.graph.operands(node)?[position].clone();
-    let base = attr_target(gm, &old)?.unwrap_or_else(|| old.to_string());
+    let base = attr_target(gm, &old)?
+        .unwrap_or_else(|| gm.graph.name(&old).map(str::to_string).unwrap_or_default());
     let new = insert_constant(gm, &format!("{base}_{suffix}"), value, node)?;
     gm.graph.set_operand(node, position, &new)?;
     if gm.graph.users(&old)?.is_empty() && attr_target(gm, &old)?.is_some() {

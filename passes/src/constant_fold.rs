@@ -78,16 +78,16 @@ impl Pass for ConstantFold {
                             interpreter
                                 .get_attr(node, target)
                                 .map_err(|source| FxError::Run {
-                                    node: format!("{id} = get_attr[{target}]()"),
+                                    node: format!("%{} = get_attr[{target}]()", node.name),
                                     source,
                                 })?;
                         vec![value.detach()]
                     }
                     NodeKind::CallFunction { op } if constant_operands && is_deterministic(op) => {
                         let args: Vec<&Tensor> = operands.iter().map(|o| &values[o][0]).collect();
-                        let outs = op
-                            .apply(&args)
-                            .map_err(|e| PassError::Unsupported(format!("folding {id}: {e}")))?;
+                        let outs = op.apply(&args).map_err(|e| {
+                            PassError::Unsupported(format!("folding %{}: {e}", node.name))
+                        })?;
                         computed.insert(id.clone());
                         outs.into_iter().map(|t| t.detach()).collect()
                     }

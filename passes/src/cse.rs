@@ -22,7 +22,7 @@ fn key(kind: &NodeKind, operands: &[NodeId]) -> Option<String> {
         NodeKind::GetItem { index } => format!("getitem[{index}]"),
         _ => return None,
     };
-    let operands: Vec<String> = operands.iter().map(|o| o.to_string()).collect();
+    let operands: Vec<String> = operands.iter().map(|o| format!("{o:?}")).collect();
     Some(format!("{what}({})", operands.join(", ")))
 }
 

@@ -63,6 +63,8 @@ impl FusionGroup {
 #[derive(Debug, Clone, Default)]
 pub struct FusionGrouping {
     pub groups: Vec<FusionGroup>,
+    /// The printed name of every member, for `Display`.
+    names: HashMap<NodeId, String>,
 }
 
 impl FusionGrouping {
@@ -82,7 +84,11 @@ impl fmt::Display for FusionGrouping {
             return writeln!(f, "(no groups)");
         }
         for g in &self.groups {
-            let names: Vec<String> = g.nodes.iter().map(|n| n.to_string()).collect();
+            let names: Vec<String> = g
+                .nodes
+                .iter()
+                .map(|n| self.names.get(n).cloned().unwrap_or_else(|| "%?".into()))
+                .collect();
             writeln!(f, "{} {}: {}", g.id, g.kind(), names.join(", "))?;
         }
         Ok(())
@@ -193,7 +199,7 @@ pub fn fusion_groups(graph: &Graph) -> Result<FusionGrouping> {
             },
         );
     }
-    let groups = kept
+    let groups: Vec<FusionGroup> = kept
         .into_values()
         .enumerate()
         .map(|(i, mut g)| {
@@ -201,7 +207,12 @@ pub fn fusion_groups(graph: &Graph) -> Result<FusionGrouping> {
             g
         })
         .collect();
-    Ok(FusionGrouping { groups })
+    let names = groups
+        .iter()
+        .flat_map(|g| &g.nodes)
+        .map(|&n| (n, graph.display(&n)))
+        .collect();
+    Ok(FusionGrouping { groups, names })
 }
 
 /// Records each node's fusion group in its metadata (and clears stale records).

@@ -4,7 +4,7 @@
 
 use crate::lexer::Lexer;
 use crate::names::is_identifier;
-use crate::parse::ParseError;
+use crate::parse_error::ParseError;
 use serde_json::{Number, Value};
 use std::fmt::Write;
 

@@ -22,8 +22,8 @@ impl Graph {
         let inputs: Vec<String> = self
             .placeholders()
             .iter()
-            .map(|p| format!("{}: Tensor", p.name()))
-            .collect();
+            .map(|p| Ok(format!("{}: Tensor", self.name(p)?)))
+            .collect::<Result<_>>()?;
         let mut lines = vec![format!(
             "fn forward(&self, {}) -> Result<Tensor> {{",
             inputs.join(", ")
@@ -33,9 +33,9 @@ impl Graph {
             let args: Vec<String> = self
                 .operands(&id)?
                 .iter()
-                .map(|o| o.name().to_string())
-                .collect();
-            let name = id.name();
+                .map(|o| self.name(o).map(str::to_string))
+                .collect::<Result<_>>()?;
+            let name = node.name.as_str();
             let line = match &node.kind {
                 NodeKind::Placeholder { .. } => continue,
                 NodeKind::GetAttr { target } => format!("let {name} = &{};", field_path(target)),

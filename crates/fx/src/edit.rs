@@ -11,6 +11,9 @@ use std::collections::{HashMap, HashSet};
 /// Maps nodes of a source graph to the nodes that stand for them in the graph being built.
 pub type ValueMap = HashMap<NodeId, NodeId>;
 
+/// A node to copy: its id, the node, and its operands' ids with their printed names.
+type Snapshot = (NodeId, Node, Vec<(NodeId, String)>);
+
 impl Graph {
     /// Runs `build` with new nodes inserted just before `node`, in the order `build` adds them
     /// (FX's `with graph.inserting_before(node)`).
@@ -82,7 +85,7 @@ impl Graph {
         let users = self.user_indices(i);
         if !users.is_empty() {
             return Err(FxError::EraseWithUsers {
-                node: node.to_string(),
+                node: self.display(node),
                 users: users
                     .into_iter()
                     .map(|u| format!("%{}", self.graph[u].name))
@@ -97,9 +100,10 @@ impl Graph {
             .graph
             .remove_node(i)
             .ok_or_else(|| FxError::UnknownNode {
-                node: node.to_string(),
+                node: format!("node #{}", i.index()),
             })?;
         self.names.remove(&removed.name);
+        self.clear_stamp(i);
         Ok(removed)
     }
 
@@ -118,30 +122,53 @@ impl Graph {
     /// Appends the nodes of `other` (FX's `graph_copy`): its placeholders must be mapped in
     /// `value_map`; its output is not copied, and the mapped values it returns are returned.
     pub fn append_graph(&mut self, other: &Graph, value_map: &mut ValueMap) -> Result<Vec<NodeId>> {
-        let body: Vec<NodeId> = other
-            .nodes_where(|n| !matches!(n.kind, NodeKind::Placeholder { .. } | NodeKind::Output));
-        let snapshot = other.snapshot(&body)?;
-        self.copy_nodes(snapshot, value_map)?;
-        let Some(output) = other.output_node() else {
-            return Ok(Vec::new());
-        };
-        other
-            .operands(&output)?
-            .into_iter()
-            .map(|o| {
-                value_map
-                    .get(&o)
-                    .cloned()
-                    .ok_or_else(|| FxError::UnmappedOperand {
-                        node: output.to_string(),
-                        operand: o.to_string(),
-                    })
-            })
-            .collect()
+        self.append_graph_with(other, value_map, |g, node, operands| {
+            let operands = g.indices(&operands.iter().collect::<Vec<_>>())?;
+            g.insert_copy(node.clone(), &operands)
+        })
+    }
+
+    /// Appends `other` node by node, in order, through `build`, which makes the node standing
+    /// for each one from the node and its operands' new values: the one copy loop that
+    /// [`Graph::append_graph`], subgraph rewriting, inlining and the transformer share.
+    /// Placeholders mapped in `value_map` are skipped (the others go to `build`), every new
+    /// value is recorded in `value_map`, and the output's mapped operands are returned (none
+    /// when `other` has no output).
+    pub fn append_graph_with(
+        &mut self,
+        other: &Graph,
+        value_map: &mut ValueMap,
+        mut build: impl FnMut(&mut Graph, &Node, &[NodeId]) -> Result<NodeId>,
+    ) -> Result<Vec<NodeId>> {
+        for id in other.nodes() {
+            let node = other.node(&id)?;
+            if matches!(node.kind, NodeKind::Placeholder { .. }) && value_map.contains_key(&id) {
+                continue;
+            }
+            let operands = other
+                .operands(&id)?
+                .iter()
+                .map(|o| {
+                    value_map
+                        .get(o)
+                        .copied()
+                        .ok_or_else(|| FxError::UnmappedOperand {
+                            node: other.display(&id),
+                            operand: other.display(o),
+                        })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if node.kind == NodeKind::Output {
+                return Ok(operands);
+            }
+            let new = build(self, node, &operands)?;
+            value_map.insert(id, new);
+        }
+        Ok(Vec::new())
     }
 
     /// The nodes (in node order), their contents and operands, detached from the graph.
-    fn snapshot(&self, nodes: &[NodeId]) -> Result<Vec<(NodeId, Node, Vec<NodeId>)>> {
+    fn snapshot(&self, nodes: &[NodeId]) -> Result<Vec<Snapshot>> {
         let chosen: HashSet<NodeIndex<u32>> = self
             .indices(&nodes.iter().collect::<Vec<_>>())?
             .into_iter()
@@ -151,7 +178,10 @@ impl Graph {
             .iter()
             .filter(|i| chosen.contains(i))
             .map(|i| {
-                let operands = self.operand_indices(i).into_iter().map(|o| self.id(o));
+                let operands = self
+                    .operand_indices(i)
+                    .into_iter()
+                    .map(|o| (self.id(o), format!("%{}", self.graph[o].name)));
                 (self.id(i), self.graph[i].clone(), operands.collect())
             })
             .collect())
@@ -159,34 +189,40 @@ impl Graph {
 
     fn copy_nodes(
         &mut self,
-        snapshot: Vec<(NodeId, Node, Vec<NodeId>)>,
+        snapshot: Vec<Snapshot>,
         value_map: &mut ValueMap,
     ) -> Result<Vec<NodeId>> {
         let mut copies = Vec::with_capacity(snapshot.len());
         for (original, node, operands) in snapshot {
             let operands = operands
                 .iter()
-                .map(|o| {
+                .map(|(o, operand_name)| {
                     let mapped = value_map.get(o).ok_or_else(|| FxError::UnmappedOperand {
-                        node: original.to_string(),
-                        operand: o.to_string(),
+                        node: format!("%{}", node.name),
+                        operand: operand_name.clone(),
                     })?;
                     self.index(mapped)
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let name = self.fresh_name(&node.name);
-            let kind = match node.kind {
-                NodeKind::Placeholder { .. } => NodeKind::Placeholder {
-                    target: name.clone(),
-                },
-                kind => kind,
-            };
-            let copy = self.insert(name, kind, node.meta, &operands);
-            let i = self.index(&copy)?;
-            self.graph[i].metadata = node.metadata;
-            value_map.insert(original, copy.clone());
+            let copy = self.insert_copy(node, &operands)?;
+            value_map.insert(original, copy);
             copies.push(copy);
         }
         Ok(copies)
+    }
+
+    /// Inserts a copy of `node` (fresh name, same kind, metas and metadata) on `operands`.
+    fn insert_copy(&mut self, node: Node, operands: &[NodeIndex<u32>]) -> Result<NodeId> {
+        let name = self.fresh_name(&node.name);
+        let kind = match node.kind {
+            NodeKind::Placeholder { .. } => NodeKind::Placeholder {
+                target: name.clone(),
+            },
+            kind => kind,
+        };
+        let copy = self.insert(name, kind, node.meta, operands);
+        let i = self.index(&copy)?;
+        self.graph[i].metadata = node.metadata;
+        Ok(copy)
     }
 }

@@ -1,7 +1,7 @@
 //! The crate's error type, [`FxError`], the typed causes its variants carry ([`RunError`],
 //! [`ArtifactError`], [`TraceError`], [`PatternError`]), and its [`Result`] alias.
 
-use crate::parse::ParseError;
+use crate::parse_error::ParseError;
 use crate::verify::VerifyErrors;
 use tessera_nn::{ModuleKind, NnError};
 use tessera_tensor::TensorError;

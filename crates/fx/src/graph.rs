@@ -8,7 +8,6 @@ use petgraph::Direction;
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use tessera_nn::ModuleKind;
 use tessera_tensor::{Op, TensorMeta};
 
@@ -29,6 +28,8 @@ pub struct Graph {
     pub(crate) graph: StableDiGraph<Node, u32>,
     pub(crate) order: NodeOrder,
     pub(crate) names: HashMap<String, NodeIndex<u32>>,
+    /// The stamp of the node in each slot (0 for a vacant slot); see [`NodeId`].
+    stamps: Vec<u32>,
     counters: HashMap<String, usize>,
     pub(crate) cursor: Cursor,
 }
@@ -139,7 +140,7 @@ impl Graph {
             .cloned()
             .ok_or_else(|| FxError::GetItemOutOfRange {
                 node: format!("%{name}"),
-                operand: operand.to_string(),
+                operand: self.display(operand),
                 index,
                 count: metas.len(),
             })?;
@@ -170,10 +171,13 @@ impl Graph {
                 *old = op;
                 Ok(())
             }
-            other => Err(FxError::NotCallFunction {
-                node: id.to_string(),
-                opcode: other.opcode(),
-            }),
+            other => {
+                let opcode = other.opcode();
+                Err(FxError::NotCallFunction {
+                    node: self.display(id),
+                    opcode,
+                })
+            }
         }
     }
 
@@ -245,7 +249,7 @@ impl Graph {
         let key = |id| {
             let i = self.index(id)?;
             self.order.key(i).ok_or_else(|| FxError::UnknownNode {
-                node: id.to_string(),
+                node: format!("node #{}", i.index()),
             })
         };
         Ok(key(a)? < key(b)?)
@@ -286,16 +290,39 @@ impl Graph {
     pub(crate) fn id(&self, index: NodeIndex<u32>) -> NodeId {
         NodeId {
             index,
-            name: Arc::from(self.graph[index].name.as_str()),
+            stamp: self.stamps.get(index.index()).copied().unwrap_or(0),
         }
     }
 
     pub(crate) fn index(&self, id: &NodeId) -> Result<NodeIndex<u32>> {
-        match self.graph.node_weight(id.index) {
-            Some(node) if node.name == *id.name => Ok(id.index),
-            _ => Err(FxError::UnknownNode {
-                node: id.to_string(),
-            }),
+        let live = self.graph.contains_node(id.index)
+            && self.stamps.get(id.index.index()) == Some(&id.stamp);
+        if live {
+            Ok(id.index)
+        } else {
+            Err(FxError::UnknownNode {
+                node: format!("node #{}", id.index.index()),
+            })
+        }
+    }
+
+    /// The name of node `id` (without the `%`).
+    pub fn name(&self, id: &NodeId) -> Result<&str> {
+        Ok(&self.graph[self.index(id)?].name)
+    }
+
+    /// Node `id` as the IR writes it, `%name`, or `%?` for an id that is not of this graph.
+    pub fn display(&self, id: &NodeId) -> String {
+        match self.name(id) {
+            Ok(name) => format!("%{name}"),
+            Err(_) => "%?".into(),
+        }
+    }
+
+    /// Forgets the stamp of a removed node's slot.
+    pub(crate) fn clear_stamp(&mut self, index: NodeIndex<u32>) {
+        if let Some(s) = self.stamps.get_mut(index.index()) {
+            *s = 0;
         }
     }
 
@@ -406,6 +433,10 @@ impl Graph {
             metadata: BTreeMap::new(),
         };
         let index = self.graph.add_node(node);
+        if self.stamps.len() <= index.index() {
+            self.stamps.resize(index.index() + 1, 0);
+        }
+        self.stamps[index.index()] = crate::node_id::fresh_stamp();
         for (position, &o) in operands.iter().enumerate() {
             self.graph.add_edge(o, index, position as u32);
         }

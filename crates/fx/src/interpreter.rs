@@ -100,7 +100,7 @@ fn describe(graph: &Graph, id: &NodeId, node: &Node) -> String {
         .operands(id)
         .map(|ops| {
             ops.iter()
-                .map(|o| o.to_string())
+                .map(|o| graph.display(o))
                 .collect::<Vec<_>>()
                 .join(", ")
         })
@@ -113,7 +113,7 @@ fn describe(graph: &Graph, id: &NodeId, node: &Node) -> String {
         NodeKind::GetItem { index } => format!("getitem[{index}]"),
         NodeKind::Output => "output".into(),
     };
-    format!("{id} = {what}({operands})")
+    format!("%{} = {what}({operands})", node.name)
 }
 
 /// Executes `graph` on `inputs` (one per placeholder, in order) and returns its outputs.
@@ -151,7 +151,7 @@ pub fn run(
                     .get(o)
                     .and_then(|v| v.first().cloned())
                     .ok_or_else(|| FxError::UnknownNode {
-                        node: o.to_string(),
+                        node: graph.display(o),
                     })
             })
             .collect::<Result<Vec<Tensor>>>();
@@ -165,7 +165,7 @@ pub fn run(
                     .next()
                     .cloned()
                     .ok_or_else(|| FxError::UnknownNode {
-                        node: id.to_string(),
+                        node: graph.display(&id),
                     })?;
                 vec![interpreter.placeholder(node, input).map_err(at)?]
             }
@@ -179,11 +179,11 @@ pub fn run(
             NodeKind::GetItem { index } => {
                 let operand = graph.operands(&id)?.into_iter().next().ok_or_else(|| {
                     FxError::UnknownNode {
-                        node: id.to_string(),
+                        node: graph.display(&id),
                     }
                 })?;
                 let all = values.get(&operand).ok_or_else(|| FxError::UnknownNode {
-                    node: operand.to_string(),
+                    node: graph.display(&operand),
                 })?;
                 vec![
                     all.get(*index)

@@ -1,6 +1,6 @@
 //! A character cursor over one line of graph text, tracking line and column for parse errors.
 
-use crate::parse::ParseError;
+use crate::parse_error::ParseError;
 
 /// Reads one line left to right; columns are 1-based and count characters.
 pub(crate) struct Lexer<'a> {

@@ -63,6 +63,7 @@ mod node_id;
 mod op_syntax;
 mod order;
 mod parse;
+mod parse_error;
 mod print;
 pub mod rewrite;
 pub mod shape_prop;

@@ -7,7 +7,7 @@
 
 use crate::attr_text::{Attr, parse_block, render_block};
 use crate::lexer::Lexer;
-use crate::parse::ParseError;
+use crate::parse_error::ParseError;
 use crate::{FxError, Result};
 use tessera_tensor::Op;
 

@@ -5,19 +5,11 @@
 use crate::graph::module_kind_of_repr;
 use crate::lexer::Lexer;
 use crate::op_syntax::read_op;
+pub use crate::parse_error::ParseError;
 use crate::{FxError, Graph, NodeKind};
 use petgraph::stable_graph::NodeIndex;
 use std::collections::HashMap;
 use tessera_tensor::{DType, TensorMeta};
-
-/// Where and why graph text could not be read; lines and columns count from 1.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}, column {column}: {message}")]
-pub struct ParseError {
-    pub line: usize,
-    pub column: usize,
-    pub message: String,
-}
 
 /// A use of a node by name, with where it was written.
 struct Use {

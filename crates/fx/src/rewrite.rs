@@ -184,7 +184,7 @@ pub fn replace_pattern_with_filter(
                     .get(p)
                     .cloned()
                     .ok_or_else(|| FxError::UnknownNode {
-                        node: p.to_string(),
+                        node: format!("placeholder #{}", p.index.index()),
                     })
             })
             .collect::<Result<_>>()?;
@@ -194,31 +194,12 @@ pub fn replace_pattern_with_filter(
                 .cloned()
                 .zip(inputs.iter().cloned())
                 .collect();
-            for id in replacement.nodes() {
-                let node = replacement.node(&id)?;
-                let operands: Vec<NodeId> = replacement
-                    .operands(&id)?
-                    .iter()
-                    .map(|o| {
-                        map.get(o).cloned().ok_or_else(|| FxError::UnknownNode {
-                            node: o.to_string(),
-                        })
-                    })
-                    .collect::<Result<_>>()?;
+            let outputs = g.append_graph_with(replacement, &mut map, |g, node, operands| {
                 let refs: Vec<&NodeId> = operands.iter().collect();
-                let new = match &node.kind {
-                    NodeKind::Placeholder { .. } => continue,
-                    NodeKind::Output => {
-                        return operands
-                            .into_iter()
-                            .next()
-                            .ok_or_else(|| FxError::UnknownNode {
-                                node: id.to_string(),
-                            });
-                    }
-                    NodeKind::CallFunction { op } => g.call_function(op.clone(), &refs)?,
-                    NodeKind::GetItem { index } => g.getitem(&operands[0], *index)?,
-                    NodeKind::GetAttr { target } => g.get_attr(target, node.meta[0].clone())?,
+                match &node.kind {
+                    NodeKind::CallFunction { op } => g.call_function(op.clone(), &refs),
+                    NodeKind::GetItem { index } => g.getitem(&operands[0], *index),
+                    NodeKind::GetAttr { target } => g.get_attr(target, node.meta[0].clone()),
                     NodeKind::CallModule {
                         target,
                         kind,
@@ -235,7 +216,7 @@ pub fn replace_pattern_with_filter(
                             else {
                                 return Err(FxError::UnknownNode { node: matched.name });
                             };
-                            g.call_module(&target, kind, &module_repr, &refs, matched.meta)?
+                            g.call_module(&target, kind, &module_repr, &refs, matched.meta)
                         }
                         None => g.call_module(
                             target,
@@ -243,12 +224,14 @@ pub fn replace_pattern_with_filter(
                             module_repr,
                             &refs,
                             node.meta.clone(),
-                        )?,
+                        ),
                     },
-                };
-                map.insert(id, new);
-            }
-            Err(FxError::Pattern {
+                    NodeKind::Placeholder { .. } | NodeKind::Output => Err(FxError::UnknownNode {
+                        node: format!("%{}", node.name),
+                    }),
+                }
+            })?;
+            outputs.into_iter().next().ok_or(FxError::Pattern {
                 problem: PatternError::ReplacementNoOutput,
             })
         })?;

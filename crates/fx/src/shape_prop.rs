@@ -78,7 +78,7 @@ pub fn propagate_shapes(
     run(&mut recording, graph, &meta_inputs)?;
     let ids: Vec<NodeId> = graph.nodes().collect();
     for id in ids {
-        let name = id.name().to_string();
+        let name = graph.name(&id)?.to_string();
         if let Some(metas) = recording.metas.remove(&name) {
             graph.set_meta(&id, metas)?;
         } else if let Some(operand) = graph.operands(&id)?.first().cloned() {

@@ -64,32 +64,20 @@ pub trait Transformer {
 pub fn transform(graph: &Graph, transformer: &mut dyn Transformer) -> Result<Graph> {
     let mut new = Graph::new();
     let mut map: HashMap<NodeId, NodeId> = HashMap::new();
-    for id in graph.nodes() {
-        let node = graph.node(&id)?;
-        let args: Vec<NodeId> = graph
-            .operands(&id)?
-            .iter()
-            .map(|o| {
-                map.get(o).cloned().ok_or_else(|| FxError::UnknownNode {
-                    node: o.to_string(),
-                })
-            })
-            .collect::<Result<_>>()?;
-        let built = match &node.kind {
-            NodeKind::Placeholder { .. } => transformer.placeholder(&mut new, node)?,
-            NodeKind::GetAttr { target } => transformer.get_attr(&mut new, node, target)?,
-            NodeKind::CallModule {
-                target,
-                kind,
-                module_repr,
-            } => transformer.call_module(&mut new, node, target, kind, module_repr, &args)?,
-            NodeKind::CallFunction { op } => {
-                transformer.call_function(&mut new, node, op, &args)?
-            }
-            NodeKind::GetItem { index } => transformer.getitem(&mut new, node, *index, &args)?,
-            NodeKind::Output => transformer.output(&mut new, node, &args)?,
-        };
-        map.insert(id, built);
+    let outputs = new.append_graph_with(graph, &mut map, |new, node, args| match &node.kind {
+        NodeKind::Placeholder { .. } => transformer.placeholder(new, node),
+        NodeKind::GetAttr { target } => transformer.get_attr(new, node, target),
+        NodeKind::CallModule {
+            target,
+            kind,
+            module_repr,
+        } => transformer.call_module(new, node, target, kind, module_repr, args),
+        NodeKind::CallFunction { op } => transformer.call_function(new, node, op, args),
+        NodeKind::GetItem { index } => transformer.getitem(new, node, *index, args),
+        NodeKind::Output => transformer.output(new, node, args),
+    })?;
+    if let Some(output) = graph.output_node() {
+        transformer.output(&mut new, graph.node(&output)?, &outputs)?;
     }
     Ok(new)
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{f32s, relu, residual_block};
-use tessera_fx::{FxError, Graph, Result, ValueMap};
+use tessera_fx::{FxError, Graph, NodeId, Result, ValueMap};
 use tessera_tensor::Op;
 use tessera_tensor::op::{BinaryOp, UnaryOp};
 
@@ -18,13 +18,36 @@ fn relu_graph() -> Result<(Graph, tessera_fx::NodeId, tessera_fx::NodeId)> {
 }
 
 fn names(g: &Graph) -> Vec<String> {
-    g.nodes().map(|n| n.name().to_string()).collect()
+    g.nodes().map(|n| g.display(&n)[1..].to_string()).collect()
 }
 
 #[test]
-fn node_id_displays_as_its_printed_name() -> Result<()> {
-    let (_, x, r) = relu_graph()?;
-    assert_eq!(format!("{x} {r}"), "%x %relu");
+fn node_ids_are_small_copy_handles_named_by_their_graph() -> Result<()> {
+    let (g, x, r) = relu_graph()?;
+    assert_eq!(format!("{} {}", g.display(&x), g.display(&r)), "%x %relu");
+    assert_eq!(g.name(&r)?, "relu");
+    assert_eq!(std::mem::size_of::<NodeId>(), 8);
+    let copy = r; // Copy: `r` stays usable
+    assert_eq!(copy, r);
+    Ok(())
+}
+
+#[test]
+fn an_id_of_an_erased_node_stays_invalid_when_its_slot_is_reused() -> Result<()> {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(&[4]));
+    let dead = g.call_function(relu(), &[&x])?;
+    g.erase(&dead)?;
+    // The new node takes the freed slot; the old id must not name it.
+    let fresh = g.call_function(relu(), &[&x])?;
+    assert!(g.node(&dead).is_err());
+    assert!(g.node(&fresh).is_ok());
+    // An id of another graph is not a node here, even at the same slot.
+    let (other, _, other_relu) = relu_graph()?;
+    assert!(g.node(&other_relu).is_err());
+    // A clone keeps its ids.
+    let cloned = other.clone();
+    assert_eq!(cloned.name(&other_relu)?, "relu");
     Ok(())
 }
 
@@ -151,7 +174,7 @@ fn fresh_names_append_counters_and_sanitize_paths() -> Result<()> {
     let w = g.get_attr("layer1.0.weight", f32s(&[4]))?;
     let x2 = g.placeholder("x", f32s(&[4]));
     assert_eq!(
-        [r1, r2, r3, w, x2].map(|n| n.to_string()),
+        [r1, r2, r3, w, x2].map(|n| g.display(&n)),
         ["%relu", "%relu_1", "%relu_2", "%layer1_0_weight", "%x_1"]
     );
     Ok(())
@@ -170,7 +193,7 @@ fn copy_subgraph_duplicates_nodes_with_fresh_names_and_metadata() -> Result<()> 
     let copies = g.insert_after(&r, |g| g.copy_subgraph(std::slice::from_ref(&r), &mut map))?;
     assert_eq!(copies.len(), 1);
     let copy = &copies[0];
-    assert_eq!(copy.to_string(), "%relu_1");
+    assert_eq!(g.display(copy), "%relu_1");
     assert_eq!(g.operands(copy)?, std::slice::from_ref(&r));
     assert_eq!(g.node(copy)?.metadata["source"], "act");
     assert_eq!(map[&r], *copy);
@@ -192,7 +215,7 @@ fn append_graph_inlines_another_graph_and_returns_its_outputs() -> Result<()> {
     })?;
     g.output(&[&second[0]])?;
     g.verify()?;
-    assert_eq!(second[0].to_string(), "%relu_3");
+    assert_eq!(g.display(&second[0]), "%relu_3");
     assert_eq!(g.len(), 1 + 2 * (block.len() - 2) + 1);
     Ok(())
 }

@@ -81,7 +81,7 @@ fn a_filter_chooses_matches() {
             g.users(&m.anchor)
                 .unwrap()
                 .iter()
-                .any(|u| u.name().starts_with("mul"))
+                .any(|u| g.name(u).unwrap().starts_with("mul"))
         })
         .unwrap();
     assert_eq!(replaced.len(), 1);

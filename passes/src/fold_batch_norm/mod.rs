@@ -42,15 +42,17 @@ fn refuse_training(gm: &GraphModule) -> Result<()> {
                 if BATCH_NORMS.contains(kind) && module_at(gm, target)?.is_training() =>
             {
                 format!(
-                    "{id} = call_module[{target}] ({kind}) is in training mode; \
-                     call eval() on the model first"
+                    "%{} = call_module[{target}] ({kind}) is in training mode; \
+                     call eval() on the model first",
+                    node.name
                 )
             }
             NodeKind::CallFunction {
                 op: tessera_tensor::Op::Norm(NormOp::BatchNorm { training: true, .. }),
             } => format!(
-                "{id} = call_function[batch_norm] was traced in training mode; \
-                 trace the model after eval()"
+                "%{} = call_function[batch_norm] was traced in training mode; \
+                 trace the model after eval()",
+                node.name
             ),
             _ => continue,
         };

@@ -39,20 +39,25 @@ struct Plan {
 /// The observer node and owned module name of a `call_module` observer node.
 fn observer_params(gm: &GraphModule, node: &NodeId) -> Result<QParams> {
     let NodeKind::CallModule { target, .. } = &gm.graph.node(node)?.kind else {
-        return Err(PassError::Unsupported(format!("{node} is not an observer")));
+        return Err(PassError::Unsupported(format!(
+            "{} is not an observer",
+            gm.graph.display(node)
+        )));
     };
     let observer = gm
         .owned_modules()
         .get(target)
         .and_then(|m| m.as_any().downcast_ref::<MinMaxObserver>())
-        .ok_or_else(|| PassError::Unsupported(format!("{node} is not an observer")))?;
+        .ok_or_else(|| {
+            PassError::Unsupported(format!("{} is not an observer", gm.graph.display(node)))
+        })?;
     let calibrated = observer
         .range()
         .map_err(|e| PassError::Unsupported(format!("reading observer `{target}`: {e}")))?;
     if calibrated.is_none() {
         return Err(PassError::NotCalibrated {
             observer: target.clone(),
-            node: node.to_string(),
+            node: gm.graph.display(node),
         });
     }
     observer

@@ -100,7 +100,7 @@ fn leaf_facts(gm: &GraphModule, leaves: &[NodeId]) -> Result<Vec<LeafFacts>> {
         .map(|id| {
             let node = gm.graph.node(id)?;
             let meta = node.meta.first().cloned().ok_or_else(|| {
-                PassError::Unsupported(format!("simplify: leaf {id} has no value"))
+                PassError::Unsupported(format!("simplify: leaf %{} has no value", node.name))
             })?;
             let fill = match &node.kind {
                 // Parameters and buffers shadow constants of the same name, as in the
@@ -166,12 +166,19 @@ impl Simplify {
                 .iter()
                 .map(|o| class_of.get(o).copied())
                 .collect::<Option<Vec<Id>>>()
-                .ok_or_else(|| PassError::Unsupported(format!("simplify: {id} out of order")))?;
-            let class = add_op(&mut runner.egraph, op, &operands)
-                .ok_or_else(|| PassError::Unsupported(format!("simplify: cannot express {id}")))?;
+                .ok_or_else(|| {
+                    PassError::Unsupported(format!(
+                        "simplify: {} out of order",
+                        gm.graph.display(id)
+                    ))
+                })?;
+            let class = add_op(&mut runner.egraph, op, &operands).ok_or_else(|| {
+                PassError::Unsupported(format!("simplify: cannot express %{}", node.name))
+            })?;
             if runner.egraph[class].data.meta.as_ref() != node.meta.first() {
                 return Err(PassError::Unsupported(format!(
-                    "simplify: the shape analysis disagrees with the meta of {id}"
+                    "simplify: the shape analysis disagrees with the meta of %{}",
+                    node.name
                 )));
             }
             let enodes = &runner.egraph[class].nodes;
@@ -183,7 +190,7 @@ impl Simplify {
             return Err(PassError::Unsupported(format!(
                 "simplify: a rule equated values of different shapes or constants in the region \
                  at {}",
-                region.nodes[0]
+                gm.graph.display(&region.nodes[0])
             )));
         }
         for iteration in &runner.iterations {
@@ -191,11 +198,13 @@ impl Simplify {
                 *report.rules.entry(rule.to_string()).or_default() += count;
             }
         }
+        // Named before the write-back, which may erase the region's first node.
+        let first = gm.graph.name(&region.nodes[0])?.to_string();
         let cost = cost::KernelCost::new(&runner.egraph, original);
         let rewritten =
             writeback::write_back(&mut gm.graph, region, &runner.egraph, &class_of, cost)?;
         Ok(RegionReport {
-            first: region.nodes[0].name().to_string(),
+            first,
             nodes: region.nodes.len(),
             leaves: region.leaves.len(),
             roots: region.roots.len(),

@@ -309,7 +309,7 @@ pub fn write_back(
         Value::Node(node) => Ok(node.clone()),
         Value::Planned(i) => inserted.get(i).cloned().ok_or_else(|| {
             PassError::Unsupported(format!(
-                "simplify: a rewrite of the region at {} reads a value it dropped",
+                "simplify: a rewrite of the region at {:?} reads a value it dropped",
                 region.nodes[0]
             ))
         }),

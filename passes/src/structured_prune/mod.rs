@@ -84,7 +84,7 @@ impl StructuredPrune {
                 .producers
                 .iter()
                 .filter(|(_, g)| groups.root(*g) == *root)
-                .map(|(id, _)| id.to_string())
+                .map(|(id, _)| gm.graph.display(id))
                 .collect();
             report.groups.push(GroupReport {
                 producers,
@@ -148,7 +148,7 @@ fn layer_weight(gm: &GraphModule, id: &NodeId) -> Result<Vec<f64>> {
     let weight = match &gm.graph.node(id)?.kind {
         NodeKind::CallModule { target, .. } => gm
             .get_parameter(&format!("{target}.weight"))
-            .map_err(|e| PassError::Unsupported(format!("{id}: {e}")))?
+            .map_err(|e| PassError::Unsupported(format!("{}: {e}", gm.graph.display(id))))?
             .tensor()
             .clone(),
         _ => op_weight(gm, id)?,
@@ -156,7 +156,7 @@ fn layer_weight(gm: &GraphModule, id: &NodeId) -> Result<Vec<f64>> {
     weight
         .detach()
         .to_vec_f64()
-        .map_err(|e| PassError::Unsupported(format!("{id}: {e}")))
+        .map_err(|e| PassError::Unsupported(format!("{}: {e}", gm.graph.display(id))))
 }
 
 /// The channels of a value with `map` that stay, or `None` if all do.
@@ -259,7 +259,10 @@ fn replace_module_call(
 ) -> Result<()> {
     let node = gm.graph.node(id)?;
     let NodeKind::CallModule { target, .. } = node.kind.clone() else {
-        return Err(PassError::Unsupported(format!("{id} is not a module call")));
+        return Err(PassError::Unsupported(format!(
+            "{} is not a module call",
+            gm.graph.display(id)
+        )));
     };
     let meta = node.meta.clone();
     let module = module_at(gm, &target)?;

@@ -11,8 +11,12 @@ use tessera_tensor::Tensor;
 /// The tensor read by operand `position` of `id`, with the `get_attr` target naming it.
 fn operand_attribute(gm: &GraphModule, id: &NodeId, position: usize) -> Result<(String, Tensor)> {
     let operand = gm.graph.operands(id)?[position].clone();
-    let target = attr_target(gm, &operand)?
-        .ok_or_else(|| build_error(&id.to_string(), format!("{operand} is not a get_attr")))?;
+    let target = attr_target(gm, &operand)?.ok_or_else(|| {
+        build_error(
+            &gm.graph.display(id),
+            format!("{} is not a get_attr", gm.graph.display(&operand)),
+        )
+    })?;
     let value = attribute(gm, &target)?;
     Ok((target, value))
 }

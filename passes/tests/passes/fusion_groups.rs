@@ -247,7 +247,7 @@ proptest! {
                         !group.nodes.iter().any(|m| back.contains(m)),
                         "{} is not convex: {} leaves it and comes back\n{}",
                         group.id,
-                        outside,
+                        g.display(&outside),
                         grouping
                     );
                 }

@@ -35,9 +35,10 @@ fn inline_one(
     node: &NodeId,
     target: &str,
 ) -> Result<()> {
+    let shown = traced.graph.display(node);
     let fail = |source: InlineError| FxError::Trace {
         source: TraceError::Inline {
-            node: node.to_string(),
+            node: shown.clone(),
             target: target.into(),
             source,
         },
@@ -84,45 +85,27 @@ fn inline_one(
 /// Copies `sub`'s nodes into `g`: its placeholder is `input`, its attributes move under
 /// `prefix`; returns the node standing for its output.
 fn splice(g: &mut Graph, sub: &Graph, input: &NodeId, prefix: &str) -> Result<NodeId> {
-    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
-    for id in sub.nodes() {
-        let node = sub.node(&id)?;
-        let operands: Vec<NodeId> = sub
-            .operands(&id)?
-            .iter()
-            .map(|o| {
-                map.get(o).cloned().ok_or_else(|| FxError::UnknownNode {
-                    node: o.to_string(),
-                })
-            })
-            .collect::<Result<_>>()?;
+    let mut map: HashMap<NodeId, NodeId> = sub
+        .placeholders()
+        .into_iter()
+        .map(|p| (p, *input))
+        .collect();
+    let outputs = g.append_graph_with(sub, &mut map, |g, node, operands| {
         let refs: Vec<&NodeId> = operands.iter().collect();
-        let new = match &node.kind {
-            NodeKind::Placeholder { .. } => input.clone(),
+        match &node.kind {
             NodeKind::GetAttr { target } => {
-                g.get_attr(&format!("{prefix}.{target}"), node.meta[0].clone())?
+                g.get_attr(&format!("{prefix}.{target}"), node.meta[0].clone())
             }
-            NodeKind::CallFunction { op } => g.call_function(op.clone(), &refs)?,
-            NodeKind::GetItem { index } => g.getitem(&operands[0], *index)?,
-            NodeKind::CallModule { .. } => {
-                return Err(FxError::Trace {
-                    source: TraceError::NestedModuleCall {
-                        module: prefix.into(),
-                    },
-                });
-            }
-            NodeKind::Output => {
-                return operands
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| FxError::UnknownNode {
-                        node: id.to_string(),
-                    });
-            }
-        };
-        map.insert(id, new);
-    }
-    Err(FxError::Trace {
+            NodeKind::CallFunction { op } => g.call_function(op.clone(), &refs),
+            NodeKind::GetItem { index } => g.getitem(&operands[0], *index),
+            _ => Err(FxError::Trace {
+                source: TraceError::NestedModuleCall {
+                    module: prefix.into(),
+                },
+            }),
+        }
+    })?;
+    outputs.into_iter().next().ok_or_else(|| FxError::Trace {
         source: TraceError::NoOutput {
             module: prefix.into(),
         },
