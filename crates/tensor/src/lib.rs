@@ -12,6 +12,7 @@
 //! ```
 
 mod autograd;
+pub mod backend;
 mod buffer_cache;
 mod cpu;
 mod creation;
@@ -26,6 +27,7 @@ pub mod op;
 mod random;
 pub mod storage;
 mod tensor;
+mod tensor_storage;
 mod threads;
 pub mod trace;
 
@@ -33,7 +35,7 @@ pub use autograd::{
     GradcheckOptions, NoGradGuard, backward, gradcheck, is_grad_enabled, no_grad, set_grad_enabled,
 };
 pub use buffer_cache::{cached_bytes, empty_cache};
-pub use device::Device;
+pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element, Float};
 pub use error::{Result, TensorError};
 pub use layout::Layout;
