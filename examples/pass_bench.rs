@@ -52,6 +52,7 @@ fn synthetic(blocks: usize) -> Result<GraphModule, Error> {
             let m = root.get_submodule(&(3 * b + i).to_string())?;
             Ok(g.call_module(
                 &(3 * b + i).to_string(),
+                m.kind(),
                 &repr(m),
                 &[input],
                 vec![meta.clone()],

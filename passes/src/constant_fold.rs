@@ -42,7 +42,7 @@ impl ConstantFold {
 
 /// Whether a call_function of `op` on constants gives the same result every time.
 fn is_deterministic(op: &Op) -> bool {
-    !matches!(op, Op::Dropout(_) | Op::Custom(_))
+    op.is_pure()
 }
 
 /// A fresh constant name `_folded_N` not yet taken by a constant or a parameter.

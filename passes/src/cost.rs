@@ -6,7 +6,7 @@ use crate::lookup::module_at;
 use std::collections::BTreeSet;
 use std::fmt;
 use tessera_fx::{GraphModule, NodeId, NodeKind};
-use tessera_nn::{Module, ModuleExt};
+use tessera_nn::{Module, ModuleExt, ModuleKind};
 use tessera_tensor::Op;
 use tessera_tensor::op::ConvOp;
 
@@ -42,13 +42,9 @@ pub fn graph_cost(gm: &GraphModule) -> Result<GraphCost> {
             .first()
             .map_or(0, |m| m.shape.iter().product::<usize>()) as u64;
         match &node.kind {
-            NodeKind::CallModule {
-                target,
-                module_type,
-                ..
-            } => {
+            NodeKind::CallModule { target, kind, .. } => {
                 let module = module_at(gm, target)?;
-                flops += module_flops(gm, &id, module, module_type, out_numel)?;
+                flops += module_flops(gm, &id, module, kind, out_numel)?;
                 modules.insert(target.clone());
             }
             NodeKind::GetAttr { target } => {
@@ -85,16 +81,18 @@ fn module_flops(
     gm: &GraphModule,
     id: &NodeId,
     module: &dyn Module,
-    module_type: &str,
+    kind: &ModuleKind,
     out_numel: u64,
 ) -> Result<u64> {
     let Ok(weight) = module.get_parameter("weight") else {
         return Ok(0);
     };
     let w = weight.shape();
-    Ok(match module_type {
-        "Conv1d" | "Conv2d" | "Linear" => 2 * out_numel * w[1..].iter().product::<usize>() as u64,
-        "ConvTranspose2d" => {
+    Ok(match kind {
+        ModuleKind::Conv1d | ModuleKind::Conv2d | ModuleKind::Linear => {
+            2 * out_numel * w[1..].iter().product::<usize>() as u64
+        }
+        ModuleKind::ConvTranspose2d => {
             // Every input element is multiplied by one kernel slice per output channel.
             let input = &gm.graph.operands(id)?[0];
             let in_numel = gm.graph.node(input)?.meta[0]

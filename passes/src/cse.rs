@@ -1,12 +1,12 @@
 //! Common subexpression elimination: merges call_function and getitem nodes that compute the
 //! same op with the same attributes on the same operands into the first of them. It leaves
 //! placeholders, get_attr and call_module nodes alone (a module may hold state or hooks), and
-//! never merges dropout (random) or custom ops (unknown effects).
+//! never merges ops the op table says are not pure (training dropout, custom ops with unknown
+//! effects).
 
 use crate::{Changed, Pass, Result};
 use std::collections::HashMap;
 use tessera_fx::{GraphModule, NodeId, NodeKind};
-use tessera_tensor::Op;
 
 /// Common subexpression elimination.
 pub struct CommonSubexpressionElimination;
@@ -16,7 +16,7 @@ pub struct CommonSubexpressionElimination;
 fn key(kind: &NodeKind, operands: &[NodeId]) -> Option<String> {
     let what = match kind {
         NodeKind::CallFunction { op } => match op {
-            Op::Dropout(_) | Op::Custom(_) => return None,
+            op if !op.is_pure() => return None,
             op => format!("{op:?}"),
         },
         NodeKind::GetItem { index } => format!("getitem[{index}]"),

@@ -1,11 +1,11 @@
-//! Dead code elimination: erases nodes whose values nobody uses. It keeps placeholders and the
-//! output, training-mode dropout (it draws from the global generator, so removing it would
-//! change later random numbers) and custom ops (their effects are unknown); it treats
-//! call_module nodes as pure, which holds for eval graphs of this crate's leaf modules.
+//! Dead code elimination: erases nodes whose values nobody uses. It keeps placeholders, the
+//! output and ops the op table says are not pure (training-mode dropout draws from the global
+//! generator, so removing it would change later random numbers; custom ops that declare no
+//! effects may do anything); it treats call_module nodes as pure, which holds for eval graphs
+//! of this crate's leaf modules.
 
 use crate::{Changed, Pass, Result};
 use tessera_fx::{Graph, GraphModule, Node, NodeKind};
-use tessera_tensor::Op;
 
 /// Dead code elimination.
 pub struct DeadCodeElimination;
@@ -14,11 +14,7 @@ pub struct DeadCodeElimination;
 pub(crate) fn has_side_effects(node: &Node) -> bool {
     match &node.kind {
         NodeKind::Placeholder { .. } | NodeKind::Output => true,
-        NodeKind::CallFunction { op } => match op {
-            Op::Dropout(d) => d.training,
-            Op::Custom(_) => true,
-            _ => false,
-        },
+        NodeKind::CallFunction { op } => !op.is_pure(),
         NodeKind::GetAttr { .. } | NodeKind::CallModule { .. } | NodeKind::GetItem { .. } => false,
     }
 }

@@ -13,7 +13,7 @@ use crate::{Changed, Pass, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use tessera_fx::{Graph, GraphModule, NodeId, NodeKind};
-use tessera_tensor::Op;
+use tessera_tensor::op::FusionRole as Role;
 
 /// The metadata key the pass writes.
 pub const FUSION_GROUP_KEY: &str = "fusion_group";
@@ -28,12 +28,8 @@ impl fmt::Display for GroupId {
     }
 }
 
-/// The op a group's elementwise epilogue follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Producer {
-    Gemm,
-    Conv,
-}
+/// The op a group's elementwise epilogue follows (the op table's [`Producer`]).
+pub use tessera_tensor::op::Producer;
 
 /// One kernel: an optional producer, elementwise ops, an optional final reduction.
 #[derive(Debug, Clone)]
@@ -93,35 +89,13 @@ impl fmt::Display for FusionGrouping {
     }
 }
 
-/// What a node can be in a group.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Role {
-    Elementwise,
-    Producer(Producer),
-    Reduction,
-    None,
-}
-
+/// What a node can be in a group: the op's fusion role from the op table; nodes other than
+/// single-output call_function nodes run alone.
 fn role(graph: &Graph, id: &NodeId) -> Result<Role> {
     let node = graph.node(id)?;
-    if node.meta.len() != 1 {
-        return Ok(Role::None);
-    }
-    let NodeKind::CallFunction { op } = &node.kind else {
-        return Ok(Role::None);
-    };
-    Ok(match op {
-        Op::Unary(_)
-        | Op::Binary(_)
-        | Op::Scalar(_)
-        | Op::Compare(_)
-        | Op::Where
-        | Op::Clamp { .. }
-        | Op::ToDType(_) => Role::Elementwise,
-        Op::Matmul | Op::Linear { .. } => Role::Producer(Producer::Gemm),
-        Op::Conv(_) => Role::Producer(Producer::Conv),
-        Op::Reduce(_) => Role::Reduction,
-        _ => Role::None,
+    Ok(match &node.kind {
+        NodeKind::CallFunction { op } if node.meta.len() == 1 => op.fusion_role(),
+        _ => Role::Alone,
     })
 }
 
@@ -142,7 +116,7 @@ pub fn fusion_groups(graph: &Graph) -> Result<FusionGrouping> {
     let mut growing: Vec<Growing> = Vec::new();
     for id in order.iter().rev() {
         let role = role(graph, id)?;
-        if role == Role::None {
+        if role == Role::Alone {
             continue;
         }
         let shape = graph.node(id)?.meta[0].shape.clone();

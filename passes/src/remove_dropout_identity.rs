@@ -5,17 +5,17 @@
 
 use crate::{Changed, Pass, Result};
 use tessera_fx::{Graph, GraphModule, NodeId, NodeKind};
-use tessera_nn::{Module, ModuleExt};
+use tessera_nn::{Module, ModuleExt, ModuleKind};
 use tessera_tensor::Op;
 
 /// Removes Dropout and Identity in eval graphs.
 pub struct RemoveDropoutIdentity;
 
-/// Whether the call_module of `target` (of `module_type`) is the identity at run time.
-fn module_is_identity(root: &dyn Module, target: &str, module_type: &str) -> bool {
-    match module_type {
-        "Identity" => true,
-        "Dropout" => root
+/// Whether the call_module of `target` (of `kind`) is the identity at run time.
+fn module_is_identity(root: &dyn Module, target: &str, kind: &ModuleKind) -> bool {
+    match kind {
+        ModuleKind::Identity => true,
+        ModuleKind::Dropout => root
             .get_submodule(target)
             .map(|m| !m.is_training())
             .unwrap_or(false),
@@ -58,11 +58,9 @@ impl Pass for RemoveDropoutIdentity {
                 continue;
             };
             match gm.graph.node(&id)?.kind.clone() {
-                NodeKind::CallModule {
-                    target,
-                    module_type,
-                    ..
-                } if module_is_identity(gm.as_module(), &target, &module_type) => {
+                NodeKind::CallModule { target, kind, .. }
+                    if module_is_identity(gm.as_module(), &target, &kind) =>
+                {
                     gm.graph.replace_all_uses_with(&id, input)?;
                     gm.graph.erase(&id)?;
                     changed = true;

@@ -22,11 +22,10 @@ pub(crate) enum Attr {
 type Map = Vec<(String, Attr)>;
 
 impl Attr {
-    /// The serde value of a type, with fields in declaration order.
-    pub(crate) fn of<T: serde::Serialize>(value: &T) -> serde_json::Result<Attr> {
-        let json = serde_json::to_string(value)?;
-        let mut lx = Lexer::new(&json, 1);
-        parse_value(&mut lx).map_err(|e| serde::ser::Error::custom(e.to_string()))
+    /// The value of JSON text, with fields in the order written.
+    pub(crate) fn from_json_text(json: &str) -> Result<Attr, ParseError> {
+        let mut lx = Lexer::new(json, 1);
+        parse_value(&mut lx)
     }
 
     /// As a serde_json value, to deserialize from or compare regardless of key order.
@@ -109,9 +108,9 @@ pub(crate) fn parse_block(lx: &mut Lexer) -> Result<Attr, ParseError> {
     lx.expect("{")?;
     lx.skip_spaces();
     let value = if lx.peek() == Some('}') || starts_entry(lx) {
-        Attr::Object(parse_entries(lx)?)
+        Attr::Object(parse_entries(lx, 1)?)
     } else {
-        parse_value(lx)?
+        parse_nested(lx, 1)?
     };
     lx.expect("}")?;
     Ok(value)
@@ -123,7 +122,7 @@ fn starts_entry(lx: &Lexer) -> bool {
     parse_key(&mut probe).is_ok() && probe.eat(":")
 }
 
-fn parse_entries(lx: &mut Lexer) -> Result<Map, ParseError> {
+fn parse_entries(lx: &mut Lexer, depth: usize) -> Result<Map, ParseError> {
     let mut map = Map::new();
     lx.skip_spaces();
     if lx.peek() == Some('}') {
@@ -132,7 +131,7 @@ fn parse_entries(lx: &mut Lexer) -> Result<Map, ParseError> {
     loop {
         let key = parse_key(lx)?;
         lx.expect(":")?;
-        let value = parse_value(lx)?;
+        let value = parse_nested(lx, depth)?;
         map.push((key, value));
         if !lx.eat(",") {
             return Ok(map);
@@ -162,14 +161,29 @@ fn parse_quoted(lx: &mut Lexer) -> Result<String, ParseError> {
     }
 }
 
+/// How deeply attribute values may nest. Op attributes nest two or three levels; the limit
+/// keeps hostile text (`[[[[...`) from exhausting the stack.
+pub(crate) const MAX_DEPTH: usize = 64;
+
 /// Reads one value.
 pub(crate) fn parse_value(lx: &mut Lexer) -> Result<Attr, ParseError> {
+    parse_nested(lx, 0)
+}
+
+/// Reads one value `depth` levels inside others.
+fn parse_nested(lx: &mut Lexer, depth: usize) -> Result<Attr, ParseError> {
     lx.skip_spaces();
     let start = lx.position();
+    if depth >= MAX_DEPTH && matches!(lx.peek(), Some('{' | '[')) {
+        return Err(lx.error_at(
+            start,
+            format!("attribute values nest more than {MAX_DEPTH} levels deep"),
+        ));
+    }
     match lx.peek() {
         Some('{') => {
             lx.bump();
-            let map = parse_entries(lx)?;
+            let map = parse_entries(lx, depth + 1)?;
             lx.expect("}")?;
             Ok(Attr::Object(map))
         }
@@ -178,7 +192,7 @@ pub(crate) fn parse_value(lx: &mut Lexer) -> Result<Attr, ParseError> {
             let mut items = Vec::new();
             if !lx.eat("]") {
                 loop {
-                    items.push(parse_value(lx)?);
+                    items.push(parse_nested(lx, depth + 1)?);
                     if !lx.eat(",") {
                         break;
                     }

@@ -2,6 +2,7 @@
 
 use crate::parse::ParseError;
 use crate::verify::VerifyErrors;
+use tessera_nn::ModuleKind;
 
 /// Everything that can go wrong while building, editing, printing or parsing a graph.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +43,14 @@ pub enum FxError {
     /// A module repr that cannot be printed on one line and parsed back.
     #[error("module repr of {target} cannot be printed and parsed back: {repr:?}")]
     InvalidModuleRepr { target: String, repr: String },
+    /// A module repr that names another kind than the module called, so the printed graph
+    /// would parse back a different kind.
+    #[error("module repr of {target} does not start with its kind {kind}: {repr:?}")]
+    ModuleKindMismatch {
+        target: String,
+        kind: ModuleKind,
+        repr: String,
+    },
     /// A qualified attribute or module path that is not dotted identifiers.
     #[error("invalid qualified path {path:?}: expected dotted identifiers like `layer1.0.conv`")]
     InvalidPath { path: String },

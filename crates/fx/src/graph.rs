@@ -9,6 +9,7 @@ use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::EdgeRef;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use tessera_nn::ModuleKind;
 use tessera_tensor::{Op, TensorMeta};
 
 /// Where builders put new nodes; see [`Graph::insert_before`] and [`Graph::insert_after`].
@@ -57,21 +58,35 @@ impl Graph {
         Ok(self.insert(name, kind, vec![meta], &[]))
     }
 
-    /// Calls the leaf submodule at `target`, printed as `module_repr`
-    /// (`Conv2d(3, 16, kernel_size=(3, 3))`), yielding values of the given metas.
+    /// Calls the leaf submodule at `target`, of `kind` and printed as `module_repr`
+    /// (`Conv2d(3, 16, kernel_size=(3, 3))`), yielding values of the given metas. The repr must
+    /// be one printable line starting with the kind's name, so the printed graph parses back
+    /// to the same kind.
     pub fn call_module(
         &mut self,
         target: &str,
+        kind: ModuleKind,
         module_repr: &str,
         operands: &[&NodeId],
         meta: Vec<TensorMeta>,
     ) -> Result<NodeId> {
         check_path(target)?;
-        let module_type =
-            module_type_of(module_repr).ok_or_else(|| FxError::InvalidModuleRepr {
-                target: target.into(),
-                repr: module_repr.into(),
-            })?;
+        match module_kind_of_repr(module_repr) {
+            None => {
+                return Err(FxError::InvalidModuleRepr {
+                    target: target.into(),
+                    repr: module_repr.into(),
+                });
+            }
+            Some(printed) if printed != kind => {
+                return Err(FxError::ModuleKindMismatch {
+                    target: target.into(),
+                    kind,
+                    repr: module_repr.into(),
+                });
+            }
+            Some(_) => {}
+        }
         let operands = self.indices(operands)?;
         let name = self.fresh_name(target);
         for &o in &operands {
@@ -79,7 +94,7 @@ impl Graph {
         }
         let kind = NodeKind::CallModule {
             target: target.into(),
-            module_type,
+            kind,
             module_repr: module_repr.into(),
         };
         Ok(self.insert(name, kind, meta, &operands))
@@ -419,14 +434,15 @@ pub(crate) fn check_path(path: &str) -> Result<()> {
     }
 }
 
-/// The module type of a repr (`Conv2d` of `Conv2d(3, 16)`), if the repr is one printable line.
-pub(crate) fn module_type_of(repr: &str) -> Option<String> {
+/// The kind a printed module repr names (`Conv2d` of `Conv2d(3, 16)`), read from its leading
+/// identifier, if the repr is one printable line: the one place a kind is read from text.
+pub(crate) fn module_kind_of_repr(repr: &str) -> Option<ModuleKind> {
     if crate::lexer::balanced_len(repr) != Some(repr.len()) {
         return None;
     }
-    let ty: String = repr
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    is_identifier(&ty).then_some(ty)
+    let end = repr
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(repr.len());
+    let name = &repr[..end];
+    is_identifier(name).then(|| ModuleKind::from_name(name))
 }

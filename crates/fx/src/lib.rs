@@ -17,12 +17,14 @@
 //!
 //! ```
 //! use tessera_fx::Graph;
+//! use tessera_nn::ModuleKind;
 //! use tessera_tensor::{DType, Op, TensorMeta, op::UnaryOp};
 //!
 //! let mut g = Graph::new();
 //! let x = g.placeholder("x", TensorMeta::new([1, 3, 32, 32], DType::F32));
 //! let conv = g.call_module(
 //!     "conv1",
+//!     ModuleKind::Conv2d,
 //!     "Conv2d(3, 16, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))",
 //!     &[&x],
 //!     vec![TensorMeta::new([1, 16, 32, 32], DType::F32)],

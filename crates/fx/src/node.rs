@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use tessera_nn::ModuleKind;
 use tessera_tensor::{DType, Op, TensorMeta};
 
 /// What a node does: FX's opcodes, plus `GetItem` to pick one value of a multi-output node.
@@ -12,11 +13,13 @@ pub enum NodeKind {
     Placeholder { target: String },
     /// A parameter or buffer read by qualified path (`conv1.weight`).
     GetAttr { target: String },
-    /// A call of a leaf submodule by qualified path; `module_type` is the leading identifier of
-    /// `module_repr` (`Conv2d` of `Conv2d(3, 16, kernel_size=(3, 3))`).
+    /// A call of a leaf submodule by qualified path; `kind` is the module's kind, whose name
+    /// `module_repr` starts with (`Conv2d` of `Conv2d(3, 16, kernel_size=(3, 3))`), so the
+    /// printed repr gives it back. Graphs saved before kinds were typed spell it `module_type`.
     CallModule {
         target: String,
-        module_type: String,
+        #[serde(alias = "module_type", with = "kind_serde")]
+        kind: ModuleKind,
         module_repr: String,
     },
     /// A call of one op of the op table.
@@ -81,5 +84,19 @@ mod metas_serde {
             .into_iter()
             .map(|r| TensorMeta::new(r.shape, r.dtype))
             .collect())
+    }
+}
+
+/// Serde for [`ModuleKind`] as its name (`"Conv2d"`), the text old graphs hold.
+mod kind_serde {
+    use super::ModuleKind;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(kind: &ModuleKind, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(kind.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ModuleKind, D::Error> {
+        Ok(ModuleKind::from_name(&String::deserialize(d)?))
     }
 }

@@ -1,7 +1,7 @@
 //! Reads the printed form back into a [`Graph`] (`Graph::parse`), so that print -> parse ->
 //! print is the identity; errors give the line and column.
 
-use crate::graph::module_type_of;
+use crate::graph::module_kind_of_repr;
 use crate::lexer::Lexer;
 use crate::op_syntax::read_op;
 use crate::{Graph, NodeKind};
@@ -119,11 +119,11 @@ fn parse_line(lx: &mut Lexer) -> Result<Entry, ParseError> {
             lx.skip_spaces();
             let repr_at = lx.position();
             let module_repr = lx.balanced_until_bracket()?.to_string();
-            let module_type = module_type_of(&module_repr)
+            let module_kind = module_kind_of_repr(&module_repr)
                 .ok_or_else(|| lx.error_at(repr_at, "expected a module repr like `Conv2d(...)`"))?;
             let kind = NodeKind::CallModule {
                 target,
-                module_type,
+                kind: module_kind,
                 module_repr,
             };
             (kind, true)

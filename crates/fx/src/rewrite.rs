@@ -1,7 +1,7 @@
 //! Pattern rewriting (FX's `subgraph_rewriter.replace_pattern`): find non-overlapping
 //! occurrences of a pattern graph and replace each by a replacement graph. Patterns and
 //! replacements are ordinary Rust functions (or modules) traced once; ops match with their
-//! attributes (so literals must be equal), module calls match by module type, and matches can
+//! attributes (so literals must be equal), module calls match by module kind, and matches can
 //! be filtered.
 
 use crate::trace::{LeafPolicy, trace_with};
@@ -63,10 +63,7 @@ fn match_node(
             return Ok(true);
         }
         (NodeKind::CallFunction { op: a }, NodeKind::CallFunction { op: b }) => a == b,
-        (
-            NodeKind::CallModule { module_type: a, .. },
-            NodeKind::CallModule { module_type: b, .. },
-        ) => a == b,
+        (NodeKind::CallModule { kind: a, .. }, NodeKind::CallModule { kind: b, .. }) => a == b,
         (NodeKind::GetItem { index: a }, NodeKind::GetItem { index: b }) => a == b,
         (NodeKind::GetAttr { target: a }, NodeKind::GetAttr { target: b }) => a == b,
         _ => false,
@@ -225,23 +222,29 @@ pub fn replace_pattern_with_filter(
                     NodeKind::GetAttr { target } => g.get_attr(target, node.meta[0].clone())?,
                     NodeKind::CallModule {
                         target,
+                        kind,
                         module_repr,
-                        ..
                     } => match modules.get(target) {
                         // The module the pattern matched, with the shapes it yields here.
                         Some(matched) => {
                             let matched = g.node(matched)?.clone();
                             let NodeKind::CallModule {
                                 target,
+                                kind,
                                 module_repr,
-                                ..
                             } = matched.kind
                             else {
                                 return Err(FxError::UnknownNode { node: matched.name });
                             };
-                            g.call_module(&target, &module_repr, &refs, matched.meta)?
+                            g.call_module(&target, kind, &module_repr, &refs, matched.meta)?
                         }
-                        None => g.call_module(target, module_repr, &refs, node.meta.clone())?,
+                        None => g.call_module(
+                            target,
+                            kind.clone(),
+                            module_repr,
+                            &refs,
+                            node.meta.clone(),
+                        )?,
                     },
                 };
                 map.insert(id, new);

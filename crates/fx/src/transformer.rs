@@ -4,6 +4,7 @@
 
 use crate::{FxError, Graph, Node, NodeId, NodeKind, Result};
 use std::collections::HashMap;
+use tessera_nn::ModuleKind;
 use tessera_tensor::Op;
 
 /// Builds the node standing for each node of the source graph in the new graph.
@@ -21,11 +22,12 @@ pub trait Transformer {
         new: &mut Graph,
         node: &Node,
         target: &str,
+        kind: &ModuleKind,
         module_repr: &str,
         args: &[NodeId],
     ) -> Result<NodeId> {
         let refs: Vec<&NodeId> = args.iter().collect();
-        new.call_module(target, module_repr, &refs, node.meta.clone())
+        new.call_module(target, kind.clone(), module_repr, &refs, node.meta.clone())
     }
 
     fn call_function(
@@ -78,9 +80,9 @@ pub fn transform(graph: &Graph, transformer: &mut dyn Transformer) -> Result<Gra
             NodeKind::GetAttr { target } => transformer.get_attr(&mut new, node, target)?,
             NodeKind::CallModule {
                 target,
+                kind,
                 module_repr,
-                ..
-            } => transformer.call_module(&mut new, node, target, module_repr, &args)?,
+            } => transformer.call_module(&mut new, node, target, kind, module_repr, &args)?,
             NodeKind::CallFunction { op } => {
                 transformer.call_function(&mut new, node, op, &args)?
             }

@@ -134,7 +134,8 @@ impl Graph {
     }
 
     /// What is wrong with the node for its kind: operand counts, metas against the op's meta
-    /// function or the getitem'd value, unknown get_attr targets, a used output.
+    /// function or the getitem'd value, unknown get_attr targets, a module kind its repr does
+    /// not print, a used output.
     fn kind_problem(
         &self,
         i: NodeIndex<u32>,
@@ -164,7 +165,17 @@ impl Graph {
                 )),
                 _ => expect_one_meta("a get_attr"),
             },
-            NodeKind::CallModule { .. } => None,
+            NodeKind::CallModule {
+                kind, module_repr, ..
+            } => match crate::graph::module_kind_of_repr(module_repr) {
+                None => Some(format!(
+                    "module repr {module_repr:?} is not one printable line"
+                )),
+                Some(printed) if printed != *kind => Some(format!(
+                    "call_module of kind {kind} prints as {module_repr:?}, which parses back as {printed}"
+                )),
+                Some(_) => None,
+            },
             NodeKind::CallFunction { op } => {
                 let metas = operands
                     .iter()

@@ -5,6 +5,7 @@ mod common;
 
 use common::{cnn_chain, f32s, multi_io, residual_block};
 use tessera_fx::{Graph, Result};
+use tessera_nn::ModuleKind;
 use tessera_tensor::op::*;
 use tessera_tensor::{DType, Op};
 
@@ -373,6 +374,7 @@ fn module_reprs_with_quotes_and_brackets_round_trip() -> Result<()> {
     let x = g.placeholder("x", f32s(&[2, 4]));
     let m = g.call_module(
         "blocks.0.act",
+        ModuleKind::from_name("Lambda"),
         r#"Lambda(name="a]b", dims=[1, (2, 3)], opts={'k': ']'})"#,
         &[&x],
         vec![f32s(&[2, 4])],
@@ -393,7 +395,7 @@ fn module_reprs_that_cannot_print_on_one_line_are_refused() {
         "Odd)(",
         "(no type)",
     ] {
-        let err = g.call_module("m", repr, &[&x], vec![f32s(&[2])]);
+        let err = g.call_module("m", ModuleKind::Linear, repr, &[&x], vec![f32s(&[2])]);
         assert!(
             matches!(err, Err(tessera_fx::FxError::InvalidModuleRepr { .. })),
             "{repr:?}"

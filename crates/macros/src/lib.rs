@@ -8,7 +8,9 @@
 //!   parameters, modules (also `Arc<M>`, `Box<dyn Module>`, `Option<M>`) are children, plain
 //!   numbers and strings are ignored, and a bare `Tensor` is a compile error.
 //!
-//! Struct attributes: `#[module(name = "Linear")]` (the repr name), `#[module(extra_repr =
+//! It also implements `tessera_nn::ModuleType`, whose name gives the type its `ModuleKind`.
+//!
+//! Struct attributes: `#[module(name = "Linear")]` (the repr name and kind), `#[module(extra_repr =
 //! "method")]`, `#[module(version = 2)]`, `#[module(get_extra_state = "method",
 //! set_extra_state = "method")]`.
 
@@ -187,6 +189,9 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             #version
             #get_extra
             #set_extra
+        }
+        impl #impl_generics ::tessera_nn::ModuleType for #ty #ty_generics #where_clause {
+            const NAME: &'static str = #type_name;
         }
     })
 }

@@ -79,6 +79,7 @@ pub mod layer_probe;
 pub mod layers;
 pub mod models;
 mod module;
+mod module_kind;
 pub mod module_trace;
 pub mod optim;
 mod parameter;
@@ -112,6 +113,7 @@ pub use layers::{
     SiLU, Sigmoid, Softmax, Tanh,
 };
 pub use module::{Module, ModuleExt};
+pub use module_kind::{ModuleKind, ModuleType, OtherKind};
 pub use parameter::Parameter;
 pub use repr::repr;
 pub use state::IncompatibleKeys;

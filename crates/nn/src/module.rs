@@ -7,7 +7,8 @@ use crate::hooks::{
     LoadStateDictPostHook, LoadStateDictPreHook, StateDictHook,
 };
 use crate::{
-    IncompatibleKeys, ModuleCore, Parameter, Result, StateDict, Value, Visitor, state, walk,
+    IncompatibleKeys, ModuleCore, ModuleKind, Parameter, Result, StateDict, Value, Visitor, state,
+    walk,
 };
 use std::any::Any;
 use std::sync::Arc;
@@ -345,6 +346,14 @@ pub trait ModuleExt: Module {
     ) -> HookHandle {
         let hook: LoadStateDictPostHook = Arc::new(hook);
         self.core().hooks.add(|t, id| t.load_post.push((id, hook)))
+    }
+
+    /// What this module is for tracing and passes: its class name as its repr starts, typed
+    /// (`ModuleKind::Conv2d`; `ModuleKind::Other` for user modules, by their
+    /// `#[module(name = "...")]` or struct name). A parametrized `Linear` prints and counts as a
+    /// `ParametrizedLinear`, not as a `Linear`.
+    fn kind(&self) -> ModuleKind {
+        ModuleKind::from_name(&crate::parametrize::class_name(self.as_module()))
     }
 
     /// PyTorch's printed tree: `Net(\n  (l0): MyLinear()\n)`.

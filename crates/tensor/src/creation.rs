@@ -2,13 +2,30 @@
 
 use crate::cpu::{any_dispatch, tensor_from};
 use crate::random::{Generator, with_global_generator};
+use crate::size::checked_len;
 use crate::storage::{CpuStorage, StorageElement};
 use crate::{DType, Element, Result, Tensor, TensorError};
+
+/// `n` copies of `value`, or `None` when the allocator cannot provide them.
+fn filled<T: Clone>(n: usize, value: T) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).ok()?;
+    v.resize(n, value);
+    Some(v)
+}
+
+fn out_of_memory(op: &str, shape: &[usize], dtype: DType) -> TensorError {
+    TensorError::OutOfMemory {
+        op: op.into(),
+        shape: shape.to_vec(),
+        bytes: shape.iter().product::<usize>() * dtype.size_in_bytes(),
+    }
+}
 
 impl Tensor {
     /// A tensor of `shape` holding `data` in row-major order; the dtype is `T`'s.
     pub fn from_vec<T: StorageElement>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
+        let n = checked_len("from_vec", shape, T::DTYPE)?;
         if data.len() != n {
             return Err(TensorError::invalid(
                 "from_vec",
@@ -32,10 +49,10 @@ impl Tensor {
     }
 
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        Ok(Tensor::from_cpu(
-            CpuStorage::zeros(dtype, shape.iter().product()),
-            shape,
-        ))
+        let n = checked_len("zeros", shape, dtype)?;
+        let storage =
+            CpuStorage::try_zeros(dtype, n).ok_or_else(|| out_of_memory("zeros", shape, dtype))?;
+        Ok(Tensor::from_cpu(storage, shape))
     }
 
     pub fn ones(shape: &[usize], dtype: DType) -> Result<Tensor> {
@@ -44,8 +61,11 @@ impl Tensor {
 
     /// A tensor of `shape` with every element `value` (converted to `dtype`).
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
-        let n = shape.iter().product();
-        Ok(any_dispatch!(dtype, T => tensor_from(vec![T::from_f64(value); n], shape)))
+        let n = checked_len("full", shape, dtype)?;
+        Ok(any_dispatch!(dtype, T => tensor_from(
+            filled(n, T::from_f64(value)).ok_or_else(|| out_of_memory("full", shape, dtype))?,
+            shape,
+        )))
     }
 
     /// `start, start + step, ...` up to (not including) `end`, as PyTorch's `arange`.
@@ -121,7 +141,7 @@ impl Tensor {
                 format!("low ({low}) must be less than high ({high})"),
             ));
         }
-        let n: usize = shape.iter().product();
+        let n = checked_len("randint", shape, dtype)?;
         let values: Vec<i64> = (0..n).map(|_| generator.integer(low, high)).collect();
         tensor_from(values, shape).to_dtype(dtype)
     }
@@ -143,7 +163,9 @@ impl Tensor {
         if !dtype.is_float() {
             return Err(TensorError::dtype(op, dtype));
         }
-        let n: usize = shape.iter().product();
+        // Sampled in f64, so the f64 buffer is checked too.
+        checked_len(op, shape, DType::F64)?;
+        let n = checked_len(op, shape, dtype)?;
         let values: Vec<f64> = (0..n).map(|_| sample()).collect();
         tensor_from(values, shape).to_dtype(dtype)
     }

@@ -56,6 +56,23 @@ pub enum TensorError {
     )]
     NoData { op: String },
 
+    /// A shape whose element count, or size in bytes, does not fit in memory's address range
+    /// (the product of the dimensions overflows).
+    #[error("{op}: shape {shape:?} of {dtype} has more elements than memory can address")]
+    ShapeOverflow {
+        op: String,
+        shape: Vec<usize>,
+        dtype: DType,
+    },
+
+    /// The allocator could not provide a buffer of this size.
+    #[error("{op}: cannot allocate {bytes} bytes for shape {shape:?}")]
+    OutOfMemory {
+        op: String,
+        shape: Vec<usize>,
+        bytes: usize,
+    },
+
     /// A misuse of autograd (second backward through a freed graph, non-scalar root, ...).
     #[error("autograd: {0}")]
     Autograd(String),

@@ -11,11 +11,12 @@ pub struct Layout {
     pub offset: usize,
 }
 
-/// Row-major strides for `shape`.
+/// Row-major strides for `shape`, saturating for a shape too large to allocate (only meta
+/// tensors can have one, and every op refuses it in its meta check).
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1; shape.len()];
+    let mut strides = vec![1usize; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * shape[d + 1].max(1);
+        strides[d] = strides[d + 1].saturating_mul(shape[d + 1].max(1));
     }
     strides
 }
@@ -29,8 +30,10 @@ impl Layout {
         }
     }
 
+    /// The element count (a layout's shape was checked when its tensor was made; saturating
+    /// keeps this total for any shape).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        crate::size::saturating_numel(&self.shape)
     }
 
     pub fn ndim(&self) -> usize {

@@ -26,6 +26,7 @@ mod methods;
 pub mod op;
 mod random;
 mod restore;
+pub mod size;
 pub mod storage;
 mod tensor;
 mod tensor_storage;

@@ -118,6 +118,28 @@ impl CpuStorage {
         }
     }
 
+    /// Like [`CpuStorage::zeros`], but `None` instead of aborting when the allocator cannot
+    /// provide `len` elements.
+    pub fn try_zeros(dtype: DType, len: usize) -> Option<CpuStorage> {
+        fn zeroed<T: Clone + Default>(len: usize) -> Option<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(len).ok()?;
+            v.resize(len, T::default());
+            Some(v)
+        }
+        Some(match dtype {
+            DType::Bool => CpuStorage::Bool(zeroed(len)?),
+            DType::U8 => CpuStorage::U8(zeroed(len)?),
+            DType::I8 => CpuStorage::I8(zeroed(len)?),
+            DType::I32 => CpuStorage::I32(zeroed(len)?),
+            DType::I64 => CpuStorage::I64(zeroed(len)?),
+            DType::F16 => CpuStorage::F16(zeroed(len)?),
+            DType::BF16 => CpuStorage::BF16(zeroed(len)?),
+            DType::F32 => CpuStorage::F32(zeroed(len)?),
+            DType::F64 => CpuStorage::F64(zeroed(len)?),
+        })
+    }
+
     /// Copies the elements in `range` into a new buffer of the same dtype.
     pub fn copy_range(&self, range: std::ops::Range<usize>) -> CpuStorage {
         fn go<T: StorageElement>(src: &[T], range: std::ops::Range<usize>) -> CpuStorage {

@@ -50,8 +50,9 @@ impl TensorMeta {
         }
     }
 
+    /// The element count, saturating at `usize::MAX` for shapes too large to allocate.
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        crate::size::saturating_numel(&self.shape)
     }
 }
 

@@ -38,15 +38,11 @@ fn refuse_training(gm: &GraphModule) -> Result<()> {
     for id in gm.graph.nodes() {
         let node = gm.graph.node(&id)?;
         let reason = match &node.kind {
-            NodeKind::CallModule {
-                target,
-                module_type,
-                ..
-            } if BATCH_NORMS.contains(&module_type.as_str())
-                && module_at(gm, target)?.is_training() =>
+            NodeKind::CallModule { target, kind, .. }
+                if BATCH_NORMS.contains(kind) && module_at(gm, target)?.is_training() =>
             {
                 format!(
-                    "{id} = call_module[{target}] ({module_type}) is in training mode; \
+                    "{id} = call_module[{target}] ({kind}) is in training mode; \
                      call eval() on the model first"
                 )
             }

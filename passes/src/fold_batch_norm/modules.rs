@@ -12,11 +12,11 @@ use tessera_nn::init::skip_init;
 use tessera_nn::layers::{
     BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d, Linear, LinearOptions,
 };
-use tessera_nn::{Module, Parameter};
+use tessera_nn::{Module, ModuleExt, ModuleKind, Parameter};
 use tessera_tensor::Tensor;
 
-/// The module types folding understands as batch norms.
-pub(super) const BATCH_NORMS: [&str; 2] = ["BatchNorm1d", "BatchNorm2d"];
+/// The module kinds folding understands as batch norms.
+pub(super) const BATCH_NORMS: [ModuleKind; 2] = [ModuleKind::BatchNorm1d, ModuleKind::BatchNorm2d];
 
 /// The eval-mode statistics of a batch norm module; `None` for one without running
 /// statistics (`track_running_stats=False` normalises with batch statistics even in eval).
@@ -71,13 +71,13 @@ macro_rules! folded_conv {
 /// 2-D output) before BatchNorm1d, Conv2d and ConvTranspose2d before BatchNorm2d.
 fn fused_module(
     conv: &dyn Module,
-    bn_type: &str,
+    bn_kind: &ModuleKind,
     output_rank: usize,
     stats: &BatchNormStats,
 ) -> Result<Option<Box<dyn Module>>> {
     let any = conv.as_any();
-    let fused: Box<dyn Module> = match bn_type {
-        "BatchNorm2d" => {
+    let fused: Box<dyn Module> = match bn_kind {
+        ModuleKind::BatchNorm2d => {
             if let Some(c) = any.downcast_ref::<Conv2d>() {
                 folded_conv!(c, Conv2d, WeightLayout::OutputFirst, stats)
             } else if let Some(c) = any.downcast_ref::<ConvTranspose2d>() {
@@ -89,7 +89,7 @@ fn fused_module(
                 return Ok(None);
             }
         }
-        "BatchNorm1d" => {
+        ModuleKind::BatchNorm1d => {
             if let Some(c) = any.downcast_ref::<Conv1d>() {
                 folded_conv!(c, Conv1d, WeightLayout::OutputFirst, stats)
             } else if let Some(l) = any.downcast_ref::<Linear>() {
@@ -127,13 +127,13 @@ pub(super) fn fold_module_pairs(gm: &mut GraphModule) -> Result<bool> {
     for bn_id in order {
         let NodeKind::CallModule {
             target: bn_target,
-            module_type: bn_type,
+            kind: bn_kind,
             ..
         } = gm.graph.node(&bn_id)?.kind.clone()
         else {
             continue;
         };
-        if !BATCH_NORMS.contains(&bn_type.as_str()) {
+        if !BATCH_NORMS.contains(&bn_kind) {
             continue;
         }
         let Ok([conv_id]) = <[NodeId; 1]>::try_from(gm.graph.operands(&bn_id)?) else {
@@ -155,19 +155,19 @@ pub(super) fn fold_module_pairs(gm: &mut GraphModule) -> Result<bool> {
             continue;
         };
         let conv = module_at(gm, &conv_target)?;
-        let Some(fused) = fused_module(conv, &bn_type, output_rank, &stats)
+        let Some(fused) = fused_module(conv, &bn_kind, output_rank, &stats)
             .map_err(|e| attribute_error(&conv_target, e))?
         else {
             continue;
         };
         let leaf = bn_target.rsplit('.').next().unwrap_or(&bn_target);
         let name = gm.fresh_name(&format!("{conv_target}_{leaf}"));
-        let repr = tessera_nn::repr(fused.as_module());
+        let (fused_kind, repr) = (fused.kind(), tessera_nn::repr(fused.as_module()));
         gm.add_owned_module(&name, fused)?;
         let meta = gm.graph.node(&bn_id)?.meta.clone();
-        let folded = gm
-            .graph
-            .insert_before(&bn_id, |g| g.call_module(&name, &repr, &[&input], meta))?;
+        let folded = gm.graph.insert_before(&bn_id, |g| {
+            g.call_module(&name, fused_kind, &repr, &[&input], meta)
+        })?;
         gm.graph.replace_all_uses_with(&bn_id, &folded)?;
         gm.graph.erase(&bn_id)?;
         if gm.graph.users(&conv_id)?.is_empty() {

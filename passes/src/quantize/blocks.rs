@@ -4,11 +4,12 @@
 
 use crate::Result;
 use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_nn::ModuleKind;
 use tessera_tensor::Op;
 use tessera_tensor::op::UnaryOp;
 
-/// The module types that start a block.
-const BLOCK_STARTS: [&str; 2] = ["Conv2d", "Linear"];
+/// The module kinds that start a block.
+const BLOCK_STARTS: [ModuleKind; 2] = [ModuleKind::Conv2d, ModuleKind::Linear];
 
 /// One conv or linear, and the ReLU fused after it if any.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,7 +19,7 @@ pub struct Block {
     /// Its module path.
     pub target: String,
     /// `Conv2d` or `Linear`.
-    pub module_type: String,
+    pub kind: ModuleKind,
     /// The ReLU applied to the layer's output, when it is the layer's only user.
     pub relu: Option<NodeId>,
 }
@@ -33,7 +34,7 @@ impl Block {
 /// Whether `node` applies a ReLU (module or function).
 fn is_relu(gm: &GraphModule, node: &NodeId) -> Result<bool> {
     Ok(match &gm.graph.node(node)?.kind {
-        NodeKind::CallModule { module_type, .. } => module_type == "ReLU",
+        NodeKind::CallModule { kind, .. } => *kind == ModuleKind::ReLU,
         NodeKind::CallFunction {
             op: Op::Unary(UnaryOp::Relu),
         } => true,
@@ -45,15 +46,10 @@ fn is_relu(gm: &GraphModule, node: &NodeId) -> Result<bool> {
 pub fn find_blocks(gm: &GraphModule) -> Result<Vec<Block>> {
     let mut blocks = Vec::new();
     for id in gm.graph.nodes() {
-        let NodeKind::CallModule {
-            target,
-            module_type,
-            ..
-        } = &gm.graph.node(&id)?.kind
-        else {
+        let NodeKind::CallModule { target, kind, .. } = &gm.graph.node(&id)?.kind else {
             continue;
         };
-        if !BLOCK_STARTS.contains(&module_type.as_str()) || gm.graph.operands(&id)?.len() != 1 {
+        if !BLOCK_STARTS.contains(kind) || gm.graph.operands(&id)?.len() != 1 {
             continue;
         }
         let users = gm.graph.users(&id)?;
@@ -64,7 +60,7 @@ pub fn find_blocks(gm: &GraphModule) -> Result<Vec<Block>> {
         blocks.push(Block {
             layer: id.clone(),
             target: target.clone(),
-            module_type: module_type.clone(),
+            kind: kind.clone(),
             relu,
         });
     }

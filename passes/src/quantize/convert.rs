@@ -15,11 +15,11 @@ use super::shared_qparams::through_shared_qparams;
 use super::{build_error, module_at};
 use crate::{Changed, Pass, PassError, Result};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
-use tessera_nn::Module;
 use tessera_nn::layers::{Conv2d, Linear};
 use tessera_nn::quantized::{
     MinMaxObserver, QuantizedConv2d, QuantizedConvReLU2d, QuantizedLinear, QuantizedLinearReLU,
 };
+use tessera_nn::{Module, ModuleExt};
 use tessera_tensor::op::QuantOp;
 use tessera_tensor::op::quant::QParams;
 use tessera_tensor::{DType, Op};
@@ -134,7 +134,7 @@ impl ConvertStatic {
             return Ok(false);
         };
         let block = &plan.block;
-        let repr = tessera_nn::repr(module.as_module());
+        let (kind, repr) = (module.kind(), tessera_nn::repr(module.as_module()));
         let leaf = if block.relu.is_some() { "_relu" } else { "" };
         let name = gm.fresh_name(&format!("{}{leaf}_quantized", block.target));
         gm.add_owned_module(&name, module)?;
@@ -155,7 +155,7 @@ impl ConvertStatic {
                 }),
                 &[&x],
             )?;
-            let y = g.call_module(&name, &repr, &[&q], meta)?;
+            let y = g.call_module(&name, kind, &repr, &[&q], meta)?;
             g.call_function(
                 Op::Quant(QuantOp::DequantizePerTensor {
                     scale: f64::from(output.scale),

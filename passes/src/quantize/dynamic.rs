@@ -8,6 +8,7 @@ use crate::{Changed, Pass, Result};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
 use tessera_nn::layers::Linear;
 use tessera_nn::quantized::DynamicQuantizedLinear;
+use tessera_nn::{ModuleExt, ModuleKind};
 use tessera_tensor::DType;
 
 /// Dynamic int8 quantization of Linear layers; `per_channel` picks per-output-channel
@@ -27,15 +28,12 @@ impl Pass for QuantizeDynamic {
         for id in order {
             let NodeKind::CallModule {
                 target,
-                module_type,
+                kind: ModuleKind::Linear,
                 ..
             } = gm.graph.node(&id)?.kind.clone()
             else {
                 continue;
             };
-            if module_type != "Linear" {
-                continue;
-            }
             let Some(linear) = module_at(gm, &target)?.as_any().downcast_ref::<Linear>() else {
                 continue;
             };
@@ -45,14 +43,14 @@ impl Pass for QuantizeDynamic {
             }
             let quantized = DynamicQuantizedLinear::from_float(linear, self.per_channel)
                 .map_err(|e| build_error(self.name(), &target, e))?;
-            let repr = tessera_nn::repr(&quantized);
+            let (quantized_kind, repr) = (quantized.kind(), tessera_nn::repr(&quantized));
             let name = gm.fresh_name(&format!("{target}_dynamic_quantized"));
             gm.add_owned_module(&name, Box::new(quantized))?;
             let operands = gm.graph.operands(&id)?;
             let meta = gm.graph.node(&id)?.meta.clone();
             let new = gm.graph.insert_before(&id, |g| {
                 let refs: Vec<&NodeId> = operands.iter().collect();
-                g.call_module(&name, &repr, &refs, meta)
+                g.call_module(&name, quantized_kind, &repr, &refs, meta)
             })?;
             gm.graph.replace_all_uses_with(&id, &new)?;
             gm.graph.erase(&id)?;

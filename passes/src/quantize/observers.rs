@@ -10,6 +10,7 @@ use super::blocks::find_blocks;
 use super::shared_qparams::through_shared_qparams;
 use crate::{Changed, Pass, PassError, Result};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_nn::ModuleKind;
 use tessera_nn::quantized::MinMaxObserver;
 
 /// Inserts min/max observers around the blocks static quantization will convert.
@@ -54,7 +55,7 @@ impl Pass for InsertObservers {
                 let (name, repr) = new_observer(gm, &format!("{base}_input_observer"))?;
                 let meta = gm.graph.node(&input)?.meta.clone();
                 let observed = gm.graph.insert_before(&block.layer, |g| {
-                    g.call_module(&name, &repr, &[&input], meta)
+                    g.call_module(&name, ModuleKind::MinMaxObserver, &repr, &[&input], meta)
                 })?;
                 gm.graph.set_operand(&block.layer, 0, &observed)?;
                 changed = true;
@@ -69,9 +70,9 @@ impl Pass for InsertObservers {
             }
             let (name, repr) = new_observer(gm, &format!("{base}_output_observer"))?;
             let meta = gm.graph.node(&last)?.meta.clone();
-            let observed = gm
-                .graph
-                .insert_after(&last, |g| g.call_module(&name, &repr, &[&last], meta))?;
+            let observed = gm.graph.insert_after(&last, |g| {
+                g.call_module(&name, ModuleKind::MinMaxObserver, &repr, &[&last], meta)
+            })?;
             gm.graph.replace_all_uses_with(&last, &observed)?;
             changed = true;
         }

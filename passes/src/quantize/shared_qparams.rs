@@ -6,13 +6,10 @@
 use super::module_at;
 use crate::Result;
 use tessera_fx::{GraphModule, NodeId, NodeKind};
-use tessera_nn::ModuleExt;
 use tessera_nn::layers::AvgPool2d;
+use tessera_nn::{ModuleExt, ModuleKind};
 use tessera_tensor::Op;
 use tessera_tensor::op::{PoolOp, ViewOp};
-
-/// Module types whose forward keeps the parameters for any configuration.
-const SHARED_MODULES: [&str; 4] = ["MaxPool2d", "AdaptiveAvgPool2d", "Flatten", "Identity"];
 
 /// Whether `node` computes its single operand's values (or a subset, or means of them) in a
 /// way that runs on u8 with the same scale and zero point. An average whose padding counts in
@@ -22,16 +19,16 @@ pub(super) fn keeps_qparams(gm: &GraphModule, node: &NodeId) -> Result<bool> {
         return Ok(false);
     }
     Ok(match &gm.graph.node(node)?.kind {
-        NodeKind::CallModule {
-            target,
-            module_type,
-            ..
-        } => {
+        NodeKind::CallModule { target, kind, .. } => {
             let module = || module_at(gm, target);
-            match module_type.as_str() {
-                t if SHARED_MODULES.contains(&t) => true,
-                "Dropout" => !module()?.is_training(),
-                "AvgPool2d" => module()?
+            match kind {
+                // Kinds whose forward keeps the parameters for any configuration.
+                ModuleKind::MaxPool2d
+                | ModuleKind::AdaptiveAvgPool2d
+                | ModuleKind::Flatten
+                | ModuleKind::Identity => true,
+                ModuleKind::Dropout => !module()?.is_training(),
+                ModuleKind::AvgPool2d => module()?
                     .as_any()
                     .downcast_ref::<AvgPool2d>()
                     .is_some_and(|p| !p.count_include_pad || p.padding.pair() == [0, 0]),

@@ -5,6 +5,7 @@
 
 use super::language::{Attr, TensorLang};
 use egg::{Analysis, DidMerge, EGraph, Id};
+use tessera_tensor::op::OpKind;
 use tessera_tensor::{Op, Tensor, TensorMeta};
 
 /// The e-graph the pass builds.
@@ -65,7 +66,7 @@ pub fn meta_of(egraph: &TensorGraph, enode: &TensorLang) -> Option<TensorMeta> {
 /// The uniform value of `op` applied to uniform operands, computed by the op's own kernel on
 /// one-element tensors of the operands' dtypes (so rounding matches the graph's).
 fn fold_fill(op: &Op, operands: &[(f64, TensorMeta)]) -> Option<f64> {
-    if let Op::View(_) = op {
+    if matches!(op.kind(), OpKind::View | OpKind::Copy) {
         return operands.first().map(|(v, _)| *v);
     }
     let tensors: Vec<Tensor> = operands

@@ -7,7 +7,7 @@ use super::analysis::{TensorGraph, meta_of};
 use super::language::TensorLang;
 use egg::{CostFunction, Id, Language};
 use std::collections::HashSet;
-use tessera_tensor::op::ViewOp;
+use tessera_tensor::op::OpKind;
 use tessera_tensor::{Op, TensorMeta};
 
 /// The fixed cost of launching one kernel, in elements.
@@ -19,9 +19,8 @@ pub const NEW_NODE: f64 = 0.25;
 
 /// The cost of one node computing `op` with output `meta`.
 pub fn op_cost(op: &Op, meta: &TensorMeta) -> f64 {
-    match op {
-        Op::View(ViewOp::Contiguous) => KERNEL + meta.numel() as f64,
-        Op::View(_) => VIEW,
+    match op.kind() {
+        OpKind::View => VIEW,
         _ => KERNEL + meta.numel() as f64,
     }
 }

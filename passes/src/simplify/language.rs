@@ -1,8 +1,11 @@
 //! The tensor-expression language the e-graph works in: the elementwise and layout ops of the
 //! op table as e-nodes, their scalar and shape attributes as leaf e-nodes, and opaque graph
-//! values as numbered leaves; with the mapping from op-table ops to e-nodes and back.
+//! values as numbered leaves; with the mapping from op-table ops to e-nodes and back. The ops
+//! the rules name have e-nodes of their own; every other op the op table calls pure and
+//! elementwise (a new op included) enters as an `Other` e-node named by its text, so it is
+//! hash-consed, folded and costed like the others.
 
-use egg::{EGraph, Id, define_language};
+use egg::{EGraph, Id, Symbol, define_language};
 use std::fmt;
 use std::str::FromStr;
 use tessera_tensor::Op;
@@ -57,6 +60,25 @@ define_language! {
         Num(Scalar),
         Dims(Dims),
         Leaf(Leaf),
+        Other(Symbol, Vec<Id>),
+    }
+}
+
+/// The symbol of an e-node for a pure elementwise op that no rule names: the op's text as the
+/// op table writes it, name and attributes joined by `|` (`cube`, `to_dtype|"F64"`).
+fn other_symbol(op: &Op) -> Symbol {
+    match op.attributes() {
+        Some(attrs) => Symbol::from(format!("{}|{attrs}", op.name())),
+        None => Symbol::from(op.name()),
+    }
+}
+
+/// The op an [`other_symbol`] names.
+fn other_op(symbol: Symbol) -> Option<Op> {
+    let text = symbol.as_str();
+    match text.split_once('|') {
+        Some((name, attrs)) => Op::from_text(name, Some(&serde_json::from_str(attrs).ok()?)),
+        None => Op::from_text(text, None),
     }
 }
 
@@ -184,6 +206,16 @@ fn binary(op: BinaryOp, ids: [Id; 2]) -> TensorLang {
 
 /// Whether the language can express `op` (one output, elementwise or a layout change).
 pub fn is_supported(op: &Op) -> bool {
+    has_own_enode(op) || is_other(op)
+}
+
+/// Whether `op` is pure and elementwise by the op table but has no e-node of its own.
+fn is_other(op: &Op) -> bool {
+    !has_own_enode(op) && op.kind().is_elementwise() && op.is_pure() && op.has_text()
+}
+
+/// Whether `op` has an e-node of its own, which rules can name.
+fn has_own_enode(op: &Op) -> bool {
     match op {
         Op::Unary(_) | Op::Binary(_) => true,
         // `max(s, x)` and `max(x, s)` differ in the sign of a zero result: not modelled.
@@ -234,6 +266,7 @@ pub fn add_op<N: egg::Analysis<TensorLang>>(
             }
             (None, None) => return None,
         },
+        (op, operands) if is_other(op) => T::Other(other_symbol(op), operands.to_vec()),
         (Op::View(v), &[x]) => {
             let mut dims = |d: &[usize]| egraph.add(T::Dims(Dims(d.to_vec())));
             match v {
@@ -344,6 +377,7 @@ impl TensorLang {
                 _ => None,
             },
             T::Contiguous(x) => view(ViewOp::Contiguous, *x),
+            T::Other(symbol, operands) => Some((other_op(*symbol)?, operands.clone())),
             T::Num(_) | T::Dims(_) | T::Leaf(_) => None,
         }
     }

@@ -12,9 +12,9 @@ use crate::Result;
 use crate::attributes::{attr_target, attr_targets};
 use std::collections::HashMap;
 use tessera_fx::{GraphModule, NodeId, NodeKind};
-use tessera_nn::{Module, ModuleExt};
+use tessera_nn::{Module, ModuleExt, ModuleKind};
 use tessera_tensor::Op;
-use tessera_tensor::op::{BinaryOp, ConvOp, IndexOp, NormOp, ViewOp};
+use tessera_tensor::op::{BinaryOp, ConvOp, IndexOp, NormOp, OpKind, ViewOp};
 
 /// For each channel of a value: `(group, channel of the group)`, or `None` for a channel no
 /// prunable layer produced.
@@ -39,23 +39,19 @@ pub struct ChannelGroups {
     pub reshapes: Vec<(NodeId, ChannelMap)>,
 }
 
-/// Module types that keep channels aligned and hold no per-channel state.
-const PASS_THROUGH_MODULES: [&str; 15] = [
-    "ReLU",
-    "ReLU6",
-    "LeakyReLU",
-    "ELU",
-    "GELU",
-    "SiLU",
-    "Sigmoid",
-    "Tanh",
-    "Hardtanh",
-    "Dropout",
-    "Identity",
-    "MaxPool2d",
-    "AvgPool2d",
-    "AdaptiveAvgPool2d",
-    "Softplus",
+/// Module kinds that keep channels aligned and hold no per-channel state.
+const PASS_THROUGH_MODULES: [ModuleKind; 11] = [
+    ModuleKind::ReLU,
+    ModuleKind::LeakyReLU,
+    ModuleKind::GELU,
+    ModuleKind::SiLU,
+    ModuleKind::Sigmoid,
+    ModuleKind::Tanh,
+    ModuleKind::Dropout,
+    ModuleKind::Identity,
+    ModuleKind::MaxPool2d,
+    ModuleKind::AvgPool2d,
+    ModuleKind::AdaptiveAvgPool2d,
 ];
 
 impl ChannelGroups {
@@ -127,13 +123,13 @@ impl ChannelGroups {
 }
 
 /// A conv or linear module call that can lose output channels.
-fn is_producer(module: &dyn Module, module_type: &str, output_rank: usize) -> bool {
-    match module_type {
-        "Conv2d" => module
+fn is_producer(module: &dyn Module, kind: &ModuleKind, output_rank: usize) -> bool {
+    match kind {
+        ModuleKind::Conv2d => module
             .as_any()
             .downcast_ref::<tessera_nn::layers::Conv2d>()
             .is_some_and(|c| c.options.groups == 1),
-        "Linear" => output_rank == 2,
+        ModuleKind::Linear => output_rank == 2,
         _ => false,
     }
 }
@@ -216,33 +212,29 @@ pub fn analyse(gm: &GraphModule) -> Result<ChannelGroups> {
             }
         };
         let output: Option<ChannelMap> = match &node.kind {
-            NodeKind::CallModule {
-                target,
-                module_type,
-                ..
-            } => {
+            NodeKind::CallModule { target, kind, .. } => {
                 let Ok(module) = gm.get_submodule(target) else {
                     pin_all(&mut groups);
                     continue;
                 };
                 let first = input_maps.first().copied().flatten();
-                if is_producer(module, module_type, shape.len()) && operands.len() == 1 {
+                if is_producer(module, kind, shape.len()) && operands.len() == 1 {
                     Some(produce(&mut groups, &id, first, shape[1]))
                 } else if operands.len() != 1 {
                     pin_all(&mut groups);
                     None
-                } else if matches!(module_type.as_str(), "BatchNorm1d" | "BatchNorm2d") {
+                } else if matches!(kind, ModuleKind::BatchNorm1d | ModuleKind::BatchNorm2d) {
                     follow(&mut groups, &id, first)
-                } else if PASS_THROUGH_MODULES.contains(&module_type.as_str()) {
+                } else if PASS_THROUGH_MODULES.contains(kind) {
                     first.cloned()
-                } else if module_type == "Flatten" {
+                } else if *kind == ModuleKind::Flatten {
                     flattened(gm, &operands[0], &shape, first)?.or_else(|| {
                         pin_all(&mut groups);
                         None
                     })
                 } else {
                     // Conv2d with groups, or any other module: its input channels are fixed.
-                    if is_consumer(module_type)
+                    if is_consumer(kind)
                         && let Some(map) = first
                     {
                         groups.pin(map);
@@ -264,7 +256,8 @@ pub fn analyse(gm: &GraphModule) -> Result<ChannelGroups> {
                 {
                     follow(&mut groups, &id, input_maps.first().copied().flatten())
                 }
-                Op::Unary(_) | Op::Scalar(_) | Op::Clamp { .. } | Op::Pool(_) | Op::Dropout(_) => {
+                // Elementwise functions of one tensor and pooling keep the channels.
+                op if matches!(op.kind(), OpKind::ElementwiseUnary | OpKind::Pooling) => {
                     input_maps.first().copied().flatten().cloned()
                 }
                 Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div) => {
@@ -332,10 +325,10 @@ pub fn analyse(gm: &GraphModule) -> Result<ChannelGroups> {
 }
 
 /// Conv-like modules whose weights are laid out by input channel.
-fn is_consumer(module_type: &str) -> bool {
+fn is_consumer(kind: &ModuleKind) -> bool {
     matches!(
-        module_type,
-        "Conv2d" | "Linear" | "Conv1d" | "ConvTranspose2d"
+        kind,
+        ModuleKind::Conv2d | ModuleKind::Linear | ModuleKind::Conv1d | ModuleKind::ConvTranspose2d
     )
 }
 

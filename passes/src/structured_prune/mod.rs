@@ -265,13 +265,13 @@ fn replace_module_call(
     let module = module_at(gm, &target)?;
     let built = build(&target, module)?;
     let name = gm.fresh_name(&format!("{target}_{suffix}"));
-    let repr = tessera_nn::repr(built.as_module());
+    let (kind, repr) = (built.kind(), tessera_nn::repr(built.as_module()));
     gm.add_owned_module(&name, built)?;
     let operands = gm.graph.operands(id)?;
     let refs: Vec<&NodeId> = operands.iter().collect();
     let new = gm
         .graph
-        .insert_before(id, |g| g.call_module(&name, &repr, &refs, meta))?;
+        .insert_before(id, |g| g.call_module(&name, kind, &repr, &refs, meta))?;
     gm.graph.replace_all_uses_with(id, &new)?;
     gm.graph.erase(id)?;
     Ok(())

@@ -5,7 +5,7 @@
 use crate::common::{Case, assert_same, conformance_dir, f32s, random, run_pass, snapshots};
 use std::sync::Arc;
 use tessera_fx::trace::{LeafPolicy, TracedGraph, trace};
-use tessera_fx::{Graph, GraphModule};
+use tessera_fx::{Graph, GraphModule, NodeId};
 use tessera_nn::layers::{
     BatchNorm1d, BatchNorm2d, Conv2d, ConvTranspose2d, ConvTranspose2dOptions, Linear,
 };
@@ -198,8 +198,23 @@ fn hand_built(root: Sequential, build: impl FnOnce(&mut Graph, &Sequential)) -> 
     )
 }
 
-fn module_repr(seq: &Sequential, index: usize) -> String {
-    repr(seq.get_submodule(&index.to_string()).unwrap())
+/// Calls child `index` of `seq` on `input`, as tracing records it.
+fn call_child(
+    g: &mut Graph,
+    seq: &Sequential,
+    index: usize,
+    input: &NodeId,
+    meta: TensorMeta,
+) -> NodeId {
+    let module = seq.get_submodule(&index.to_string()).unwrap();
+    g.call_module(
+        &index.to_string(),
+        module.kind(),
+        &repr(module),
+        &[input],
+        vec![meta],
+    )
+    .unwrap()
 }
 
 #[test]
@@ -213,15 +228,9 @@ fn a_conv_called_twice_keeps_its_other_call_and_its_weights() {
             g.placeholder("y", f32s(&[1, 3, 6, 6])),
         );
         let out = f32s(&[1, 4, 4, 4]);
-        let a = g
-            .call_module("0", &module_repr(seq, 0), &[&x], vec![out.clone()])
-            .unwrap();
-        let b = g
-            .call_module("1", &module_repr(seq, 1), &[&a], vec![out.clone()])
-            .unwrap();
-        let c = g
-            .call_module("0", &module_repr(seq, 0), &[&y], vec![out])
-            .unwrap();
+        let a = call_child(g, seq, 0, &x, out.clone());
+        let b = call_child(g, seq, 1, &a, out.clone());
+        let c = call_child(g, seq, 0, &y, out);
         g.output(&[&b, &c]).unwrap();
     });
     let weight_before = values(&gm.get_parameter("0.weight").unwrap());
@@ -248,12 +257,8 @@ fn a_conv_output_with_another_user_keeps_the_unfolded_value_for_it() {
     let mut gm = hand_built(root, |g, seq| {
         let x = g.placeholder("x", f32s(&[2, 3, 5, 5]));
         let out = f32s(&[2, 4, 5, 5]);
-        let a = g
-            .call_module("0", &module_repr(seq, 0), &[&x], vec![out.clone()])
-            .unwrap();
-        let b = g
-            .call_module("1", &module_repr(seq, 1), &[&a], vec![out])
-            .unwrap();
+        let a = call_child(g, seq, 0, &x, out.clone());
+        let b = call_child(g, seq, 1, &a, out);
         let sum = g
             .call_function(Op::Binary(BinaryOp::Add), &[&a, &b])
             .unwrap();

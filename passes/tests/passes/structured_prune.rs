@@ -11,7 +11,7 @@ use tessera_nn::layers::{
     AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Conv2dOptions, Flatten, Linear, ReLU,
 };
 use tessera_nn::models::ResNet18;
-use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, Sequential, repr};
+use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, ModuleKind, Sequential, repr};
 use tessera_passes::cost::graph_cost;
 use tessera_passes::structured_prune::PruneReport;
 use tessera_passes::{Pass, StructuredPrune};
@@ -31,11 +31,14 @@ fn zero_channels(module: &dyn Module, channels: &[usize]) {
 /// A graph module over `root` built by `build`, which gets each child's repr by index.
 fn hand_built(
     root: Sequential,
-    build: impl FnOnce(&mut Graph, &dyn Fn(usize) -> String),
+    build: impl FnOnce(&mut Graph, &dyn Fn(usize) -> (ModuleKind, String)),
 ) -> GraphModule {
     let mut graph = Graph::new();
-    let reprs = |i: usize| repr(root.get_submodule(&i.to_string()).unwrap());
-    build(&mut graph, &reprs);
+    let modules = |i: usize| {
+        let module = root.get_submodule(&i.to_string()).unwrap();
+        (module.kind(), repr(module))
+    };
+    build(&mut graph, &modules);
     let root: Arc<dyn Module> = Arc::new(root);
     root.eval();
     GraphModule::new(
@@ -107,11 +110,12 @@ fn zero_channels_are_pruned_through_batch_norm_residual_add_and_flatten_exactly(
         .add(AdaptiveAvgPool2d::new(2))
         .add(Flatten::default())
         .add(Linear::new(32, 4).unwrap());
-    let mut gm = hand_built(root, |g, reprs| {
+    let mut gm = hand_built(root, |g, modules| {
         let x = g.placeholder("x", f32s(&[2, 3, 8, 8]));
         let full = f32s(&[2, 8, 8, 8]);
         let call = |g: &mut Graph, i: usize, input, meta| {
-            g.call_module(&i.to_string(), &reprs(i), &[input], vec![meta])
+            let (kind, repr) = modules(i);
+            g.call_module(&i.to_string(), kind, &repr, &[input], vec![meta])
                 .unwrap()
         };
         let a = call(g, 0, &x, full.clone());
@@ -159,19 +163,21 @@ fn concatenated_channels_keep_their_offsets() {
         .add(a)
         .add(b)
         .add(Conv2d::new(12, 5, 1).unwrap());
-    let mut gm = hand_built(root, |g, reprs| {
+    let mut gm = hand_built(root, |g, modules| {
         let x = g.placeholder("x", f32s(&[1, 3, 4, 4]));
-        let a = g
-            .call_module("0", &reprs(0), &[&x], vec![f32s(&[1, 8, 4, 4])])
-            .unwrap();
-        let b = g
-            .call_module("1", &reprs(1), &[&x], vec![f32s(&[1, 4, 4, 4])])
-            .unwrap();
+        let mut call = |i: usize, input, meta| {
+            let (kind, repr) = modules(i);
+            g.call_module(&i.to_string(), kind, &repr, &[input], vec![meta])
+                .unwrap()
+        };
+        let a = call(0, &x, f32s(&[1, 8, 4, 4]));
+        let b = call(1, &x, f32s(&[1, 4, 4, 4]));
         let cat = g
             .call_function(Op::Index(IndexOp::Cat { dim: 1 }), &[&a, &b])
             .unwrap();
+        let (kind, repr) = modules(2);
         let out = g
-            .call_module("2", &reprs(2), &[&cat], vec![f32s(&[1, 5, 4, 4])])
+            .call_module("2", kind, &repr, &[&cat], vec![f32s(&[1, 5, 4, 4])])
             .unwrap();
         g.output(&[&out]).unwrap();
     });

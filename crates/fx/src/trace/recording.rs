@@ -7,8 +7,8 @@ use crate::{FxError, Graph, NodeId};
 use indexmap::IndexMap;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use tessera_nn::Module;
 use tessera_nn::module_trace::ModuleCallRecorder;
+use tessera_nn::{Module, ModuleExt};
 use tessera_tensor::trace::TraceRecorder;
 use tessera_tensor::{Op, Tensor, TensorError, TensorId};
 
@@ -159,9 +159,13 @@ impl ModuleCallRecorder for Recording {
                 .collect::<crate::Result<Vec<_>>>()?;
             let refs: Vec<&NodeId> = operands.iter().collect();
             let metas = outputs.iter().map(Tensor::meta).collect();
-            let node = state
-                .graph
-                .call_module(path, &tessera_nn::repr(module), &refs, metas)?;
+            let node = state.graph.call_module(
+                path,
+                module.kind(),
+                &tessera_nn::repr(module),
+                &refs,
+                metas,
+            )?;
             Self::bind_outputs(&mut state, node, outputs)
         };
         record().map_err(|e| tessera_nn::NnError::Invalid(format!("tracing {path}: {e}")))

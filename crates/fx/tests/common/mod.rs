@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use tessera_fx::{Graph, Result};
+use tessera_nn::ModuleKind;
 use tessera_tensor::op::{
     BinaryOp, ConvOp, ConvParams, NormOp, ReduceKind, ReduceOp, UnaryOp, ViewOp,
 };
@@ -30,12 +31,14 @@ pub fn cnn_chain() -> Result<Graph> {
     let x = g.placeholder("x", f32s(&[1, 3, 32, 32]));
     let conv1 = g.call_module(
         "conv1",
+        ModuleKind::Conv2d,
         "Conv2d(3, 16, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))",
         &[&x],
         vec![f32s(&[1, 16, 32, 32])],
     )?;
     let bn1 = g.call_module(
         "bn1",
+        ModuleKind::BatchNorm2d,
         "BatchNorm2d(16, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)",
         &[&conv1],
         vec![f32s(&[1, 16, 32, 32])],
@@ -43,6 +46,7 @@ pub fn cnn_chain() -> Result<Graph> {
     let relu = g.call_function(relu(), &[&bn1])?;
     let pool = g.call_module(
         "pool",
+        ModuleKind::MaxPool2d,
         "MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)",
         &[&relu],
         vec![f32s(&[1, 16, 16, 16])],
@@ -50,6 +54,7 @@ pub fn cnn_chain() -> Result<Graph> {
     let flat = g.call_function(Op::View(ViewOp::Reshape(vec![1, 4096])), &[&pool])?;
     let fc = g.call_module(
         "fc",
+        ModuleKind::Linear,
         "Linear(in_features=4096, out_features=10, bias=True)",
         &[&flat],
         vec![f32s(&[1, 10])],

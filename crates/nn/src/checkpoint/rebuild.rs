@@ -29,6 +29,10 @@ pub(crate) struct Rebuilder<'a, S: StorageSource> {
     pickle: &'a Pickle,
     source: &'a mut S,
     tensors: HashMap<NodeId, Tensor>,
+    /// Tensors by the view they read (storage, dtype, offset, size, stride): two records of the
+    /// same view (tied weights, saved under two keys) load as one tensor, so they stay tied
+    /// and save back as one storage, as PyTorch's do.
+    views: HashMap<ViewKey, Tensor>,
     /// Output bytes still allowed.
     budget: u64,
     /// Nodes still allowed to be visited (a shared node counts each time it is reached).
@@ -43,6 +47,7 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
             pickle,
             source,
             tensors: HashMap::new(),
+            views: HashMap::new(),
             budget,
             visits,
         }
@@ -155,7 +160,15 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
         if let Some(t) = self.tensors.get(&id) {
             return Ok(t.clone());
         }
-        let tensor = self.materialise(spec)?;
+        let view = ViewKey::of(spec);
+        let tensor = match self.views.get(&view) {
+            Some(t) if t.requires_grad() == spec.requires_grad => t.clone(),
+            _ => {
+                let t = self.materialise(spec)?;
+                self.views.insert(view, t.clone());
+                t
+            }
+        };
         self.tensors.insert(id, tensor.clone());
         Ok(tensor)
     }
@@ -184,6 +197,28 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
             return tensor.requires_grad_(true).map_err(|e| e.to_string());
         }
         Ok(tensor)
+    }
+}
+
+/// What identifies a strided view of a storage.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ViewKey {
+    storage: String,
+    dtype: String,
+    offset: u64,
+    size: Vec<u64>,
+    stride: Vec<u64>,
+}
+
+impl ViewKey {
+    fn of(spec: &TensorSpec) -> Self {
+        ViewKey {
+            storage: spec.storage.key.clone(),
+            dtype: spec.storage.dtype.to_string(),
+            offset: spec.offset,
+            size: spec.size.clone(),
+            stride: spec.stride.clone(),
+        }
     }
 }
 

@@ -109,7 +109,8 @@ fn open(path: &Path) -> Result<(Pickle, ZipStorages)> {
     ))
 }
 
-/// The bytes of entry `name`, refusing compressed entries and sizes the file cannot hold.
+/// The bytes of entry `name`, refusing compressed entries, sizes the file cannot hold and
+/// contents whose CRC-32 differs from the archive's.
 fn read_record<R: Read + Seek>(
     archive: &mut ZipArchive<R>,
     name: &str,
@@ -124,6 +125,7 @@ fn read_record<R: Read + Seek>(
         ));
     }
     let size = entry.size();
+    let expected_crc = entry.crc32();
     if size > file_len {
         return Err(format!(
             "record {name} claims {size} bytes in a {file_len}-byte file"
@@ -138,6 +140,14 @@ fn read_record<R: Read + Seek>(
         return Err(format!(
             "record {name} is truncated: {} of {size} bytes",
             bytes.len()
+        ));
+    }
+    // Reading exactly `size` bytes stops before the zip reader's own check at end of entry, so
+    // the checksum is compared here: a flipped bit is an error, as in Python's zipfile.
+    let actual = crc32fast::hash(&bytes);
+    if actual != expected_crc {
+        return Err(format!(
+            "record {name}: bad CRC-32 ({actual:08x}, the archive says {expected_crc:08x})"
         ));
     }
     Ok(bytes)

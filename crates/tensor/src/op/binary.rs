@@ -1,7 +1,7 @@
 //! Elementwise ops of two operands with PyTorch's broadcasting and type promotion, of a tensor
 //! and a scalar attribute, comparisons, `where` and `clamp`.
 
-use super::{BackwardCtx, OpDef, expect_inputs};
+use super::{BackwardCtx, OpDef, OpKind, expect_inputs};
 use crate::cpu::{any_dispatch, float_dispatch, map, zip};
 use crate::layout::broadcast_shapes;
 use crate::{DType, Element, Float, Result, Tensor, TensorError, TensorMeta};
@@ -144,6 +144,14 @@ fn binary_kernel(
 }
 
 impl OpDef for BinaryOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::variant_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::ElementwiseBinary
+    }
+
     fn name(&self) -> String {
         BinaryOp::name(*self).into()
     }
@@ -249,6 +257,14 @@ impl ScalarOp {
 }
 
 impl OpDef for ScalarOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::struct_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::ElementwiseUnary
+    }
+
     fn name(&self) -> String {
         BinaryOp::name(self.op).into()
     }
@@ -342,6 +358,14 @@ impl CompareOp {
 }
 
 impl OpDef for CompareOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::variant_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::ElementwiseBinary
+    }
+
     fn name(&self) -> String {
         format!("{self:?}").to_lowercase()
     }
@@ -376,6 +400,14 @@ impl OpDef for CompareOp {
 pub(crate) struct WhereOp;
 
 impl OpDef for WhereOp {
+    fn attributes(&self) -> Option<String> {
+        None
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::ElementwiseTernary
+    }
+
     fn name(&self) -> String {
         "where".into()
     }
@@ -424,13 +456,21 @@ impl OpDef for WhereOp {
 }
 
 /// Clamps into `[min, max]` (either bound optional).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ClampOp {
     pub(crate) min: Option<f64>,
     pub(crate) max: Option<f64>,
 }
 
 impl OpDef for ClampOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::struct_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::ElementwiseUnary
+    }
+
     fn name(&self) -> String {
         "clamp".into()
     }

@@ -1,12 +1,20 @@
 //! Conversion between dtypes (PyTorch's `.to(dtype)`); gradients flow back through float casts.
 
-use super::{BackwardCtx, OpDef, expect_inputs};
+use super::{BackwardCtx, OpDef, OpKind, expect_inputs};
 use crate::{DType, Result, Tensor, TensorMeta};
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct CastOp(pub(crate) DType);
 
 impl OpDef for CastOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::struct_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::ElementwiseUnary
+    }
+
     fn name(&self) -> String {
         "to".into()
     }

@@ -3,7 +3,7 @@
 
 mod lowering;
 
-use super::{BackwardCtx, Op, OpDef, expect_float};
+use super::{BackwardCtx, Op, OpDef, OpKind, expect_float};
 use crate::cpu::{float_dispatch, tensor_from};
 use crate::{Result, Tensor, TensorError, TensorMeta};
 
@@ -376,6 +376,14 @@ fn with_slices2<T: crate::storage::StorageElement, R>(
 }
 
 impl OpDef for ConvOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::variant_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Convolution
+    }
+
     fn name(&self) -> String {
         let base = self.params().name();
         match self {

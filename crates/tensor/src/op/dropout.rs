@@ -1,7 +1,7 @@
 //! Inverted dropout: in training each element is zeroed with probability `p` (drawn from the
 //! global seeded generator) and survivors are scaled by `1/(1-p)`; in eval it is the identity.
 
-use super::{BackwardCtx, OpDef, expect_float, expect_inputs};
+use super::{BackwardCtx, Effects, FusionRole, OpDef, OpKind, expect_float, expect_inputs};
 use crate::cpu::{float_dispatch, map, tensor_from};
 use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta, with_global_generator};
 
@@ -46,6 +46,27 @@ impl DropoutOp {
 }
 
 impl OpDef for DropoutOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::struct_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::ElementwiseUnary
+    }
+
+    fn effects(&self) -> Effects {
+        if self.training {
+            Effects::RANDOM
+        } else {
+            Effects::PURE
+        }
+    }
+
+    /// Eval dropout is removed by a pass; training dropout draws from the generator.
+    fn fusion_role(&self) -> FusionRole {
+        FusionRole::Alone
+    }
+
     fn name(&self) -> String {
         "dropout".into()
     }

@@ -1,7 +1,7 @@
 //! Embedding lookup: rows of a `[num, dim]` weight gathered by integer indices of any shape;
 //! backward scatter-adds into a zero weight gradient, skipping the padding row.
 
-use super::{BackwardCtx, OpDef, expect_float, expect_inputs};
+use super::{BackwardCtx, OpDef, OpKind, expect_float, expect_inputs};
 use crate::cpu::{float_dispatch, tensor_from};
 use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
 
@@ -68,6 +68,14 @@ impl EmbeddingOp {
 }
 
 impl OpDef for EmbeddingOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::struct_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Indexing
+    }
+
     fn name(&self) -> String {
         "embedding".into()
     }

@@ -2,7 +2,7 @@
 //! meta functions, kernels over every dtype, and backward formulas. Index values are checked by
 //! the kernels, since only they see the data; splitting is left to narrow views.
 
-use super::{BackwardCtx, OpDef};
+use super::{BackwardCtx, OpDef, OpKind};
 use crate::cpu::{any_dispatch, tensor_from};
 use crate::layout::contiguous_strides;
 use crate::storage::StorageElement;
@@ -358,6 +358,14 @@ fn scatter_offsets(
 }
 
 impl OpDef for IndexOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::variant_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Indexing
+    }
+
     fn name(&self) -> String {
         self.op_name().into()
     }

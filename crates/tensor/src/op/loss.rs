@@ -2,7 +2,7 @@
 //! negative log-likelihood over class indices that cross_entropy composes with log_softmax.
 
 use super::binary::reduce_grad;
-use super::{BackwardCtx, OpDef, expect_float};
+use super::{BackwardCtx, OpDef, OpKind, expect_float};
 use crate::cpu::{float_dispatch, tensor_from};
 use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
 
@@ -258,6 +258,14 @@ fn softplus<T: Float>(v: T) -> T {
 }
 
 impl OpDef for LossOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::variant_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Loss
+    }
+
     fn name(&self) -> String {
         match self {
             LossOp::Mse { .. } => "mse_loss",

@@ -1,7 +1,7 @@
 //! Matrix products on the `gemm` crate: `matmul` with PyTorch's 1-D, batching and broadcasting
 //! rules, and `linear` (`x @ w^T + b`) with the bias folded into the GEMM's destination.
 
-use super::{BackwardCtx, OpDef, expect_inputs};
+use super::{BackwardCtx, OpDef, OpKind, expect_inputs};
 use crate::cpu::{float_dispatch, offset_of, tensor_from};
 use crate::layout::{Layout, broadcast_layout, broadcast_shapes};
 use crate::storage::StorageElement;
@@ -12,11 +12,30 @@ use rayon::prelude::*;
 const PARALLEL_GEMM_WORK: usize = 48 * 48 * 48;
 
 /// One strided matrix operand: `rows x cols` at `offset` with row and column strides.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct MatrixRef {
     pub(crate) offset: usize,
     pub(crate) row_stride: usize,
     pub(crate) col_stride: usize,
+}
+
+/// Whether a `rows x cols` matrix view lies inside a slice of `len` elements (its last element's
+/// index computed without overflow), with strides that fit in `isize`. Empty views always fit.
+fn view_fits(len: usize, view: MatrixRef, rows: usize, cols: usize) -> bool {
+    if rows == 0 || cols == 0 {
+        return true;
+    }
+    let strides_fit =
+        view.row_stride <= isize::MAX as usize && view.col_stride <= isize::MAX as usize;
+    let last = (rows - 1)
+        .checked_mul(view.row_stride)
+        .and_then(|r| {
+            (cols - 1)
+                .checked_mul(view.col_stride)
+                .and_then(|c| r.checked_add(c))
+        })
+        .and_then(|i| i.checked_add(view.offset));
+    strides_fit && last.is_some_and(|i| i < len)
 }
 
 /// `dst[m x n] (+)= lhs[m x k] * rhs[k x n]` on raw storage; `dst` is packed row-major.
@@ -47,8 +66,23 @@ pub(crate) fn gemm_into<T: Float>(
     } else {
         gemm::Parallelism::None
     };
-    // SAFETY: the operand views lie inside their slices (checked by the callers' layouts), dst
-    // holds m*n elements, and gemm reads/writes only through the given strides.
+    // The preconditions of the raw GEMM call below, checked rather than trusted: an operand
+    // view reaching past its slice would read or write out of bounds. Shapes are checked for
+    // overflow when tensors are made, so a failure here is a bug in a caller, never input.
+    assert!(
+        view_fits(lhs.len(), a, m, k) && view_fits(rhs.len(), b, k, n),
+        "gemm_into: an operand view ({m}x{k} at {a:?} in {}, {k}x{n} at {b:?} in {}) leaves its slice",
+        lhs.len(),
+        rhs.len()
+    );
+    assert!(
+        m.checked_mul(n).is_some_and(|mn| dst.len() >= mn) && n <= isize::MAX as usize,
+        "gemm_into: a {m}x{n} output does not fit {} elements",
+        dst.len()
+    );
+    // SAFETY: checked above: both operand views lie inside their slices, dst holds m*n
+    // elements, every stride fits in isize, and gemm reads/writes only through the given
+    // strides within those extents.
     unsafe {
         gemm::gemm(
             m,
@@ -210,6 +244,14 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
 pub(crate) struct MatmulOp;
 
 impl OpDef for MatmulOp {
+    fn attributes(&self) -> Option<String> {
+        None
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Gemm
+    }
+
     fn name(&self) -> String {
         "matmul".into()
     }
@@ -293,7 +335,7 @@ pub(crate) fn add_bias_rows<T: Float>(out: &mut [T], bias: &[T]) {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct LinearOp {
     pub(crate) bias: bool,
 }
@@ -342,6 +384,14 @@ fn linear_kernel<T: Float + StorageElement>(
 }
 
 impl OpDef for LinearOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::struct_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Gemm
+    }
+
     fn name(&self) -> String {
         "linear".into()
     }

@@ -8,6 +8,7 @@ mod conv;
 mod custom;
 mod dropout;
 mod embedding;
+mod facts;
 mod index;
 mod loss;
 mod matmul;
@@ -16,14 +17,16 @@ mod pool;
 pub mod quant;
 mod reduce;
 mod softmax;
+mod text;
 mod unary;
 mod view;
 
 pub use binary::{BinaryOp, CompareOp, ScalarOp};
 pub use conv::{ConvOp, ConvParams};
-pub use custom::{CustomFunction, CustomOp};
+pub use custom::{CustomFunction, CustomOp, register_custom};
 pub use dropout::DropoutOp;
 pub use embedding::EmbeddingOp;
+pub use facts::{Effects, FusionRole, OpKind, Producer};
 pub use index::IndexOp;
 pub use loss::{LossOp, Reduction};
 pub use norm::NormOp;
@@ -105,10 +108,31 @@ impl BackwardCtx<'_> {
     }
 }
 
-/// The three things every op family defines.
+/// Everything an op family defines, in one place: its name and attributes as printed, its
+/// kind, effects and fusion role, its meta function, its CPU kernel and its backward formula.
+/// Every consumer (eager dispatch, autograd, the printer and parser, the interpreter, the
+/// passes) reads these and nothing else.
 pub(crate) trait OpDef {
     /// The op's name as printed in graphs and errors (`add`, `conv2d`).
     fn name(&self) -> String;
+    /// The attributes printed after the name (`{dim: 1}`), as JSON text with fields in
+    /// declaration order; `None` when the name says everything.
+    fn attributes(&self) -> Option<String>;
+    /// The family of computation, which decides how a backend lowers the op.
+    fn kind(&self) -> OpKind;
+    /// What running the op does besides computing its outputs.
+    fn effects(&self) -> Effects {
+        Effects::PURE
+    }
+    /// The op's place in a fusion group.
+    fn fusion_role(&self) -> FusionRole {
+        FusionRole::of(self.kind(), self.effects())
+    }
+    /// Whether the backward formula reads the op's outputs (so they must be kept, or
+    /// recomputed, for the backward pass).
+    fn backward_reads_output(&self) -> bool {
+        false
+    }
     /// Output shapes and dtypes, or an error naming the op and the offending shapes.
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>>;
     /// The CPU kernel; inputs have passed `meta`.
@@ -182,9 +206,94 @@ impl Op {
         delegate!(self, d => d.name())
     }
 
+    /// The attributes printed after the name, as JSON text in declaration order (`None` when
+    /// the name says everything).
+    pub fn attributes(&self) -> Option<String> {
+        delegate!(self, d => d.attributes())
+    }
+
+    /// Whether the op can be written as text and read back: every op but a user-defined one
+    /// that is not registered (see [`register_custom`]).
+    pub fn has_text(&self) -> bool {
+        match self {
+            Op::Custom(c) => custom::is_registered(c),
+            _ => true,
+        }
+    }
+
+    /// The op that prints as `name` with attributes `attrs` (in serde form), if there is one.
+    pub fn from_text(name: &str, attrs: Option<&serde_json::Value>) -> Option<Op> {
+        use text::{decode_fixed, decode_struct, decode_variant};
+        decode_variant(name, attrs)
+            .map(Op::Unary)
+            .or_else(|| decode_variant(name, attrs).map(Op::Binary))
+            .or_else(|| decode_struct(name, attrs).map(Op::Scalar))
+            .or_else(|| decode_variant(name, attrs).map(Op::Compare))
+            .or_else(|| decode_fixed(Op::Where, name, attrs))
+            .or_else(|| {
+                decode_struct(name, attrs).map(|c: binary::ClampOp| Op::Clamp {
+                    min: c.min,
+                    max: c.max,
+                })
+            })
+            .or_else(|| decode_struct(name, attrs).map(Op::Reduce))
+            .or_else(|| {
+                decode_struct(name, attrs).map(|s: softmax::SoftmaxOp| Op::Softmax {
+                    dim: s.dim,
+                    log: s.log,
+                })
+            })
+            .or_else(|| decode_fixed(Op::Matmul, name, attrs))
+            .or_else(|| {
+                decode_struct(name, attrs).map(|l: matmul::LinearOp| Op::Linear { bias: l.bias })
+            })
+            .or_else(|| decode_variant(name, attrs).map(Op::View))
+            .or_else(|| decode_struct(name, attrs).map(|c: cast::CastOp| Op::ToDType(c.0)))
+            .or_else(|| decode_variant(name, attrs).map(Op::Conv))
+            .or_else(|| decode_variant(name, attrs).map(Op::Pool))
+            .or_else(|| decode_variant(name, attrs).map(Op::Norm))
+            .or_else(|| decode_struct(name, attrs).map(Op::Dropout))
+            .or_else(|| decode_struct(name, attrs).map(Op::Embedding))
+            .or_else(|| decode_variant(name, attrs).map(Op::Index))
+            .or_else(|| decode_variant(name, attrs).map(Op::Loss))
+            .or_else(|| decode_variant(name, attrs).map(Op::Quant))
+            .or_else(|| custom::decode(name, attrs).map(Op::Custom))
+    }
+
+    /// The family of computation (elementwise, reduction, GEMM, ...).
+    pub fn kind(&self) -> OpKind {
+        delegate!(self, d => d.kind())
+    }
+
+    /// What running the op does besides computing its outputs.
+    pub fn effects(&self) -> Effects {
+        delegate!(self, d => d.effects())
+    }
+
+    /// Whether the op may be erased when unused, merged with an equal op, or folded.
+    pub fn is_pure(&self) -> bool {
+        self.effects().is_pure()
+    }
+
+    /// The op's place in a fusion group.
+    pub fn fusion_role(&self) -> FusionRole {
+        delegate!(self, d => d.fusion_role())
+    }
+
+    /// Whether the backward formula reads the op's outputs.
+    pub fn backward_reads_output(&self) -> bool {
+        delegate!(self, d => d.backward_reads_output())
+    }
+
     /// Output shapes and dtypes for inputs of these shapes and dtypes.
+    /// Every output's byte size is checked to fit in memory's address range, so a huge or
+    /// overflowing shape is an error here, never a wrapped count in a kernel.
     pub fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
-        delegate!(self, d => d.meta(inputs))
+        let outputs = delegate!(self, d => d.meta(inputs))?;
+        for out in &outputs {
+            crate::size::checked_len(&self.name(), &out.shape, out.dtype)?;
+        }
+        Ok(outputs)
     }
 
     pub(crate) fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {

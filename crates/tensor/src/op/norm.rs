@@ -2,7 +2,7 @@
 //! `[outer, channels, inner]` by per-group statistics and applies a per-channel affine; the
 //! running-statistic update of train-mode batch norm is left to `functional::batch_norm`.
 
-use super::{BackwardCtx, OpDef, expect_float};
+use super::{BackwardCtx, OpDef, OpKind, expect_float};
 use crate::cpu::{float_dispatch, tensor_from};
 use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
 use rayon::prelude::*;
@@ -282,6 +282,14 @@ fn moments<'a, T: Float>(slices: impl Iterator<Item = &'a [T]> + Clone) -> (f64,
 }
 
 impl OpDef for NormOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::variant_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Normalization
+    }
+
     fn name(&self) -> String {
         match self {
             NormOp::BatchNorm { .. } => "batch_norm",

@@ -5,7 +5,7 @@
 
 mod windows;
 
-use super::{BackwardCtx, Op, OpDef, expect_float};
+use super::{BackwardCtx, Op, OpDef, OpKind, expect_float};
 use crate::cpu::{float_dispatch, tensor_from};
 use crate::{DType, Result, Tensor, TensorError, TensorMeta};
 use windows::{Planes, Window};
@@ -121,6 +121,32 @@ impl PoolOp {
         }
     }
 
+    /// The output plane for an input plane of `size`, checking the params without building
+    /// the windows (O(1) whatever the sizes, so meta functions cost nothing per element).
+    fn output_plane(&self, op: &str, size: [usize; 2]) -> Result<[usize; 2]> {
+        if size.contains(&0) {
+            return Err(TensorError::invalid(
+                op,
+                format!("expected a non-empty input plane, got {size:?}"),
+            ));
+        }
+        let axis = |a: usize| -> Result<usize> {
+            match self {
+                PoolOp::MaxPool2d(p) | PoolOp::MaxPool2dValues(p) => {
+                    Window::strided_len(op, p, a, size, true)
+                }
+                PoolOp::AvgPool2d { params, .. } | PoolOp::AvgPool2dBackward { params, .. } => {
+                    Window::strided_len(op, params, a, size, false)
+                }
+                PoolOp::AdaptiveAvgPool2d { output_size } => Ok(output_size[a]),
+                PoolOp::MaxPool2dBackward { .. } | PoolOp::AdaptiveAvgPool2dBackward { .. } => Err(
+                    TensorError::invalid(op, "backward ops take their windows from the forward op"),
+                ),
+            }
+        };
+        Ok([axis(0)?, axis(1)?])
+    }
+
     /// The windows along height and width for an input plane of `size`, checking the params.
     fn windows(&self, op: &str, size: [usize; 2]) -> Result<[Vec<Window>; 2]> {
         let axis = |a: usize| -> Result<Vec<Window>> {
@@ -170,8 +196,7 @@ impl PoolOp {
             | PoolOp::MaxPool2dValues(_)
             | PoolOp::AvgPool2d { .. }
             | PoolOp::AdaptiveAvgPool2d { .. } => {
-                let [rows, cols] = self.windows(&op, size)?;
-                Ok(with_plane(shape, [rows.len(), cols.len()]))
+                Ok(with_plane(shape, self.output_plane(&op, size)?))
             }
             PoolOp::MaxPool2dBackward { input_size } => {
                 let indices = &inputs[1];
@@ -197,8 +222,7 @@ impl PoolOp {
                     params: *params,
                     count_include_pad: *count_include_pad,
                 };
-                let [rows, cols] = forward.windows(&op, *input_size)?;
-                expect_grad_plane(&op, shape, [rows.len(), cols.len()])?;
+                expect_grad_plane(&op, shape, forward.output_plane(&op, *input_size)?)?;
                 Ok(with_plane(shape, *input_size))
             }
             PoolOp::AdaptiveAvgPool2dBackward { input_size } => {
@@ -287,6 +311,14 @@ fn expect_grad_plane(op: &str, grad_out: &[usize], plane: [usize; 2]) -> Result<
 }
 
 impl OpDef for PoolOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::variant_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Pooling
+    }
+
     fn name(&self) -> String {
         match self {
             PoolOp::MaxPool2d(_) => "max_pool2d_with_indices",

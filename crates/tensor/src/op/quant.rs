@@ -12,7 +12,7 @@ mod linear;
 pub use affine::{QParams, affine_qparams, dynamic_qparams, symmetric_qparams};
 pub use gemm_i8::{Int8Kernel, gemm_u8i8, gemm_u8i8_with};
 
-use super::{BackwardCtx, ConvParams, OpDef};
+use super::{BackwardCtx, ConvParams, OpDef, OpKind};
 use crate::{DType, Result, Tensor, TensorError, TensorMeta};
 
 /// One quantized op with its attributes. Quantization parameters of activations are
@@ -179,6 +179,14 @@ impl QuantOp {
 }
 
 impl OpDef for QuantOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::variant_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Quantized
+    }
+
     fn name(&self) -> String {
         self.op_name().into()
     }

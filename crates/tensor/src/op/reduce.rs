@@ -1,7 +1,7 @@
 //! Reductions over any set of dimensions with `keepdim`: sum, mean, amax/amin, var/std,
 //! logsumexp, argmax/argmin, and max/min along one dimension with their indices.
 
-use super::{BackwardCtx, OpDef, expect_inputs};
+use super::{BackwardCtx, OpDef, OpKind, expect_inputs};
 use crate::cpu::{PAR_CHUNK, float_dispatch, tensor_from};
 use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
 use rayon::prelude::*;
@@ -274,6 +274,14 @@ impl ReduceOp {
 }
 
 impl OpDef for ReduceOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::struct_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Reduction
+    }
+
     fn name(&self) -> String {
         op_name(self).into()
     }

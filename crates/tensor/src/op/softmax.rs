@@ -1,11 +1,11 @@
 //! Softmax and log-softmax along one dimension, computed stably (max subtracted first).
 
-use super::{BackwardCtx, OpDef, expect_float, expect_inputs};
+use super::{BackwardCtx, OpDef, OpKind, expect_float, expect_inputs};
 use crate::cpu::{PAR_CHUNK, float_dispatch, tensor_from};
 use crate::{Float, Result, Tensor, TensorError, TensorMeta};
 use rayon::prelude::*;
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct SoftmaxOp {
     pub(crate) dim: usize,
     pub(crate) log: bool,
@@ -63,6 +63,18 @@ impl SoftmaxOp {
 }
 
 impl OpDef for SoftmaxOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::struct_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Normalization
+    }
+
+    fn backward_reads_output(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> String {
         if self.log { "log_softmax" } else { "softmax" }.into()
     }

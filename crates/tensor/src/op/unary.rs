@@ -1,7 +1,7 @@
 //! Elementwise functions of one tensor, each with its derivative written as a scalar function
 //! of the input or of the output, whichever the backward formula reads.
 
-use super::{BackwardCtx, OpDef, expect_float, expect_inputs};
+use super::{BackwardCtx, OpDef, OpKind, expect_float, expect_inputs};
 use crate::cpu::{float_dispatch, map, zip};
 use crate::{DType, Float, Result, Tensor, TensorMeta};
 
@@ -251,6 +251,18 @@ impl LeakyRelu {
 }
 
 impl OpDef for UnaryOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::variant_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::ElementwiseUnary
+    }
+
+    fn backward_reads_output(&self) -> bool {
+        matches!(self.reads(), Reads::Output)
+    }
+
     fn name(&self) -> String {
         match self {
             UnaryOp::Neg => "neg",

@@ -1,7 +1,7 @@
 //! Views that share storage with their input (reshape, permute, narrow, expand) and the copy
 //! that makes a tensor contiguous. Their backward formulas undo the view on the gradient.
 
-use super::{BackwardCtx, OpDef, expect_inputs};
+use super::{BackwardCtx, OpDef, OpKind, expect_inputs};
 use crate::layout::{Layout, broadcast_layout, contiguous_strides};
 use crate::{Result, Tensor, TensorError, TensorMeta};
 
@@ -64,6 +64,18 @@ pub(crate) fn view_strides(layout: &Layout, shape: &[usize]) -> Option<Vec<usize
 }
 
 impl OpDef for ViewOp {
+    fn attributes(&self) -> Option<String> {
+        super::text::variant_attributes(self)
+    }
+
+    fn kind(&self) -> OpKind {
+        if matches!(self, ViewOp::Contiguous) {
+            OpKind::Copy
+        } else {
+            OpKind::View
+        }
+    }
+
     fn name(&self) -> String {
         match self {
             ViewOp::Reshape(_) => "reshape",

@@ -36,6 +36,62 @@ impl Window {
         size: [usize; 2],
         dilated: bool,
     ) -> Result<Vec<Window>> {
+        let out = Window::strided_len(op, p, axis, size, dilated)?;
+        let (k, s, pad, d) = (
+            p.kernel[axis] as i64,
+            p.stride[axis] as i64,
+            p.padding[axis] as i64,
+            p.dilation[axis] as i64,
+        );
+        // `strided_len` checked that every value below fits in i64 with room to spare.
+        let input = size[axis] as i64;
+        let span = d * (k - 1) + 1;
+        let mut windows = Vec::new();
+        windows
+            .try_reserve_exact(out)
+            .map_err(|_| TensorError::OutOfMemory {
+                op: op.into(),
+                shape: vec![out],
+                bytes: out.saturating_mul(std::mem::size_of::<Window>()),
+            })?;
+        windows.extend((0..out as i64).map(|o| {
+            let start = o * s - pad;
+            if dilated {
+                let end = (start + span).min(input);
+                // The first tap inside the input.
+                let first = if start < 0 {
+                    start + (-start + d - 1) / d * d
+                } else {
+                    start
+                };
+                Window {
+                    start: first as usize,
+                    end: end.max(first) as usize,
+                    step: d as usize,
+                    padded: 0,
+                }
+            } else {
+                let end = (start + k).min(input + pad);
+                Window {
+                    start: start.max(0) as usize,
+                    end: end.min(input) as usize,
+                    step: 1,
+                    padded: (end - start) as usize,
+                }
+            }
+        }));
+        Ok(windows)
+    }
+
+    /// How many windows max (`dilated`) or average pooling has along `axis` of a plane of
+    /// `size`, checking the params: O(1), so meta functions never build the windows.
+    pub(super) fn strided_len(
+        op: &str,
+        p: &Pool2dParams,
+        axis: usize,
+        size: [usize; 2],
+        dilated: bool,
+    ) -> Result<usize> {
         let (k, s, pad, d) = (
             p.kernel[axis],
             p.stride[axis],
@@ -57,6 +113,17 @@ impl Window {
                 format!("dilation must be [1, 1], got {:?}", p.dilation),
             ));
         }
+        // Sizes and params beyond 2^40 are refused before any arithmetic can overflow.
+        const LIMIT: usize = 1 << 40;
+        if [k, s, pad, d, size[axis]].iter().any(|&v| v > LIMIT) {
+            return Err(TensorError::invalid(
+                op,
+                format!(
+                    "input plane {size:?}, kernel_size {:?}, stride {:?}, padding {:?} or dilation {:?} is larger than 2^40",
+                    p.kernel, p.stride, p.padding, p.dilation
+                ),
+            ));
+        }
         let span = d * (k - 1) + 1;
         let half = if dilated { span / 2 } else { k / 2 };
         if pad > half {
@@ -69,7 +136,7 @@ impl Window {
             ));
         }
         let input = size[axis] as i64;
-        let (k, s, pad, d, span) = (k as i64, s as i64, pad as i64, d as i64, span as i64);
+        let (s, pad, span) = (s as i64, pad as i64, span as i64);
         let round_up = if p.ceil_mode { s - 1 } else { 0 };
         let mut out = (input + 2 * pad - span + round_up).div_euclid(s) + 1;
         // The last window must start inside the input or its left padding.
@@ -85,34 +152,7 @@ impl Window {
                 ),
             ));
         }
-        Ok((0..out)
-            .map(|o| {
-                let start = o * s - pad;
-                if dilated {
-                    let end = (start + span).min(input);
-                    // The first tap inside the input.
-                    let first = if start < 0 {
-                        start + (-start + d - 1) / d * d
-                    } else {
-                        start
-                    };
-                    Window {
-                        start: first as usize,
-                        end: end.max(first) as usize,
-                        step: d as usize,
-                        padded: 0,
-                    }
-                } else {
-                    let end = (start + k).min(input + pad);
-                    Window {
-                        start: start.max(0) as usize,
-                        end: end.min(input) as usize,
-                        step: 1,
-                        padded: (end - start) as usize,
-                    }
-                }
-            })
-            .collect())
+        Ok(out as usize)
     }
 
     /// PyTorch's adaptive bins: output `i` of `out` covers `floor(i*n/out) .. ceil((i+1)*n/out)`.

@@ -1,0 +1,100 @@
+//! Hostile and careless shapes: element counts and byte sizes that overflow, or that no
+//! allocator can provide, are errors naming the op and the shape, never a wrapped count, a
+//! crash or an abort.
+
+use tessera_tensor::op::{Op, ViewOp};
+use tessera_tensor::{DType, Tensor, TensorError, TensorMeta};
+
+fn is_overflow(e: &TensorError) -> bool {
+    matches!(e, TensorError::ShapeOverflow { .. })
+}
+
+#[test]
+fn an_overflowing_element_count_is_an_error() {
+    // 2^62 * 4 wraps to 0 in usize: it used to be Ok with numel 0.
+    let e = Tensor::zeros(&[1 << 62, 4], DType::F32).unwrap_err();
+    assert!(is_overflow(&e), "{e}");
+    assert!(e.to_string().contains("zeros"), "{e}");
+    assert!(e.to_string().contains("4611686018427387904"), "{e}");
+    for result in [
+        Tensor::ones(&[1 << 62, 4], DType::F32),
+        Tensor::full(&[4, 1 << 62], 1.0, DType::I64),
+        Tensor::randn(&[1 << 32, 1 << 32], DType::F32),
+        Tensor::randint(0, 3, &[1 << 33, 1 << 31], DType::I64),
+        Tensor::from_vec(Vec::<f32>::new(), &[1 << 62, 4]),
+    ] {
+        assert!(is_overflow(&result.unwrap_err()));
+    }
+}
+
+#[test]
+fn a_byte_size_past_the_address_range_is_an_error() {
+    // 2^61 f32 elements count fine but need 2^63 bytes.
+    let e = Tensor::zeros(&[1 << 61], DType::F32).unwrap_err();
+    assert!(is_overflow(&e), "{e}");
+}
+
+#[test]
+fn an_allocation_the_machine_cannot_provide_is_an_error() {
+    // 2^52 bytes (4 PiB) fits the address range but no allocator provides it.
+    let e = Tensor::zeros(&[1 << 50], DType::F32).unwrap_err();
+    assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
+    let e = Tensor::full(&[1 << 50], 2.0, DType::F32).unwrap_err();
+    assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
+}
+
+#[test]
+fn meta_functions_refuse_outputs_that_overflow() {
+    // The crafted graph of the report: expand to [2^62, 3, 16, 16].
+    let x = TensorMeta::new(&[1, 3, 16, 16], DType::F32);
+    let expand = Op::View(ViewOp::Expand(vec![1 << 62, 3, 16, 16]));
+    let e = expand.meta(&[x]).unwrap_err();
+    assert!(is_overflow(&e), "{e}");
+    assert!(e.to_string().starts_with("expand"), "{e}");
+    // Tracing on a meta input that is too large errors at the first op, not in a kernel.
+    let huge = Tensor::new_meta(&[1, 3, 1 << 32, 1 << 32], DType::F32);
+    let e = huge.relu().unwrap_err();
+    assert!(is_overflow(&e), "{e}");
+    assert_eq!(
+        TensorMeta::new(&[1 << 62, 4], DType::F32).numel(),
+        usize::MAX
+    );
+}
+
+#[test]
+fn ordinary_shapes_still_work() {
+    let t = Tensor::zeros(&[2, 0, 3], DType::F32).unwrap();
+    assert_eq!(t.numel(), 0);
+    let t = Tensor::full(&[2, 3], 1.5, DType::F64).unwrap();
+    assert_eq!(t.to_vec_f64().unwrap(), vec![1.5; 6]);
+    let t = Tensor::zeros(&[], DType::I32).unwrap();
+    assert_eq!(t.numel(), 1);
+}
+
+#[test]
+fn pooling_meta_costs_nothing_per_element() {
+    use tessera_tensor::op::{Pool2dParams, PoolOp};
+    // Tracing SmallCnn on [1, 3, 2^32, 2^32] used to allocate 2^32 windows (or panic with
+    // "capacity overflow") before any shape was checked.
+    let params = Pool2dParams {
+        kernel: [2, 2],
+        stride: [2, 2],
+        padding: [0, 0],
+        dilation: [1, 1],
+        ceil_mode: false,
+    };
+    let x = TensorMeta::new(&[1, 1, 1 << 32, 1 << 32], DType::F32);
+    let out = Op::Pool(PoolOp::MaxPool2d(params)).meta(std::slice::from_ref(&x));
+    assert!(is_overflow(&out.unwrap_err()));
+    let adaptive = Op::Pool(PoolOp::AdaptiveAvgPool2d {
+        output_size: [1, 1],
+    });
+    let out = adaptive.meta(&[x]).unwrap();
+    assert_eq!(out[0].shape, vec![1, 1, 1, 1]);
+    // Sizes past any real plane are refused before arithmetic can overflow.
+    let big = TensorMeta::new(&[1, 1, usize::MAX, 4], DType::F32);
+    let e = Op::Pool(PoolOp::MaxPool2d(params))
+        .meta(&[big])
+        .unwrap_err();
+    assert!(e.to_string().contains("larger than 2^40"), "{e}");
+}
