@@ -8,7 +8,7 @@ use tessera::{DType, Generator, Result, Tensor, no_grad};
 
 #[derive(Parser)]
 #[command(about = "Train a small classifier on three spirals with Tessera's autograd")]
-struct Args {
+pub(crate) struct Args {
     /// Passes over the data set.
     #[arg(long, default_value_t = 200)]
     epochs: usize,
@@ -54,7 +54,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     let mut g = Generator::new(args.seed);
     let (x, y) = spirals(3, 200, &mut g)?;
     let hidden = 64;

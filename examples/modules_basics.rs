@@ -1,136 +1,15 @@
 //! The PyTorch Modules note's first sections ported to Tessera: a custom module (MyLinear),
 //! modules as building blocks (Sequential, Net, BigNet, DynamicNet), moving a module to
 //! another dtype or device, and re-initialising parameters with `apply`.
+//!
+//! The note's modules are defined once, in `tessera::nn::models::note`
+//! (crates/nn/src/models/note.rs): read them there next to this file. The conformance tests
+//! check the same definitions against PyTorch.
 
-use tessera::nn::layers::{LeakyReLU, Linear, ReLU};
-use tessera::nn::{
-    Call, Forward, Layer, Module, ModuleCore, ModuleDict, ModuleExt, ModuleList, NnError,
-    Parameter, Result, Sequential, init,
-};
+use tessera::nn::layers::{Linear, ReLU};
+use tessera::nn::models::note::{BigNet, DynamicNet, MyLinear, Net};
+use tessera::nn::{Call, Module, ModuleExt, NnError, Result, Sequential, init};
 use tessera::{DType, Device, Tensor, manual_seed, no_grad};
-
-// ----- A Simple Custom Module -----
-
-/// The note's custom version of `nn.Linear`: `input @ weight + bias` with `weight` of shape
-/// `[in_features, out_features]`.
-#[derive(Module)]
-struct MyLinear {
-    core: ModuleCore,
-    weight: Parameter,
-    bias: Parameter,
-}
-
-impl MyLinear {
-    fn new(in_features: usize, out_features: usize) -> Result<MyLinear> {
-        Ok(MyLinear {
-            core: ModuleCore::default(),
-            weight: Parameter::new(Tensor::randn(&[in_features, out_features], DType::F32)?),
-            bias: Parameter::new(Tensor::randn(&[out_features], DType::F32)?),
-        })
-    }
-}
-
-impl Forward for MyLinear {
-    type Output = Tensor;
-    fn forward(&self, input: Tensor) -> Result<Tensor> {
-        Ok(input.matmul(&self.weight)?.add(&self.bias)?)
-    }
-}
-
-// ----- Modules as Building Blocks -----
-
-/// Two MyLinear layers with a ReLU between them.
-#[derive(Module)]
-struct Net {
-    core: ModuleCore,
-    l0: MyLinear,
-    l1: MyLinear,
-}
-
-impl Net {
-    fn new() -> Result<Net> {
-        Ok(Net {
-            core: ModuleCore::default(),
-            l0: MyLinear::new(4, 3)?,
-            l1: MyLinear::new(3, 1)?,
-        })
-    }
-}
-
-impl Forward for Net {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        let x = self.l0.call(x)?;
-        let x = x.relu()?;
-        self.l1.call(x)
-    }
-}
-
-/// A module nesting a Net: its parameters are those of `l1` and of `net`, recursively.
-#[derive(Module)]
-struct BigNet {
-    core: ModuleCore,
-    l1: MyLinear,
-    net: Net,
-}
-
-impl BigNet {
-    fn new() -> Result<BigNet> {
-        Ok(BigNet {
-            core: ModuleCore::default(),
-            l1: MyLinear::new(5, 4)?,
-            net: Net::new()?,
-        })
-    }
-}
-
-impl Forward for BigNet {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        self.net.call(self.l1.call(x)?)
-    }
-}
-
-/// A variable number of layers in a ModuleList and activations chosen by name from a
-/// ModuleDict at call time.
-#[derive(Module)]
-struct DynamicNet {
-    core: ModuleCore,
-    linears: ModuleList<MyLinear>,
-    activations: ModuleDict<Box<dyn Layer>>,
-    r#final: MyLinear,
-}
-
-impl DynamicNet {
-    fn new(num_layers: usize) -> Result<DynamicNet> {
-        let mut activations: ModuleDict<Box<dyn Layer>> = ModuleDict::new();
-        activations.insert("relu", Box::new(ReLU::new()))?;
-        activations.insert("lrelu", Box::new(LeakyReLU::new(0.01)))?;
-        Ok(DynamicNet {
-            core: ModuleCore::default(),
-            linears: (0..num_layers)
-                .map(|_| MyLinear::new(4, 4))
-                .collect::<Result<_>>()?,
-            activations,
-            r#final: MyLinear::new(4, 1)?,
-        })
-    }
-}
-
-impl<'a> Forward<(Tensor, &'a str)> for DynamicNet {
-    type Output = Tensor;
-    fn forward(&self, (mut x, act): (Tensor, &'a str)) -> Result<Tensor> {
-        let activation = self
-            .activations
-            .get(act)
-            .ok_or_else(|| NnError::NotFound(format!("DynamicNet has no activation `{act}`")))?;
-        for linear in self.linears.iter() {
-            x = linear.call(x)?;
-            x = activation.call(x)?;
-        }
-        self.r#final.call(x)
-    }
-}
 
 /// Prints `(name, item)` pairs the way Python prints the tuples the note iterates over.
 fn print_named<T: std::fmt::Display>(items: impl IntoIterator<Item = (String, T)>) {
@@ -143,7 +22,7 @@ fn section(title: &str) {
     println!("\n===== {title} =====");
 }
 
-fn main() -> Result<()> {
+pub(crate) fn main() -> Result<()> {
     manual_seed(0);
 
     section("A Simple Custom Module");

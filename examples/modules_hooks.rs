@@ -6,7 +6,7 @@ use tessera::nn::layers::Linear;
 use tessera::nn::{Call, Module, ModuleExt, Result};
 use tessera::{DType, Tensor, TensorError, manual_seed};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) fn main() -> Result<(), Box<dyn std::error::Error>> {
     manual_seed(1);
 
     // Allows for examination and modification of the input before the forward pass. Inputs

@@ -2,65 +2,18 @@
 //! that teaches Net to output zero, training vs evaluation mode (ModalModule), buffers
 //! (RunningMean), everything a module can register (StatefulModule), saving and loading
 //! state dicts, dtype and device moves, and building layers on a dtype or without init.
+//!
+//! Net and StatefulModule are the note's, defined once in `tessera::nn::models::note`
+//! (crates/nn/src/models/note.rs); the modules only this part of the note uses are here.
 
 use tessera::nn::layers::{Linear, LinearOptions};
+use tessera::nn::models::note::{Net, StatefulModule};
 use tessera::nn::optim::{Optimizer, SGD, SgdOptions};
 use tessera::nn::{
-    Call, Forward, Module, ModuleCore, ModuleExt, Parameter, ParameterDict, ParameterList, Result,
-    StateDict, init, load_pt_state_dict, save_pt_state_dict,
+    Call, Forward, Module, ModuleCore, ModuleExt, Result, StateDict, init, load_pt_state_dict,
+    save_pt_state_dict,
 };
 use tessera::{DType, Device, Tensor, manual_seed, no_grad};
-
-// ----- Net, as in modules_basics.rs -----
-
-/// `input @ weight + bias` with `weight` of shape `[in_features, out_features]`.
-#[derive(Module)]
-struct MyLinear {
-    core: ModuleCore,
-    weight: Parameter,
-    bias: Parameter,
-}
-
-impl MyLinear {
-    fn new(in_features: usize, out_features: usize) -> Result<MyLinear> {
-        Ok(MyLinear {
-            core: ModuleCore::default(),
-            weight: Parameter::new(Tensor::randn(&[in_features, out_features], DType::F32)?),
-            bias: Parameter::new(Tensor::randn(&[out_features], DType::F32)?),
-        })
-    }
-}
-
-impl Forward for MyLinear {
-    type Output = Tensor;
-    fn forward(&self, input: Tensor) -> Result<Tensor> {
-        Ok(input.matmul(&self.weight)?.add(&self.bias)?)
-    }
-}
-
-#[derive(Module)]
-struct Net {
-    core: ModuleCore,
-    l0: MyLinear,
-    l1: MyLinear,
-}
-
-impl Net {
-    fn new() -> Result<Net> {
-        Ok(Net {
-            core: ModuleCore::default(),
-            l0: MyLinear::new(4, 3)?,
-            l1: MyLinear::new(3, 1)?,
-        })
-    }
-}
-
-impl Forward for Net {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        self.l1.call(self.l0.call(x)?.relu()?)
-    }
-}
 
 // ----- Training and Evaluation Mode -----
 
@@ -119,48 +72,6 @@ impl Forward for RunningMean {
     }
 }
 
-/// Every kind of state the note registers: parameters, a reserved parameter name, parameter
-/// containers, persistent, non-persistent and reserved buffers, and a submodule.
-#[derive(Module)]
-struct StatefulModule {
-    core: ModuleCore,
-    param1: Parameter,
-    param2: Parameter,
-    param3: Option<Parameter>,
-    #[module(buffer)]
-    buffer1: Tensor,
-    #[module(buffer, persistent = false)]
-    buffer2: Tensor,
-    #[module(buffer)]
-    buffer3: Option<Tensor>,
-    param_list: ParameterList,
-    param_dict: ParameterDict,
-    linear: Linear,
-}
-
-impl StatefulModule {
-    fn new() -> Result<StatefulModule> {
-        let mut param_dict = ParameterDict::new();
-        // Built from a plain dict, PyTorch sorts the keys: bar before foo.
-        param_dict.insert("bar", Parameter::new(Tensor::randn(&[4], DType::F32)?))?;
-        param_dict.insert("foo", Parameter::new(Tensor::randn(&[3], DType::F32)?))?;
-        Ok(StatefulModule {
-            core: ModuleCore::default(),
-            param1: Parameter::new(Tensor::randn(&[2], DType::F32)?),
-            param2: Parameter::new(Tensor::randn(&[3], DType::F32)?),
-            param3: None,
-            buffer1: Tensor::randn(&[4], DType::F32)?,
-            buffer2: Tensor::randn(&[5], DType::F32)?,
-            buffer3: None,
-            param_list: (0..3)
-                .map(|_| Ok(Parameter::new(Tensor::randn(&[2], DType::F32)?)))
-                .collect::<Result<_>>()?,
-            param_dict,
-            linear: Linear::new(2, 3)?,
-        })
-    }
-}
-
 /// Prints a state dict the way Python prints an `OrderedDict`, continuation lines of a
 /// tensor aligned under its first row.
 fn print_state_dict(state: &StateDict) {
@@ -181,7 +92,7 @@ fn section(title: &str) {
     println!("\n===== {title} =====");
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) fn main() -> Result<(), Box<dyn std::error::Error>> {
     manual_seed(0);
 
     section("Neural Network Training with Modules");

@@ -11,7 +11,7 @@ use tessera::{DType, Tensor, no_grad};
 
 #[derive(Parser)]
 #[command(about = "Trace a CNN into Tessera's graph IR and run it with the interpreter")]
-struct Args {
+pub(crate) struct Args {
     /// Where to write the Graphviz DOT file.
     #[arg(long, default_value = "small_cnn.dot")]
     dot: PathBuf,
@@ -30,7 +30,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run_example(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) fn run_example(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let cnn = SmallCnn::new()?;
     cnn.eval();
     let x = Tensor::randn(&[args.batch, 3, 16, 16], DType::F32)?;

@@ -21,7 +21,7 @@ type Error = Box<dyn std::error::Error>;
 
 #[derive(Parser)]
 #[command(about = "Train a small CNN on generated bars and squares, checkpoint it and reload it")]
-struct Args {
+pub(crate) struct Args {
     /// Passes over the training set.
     #[arg(long, default_value_t = 6)]
     epochs: usize,
@@ -96,7 +96,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run(args: &Args) -> Result<(), Error> {
+pub(crate) fn run(args: &Args) -> Result<(), Error> {
     if args.epochs == 0 {
         return Err("--epochs must be at least 1".into());
     }

@@ -6,7 +6,7 @@
 use crate::{Changed, Pass, PassError, Result};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use tessera_fx::interpreter::{GraphInterpreter, Interpreter};
-use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_fx::{FxError, GraphModule, NodeId, NodeKind};
 use tessera_nn::{Module, ModuleExt};
 use tessera_tensor::{Op, Tensor};
 
@@ -74,7 +74,14 @@ impl Pass for ConstantFold {
                 let constant_operands = operands.iter().all(|o| values.contains_key(o));
                 let value = match &node.kind {
                     NodeKind::GetAttr { target } if self.is_frozen(target) => {
-                        vec![interpreter.get_attr(node, target)?.detach()]
+                        let value =
+                            interpreter
+                                .get_attr(node, target)
+                                .map_err(|source| FxError::Run {
+                                    node: format!("{id} = get_attr[{target}]()"),
+                                    source,
+                                })?;
+                        vec![value.detach()]
                     }
                     NodeKind::CallFunction { op } if constant_operands && is_deterministic(op) => {
                         let args: Vec<&Tensor> = operands.iter().map(|o| &values[o][0]).collect();

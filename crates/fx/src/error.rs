@@ -1,8 +1,10 @@
-//! The crate's error type, [`FxError`], and its [`Result`] alias.
+//! The crate's error type, [`FxError`], the typed causes its variants carry ([`RunError`],
+//! [`ArtifactError`], [`TraceError`], [`PatternError`]), and its [`Result`] alias.
 
 use crate::parse::ParseError;
 use crate::verify::VerifyErrors;
-use tessera_nn::ModuleKind;
+use tessera_nn::{ModuleKind, NnError};
+use tessera_tensor::TensorError;
 
 /// Everything that can go wrong while building, editing, printing or parsing a graph.
 #[derive(Debug, thiserror::Error)]
@@ -66,20 +68,202 @@ pub enum FxError {
     /// The graph failed verification; every problem is listed.
     #[error(transparent)]
     Verify(#[from] VerifyErrors),
-    /// Running a graph failed; `node` says which node was executing (`while executing %conv1 =
-    /// call_module[conv1](%x)`).
-    #[error("{node}: {reason}")]
-    Run { node: String, reason: String },
-    /// A saved graph artifact that cannot be written or read.
-    #[error("{path}: {reason}")]
-    Artifact { path: String, reason: String },
-    /// Tracing failed: the forward raised (a shape error, or reading a traced value), or a
-    /// value could not be mapped to the graph. The reason names the module path and op.
-    #[error("trace: {reason}")]
-    Trace { reason: String },
-    /// An op that cannot be written as text or serialized (a user-defined `Custom` op).
-    #[error("op {op} cannot be serialized: {reason}")]
-    Unserializable { op: String, reason: String },
+    /// Running a graph failed at `node`, written as the interpreter saw it
+    /// (`%conv1 = call_module[conv1](%x)`); `source` says what went wrong.
+    #[error("while executing {node}: {source}")]
+    Run {
+        node: String,
+        #[source]
+        source: RunError,
+    },
+    /// The graph as a whole cannot run: wrong number of inputs, or no output node.
+    #[error("graph: {source}")]
+    RunGraph {
+        #[source]
+        source: RunError,
+    },
+    /// A saved graph artifact that cannot be written or read; `path` is the file or folder.
+    #[error("{path}: {source}")]
+    Artifact {
+        path: String,
+        #[source]
+        source: ArtifactError,
+    },
+    /// Tracing or inlining failed; the cause names the module path and op.
+    #[error("trace: {source}")]
+    Trace {
+        #[source]
+        source: TraceError,
+    },
+    /// A rewrite whose pattern or replacement graph cannot be used.
+    #[error("rewrite: {problem}")]
+    Pattern { problem: PatternError },
+    /// An op that cannot be written as text or serialized (a user-defined `Custom` op that
+    /// is not registered).
+    #[error("op {op} cannot be serialized: a custom op that is not registered has no text form")]
+    Unserializable { op: String },
+    /// An op whose attributes, as its definition writes them, do not read as attribute text.
+    #[error("op {op} cannot be serialized: {source}")]
+    AttributeText {
+        op: String,
+        #[source]
+        source: ParseError,
+    },
+}
+
+/// What went wrong while the interpreter executed one node (or the graph as a whole); the
+/// [`FxError::Run`] around it names the node.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A get_attr target that is neither a parameter or buffer of the root nor a constant.
+    #[error("no parameter, buffer or constant `{target}`")]
+    MissingAttribute { target: String },
+    /// A call_module target that is not a submodule of the root.
+    #[error("{source}")]
+    NoSubmodule {
+        target: String,
+        #[source]
+        source: Box<NnError>,
+    },
+    /// A called module that does not map one tensor to one tensor.
+    #[error("{module_type} at `{target}` does not map one tensor to one tensor")]
+    NotALayer { target: String, module_type: String },
+    /// A one-tensor module given another number of operands.
+    #[error("a one-tensor module got {count} operands")]
+    OperandCount { count: usize },
+    /// The called module failed (a shape error names its path).
+    #[error("{source}")]
+    Module {
+        #[source]
+        source: Box<NnError>,
+    },
+    /// The op failed on these tensors.
+    #[error("{source}")]
+    Op {
+        #[source]
+        source: Box<TensorError>,
+    },
+    /// A getitem past the values its operand yielded.
+    #[error("no value {index}")]
+    NoValue { index: usize },
+    /// `run` given another number of inputs than the graph has placeholders.
+    #[error("expected {expected} inputs, got {got}")]
+    InputCount { expected: usize, got: usize },
+    /// A graph without an output node.
+    #[error("the graph has no output node")]
+    NoOutput,
+    /// An error of this crate raised by an [`crate::interpreter::Interpreter`] method that a
+    /// user overrode.
+    #[error("{0}")]
+    Fx(#[source] Box<FxError>),
+}
+
+impl From<FxError> for RunError {
+    fn from(e: FxError) -> Self {
+        RunError::Fx(Box::new(e))
+    }
+}
+
+/// Why a graph artifact (`graph.json` + `weights.safetensors`) could not be saved or loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArtifactError {
+    /// Creating, writing or reading a file failed.
+    #[error("{source}")]
+    Io {
+        #[source]
+        source: std::io::Error,
+    },
+    /// `graph.json` is not JSON of a graph (a dangling operand, a duplicate name, an unknown
+    /// op), or the graph cannot be written as JSON.
+    #[error("{source}")]
+    Json {
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `weights.safetensors` cannot be written or read.
+    #[error("{source}")]
+    Weights {
+        #[source]
+        source: Box<NnError>,
+    },
+    /// The loaded graph fails verification against itself and its weights (wrong shapes, a
+    /// cycle, no output, a get_attr of a missing weight or of one of another shape or dtype).
+    #[error("{source}")]
+    Invalid {
+        #[source]
+        source: VerifyErrors,
+    },
+}
+
+/// Why tracing or inlining failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TraceError {
+    /// The traced forward failed: a shape error (naming the module path, op and shapes) or
+    /// reading a traced value.
+    #[error("{source}")]
+    Forward {
+        #[source]
+        source: Box<NnError>,
+    },
+    /// A tensor that reached the graph without being produced by the traced forward.
+    #[error("a traced tensor of shape {shape:?} was not produced by the traced forward")]
+    ForeignTensor { shape: Vec<usize> },
+    /// Inlining the call_module node `node` (of module `target`) failed.
+    #[error("inlining {node} ({target}): {source}")]
+    Inline {
+        node: String,
+        target: String,
+        #[source]
+        source: InlineError,
+    },
+    /// The ops traced for module `module` still call a module.
+    #[error("{module}: a nested module call was not expanded")]
+    NestedModuleCall { module: String },
+    /// The graph traced for module `module` has no output.
+    #[error("{module}: the traced module has no output")]
+    NoOutput { module: String },
+}
+
+/// Why one call_module node could not be inlined.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InlineError {
+    /// The target is not a submodule of the root.
+    #[error("{source}")]
+    NoSubmodule {
+        #[source]
+        source: Box<NnError>,
+    },
+    /// The module does not map one tensor to one tensor.
+    #[error("the module does not map one tensor to one tensor")]
+    NotALayer,
+    /// The node has another number of operands than one.
+    #[error("expected one operand, got {count}")]
+    OperandCount { count: usize },
+    /// The operand has no tensor meta to trace the module at.
+    #[error("the operand has no value")]
+    NoOperandValue,
+}
+
+/// Why a rewrite's pattern or replacement cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PatternError {
+    /// The pattern graph has no output node.
+    #[error("the pattern has no output")]
+    NoOutput,
+    /// The pattern returns another number of values than one.
+    #[error("a pattern must have one output, it has {count}")]
+    OutputCount { count: usize },
+    /// The replacement graph has no output node.
+    #[error("the replacement has no output")]
+    ReplacementNoOutput,
+    /// Pattern and replacement take different numbers of inputs.
+    #[error("the pattern takes {pattern} inputs but the replacement {replacement}")]
+    InputCount { pattern: usize, replacement: usize },
 }
 
 /// `Result` with [`FxError`].

@@ -143,7 +143,7 @@ fn attribute_names(module: &dyn Module) -> HashSet<String> {
 }
 
 fn to_nn_error(e: FxError) -> NnError {
-    NnError::Invalid(e.to_string())
+    NnError::Graph(Box::new(e))
 }
 
 impl Module for GraphModule {

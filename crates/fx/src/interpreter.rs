@@ -2,13 +2,14 @@
 //! compiled backend is tested against; like FX's `Interpreter`, each opcode is one method a
 //! subclass-like implementation can override.
 
-use crate::{FxError, Graph, Node, NodeId, NodeKind, Result};
+use crate::{FxError, Graph, Node, NodeId, NodeKind, Result, RunError};
 use indexmap::IndexMap;
 use std::collections::HashMap;
 use tessera_nn::{Call, Module, ModuleExt};
 use tessera_tensor::{Op, Tensor};
 
-/// One method per opcode; the defaults execute the node.
+/// One method per opcode; the defaults execute the node. A method says what went wrong as a
+/// [`RunError`]; [`run`] wraps it in an [`FxError::Run`] naming the node.
 pub trait Interpreter {
     /// The module whose parameters, buffers and leaf submodules the graph refers to.
     fn root(&self) -> &dyn Module;
@@ -18,13 +19,13 @@ pub trait Interpreter {
         None
     }
 
-    fn placeholder(&mut self, _node: &Node, input: Tensor) -> Result<Tensor> {
+    fn placeholder(&mut self, _node: &Node, input: Tensor) -> Result<Tensor, RunError> {
         Ok(input)
     }
 
     /// Reads the root's current parameter or buffer at `target` (so training updates are
     /// seen), or a constant.
-    fn get_attr(&mut self, _node: &Node, target: &str) -> Result<Tensor> {
+    fn get_attr(&mut self, _node: &Node, target: &str) -> Result<Tensor, RunError> {
         if let Ok(p) = self.root().get_parameter(target) {
             return Ok(p.tensor().clone());
         }
@@ -33,9 +34,8 @@ pub trait Interpreter {
         }
         self.constants()
             .and_then(|c| c.get(target).cloned())
-            .ok_or_else(|| FxError::Run {
-                node: String::new(),
-                reason: format!("no parameter, buffer or constant `{target}`"),
+            .ok_or_else(|| RunError::MissingAttribute {
+                target: target.into(),
             })
     }
 
@@ -45,37 +45,35 @@ pub trait Interpreter {
         _node: &Node,
         target: &str,
         args: Vec<Tensor>,
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<Vec<Tensor>, RunError> {
         let module = self
             .root()
             .get_submodule(target)
-            .map_err(|e| FxError::Run {
-                node: String::new(),
-                reason: e.to_string(),
+            .map_err(|source| RunError::NoSubmodule {
+                target: target.into(),
+                source: Box::new(source),
             })?;
-        let layer = module.as_layer().ok_or_else(|| FxError::Run {
-            node: String::new(),
-            reason: format!(
-                "{} at `{target}` does not map one tensor to one tensor",
-                module.type_name()
-            ),
+        let layer = module.as_layer().ok_or_else(|| RunError::NotALayer {
+            target: target.into(),
+            module_type: module.type_name().to_string(),
         })?;
-        let [x] = <[Tensor; 1]>::try_from(args).map_err(|a| FxError::Run {
-            node: String::new(),
-            reason: format!("a one-tensor module got {} operands", a.len()),
-        })?;
-        let y = layer.call(x).map_err(|e| FxError::Run {
-            node: String::new(),
-            reason: e.to_string(),
+        let [x] =
+            <[Tensor; 1]>::try_from(args).map_err(|a| RunError::OperandCount { count: a.len() })?;
+        let y = layer.call(x).map_err(|source| RunError::Module {
+            source: Box::new(source),
         })?;
         Ok(vec![y])
     }
 
-    fn call_function(&mut self, _node: &Node, op: &Op, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    fn call_function(
+        &mut self,
+        _node: &Node,
+        op: &Op,
+        args: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>, RunError> {
         let refs: Vec<&Tensor> = args.iter().collect();
-        op.apply(&refs).map_err(|e| FxError::Run {
-            node: String::new(),
-            reason: e.to_string(),
+        op.apply(&refs).map_err(|source| RunError::Op {
+            source: Box::new(source),
         })
     }
 }
@@ -126,13 +124,11 @@ pub fn run(
 ) -> Result<Vec<Tensor>> {
     let placeholders = graph.placeholders();
     if placeholders.len() != inputs.len() {
-        return Err(FxError::Run {
-            node: "graph".into(),
-            reason: format!(
-                "expected {} inputs, got {}",
-                placeholders.len(),
-                inputs.len()
-            ),
+        return Err(FxError::RunGraph {
+            source: RunError::InputCount {
+                expected: placeholders.len(),
+                got: inputs.len(),
+            },
         });
     }
     let mut values: HashMap<NodeId, Vec<Tensor>> = HashMap::new();
@@ -159,12 +155,9 @@ pub fn run(
                     })
             })
             .collect::<Result<Vec<Tensor>>>();
-        let at = |e: FxError| match e {
-            FxError::Run { node: n, reason } if n.is_empty() => FxError::Run {
-                node: format!("while executing {}", describe(graph, &id, node)),
-                reason,
-            },
-            other => other,
+        let at = |source: RunError| FxError::Run {
+            node: describe(graph, &id, node),
+            source,
         };
         let result = match &node.kind {
             NodeKind::Placeholder { .. } => {
@@ -192,12 +185,11 @@ pub fn run(
                 let all = values.get(&operand).ok_or_else(|| FxError::UnknownNode {
                     node: operand.to_string(),
                 })?;
-                vec![all.get(*index).cloned().ok_or_else(|| {
-                    at(FxError::Run {
-                        node: String::new(),
-                        reason: format!("no value {index}"),
-                    })
-                })?]
+                vec![
+                    all.get(*index)
+                        .cloned()
+                        .ok_or_else(|| at(RunError::NoValue { index: *index }))?,
+                ]
             }
             NodeKind::Output => return args,
         };
@@ -211,8 +203,7 @@ pub fn run(
         }
         values.insert(id, result);
     }
-    Err(FxError::Run {
-        node: "graph".into(),
-        reason: "the graph has no output node".into(),
+    Err(FxError::RunGraph {
+        source: RunError::NoOutput,
     })
 }

@@ -21,18 +21,15 @@ pub(crate) struct OpText {
 /// The text of an op; an error for an op with no text form (an unregistered `Custom` op).
 pub(crate) fn split_op(op: &Op) -> Result<OpText> {
     if !op.has_text() {
-        return Err(FxError::Unserializable {
-            op: op.name(),
-            reason: "a custom op that is not registered has no text form".into(),
-        });
+        return Err(FxError::Unserializable { op: op.name() });
     }
     let attrs = op
         .attributes()
         .map(|json| Attr::from_json_text(&json))
         .transpose()
-        .map_err(|e| FxError::Unserializable {
+        .map_err(|source| FxError::AttributeText {
             op: op.name(),
-            reason: e.to_string(),
+            source,
         })?;
     Ok(OpText {
         name: op.name(),

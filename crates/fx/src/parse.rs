@@ -1,10 +1,11 @@
 //! Reads the printed form back into a [`Graph`] (`Graph::parse`), so that print -> parse ->
-//! print is the identity; errors give the line and column.
+//! print is the identity; syntax errors give the line and column, and the graph read is
+//! verified, so hand-written text with a wrong shape or a cycle is an error here.
 
 use crate::graph::module_kind_of_repr;
 use crate::lexer::Lexer;
 use crate::op_syntax::read_op;
-use crate::{Graph, NodeKind};
+use crate::{FxError, Graph, NodeKind};
 use petgraph::stable_graph::NodeIndex;
 use std::collections::HashMap;
 use tessera_tensor::{DType, TensorMeta};
@@ -33,8 +34,18 @@ struct Entry {
 }
 
 impl Graph {
-    /// Reads a graph in the form `Display` prints.
-    pub fn parse(text: &str) -> Result<Graph, ParseError> {
+    /// Reads a graph in the form `Display` prints and verifies it ([`Graph::verify`]): a
+    /// syntax error is [`FxError::Parse`], a graph that reads but is invalid (a shape that
+    /// disagrees with its op, a cycle, no output) is [`FxError::Verify`].
+    pub fn parse(text: &str) -> Result<Graph, FxError> {
+        let graph = Graph::parse_unverified(text)?;
+        graph.verify()?;
+        Ok(graph)
+    }
+
+    /// Reads a graph in the form `Display` prints without verifying it: for building invalid
+    /// graphs on purpose (tests of [`Graph::verify`] and of passes' error paths).
+    pub fn parse_unverified(text: &str) -> Result<Graph, ParseError> {
         let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
         let (header_line, header) = lines
             .by_ref()

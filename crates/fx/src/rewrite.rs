@@ -5,7 +5,7 @@
 //! be filtered.
 
 use crate::trace::{LeafPolicy, trace_with};
-use crate::{FxError, Graph, NodeId, NodeKind, Result};
+use crate::{FxError, Graph, NodeId, NodeKind, PatternError, Result};
 use std::collections::{HashMap, HashSet};
 use tessera_nn::{Module, ModuleCore};
 use tessera_tensor::{Tensor, TensorMeta};
@@ -88,14 +88,14 @@ fn match_node(
 /// Non-overlapping matches of `pattern` (one output) in `graph`, in graph order. A match's
 /// inner nodes may not be used outside it (else removing them would break those users).
 pub fn find_matches(graph: &Graph, pattern: &Graph) -> Result<Vec<Match>> {
-    let output = pattern.output_node().ok_or_else(|| FxError::Trace {
-        reason: "the pattern has no output".into(),
+    let output = pattern.output_node().ok_or(FxError::Pattern {
+        problem: PatternError::NoOutput,
     })?;
     let pattern_out = match pattern.operands(&output)?.as_slice() {
         [one] => one.clone(),
         other => {
-            return Err(FxError::Trace {
-                reason: format!("a pattern must have one output, it has {}", other.len()),
+            return Err(FxError::Pattern {
+                problem: PatternError::OutputCount { count: other.len() },
             });
         }
     };
@@ -155,12 +155,11 @@ pub fn replace_pattern_with_filter(
     let pattern_inputs = pattern.placeholders();
     let replacement_inputs = replacement.placeholders();
     if pattern_inputs.len() != replacement_inputs.len() {
-        return Err(FxError::Trace {
-            reason: format!(
-                "the pattern takes {} inputs but the replacement {}",
-                pattern_inputs.len(),
-                replacement_inputs.len()
-            ),
+        return Err(FxError::Pattern {
+            problem: PatternError::InputCount {
+                pattern: pattern_inputs.len(),
+                replacement: replacement_inputs.len(),
+            },
         });
     }
     let matches: Vec<Match> = find_matches(graph, pattern)?
@@ -249,8 +248,8 @@ pub fn replace_pattern_with_filter(
                 };
                 map.insert(id, new);
             }
-            Err(FxError::Trace {
-                reason: "the replacement has no output".into(),
+            Err(FxError::Pattern {
+                problem: PatternError::ReplacementNoOutput,
             })
         })?;
         graph.replace_all_uses_with(&m.anchor, &result)?;

@@ -3,7 +3,7 @@
 //! graph traced for one input size can be re-shaped for another and checked.
 
 use crate::interpreter::{Interpreter, run};
-use crate::{FxError, Graph, Node, NodeId, Result};
+use crate::{FxError, Graph, Node, NodeId, Result, RunError};
 use std::collections::HashMap;
 use tessera_nn::Module;
 use tessera_tensor::{Op, Tensor, TensorMeta};
@@ -23,26 +23,36 @@ impl Interpreter for Recording<'_> {
         self.inner.constants()
     }
 
-    fn placeholder(&mut self, node: &Node, input: Tensor) -> Result<Tensor> {
+    fn placeholder(&mut self, node: &Node, input: Tensor) -> Result<Tensor, RunError> {
         let out = self.inner.placeholder(node, input)?;
         self.metas.insert(node.name.clone(), vec![out.meta()]);
         Ok(out)
     }
 
-    fn get_attr(&mut self, node: &Node, target: &str) -> Result<Tensor> {
+    fn get_attr(&mut self, node: &Node, target: &str) -> Result<Tensor, RunError> {
         let out = self.inner.get_attr(node, target)?;
         self.metas.insert(node.name.clone(), vec![out.meta()]);
         Ok(out)
     }
 
-    fn call_module(&mut self, node: &Node, target: &str, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    fn call_module(
+        &mut self,
+        node: &Node,
+        target: &str,
+        args: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>, RunError> {
         let out = self.inner.call_module(node, target, args)?;
         self.metas
             .insert(node.name.clone(), out.iter().map(Tensor::meta).collect());
         Ok(out)
     }
 
-    fn call_function(&mut self, node: &Node, op: &Op, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    fn call_function(
+        &mut self,
+        node: &Node,
+        op: &Op,
+        args: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>, RunError> {
         let out = self.inner.call_function(node, op, args)?;
         self.metas
             .insert(node.name.clone(), out.iter().map(Tensor::meta).collect());

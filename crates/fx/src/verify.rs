@@ -3,8 +3,9 @@
 use crate::print::{meta_text, metas_list, node_meta_text};
 use crate::{Graph, NodeKind};
 use petgraph::stable_graph::NodeIndex;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
+use tessera_tensor::TensorMeta;
 
 /// One problem found by [`Graph::verify`]; `node` is the printed name (`%relu`), or `graph`
 /// for problems of the whole graph.
@@ -34,11 +35,22 @@ impl fmt::Display for VerifyErrors {
     }
 }
 
+/// What verification knows about the tensors get_attr nodes read.
+#[derive(Clone, Copy)]
+enum KnownAttributes<'a> {
+    /// Nothing: get_attr targets are not checked.
+    Unchecked,
+    /// Their qualified names.
+    Names(&'a BTreeSet<String>),
+    /// Their qualified names, shapes and dtypes.
+    Metas(&'a BTreeMap<String, TensorMeta>),
+}
+
 impl Graph {
     /// Checks acyclicity and definition before use, operand counts, shapes and dtypes against
     /// each op's meta function, getitem indices, unique names and exactly one output, last.
     pub fn verify(&self) -> Result<(), VerifyErrors> {
-        self.verify_checking(None)
+        self.verify_checking(KnownAttributes::Unchecked)
     }
 
     /// [`Graph::verify`], also reporting get_attr targets missing from `attributes`
@@ -47,10 +59,19 @@ impl Graph {
         &self,
         attributes: &BTreeSet<String>,
     ) -> Result<(), VerifyErrors> {
-        self.verify_checking(Some(attributes))
+        self.verify_checking(KnownAttributes::Names(attributes))
     }
 
-    fn verify_checking(&self, attributes: Option<&BTreeSet<String>>) -> Result<(), VerifyErrors> {
+    /// [`Graph::verify`], also reporting get_attr targets missing from `attributes` or whose
+    /// meta disagrees with the attribute's shape and dtype (a loaded graph and its weights).
+    pub fn verify_with_attribute_metas(
+        &self,
+        attributes: &BTreeMap<String, TensorMeta>,
+    ) -> Result<(), VerifyErrors> {
+        self.verify_checking(KnownAttributes::Metas(attributes))
+    }
+
+    fn verify_checking(&self, attributes: KnownAttributes) -> Result<(), VerifyErrors> {
         let mut errors: Vec<VerifyError> = self
             .graph_problems()
             .into_iter()
@@ -134,13 +155,9 @@ impl Graph {
     }
 
     /// What is wrong with the node for its kind: operand counts, metas against the op's meta
-    /// function or the getitem'd value, unknown get_attr targets, a module kind its repr does
-    /// not print, a used output.
-    fn kind_problem(
-        &self,
-        i: NodeIndex<u32>,
-        attributes: Option<&BTreeSet<String>>,
-    ) -> Option<String> {
+    /// function or the getitem'd value, unknown get_attr targets (or, with metas, of another
+    /// shape or dtype), a module kind its repr does not print, a used output.
+    fn kind_problem(&self, i: NodeIndex<u32>, attributes: KnownAttributes) -> Option<String> {
         let node = &self.graph[i];
         let operands = self.operand_indices(i);
         let expect_one_meta = |what: &str| {
@@ -159,12 +176,22 @@ impl Graph {
                 "placeholder target {target:?} differs from the node's name, which prints in its place"
             )),
             NodeKind::Placeholder { .. } => expect_one_meta("a placeholder"),
-            NodeKind::GetAttr { target } => match attributes {
-                Some(known) if !known.contains(target) => Some(format!(
-                    "get_attr[{target}] names no known parameter or buffer"
-                )),
-                _ => expect_one_meta("a get_attr"),
-            },
+            NodeKind::GetAttr { target } => {
+                let missing = || format!("get_attr[{target}] names no known parameter or buffer");
+                match attributes {
+                    KnownAttributes::Names(known) if !known.contains(target) => Some(missing()),
+                    KnownAttributes::Metas(known) => match known.get(target) {
+                        None => Some(missing()),
+                        Some(meta) if node.meta != std::slice::from_ref(meta) => Some(format!(
+                            "meta {} disagrees with attribute {target}, which is {}",
+                            node_meta_text(&node.meta),
+                            meta_text(meta)
+                        )),
+                        Some(_) => None,
+                    },
+                    _ => expect_one_meta("a get_attr"),
+                }
+            }
             NodeKind::CallModule {
                 kind, module_repr, ..
             } => match crate::graph::module_kind_of_repr(module_repr) {

@@ -11,7 +11,7 @@ fn graph_with_attrs(attrs: &str) -> String {
 fn deeply_nested_arrays_are_an_error() {
     let depth = 100_000;
     let attrs = format!("{{{}{}}}", "[".repeat(depth), "]".repeat(depth));
-    let e = Graph::parse(&graph_with_attrs(&attrs)).unwrap_err();
+    let e = Graph::parse_unverified(&graph_with_attrs(&attrs)).unwrap_err();
     assert!(e.message.contains("nest more than 64 levels"), "{e}");
     assert_eq!(e.line, 2);
 }
@@ -20,7 +20,7 @@ fn deeply_nested_arrays_are_an_error() {
 fn deeply_nested_objects_are_an_error() {
     let depth = 100_000;
     let attrs = format!("{}1{}", "{a: ".repeat(depth), "}".repeat(depth));
-    let e = Graph::parse(&graph_with_attrs(&attrs)).unwrap_err();
+    let e = Graph::parse_unverified(&graph_with_attrs(&attrs)).unwrap_err();
     assert!(e.message.contains("nest more than 64 levels"), "{e}");
 }
 
@@ -28,7 +28,7 @@ fn deeply_nested_objects_are_an_error() {
 fn nesting_within_the_limit_still_parses_as_far_as_the_op() {
     // Fifty levels parse; the op then rejects the attributes it does not have.
     let attrs = format!("{{{}{}}}", "[".repeat(50), "]".repeat(50));
-    let e = Graph::parse(&graph_with_attrs(&attrs)).unwrap_err();
+    let e = Graph::parse_unverified(&graph_with_attrs(&attrs)).unwrap_err();
     assert!(
         e.message.contains("no op `relu` with these attributes"),
         "{e}"

@@ -3,7 +3,7 @@
 use tessera_fx::{Graph, ParseError};
 
 fn error(text: &str) -> ParseError {
-    Graph::parse(text).expect_err("the text is invalid")
+    Graph::parse_unverified(text).expect_err("the text is invalid")
 }
 
 fn at(text: &str) -> (usize, usize, String) {

@@ -338,7 +338,11 @@ fn serde_refuses_a_graph_with_a_custom_op() -> Result<()> {
     let y = g.call_function(Op::Custom(CustomOp(Arc::new(Twice))), &[&x])?;
     g.output(&[&y])?;
     assert!(serde_json::to_string(&g).is_err());
-    assert!(g.to_text().is_err());
+    let err = g.to_text().expect_err("a custom op has no text");
+    assert!(
+        matches!(&err, tessera_fx::FxError::Unserializable { op } if op == "twice"),
+        "{err:?}"
+    );
     assert!(g.to_string().contains("call_function[twice]{custom}"));
     Ok(())
 }

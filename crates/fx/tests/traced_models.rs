@@ -10,45 +10,15 @@ use tessera_fx::interpreter::GraphInterpreter;
 use tessera_fx::shape_prop::propagate_shapes;
 use tessera_fx::trace::{LeafPolicy, trace, trace_with};
 use tessera_nn::layers::Linear;
-use tessera_nn::models::note::{BigNet, DynamicNet, Net};
+use tessera_nn::models::note::{BigNet, DynamicNet, Net, StatefulModule};
 use tessera_nn::models::{BasicBlock, SmallCnn};
-use tessera_nn::{
-    Call, Forward, Module, ModuleCore, ModuleExt, Parameter, ParameterDict, ParameterList, Result,
-};
+use tessera_nn::{Call, Module, ModuleCore, ModuleExt};
 use tessera_tensor::{DType, Tensor, TensorMeta};
 
 fn f32s(shape: &[usize]) -> TensorMeta {
     TensorMeta::new(shape, DType::F32)
 }
 
-#[derive(Module)]
-struct StatefulModule {
-    core: ModuleCore,
-    param1: Parameter,
-    param2: Parameter,
-    param3: Option<Parameter>,
-    #[module(buffer)]
-    buffer1: Tensor,
-    #[module(buffer, persistent = false)]
-    buffer2: Tensor,
-    param_list: ParameterList,
-    param_dict: ParameterDict,
-    linear: Linear,
-}
-
-impl Forward for StatefulModule {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        // Uses every kind of state once: a parameter, a buffer, a list and dict entry, a layer.
-        let x = x.mul(&self.param1)?.add(&self.param_list[0])?;
-        let x = self.linear.call(x)?.add(&self.param2)?;
-        Ok(x.mul(&self.param_dict["foo"])?
-            .sum(&[-1], true)?
-            .add(&self.buffer1)?)
-    }
-}
-
-/// A ResNet basic block: conv-bn-relu-conv-bn plus the input, then relu.
 /// Two inputs, two outputs.
 #[derive(Module)]
 struct TwoHeads {
@@ -93,32 +63,7 @@ fn note_models_trace_to_their_snapshots() {
             traced.graph.to_string(),
         );
     }
-    let mut param_dict = ParameterDict::new();
-    param_dict
-        .insert(
-            "bar",
-            Parameter::new(Tensor::randn(&[4], DType::F32).unwrap()),
-        )
-        .unwrap();
-    param_dict
-        .insert(
-            "foo",
-            Parameter::new(Tensor::randn(&[3], DType::F32).unwrap()),
-        )
-        .unwrap();
-    let stateful = StatefulModule {
-        core: ModuleCore::default(),
-        param1: Parameter::new(Tensor::randn(&[2], DType::F32).unwrap()),
-        param2: Parameter::new(Tensor::randn(&[3], DType::F32).unwrap()),
-        param3: None,
-        buffer1: Tensor::randn(&[4], DType::F32).unwrap(),
-        buffer2: Tensor::randn(&[5], DType::F32).unwrap(),
-        param_list: (0..3)
-            .map(|_| Parameter::new(Tensor::randn(&[2], DType::F32).unwrap()))
-            .collect(),
-        param_dict,
-        linear: Linear::new(2, 3).unwrap(),
-    };
+    let stateful = StatefulModule::new().unwrap();
     snapshot(
         "fx_trace_stateful_module",
         trace(&stateful, f32s(&[4, 2]), LeafPolicy::default())

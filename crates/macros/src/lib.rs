@@ -13,6 +13,11 @@
 //! Struct attributes: `#[module(name = "Linear")]` (the repr name and kind), `#[module(extra_repr =
 //! "method")]`, `#[module(version = 2)]`, `#[module(get_extra_state = "method",
 //! set_extra_state = "method")]`.
+//!
+//! The generated code names `tessera-nn` by the path the deriving crate knows it by (see
+//! [`crate_path`]), so a crate that depends only on the `tessera` facade derives modules too.
+
+mod crate_path;
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as Tokens;
@@ -120,6 +125,7 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
         ));
     };
     let options = struct_options(input)?;
+    let nn = crate_path::nn_path();
     let mut core = None;
     let mut visits = Vec::new();
     for field in &fields.named {
@@ -134,9 +140,9 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             }
             FieldKind::Skip => {}
             FieldKind::Buffer { persistent } => {
-                visits.push(quote! { ::tessera_nn::BufferField::visit_buffer(&self.#ident, #name, #persistent, visitor); })
+                visits.push(quote! { #nn::BufferField::visit_buffer(&self.#ident, #name, #persistent, visitor); })
             }
-            FieldKind::Field => visits.push(quote! { ::tessera_nn::ModuleField::visit_field(&self.#ident, #name, visitor); }),
+            FieldKind::Field => visits.push(quote! { #nn::ModuleField::visit_field(&self.#ident, #name, visitor); }),
         }
     }
     let Some(core) = core else {
@@ -156,19 +162,19 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
         .map(|v| quote! { fn version(&self) -> i64 { #v } });
     let get_extra = options
         .get_extra_state
-        .map(|m| quote! { fn get_extra_state(&self) -> ::std::option::Option<::tessera_nn::Value> { ::std::option::Option::Some(self.#m()) } });
+        .map(|m| quote! { fn get_extra_state(&self) -> ::std::option::Option<#nn::Value> { ::std::option::Option::Some(self.#m()) } });
     let set_extra = options.set_extra_state.map(|m| {
-        quote! { fn set_extra_state(&self, state: &::tessera_nn::Value) -> ::tessera_nn::Result<()> { self.#m(state) } }
+        quote! { fn set_extra_state(&self, state: &#nn::Value) -> #nn::Result<()> { self.#m(state) } }
     });
     Ok(quote! {
-        impl #impl_generics ::tessera_nn::Module for #ty #ty_generics #where_clause {
-            fn core(&self) -> &::tessera_nn::ModuleCore {
+        impl #impl_generics #nn::Module for #ty #ty_generics #where_clause {
+            fn core(&self) -> &#nn::ModuleCore {
                 &self.#core
             }
-            fn core_mut(&mut self) -> ::std::option::Option<&mut ::tessera_nn::ModuleCore> {
+            fn core_mut(&mut self) -> ::std::option::Option<&mut #nn::ModuleCore> {
                 ::std::option::Option::Some(&mut self.#core)
             }
-            fn visit_fields<'a>(&'a self, visitor: &mut dyn ::tessera_nn::Visitor<'a>) {
+            fn visit_fields<'a>(&'a self, visitor: &mut dyn #nn::Visitor<'a>) {
                 #(#visits)*
             }
             fn type_name(&self) -> ::std::string::String {
@@ -177,20 +183,20 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             fn as_any(&self) -> &dyn ::std::any::Any {
                 self
             }
-            fn as_module(&self) -> &dyn ::tessera_nn::Module {
+            fn as_module(&self) -> &dyn #nn::Module {
                 self
             }
-            fn as_layer(&self) -> ::std::option::Option<&dyn ::tessera_nn::Layer> {
+            fn as_layer(&self) -> ::std::option::Option<&dyn #nn::Layer> {
                 #[allow(unused_imports)]
-                use ::tessera_nn::layer_probe::{ViaLayer as _, ViaModule as _};
-                (&&::tessera_nn::layer_probe::Probe(self)).probe_layer()
+                use #nn::layer_probe::{ViaLayer as _, ViaModule as _};
+                (&&#nn::layer_probe::Probe(self)).probe_layer()
             }
             #extra_repr
             #version
             #get_extra
             #set_extra
         }
-        impl #impl_generics ::tessera_nn::ModuleType for #ty #ty_generics #where_clause {
+        impl #impl_generics #nn::ModuleType for #ty #ty_generics #where_clause {
             const NAME: &'static str = #type_name;
         }
     })

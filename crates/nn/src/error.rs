@@ -1,6 +1,7 @@
 //! The one error type of `tessera-nn`: every failure names the module path, the key or the
 //! file involved.
 
+use crate::checkpoint::CheckpointError;
 use tessera_tensor::TensorError;
 
 /// Everything that can go wrong in module, optimizer and checkpoint code.
@@ -29,10 +30,20 @@ pub enum NnError {
     #[error("{0}")]
     Invalid(String),
 
-    /// A checkpoint file that cannot be read or written.
-    #[error("{path}: {reason}")]
-    Checkpoint { path: String, reason: String },
+    /// A checkpoint file that cannot be read or written; `source` says what is wrong.
+    #[error("{path}: {source}")]
+    Checkpoint {
+        path: String,
+        #[source]
+        source: Box<CheckpointError>,
+    },
 
+    /// An error of a crate built on this one, kept whole: running a `GraphModule` gives the
+    /// graph crate's `FxError` here; downcast `source()` to it to match on what went wrong.
+    #[error("{0}")]
+    Graph(#[source] Box<dyn std::error::Error + Send + Sync>),
+
+    /// Reading or writing the file `path` failed.
     #[error("{path}: {source}")]
     Io {
         path: String,

@@ -3,33 +3,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tessera_nn::models::note::MyLinear;
 use tessera_nn::{
     Call, Forward, Layer, Module, ModuleCore, ModuleDict, ModuleExt, ModuleList, Parameter,
     ParameterDict, ParameterList, Result, Sequential,
 };
 use tessera_tensor::{DType, Tensor};
 
-/// `x @ w + b` with `w` of shape `[in, out]`, as the note's MyLinear.
-#[derive(Module)]
-struct MyLinear {
-    core: ModuleCore,
-    weight: Parameter,
-    bias: Parameter,
-}
-
+/// The note's MyLinear (`x @ w + b`, `w` of shape `[in, out]`) with standard-normal state.
 fn my_linear(i: usize, o: usize) -> MyLinear {
-    MyLinear {
-        core: ModuleCore::default(),
-        weight: Parameter::new(Tensor::randn(&[i, o], DType::F32).unwrap()),
-        bias: Parameter::new(Tensor::randn(&[o], DType::F32).unwrap()),
-    }
-}
-
-impl Forward for MyLinear {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        Ok(x.matmul(&self.weight)?.add(&self.bias)?)
-    }
+    MyLinear::new(i, o).expect("a small MyLinear")
 }
 
 #[derive(Module)]

@@ -1,64 +1,9 @@
 //! The module API on the Modules note's custom modules: registration order, iteration,
 //! paths, state dicts, train/eval, dtype moves, reprs and hooks.
 
-use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, Parameter, Result};
+use tessera_nn::models::note::{BigNet, Net};
+use tessera_nn::{Call, Module, ModuleCore, ModuleExt, Parameter, Result};
 use tessera_tensor::{DType, Tensor};
-
-/// The note's `MyLinear`: `input @ weight + bias` with `weight` of shape `[in, out]`.
-#[derive(Module)]
-struct MyLinear {
-    core: ModuleCore,
-    weight: Parameter,
-    bias: Parameter,
-}
-
-impl MyLinear {
-    fn new(in_features: usize, out_features: usize) -> Result<Self> {
-        Ok(MyLinear {
-            core: ModuleCore::default(),
-            weight: Parameter::new(Tensor::randn(&[in_features, out_features], DType::F32)?),
-            bias: Parameter::new(Tensor::randn(&[out_features], DType::F32)?),
-        })
-    }
-}
-
-impl Forward for MyLinear {
-    type Output = Tensor;
-    fn forward(&self, input: Tensor) -> Result<Tensor> {
-        Ok(input.matmul(&self.weight)?.add(&self.bias)?)
-    }
-}
-
-#[derive(Module)]
-struct Net {
-    core: ModuleCore,
-    l0: MyLinear,
-    l1: MyLinear,
-}
-
-impl Net {
-    fn new() -> Result<Self> {
-        Ok(Net {
-            core: ModuleCore::default(),
-            l0: MyLinear::new(4, 3)?,
-            l1: MyLinear::new(3, 1)?,
-        })
-    }
-}
-
-impl Forward for Net {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> Result<Tensor> {
-        self.l1.call(self.l0.call(x)?.relu()?)
-    }
-}
-
-#[derive(Module)]
-struct BigNet {
-    core: ModuleCore,
-    l1: MyLinear,
-    net: Net,
-}
 
 #[derive(Module)]
 struct WithBuffers {
@@ -79,11 +24,7 @@ fn names<T>(items: Vec<(String, T)>) -> Vec<String> {
 
 #[test]
 fn derive_registers_fields_in_declaration_order() -> Result<()> {
-    let big = BigNet {
-        core: ModuleCore::default(),
-        l1: MyLinear::new(1, 4)?,
-        net: Net::new()?,
-    };
+    let big = BigNet::new()?;
     assert_eq!(
         names(big.named_modules()),
         ["", "l1", "net", "net.l0", "net.l1"]

@@ -1,5 +1,10 @@
 //! Tessera: PyTorch-style tensors, autograd and (as the project grows) modules, graph
 //! capture, rewrite passes and compilers, for Rust. This crate re-exports the others.
+//!
+//! A crate that depends on `tessera` alone has everything: `tessera::nn::Module` is both the
+//! trait and its `#[derive(Module)]` (as `serde::Serialize` is), and the derive finds the
+//! module machinery through this facade. The README's examples are compiled and run as
+//! doctests of such a crate (`tests/facade_user`).
 
 pub mod datasets;
 

@@ -3,7 +3,7 @@
 //! same graph can then be seen at module level or at op level.
 
 use super::{LeafPolicy, TracedGraph, trace_with};
-use crate::{FxError, Graph, NodeId, NodeKind, Result};
+use crate::{FxError, Graph, InlineError, NodeId, NodeKind, Result, TraceError};
 use std::collections::HashMap;
 use tessera_nn::{Call, Module, ModuleExt};
 
@@ -35,21 +35,26 @@ fn inline_one(
     node: &NodeId,
     target: &str,
 ) -> Result<()> {
-    let fail = |reason: String| FxError::Trace {
-        reason: format!("inlining {node} ({target}): {reason}"),
+    let fail = |source: InlineError| FxError::Trace {
+        source: TraceError::Inline {
+            node: node.to_string(),
+            target: target.into(),
+            source,
+        },
     };
-    let module = root
-        .get_submodule(target)
-        .map_err(|e| fail(e.to_string()))?;
+    let module = root.get_submodule(target).map_err(|source| {
+        fail(InlineError::NoSubmodule {
+            source: Box::new(source),
+        })
+    })?;
     let layer = module
         .as_layer()
-        .ok_or_else(|| fail("the module does not map one tensor to one tensor".into()))?;
+        .ok_or_else(|| fail(InlineError::NotALayer))?;
     let operands = traced.graph.operands(node)?;
     let [input] = operands.as_slice() else {
-        return Err(fail(format!(
-            "expected one operand, got {}",
-            operands.len()
-        )));
+        return Err(fail(InlineError::OperandCount {
+            count: operands.len(),
+        }));
     };
     let meta = traced
         .graph
@@ -57,7 +62,7 @@ fn inline_one(
         .meta
         .first()
         .cloned()
-        .ok_or_else(|| fail("the operand has no value".into()))?;
+        .ok_or_else(|| fail(InlineError::NoOperandValue))?;
     let sub = trace_with(module, &[("x", meta)], LeafPolicy::none(), |t| {
         Ok(vec![layer.call(t[0].clone())?])
     })?;
@@ -101,7 +106,9 @@ fn splice(g: &mut Graph, sub: &Graph, input: &NodeId, prefix: &str) -> Result<No
             NodeKind::GetItem { index } => g.getitem(&operands[0], *index)?,
             NodeKind::CallModule { .. } => {
                 return Err(FxError::Trace {
-                    reason: format!("{prefix}: a nested module call was not expanded"),
+                    source: TraceError::NestedModuleCall {
+                        module: prefix.into(),
+                    },
                 });
             }
             NodeKind::Output => {
@@ -116,6 +123,8 @@ fn splice(g: &mut Graph, sub: &Graph, input: &NodeId, prefix: &str) -> Result<No
         map.insert(id, new);
     }
     Err(FxError::Trace {
-        reason: format!("{prefix}: the traced module has no output"),
+        source: TraceError::NoOutput {
+            module: prefix.into(),
+        },
     })
 }

@@ -3,7 +3,7 @@
 //! tensors and every leaf module call.
 
 use super::LeafPolicy;
-use crate::{FxError, Graph, NodeId};
+use crate::{FxError, Graph, NodeId, TraceError};
 use indexmap::IndexMap;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -75,10 +75,9 @@ impl Recording {
             Some(name) => name.clone(),
             None if tensor.is_meta() => {
                 return Err(FxError::Trace {
-                    reason: format!(
-                        "a traced tensor of shape {:?} was not produced by the traced forward",
-                        tensor.shape()
-                    ),
+                    source: TraceError::ForeignTensor {
+                        shape: tensor.shape(),
+                    },
                 });
             }
             None => {

@@ -4,7 +4,7 @@
 
 use super::LeafPolicy;
 use super::recording::Recording;
-use crate::{FxError, Graph, NodeId, Result};
+use crate::{FxError, Graph, NodeId, Result, TraceError};
 use indexmap::IndexMap;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -86,8 +86,10 @@ pub fn trace_with(
             as_caller(module, || run(&placeholders))
         })
     })
-    .map_err(|e| FxError::Trace {
-        reason: e.to_string(),
+    .map_err(|source| FxError::Trace {
+        source: TraceError::Forward {
+            source: Box::new(source),
+        },
     })?;
 
     let mut state = recording.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -3,7 +3,7 @@
 
 use half::{bf16, f16};
 use tessera_tensor::storage::StorageElement;
-use tessera_tensor::{DType, Device, Tensor};
+use tessera_tensor::{DType, Device, Tensor, TensorError};
 
 /// An element type with a fixed little-endian byte encoding.
 trait LeBytes: StorageElement {
@@ -57,8 +57,8 @@ macro_rules! dispatch {
 
 /// The elements of `tensor` in row-major order as little-endian bytes (gathered when the
 /// tensor is a strided view, copied to the host when it lives on a device).
-pub(crate) fn tensor_to_le_bytes(tensor: &Tensor) -> Result<Vec<u8>, String> {
-    fn go<T: LeBytes>(t: &Tensor) -> Result<Vec<u8>, String> {
+pub(crate) fn tensor_to_le_bytes(tensor: &Tensor) -> Result<Vec<u8>, TensorError> {
+    fn go<T: LeBytes>(t: &Tensor) -> Result<Vec<u8>, TensorError> {
         t.with_slice(|s: &[T]| {
             let mut out = Vec::with_capacity(std::mem::size_of_val(s));
             for &v in s {
@@ -66,13 +66,12 @@ pub(crate) fn tensor_to_le_bytes(tensor: &Tensor) -> Result<Vec<u8>, String> {
             }
             out
         })
-        .map_err(|e| e.to_string())
     }
     let host;
     let tensor = if tensor.device() == Device::Cpu {
         tensor
     } else {
-        host = tensor.to_device(Device::Cpu).map_err(|e| e.to_string())?;
+        host = tensor.to_device(Device::Cpu)?;
         &host
     };
     dispatch!(tensor.dtype(), go(tensor))
@@ -85,17 +84,17 @@ pub(crate) fn tensor_from_le_bytes(
     bytes: &[u8],
     offsets: impl Iterator<Item = usize>,
     shape: &[usize],
-) -> Result<Tensor, String> {
+) -> Result<Tensor, TensorError> {
     fn go<T: LeBytes>(
         bytes: &[u8],
         offsets: impl Iterator<Item = usize>,
         shape: &[usize],
-    ) -> Result<Tensor, String> {
+    ) -> Result<Tensor, TensorError> {
         let size = size_of::<T>();
         let data: Vec<T> = offsets
             .map(|o| T::get(&bytes[o * size..(o + 1) * size]))
             .collect();
-        Tensor::from_vec(data, shape).map_err(|e| e.to_string())
+        Tensor::from_vec(data, shape)
     }
     dispatch!(dtype, go(bytes, offsets, shape))
 }

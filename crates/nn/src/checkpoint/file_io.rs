@@ -4,11 +4,13 @@ use std::path::Path;
 
 use crate::{NnError, Result};
 
+use super::CheckpointError;
+
 /// A [`NnError::Checkpoint`] naming `path` and what is wrong with it.
-pub(crate) fn checkpoint_error(path: &Path, reason: impl Into<String>) -> NnError {
+pub(crate) fn checkpoint_error(path: &Path, source: CheckpointError) -> NnError {
     NnError::Checkpoint {
         path: path.display().to_string(),
-        reason: reason.into(),
+        source: Box::new(source),
     }
 }
 

@@ -21,6 +21,7 @@
 
 mod atomic;
 mod dtype_bytes;
+mod error;
 mod file_io;
 mod pickle_ops;
 mod pickle_read;
@@ -33,6 +34,7 @@ mod torch_zip;
 
 use std::path::Path;
 
+pub use error::CheckpointError;
 pub use safetensors_format::{ORDER_KEY, VERSIONS_KEY, load_safetensors, save_safetensors};
 pub use torch_zip::{load_pt, load_pt_state_dict, save_pt, save_pt_state_dict};
 

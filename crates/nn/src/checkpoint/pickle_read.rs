@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use tessera_tensor::DType;
 
+use super::CheckpointError;
 use super::pickle_ops as op;
 use super::torch_globals::Global;
 
@@ -101,10 +102,11 @@ impl Pickle {
 }
 
 /// Runs the pickle machine over `data`.
-pub(crate) fn unpickle(data: &[u8]) -> Result<Pickle, String> {
+pub(crate) fn unpickle(data: &[u8]) -> Result<Pickle, CheckpointError> {
     let mut machine = Machine {
         input: data,
         pos: 0,
+        at: 0,
         nodes: Vec::new(),
         stack: Vec::new(),
         marks: Vec::new(),
@@ -120,6 +122,8 @@ pub(crate) fn unpickle(data: &[u8]) -> Result<Pickle, String> {
 struct Machine<'a> {
     input: &'a [u8],
     pos: usize,
+    /// Where the opcode being run starts: the offset errors name.
+    at: usize,
     nodes: Vec<Node>,
     stack: Vec<NodeId>,
     marks: Vec<usize>,
@@ -127,9 +131,26 @@ struct Machine<'a> {
 }
 
 impl Machine<'_> {
-    fn run(&mut self) -> Result<NodeId, String> {
+    /// A [`CheckpointError::Pickle`] at the opcode being run.
+    fn malformed(&self, problem: impl Into<String>) -> CheckpointError {
+        CheckpointError::Pickle {
+            offset: self.at,
+            problem: problem.into(),
+        }
+    }
+
+    /// The allowed global `module.name`, or a [`CheckpointError::UnsupportedGlobal`].
+    fn global(&self, module: &str, name: &str) -> Result<Global, CheckpointError> {
+        Global::resolve(module, name).ok_or_else(|| CheckpointError::UnsupportedGlobal {
+            offset: self.at,
+            module: module.into(),
+            name: name.into(),
+        })
+    }
+
+    fn run(&mut self) -> Result<NodeId, CheckpointError> {
         loop {
-            let at = self.pos;
+            self.at = self.pos;
             let code = self.byte()?;
             match code {
                 op::STOP => {
@@ -137,22 +158,20 @@ impl Machine<'_> {
                     return if self.stack.is_empty() && self.marks.is_empty() {
                         Ok(root)
                     } else {
-                        Err("pickle: STOP with objects left on the stack".into())
+                        Err(self.malformed("STOP with objects left on the stack"))
                     };
                 }
-                _ => self
-                    .step(code)
-                    .map_err(|e| format!("pickle byte {at}: {e}"))?,
+                _ => self.step(code)?,
             }
         }
     }
 
-    fn step(&mut self, code: u8) -> Result<(), String> {
+    fn step(&mut self, code: u8) -> Result<(), CheckpointError> {
         match code {
             op::PROTO => {
                 let version = self.byte()?;
                 if version > 5 {
-                    return Err(format!("unsupported pickle protocol {version}"));
+                    return Err(self.malformed(format!("unsupported pickle protocol {version}")));
                 }
             }
             op::FRAME => {
@@ -160,7 +179,7 @@ impl Machine<'_> {
             }
             op::MARK => {
                 if self.marks.len() >= MAX_MARKS {
-                    return Err("too many nested MARKs".into());
+                    return Err(self.malformed("too many nested MARKs"));
                 }
                 self.marks.push(self.stack.len());
             }
@@ -214,7 +233,7 @@ impl Machine<'_> {
             }
             op::BINUNICODE8 => {
                 let n = u64::from_le_bytes(self.array()?);
-                self.string(usize::try_from(n).map_err(|_| "string too long")?)?;
+                self.string(usize::try_from(n).map_err(|_| self.malformed("string too long"))?)?;
             }
 
             op::EMPTY_TUPLE => self.push(Node::Tuple(Vec::new()))?,
@@ -225,7 +244,7 @@ impl Machine<'_> {
             op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
                 let n = (code - op::TUPLE1 + 1) as usize;
                 if self.stack.len() < n + self.marks.last().copied().unwrap_or(0) {
-                    return Err(format!("TUPLE{n} on a stack too short"));
+                    return Err(self.malformed(format!("TUPLE{n} on a stack too short")));
                 }
                 let items = self.stack.split_off(self.stack.len() - n);
                 self.push(Node::Tuple(items))?;
@@ -237,7 +256,7 @@ impl Machine<'_> {
             }
             op::EMPTY_DICT => self.push(Node::Dict(Vec::new()))?,
             op::DICT => {
-                let items = pairs(self.pop_mark()?)?;
+                let items = self.pairs()?;
                 self.push(Node::Dict(items))?;
             }
             op::APPEND => {
@@ -254,7 +273,7 @@ impl Machine<'_> {
                 self.extend_dict(vec![(key, value)])?;
             }
             op::SETITEMS => {
-                let items = pairs(self.pop_mark()?)?;
+                let items = self.pairs()?;
                 self.extend_dict(items)?;
             }
 
@@ -267,7 +286,8 @@ impl Machine<'_> {
                 self.put(index)?;
             }
             op::MEMOIZE => {
-                let index = u32::try_from(self.memo.len()).map_err(|_| "memo full")?;
+                let index =
+                    u32::try_from(self.memo.len()).map_err(|_| self.malformed("memo full"))?;
                 self.put(index)?;
             }
             op::BINGET => {
@@ -282,7 +302,7 @@ impl Machine<'_> {
             op::GLOBAL => {
                 let module = self.line()?;
                 let name = self.line()?;
-                let global = Global::resolve(&module, &name)?;
+                let global = self.global(&module, &name)?;
                 self.push(Node::Global(global))?;
             }
             op::STACK_GLOBAL => {
@@ -290,9 +310,9 @@ impl Machine<'_> {
                 let module = self.pop()?;
                 let (Node::Str(module), Node::Str(name)) = (self.node(module), self.node(name))
                 else {
-                    return Err("STACK_GLOBAL needs two strings".into());
+                    return Err(self.malformed("STACK_GLOBAL needs two strings"));
                 };
-                let global = Global::resolve(module, name)?;
+                let global = self.global(module, name)?;
                 self.push(Node::Global(global))?;
             }
             op::BINPERSID => {
@@ -311,52 +331,52 @@ impl Machine<'_> {
                 let target = self.top()?;
                 self.build(target, state)?;
             }
-            other => return Err(format!("unsupported pickle opcode 0x{other:02x}")),
+            other => return Err(self.malformed(format!("unsupported pickle opcode 0x{other:02x}"))),
         }
         Ok(())
     }
 
     // ----- input -----
 
-    fn take(&mut self, n: usize) -> Result<&[u8], String> {
+    fn take(&mut self, n: usize) -> Result<&[u8], CheckpointError> {
         let end = self
             .pos
             .checked_add(n)
             .filter(|&end| end <= self.input.len())
-            .ok_or("pickle is truncated")?;
+            .ok_or_else(|| self.malformed("pickle is truncated"))?;
         let bytes = &self.input[self.pos..end];
         self.pos = end;
         Ok(bytes)
     }
 
-    fn byte(&mut self) -> Result<u8, String> {
+    fn byte(&mut self) -> Result<u8, CheckpointError> {
         Ok(self.take(1)?[0])
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], CheckpointError> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)
     }
 
     /// A newline-terminated ASCII argument (of `GLOBAL`).
-    fn line(&mut self) -> Result<String, String> {
+    fn line(&mut self) -> Result<String, CheckpointError> {
         let rest = &self.input[self.pos..];
         let n = rest
             .iter()
             .position(|&b| b == b'\n')
-            .ok_or("pickle is truncated inside GLOBAL")?;
+            .ok_or_else(|| self.malformed("pickle is truncated inside GLOBAL"))?;
         let text = std::str::from_utf8(&rest[..n])
-            .map_err(|_| "GLOBAL name is not UTF-8")?
+            .map_err(|_| self.malformed("GLOBAL name is not UTF-8"))?
             .to_string();
         self.pos += n + 1;
         Ok(text)
     }
 
     /// A little-endian two's-complement integer of `n` bytes that must fit in an i64.
-    fn long(&mut self, n: usize) -> Result<i64, String> {
+    fn long(&mut self, n: usize) -> Result<i64, CheckpointError> {
         if n > 8 {
-            return Err(format!("integer of {n} bytes does not fit in 64 bits"));
+            return Err(self.malformed(format!("integer of {n} bytes does not fit in 64 bits")));
         }
         let bytes = self.take(n)?;
         let negative = bytes.last().is_some_and(|&b| b & 0x80 != 0);
@@ -365,11 +385,10 @@ impl Machine<'_> {
         Ok(i64::from_le_bytes(raw))
     }
 
-    fn string(&mut self, n: usize) -> Result<(), String> {
+    fn string(&mut self, n: usize) -> Result<(), CheckpointError> {
         let bytes = self.take(n)?;
-        let text = std::str::from_utf8(bytes)
-            .map_err(|_| "string is not UTF-8")?
-            .to_string();
+        let text = std::str::from_utf8(bytes).map(str::to_string);
+        let text = text.map_err(|_| self.malformed("string is not UTF-8"))?;
         self.push(Node::Str(text))
     }
 
@@ -379,94 +398,116 @@ impl Machine<'_> {
         &self.nodes[id.0]
     }
 
-    fn push(&mut self, node: Node) -> Result<(), String> {
+    fn push(&mut self, node: Node) -> Result<(), CheckpointError> {
         let id = NodeId(self.nodes.len());
         self.nodes.push(node);
         self.push_id(id)
     }
 
-    fn push_id(&mut self, id: NodeId) -> Result<(), String> {
+    fn push_id(&mut self, id: NodeId) -> Result<(), CheckpointError> {
         if self.stack.len() >= MAX_STACK {
-            return Err("pickle stack too deep".into());
+            return Err(self.malformed("pickle stack too deep"));
         }
         self.stack.push(id);
         Ok(())
     }
 
     /// Pops the top object; a `MARK` above it is an error, as in CPython.
-    fn pop(&mut self) -> Result<NodeId, String> {
+    fn pop(&mut self) -> Result<NodeId, CheckpointError> {
         if self.stack.len() <= self.marks.last().copied().unwrap_or(0) {
-            return Err("pop from an empty stack (or across a MARK)".into());
+            return Err(self.malformed("pop from an empty stack (or across a MARK)"));
         }
         self.stack
             .pop()
-            .ok_or_else(|| "pop from an empty stack".into())
+            .ok_or_else(|| self.malformed("pop from an empty stack"))
     }
 
-    fn top(&self) -> Result<NodeId, String> {
+    fn top(&self) -> Result<NodeId, CheckpointError> {
         match self.stack.last() {
             Some(&id) if self.stack.len() > self.marks.last().copied().unwrap_or(0) => Ok(id),
-            _ => Err("empty stack".into()),
+            _ => Err(self.malformed("empty stack")),
         }
     }
 
     /// Pops everything above the innermost `MARK`, and the mark.
-    fn pop_mark(&mut self) -> Result<Vec<NodeId>, String> {
-        let mark = self.marks.pop().ok_or("no MARK to pop to")?;
+    fn pop_mark(&mut self) -> Result<Vec<NodeId>, CheckpointError> {
+        let mark = self
+            .marks
+            .pop()
+            .ok_or_else(|| self.malformed("no MARK to pop to"))?;
         Ok(self.stack.split_off(mark))
     }
 
-    fn put(&mut self, index: u32) -> Result<(), String> {
+    fn put(&mut self, index: u32) -> Result<(), CheckpointError> {
         let top = self.top()?;
         if self.memo.len() >= MAX_MEMO && !self.memo.contains_key(&index) {
-            return Err("memo too large".into());
+            return Err(self.malformed("memo too large"));
         }
         self.memo.insert(index, top);
         Ok(())
     }
 
-    fn get(&mut self, index: u32) -> Result<(), String> {
+    fn get(&mut self, index: u32) -> Result<(), CheckpointError> {
         let id = *self
             .memo
             .get(&index)
-            .ok_or_else(|| format!("memo key {index} was never stored"))?;
+            .ok_or_else(|| self.malformed(format!("memo key {index} was never stored")))?;
         self.push_id(id)
     }
 
     // ----- containers -----
 
-    fn extend_list(&mut self, items: Vec<NodeId>) -> Result<(), String> {
+    /// Pops to the innermost `MARK` and pairs the objects: `[k0, v0, k1, v1, ...]`.
+    fn pairs(&mut self) -> Result<Vec<(NodeId, NodeId)>, CheckpointError> {
+        let flat = self.pop_mark()?;
+        if !flat.len().is_multiple_of(2) {
+            return Err(self.malformed("SETITEMS with an odd number of objects"));
+        }
+        Ok(flat.chunks_exact(2).map(|kv| (kv[0], kv[1])).collect())
+    }
+
+    fn extend_list(&mut self, items: Vec<NodeId>) -> Result<(), CheckpointError> {
         let target = self.top()?;
         match &mut self.nodes[target.0] {
             Node::List(list) => {
                 list.extend(items);
                 Ok(())
             }
-            other => Err(format!("APPEND to a {}", other.kind())),
+            other => {
+                let kind = other.kind();
+                Err(self.malformed(format!("APPEND to a {}", kind)))
+            }
         }
     }
 
-    fn extend_dict(&mut self, items: Vec<(NodeId, NodeId)>) -> Result<(), String> {
+    fn extend_dict(&mut self, items: Vec<(NodeId, NodeId)>) -> Result<(), CheckpointError> {
         let target = self.top()?;
         match &mut self.nodes[target.0] {
             Node::Dict(dict) | Node::OrderedDict { items: dict, .. } => {
                 dict.extend(items);
                 Ok(())
             }
-            other => Err(format!("SETITEM on a {}", other.kind())),
+            other => {
+                let kind = other.kind();
+                Err(self.malformed(format!("SETITEM on a {}", kind)))
+            }
         }
     }
 
     // ----- torch objects -----
 
     /// Reads the persistent id `("storage", torch.<Type>Storage, key, location, numel)`.
-    fn storage_ref(&self, pid: NodeId) -> Result<StorageRef, String> {
-        let bad = || "persistent id is not (\"storage\", <Storage class>, key, location, numel)";
+    fn storage_ref(&self, pid: NodeId) -> Result<StorageRef, CheckpointError> {
+        let bad = || {
+            self.malformed(
+                "persistent id is not (\"storage\", <Storage class>, key, location, numel)",
+            )
+        };
         let Node::Tuple(fields) = self.node(pid) else {
-            return Err(bad().into());
+            return Err(bad());
         };
         let [tag, class, key, location, numel] = fields.as_slice() else {
-            return Err(bad().into());
+            return Err(bad());
         };
         match (
             self.node(*tag),
@@ -484,15 +525,15 @@ impl Machine<'_> {
             ) if tag == "storage" => Ok(StorageRef {
                 dtype: *dtype,
                 key: key.clone(),
-                numel: u64::try_from(numel).map_err(|_| "negative storage size")?,
+                numel: u64::try_from(numel).map_err(|_| self.malformed("negative storage size"))?,
             }),
-            _ => Err(bad().into()),
+            _ => Err(bad()),
         }
     }
 
-    fn reduce(&self, callable: NodeId, args: NodeId) -> Result<Node, String> {
+    fn reduce(&self, callable: NodeId, args: NodeId) -> Result<Node, CheckpointError> {
         let Node::Tuple(args) = self.node(args) else {
-            return Err("REDUCE arguments are not a tuple".into());
+            return Err(self.malformed("REDUCE arguments are not a tuple"));
         };
         match self.node(callable) {
             Node::Global(Global::OrderedDict) if args.is_empty() => Ok(Node::OrderedDict {
@@ -509,50 +550,53 @@ impl Machine<'_> {
                                 ..spec.clone()
                             }))
                         }
-                        _ => Err("_rebuild_parameter needs (tensor, bool, hooks)".into()),
+                        _ => Err(self.malformed("_rebuild_parameter needs (tensor, bool, hooks)")),
                     }
                 }
-                _ => Err("_rebuild_parameter needs 3 arguments".into()),
+                _ => Err(self.malformed("_rebuild_parameter needs 3 arguments")),
             },
             Node::Global(Global::OrderedDict) => {
-                Err("OrderedDict(...) with arguments is not supported".into())
+                Err(self.malformed("OrderedDict(...) with arguments is not supported"))
             }
-            other => Err(format!("REDUCE cannot call a {}", other.kind())),
+            other => {
+                let kind = other.kind();
+                Err(self.malformed(format!("REDUCE cannot call a {}", kind)))
+            }
         }
     }
 
     /// `_rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata])`.
-    fn rebuild_tensor(&self, args: &[NodeId]) -> Result<TensorSpec, String> {
+    fn rebuild_tensor(&self, args: &[NodeId]) -> Result<TensorSpec, CheckpointError> {
         let (storage, offset, size, stride, requires_grad) = match args {
             [s, o, sz, st, rg, _hooks] | [s, o, sz, st, rg, _hooks, _] => (s, o, sz, st, rg),
             _ => {
-                return Err(format!(
+                return Err(self.malformed(format!(
                     "_rebuild_tensor_v2 takes 6 or 7 arguments, got {}",
                     args.len()
-                ));
+                )));
             }
         };
         let Node::Storage(storage) = self.node(*storage) else {
-            return Err("_rebuild_tensor_v2: first argument is not a storage".into());
+            return Err(self.malformed("_rebuild_tensor_v2: first argument is not a storage"));
         };
         let &Node::Int(offset) = self.node(*offset) else {
-            return Err("_rebuild_tensor_v2: storage offset is not an int".into());
+            return Err(self.malformed("_rebuild_tensor_v2: storage offset is not an int"));
         };
         let &Node::Bool(requires_grad) = self.node(*requires_grad) else {
-            return Err("_rebuild_tensor_v2: requires_grad is not a bool".into());
+            return Err(self.malformed("_rebuild_tensor_v2: requires_grad is not a bool"));
         };
         let size = self.dims(*size, "size")?;
         let stride = self.dims(*stride, "stride")?;
         if size.len() != stride.len() {
-            return Err(format!(
+            return Err(self.malformed(format!(
                 "_rebuild_tensor_v2: size has {} dimensions but stride has {}",
                 size.len(),
                 stride.len()
-            ));
+            )));
         }
         Ok(TensorSpec {
             storage: storage.clone(),
-            offset: u64::try_from(offset).map_err(|_| "negative storage offset")?,
+            offset: u64::try_from(offset).map_err(|_| self.malformed("negative storage offset"))?,
             size,
             stride,
             requires_grad,
@@ -560,28 +604,28 @@ impl Machine<'_> {
     }
 
     /// A tuple of non-negative ints (a size or a stride).
-    fn dims(&self, id: NodeId, what: &str) -> Result<Vec<u64>, String> {
+    fn dims(&self, id: NodeId, what: &str) -> Result<Vec<u64>, CheckpointError> {
         let Node::Tuple(items) = self.node(id) else {
-            return Err(format!("_rebuild_tensor_v2: {what} is not a tuple"));
+            return Err(self.malformed(format!("_rebuild_tensor_v2: {what} is not a tuple")));
         };
         if items.len() > MAX_DIMS {
-            return Err(format!("_rebuild_tensor_v2: {} dimensions", items.len()));
+            return Err(self.malformed(format!("_rebuild_tensor_v2: {} dimensions", items.len())));
         }
         items
             .iter()
             .map(|&i| match self.node(i) {
                 &Node::Int(v) if v >= 0 => Ok(v as u64),
-                _ => Err(format!(
+                _ => Err(self.malformed(format!(
                     "_rebuild_tensor_v2: {what} holds a non-negative int only"
-                )),
+                ))),
             })
             .collect()
     }
 
     /// `BUILD`: sets attributes. Only an `OrderedDict`'s `_metadata` is kept.
-    fn build(&mut self, target: NodeId, state: NodeId) -> Result<(), String> {
+    fn build(&mut self, target: NodeId, state: NodeId) -> Result<(), CheckpointError> {
         let Node::Dict(attributes) = self.node(state) else {
-            return Err(format!("BUILD with a {} state", self.node(state).kind()));
+            return Err(self.malformed(format!("BUILD with a {} state", self.node(state).kind())));
         };
         let metadata = attributes
             .iter()
@@ -594,15 +638,10 @@ impl Machine<'_> {
                 }
                 Ok(())
             }
-            other => Err(format!("BUILD on a {} is not supported", other.kind())),
+            other => {
+                let kind = other.kind();
+                Err(self.malformed(format!("BUILD on a {} is not supported", kind)))
+            }
         }
     }
-}
-
-/// `[k0, v0, k1, v1, ...]` as pairs.
-fn pairs(flat: Vec<NodeId>) -> Result<Vec<(NodeId, NodeId)>, String> {
-    if !flat.len().is_multiple_of(2) {
-        return Err("SETITEMS with an odd number of objects".into());
-    }
-    Ok(flat.chunks_exact(2).map(|kv| (kv[0], kv[1])).collect())
 }

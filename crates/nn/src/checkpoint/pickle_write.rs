@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use indexmap::IndexMap;
 use tessera_tensor::{Tensor, TensorId};
 
+use super::CheckpointError;
 use super::dtype_bytes::tensor_to_le_bytes;
 use super::pickle_ops as op;
 use super::torch_globals::Global;
@@ -28,7 +29,7 @@ pub(crate) struct Pickled {
 }
 
 /// Pickles a general value; dicts become plain `dict`s.
-pub(crate) fn pickle_value(value: &Value) -> Result<Pickled, String> {
+pub(crate) fn pickle_value(value: &Value) -> Result<Pickled, CheckpointError> {
     let mut p = Pickler::default();
     p.proto();
     p.value(value)?;
@@ -37,7 +38,7 @@ pub(crate) fn pickle_value(value: &Value) -> Result<Pickled, String> {
 
 /// Pickles a state dict as PyTorch does: an `OrderedDict` whose `_metadata` holds
 /// `{prefix: {"version": n}}`.
-pub(crate) fn pickle_state_dict(state: &StateDict) -> Result<Pickled, String> {
+pub(crate) fn pickle_state_dict(state: &StateDict) -> Result<Pickled, CheckpointError> {
     let mut p = Pickler {
         detach: true,
         ..Pickler::default()
@@ -183,8 +184,8 @@ impl Pickler {
     fn tuple<T>(
         &mut self,
         items: &[T],
-        mut item: impl FnMut(&mut Self, &T) -> Result<(), String>,
-    ) -> Result<(), String> {
+        mut item: impl FnMut(&mut Self, &T) -> Result<(), CheckpointError>,
+    ) -> Result<(), CheckpointError> {
         if items.is_empty() {
             self.out.push(op::EMPTY_TUPLE);
             return Ok(());
@@ -209,8 +210,8 @@ impl Pickler {
     fn batch_setitems<I: Iterator>(
         &mut self,
         items: I,
-        mut pair: impl FnMut(&mut Self, I::Item) -> Result<(), String>,
-    ) -> Result<(), String> {
+        mut pair: impl FnMut(&mut Self, I::Item) -> Result<(), CheckpointError>,
+    ) -> Result<(), CheckpointError> {
         let items: Vec<I::Item> = items.collect();
         let mut items = items.into_iter().peekable();
         while items.peek().is_some() {
@@ -237,7 +238,7 @@ impl Pickler {
     }
 
     /// The `BUILD` that sets a state dict's `_metadata`.
-    fn versions(&mut self, versions: &IndexMap<String, i64>) -> Result<(), String> {
+    fn versions(&mut self, versions: &IndexMap<String, i64>) -> Result<(), CheckpointError> {
         self.out.push(op::EMPTY_DICT);
         self.memoize();
         self.string("_metadata");
@@ -256,7 +257,7 @@ impl Pickler {
         Ok(())
     }
 
-    fn value(&mut self, value: &Value) -> Result<(), String> {
+    fn value(&mut self, value: &Value) -> Result<(), CheckpointError> {
         match value {
             Value::None => self.out.push(op::NONE),
             &Value::Bool(b) => self.bool(b),
@@ -299,7 +300,7 @@ impl Pickler {
     /// `_rebuild_tensor_v2(persistent_id(("storage", <Storage>, key, "cpu", numel)),
     /// 0, size, stride, requires_grad, OrderedDict())` over a new contiguous storage; a
     /// tensor handle seen before is a `BINGET`, so sharing survives.
-    fn tensor(&mut self, tensor: &Tensor) -> Result<(), String> {
+    fn tensor(&mut self, tensor: &Tensor) -> Result<(), CheckpointError> {
         if let Some(&index) = self.tensors.get(&tensor.id()) {
             self.memo_get(index);
             return Ok(());
@@ -307,7 +308,8 @@ impl Pickler {
         let dtype = tensor.dtype();
         let shape = tensor.shape();
         let key = self.storages.len().to_string();
-        let bytes = tensor_to_le_bytes(tensor)?;
+        let bytes =
+            tensor_to_le_bytes(tensor).map_err(|source| CheckpointError::Encode { source })?;
         self.storages.push(StorageRecord {
             key: key.clone(),
             bytes,

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use indexmap::IndexMap;
 use tessera_tensor::Tensor;
 
+use super::CheckpointError;
 use super::dtype_bytes::tensor_from_le_bytes;
 use super::pickle_read::{MAX_DIMS, Node, NodeId, Pickle, StorageRef, TensorSpec};
 use crate::{Key, StateDict, Value};
@@ -19,7 +20,7 @@ const EXPANSION_SLACK: u64 = 256 << 20;
 /// Where storage bytes come from: the zip records of a `.pt` file.
 pub(crate) trait StorageSource {
     /// All bytes of the storage `key`, already checked to hold `numel` elements.
-    fn storage(&mut self, storage: &StorageRef) -> Result<&[u8], String>;
+    fn storage(&mut self, storage: &StorageRef) -> Result<&[u8], CheckpointError>;
     /// Total bytes of all storage records, the base of the output budget.
     fn total_bytes(&self) -> u64;
 }
@@ -54,30 +55,35 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
     }
 
     /// The whole pickle as a value; an `OrderedDict` becomes a plain dict.
-    pub(crate) fn value(&mut self) -> Result<Value, String> {
+    pub(crate) fn value(&mut self) -> Result<Value, CheckpointError> {
         self.convert(self.pickle.root, 0)
     }
 
     /// The pickle as a state dict: a dict of name -> tensor, with `_metadata` versions.
-    pub(crate) fn state_dict(&mut self) -> Result<StateDict, String> {
+    pub(crate) fn state_dict(&mut self) -> Result<StateDict, CheckpointError> {
         let (items, metadata) = match self.pickle.node(self.pickle.root) {
             Node::OrderedDict { items, metadata } => (items, *metadata),
             Node::Dict(items) => (items, None),
-            other => return Err(format!("holds a {}, not a state dict", other.kind())),
+            other => {
+                return Err(contents(format!(
+                    "holds a {}, not a state dict",
+                    other.kind()
+                )));
+            }
         };
         let mut state = StateDict::new();
         for &(k, v) in items {
             let Node::Str(key) = self.pickle.node(k) else {
-                return Err(format!(
+                return Err(contents(format!(
                     "state dict key is a {}, not a str",
                     self.pickle.node(k).kind()
-                ));
+                )));
             };
             let Node::Tensor(spec) = self.pickle.node(v) else {
-                return Err(format!(
+                return Err(contents(format!(
                     "state dict entry {key} is a {}, not a tensor",
                     self.pickle.node(v).kind()
-                ));
+                )));
             };
             let tensor = self.tensor(v, spec)?;
             state.insert(key.clone(), tensor);
@@ -89,19 +95,19 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
     }
 
     /// `_metadata`: `{prefix: {"version": n, ...}}`; prefixes without a version are skipped.
-    fn versions(&self, id: NodeId) -> Result<IndexMap<String, i64>, String> {
+    fn versions(&self, id: NodeId) -> Result<IndexMap<String, i64>, CheckpointError> {
         let (Node::Dict(items) | Node::OrderedDict { items, .. }) = self.pickle.node(id) else {
-            return Err("_metadata is not a dict".into());
+            return Err(contents("_metadata is not a dict"));
         };
         let mut versions = IndexMap::new();
         for &(k, v) in items {
             let Node::Str(prefix) = self.pickle.node(k) else {
-                return Err("_metadata key is not a str".into());
+                return Err(contents("_metadata key is not a str"));
             };
             let (Node::Dict(fields) | Node::OrderedDict { items: fields, .. }) =
                 self.pickle.node(v)
             else {
-                return Err(format!("_metadata[{prefix:?}] is not a dict"));
+                return Err(contents(format!("_metadata[{prefix:?}] is not a dict")));
             };
             let version = fields.iter().find_map(|&(fk, fv)| {
                 match (self.pickle.node(fk), self.pickle.node(fv)) {
@@ -116,14 +122,15 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
         Ok(versions)
     }
 
-    fn convert(&mut self, id: NodeId, depth: usize) -> Result<Value, String> {
+    fn convert(&mut self, id: NodeId, depth: usize) -> Result<Value, CheckpointError> {
         if depth > MAX_DEPTH {
-            return Err(format!("objects nested more than {MAX_DEPTH} deep"));
+            return Err(contents(format!(
+                "objects nested more than {MAX_DEPTH} deep"
+            )));
         }
-        self.visits = self
-            .visits
-            .checked_sub(1)
-            .ok_or("too many shared references: the object graph expands too much")?;
+        self.visits = self.visits.checked_sub(1).ok_or_else(|| {
+            contents("too many shared references: the object graph expands too much")
+        })?;
         let pickle = self.pickle;
         Ok(match pickle.node(id) {
             Node::None => Value::None,
@@ -139,7 +146,9 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
                     let key = match pickle.node(k) {
                         Node::Str(s) => Key::Str(s.clone()),
                         &Node::Int(i) => Key::Int(i),
-                        other => return Err(format!("dict key of type {}", other.kind())),
+                        other => {
+                            return Err(contents(format!("dict key of type {}", other.kind())));
+                        }
                     };
                     let value = self.convert(v, depth + 1)?;
                     dict.insert(key, value);
@@ -147,16 +156,20 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
                 Value::Dict(dict)
             }
             Node::Tensor(spec) => Value::Tensor(self.tensor(id, spec)?),
-            other => return Err(format!("a bare {} is not a value", other.kind())),
+            other => return Err(contents(format!("a bare {} is not a value", other.kind()))),
         })
     }
 
-    fn convert_all(&mut self, items: &[NodeId], depth: usize) -> Result<Vec<Value>, String> {
+    fn convert_all(
+        &mut self,
+        items: &[NodeId],
+        depth: usize,
+    ) -> Result<Vec<Value>, CheckpointError> {
         items.iter().map(|&i| self.convert(i, depth + 1)).collect()
     }
 
     /// The tensor of node `id`, materialised once.
-    fn tensor(&mut self, id: NodeId, spec: &TensorSpec) -> Result<Tensor, String> {
+    fn tensor(&mut self, id: NodeId, spec: &TensorSpec) -> Result<Tensor, CheckpointError> {
         if let Some(t) = self.tensors.get(&id) {
             return Ok(t.clone());
         }
@@ -173,30 +186,44 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
         Ok(tensor)
     }
 
-    fn materialise(&mut self, spec: &TensorSpec) -> Result<Tensor, String> {
+    fn materialise(&mut self, spec: &TensorSpec) -> Result<Tensor, CheckpointError> {
         let storage = &spec.storage;
-        let what = || format!("tensor on storage {:?}", storage.key);
-        let numel = checked_view(spec).map_err(|e| format!("{}: {e}", what()))?;
+        let view = |problem: &str| CheckpointError::View {
+            key: storage.key.clone(),
+            problem: problem.into(),
+        };
+        let numel = checked_view(spec)?;
         let bytes = numel
             .checked_mul(storage.dtype.size_in_bytes() as u64)
-            .ok_or_else(|| format!("{}: size overflows", what()))?;
+            .ok_or_else(|| view("size overflows"))?;
         self.budget = self
             .budget
             .checked_sub(bytes)
-            .ok_or_else(|| format!("{}: views expand to more bytes than the file holds", what()))?;
+            .ok_or_else(|| view("views expand to more bytes than the file holds"))?;
         let data = self.source.storage(storage)?;
         let shape: Vec<usize> = spec.size.iter().map(|&s| s as usize).collect();
+        let decode = |source| CheckpointError::Decode {
+            key: storage.key.clone(),
+            source,
+        };
         let tensor = if numel == 0 {
             tensor_from_le_bytes(storage.dtype, data, std::iter::empty(), &shape)
         } else {
             let offsets = StridedOffsets::new(spec);
             tensor_from_le_bytes(storage.dtype, data, offsets, &shape)
         }
-        .map_err(|e| format!("{}: {e}", what()))?;
+        .map_err(decode)?;
         if spec.requires_grad && storage.dtype.is_float() {
-            return tensor.requires_grad_(true).map_err(|e| e.to_string());
+            return tensor.requires_grad_(true).map_err(decode);
         }
         Ok(tensor)
+    }
+}
+
+/// A [`CheckpointError::Contents`]: the objects are not what was asked for.
+fn contents(problem: impl Into<String>) -> CheckpointError {
+    CheckpointError::Contents {
+        problem: problem.into(),
     }
 }
 
@@ -224,21 +251,25 @@ impl ViewKey {
 
 /// Checks that every element of the view lies inside its storage; returns the view's
 /// element count.
-fn checked_view(spec: &TensorSpec) -> Result<u64, String> {
+fn checked_view(spec: &TensorSpec) -> Result<u64, CheckpointError> {
+    let view = |problem: String| CheckpointError::View {
+        key: spec.storage.key.clone(),
+        problem,
+    };
     if spec.size.len() > MAX_DIMS || spec.size.len() != spec.stride.len() {
-        return Err("size and stride do not match".into());
+        return Err(view("size and stride do not match".into()));
     }
     let numel = spec
         .size
         .iter()
         .try_fold(1u64, |n, &s| n.checked_mul(s))
         .filter(|&n| usize::try_from(n).is_ok())
-        .ok_or("element count overflows")?;
+        .ok_or_else(|| view("element count overflows".into()))?;
     if spec.offset > spec.storage.numel {
-        return Err(format!(
+        return Err(view(format!(
             "offset {} is past the end of the storage ({} elements)",
             spec.offset, spec.storage.numel
-        ));
+        )));
     }
     if numel == 0 {
         return Ok(0);
@@ -250,13 +281,13 @@ fn checked_view(spec: &TensorSpec) -> Result<u64, String> {
         .try_fold(spec.offset, |acc, (&size, &stride)| {
             (size - 1).checked_mul(stride)?.checked_add(acc)
         })
-        .ok_or("size and stride overflow")?;
+        .ok_or_else(|| view("size and stride overflow".into()))?;
     if last >= spec.storage.numel {
-        return Err(format!(
+        return Err(view(format!(
             "size {:?} with stride {:?} at offset {} reads element {last}, but the storage \
              holds {} elements",
             spec.size, spec.stride, spec.offset, spec.storage.numel
-        ));
+        )));
     }
     Ok(numel)
 }

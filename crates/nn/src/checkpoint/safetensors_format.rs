@@ -8,6 +8,7 @@ use std::path::Path;
 use safetensors::{Dtype, SafeTensors, View};
 use tessera_tensor::DType;
 
+use super::CheckpointError;
 use super::atomic::{write_atomic, write_bytes};
 use super::dtype_bytes::{tensor_from_le_bytes, tensor_to_le_bytes};
 use super::file_io::{checkpoint_error, read_file};
@@ -72,10 +73,15 @@ fn from_safetensors(dtype: Dtype) -> Option<DType> {
 /// Writes `state` to `path` as safetensors, atomically.
 pub fn save_safetensors(state: &StateDict, path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
-    let fail = |reason: String| checkpoint_error(path, reason);
+    let fail = |source: CheckpointError| checkpoint_error(path, source);
     let mut encoded = Vec::with_capacity(state.len());
     for (key, tensor) in state.iter() {
-        let bytes = tensor_to_le_bytes(tensor).map_err(|e| fail(format!("tensor {key}: {e}")))?;
+        let bytes = tensor_to_le_bytes(tensor).map_err(|source| {
+            fail(CheckpointError::Tensor {
+                key: key.to_string(),
+                source,
+            })
+        })?;
         encoded.push((
             key.to_string(),
             Encoded {
@@ -90,16 +96,26 @@ pub fn save_safetensors(state: &StateDict, path: impl AsRef<Path>) -> Result<()>
     let mut info = HashMap::new();
     info.insert(
         ORDER_KEY.to_string(),
-        serde_json::to_string(&order).map_err(|e| fail(e.to_string()))?,
+        serde_json::to_string(&order).map_err(|source| {
+            fail(CheckpointError::Metadata {
+                key: ORDER_KEY,
+                source,
+            })
+        })?,
     );
     if !versions.is_empty() {
         info.insert(
             VERSIONS_KEY.to_string(),
-            serde_json::to_string(&versions).map_err(|e| fail(e.to_string()))?,
+            serde_json::to_string(&versions).map_err(|source| {
+                fail(CheckpointError::Metadata {
+                    key: VERSIONS_KEY,
+                    source,
+                })
+            })?,
         );
     }
     let bytes = safetensors::serialize(encoded.iter().map(|(k, e)| (k, e)), Some(info))
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|source| fail(CheckpointError::SafetensorsWrite { source }))?;
     write_atomic(path, |out| write_bytes(path, out, &bytes))
 }
 
@@ -107,12 +123,12 @@ pub fn save_safetensors(state: &StateDict, path: impl AsRef<Path>) -> Result<()>
 /// [`save_safetensors`] when the file records one, otherwise in data-offset order.
 pub fn load_safetensors(path: impl AsRef<Path>) -> Result<StateDict> {
     let path = path.as_ref();
-    let fail = |reason: String| checkpoint_error(path, reason);
+    let fail = |source: CheckpointError| checkpoint_error(path, source);
     let bytes = read_file(path)?;
     let (_, header) = SafeTensors::read_metadata(&bytes)
-        .map_err(|e| fail(format!("not a valid safetensors file: {e}")))?;
+        .map_err(|source| fail(CheckpointError::Safetensors { source }))?;
     let file = SafeTensors::deserialize(&bytes)
-        .map_err(|e| fail(format!("not a valid safetensors file: {e}")))?;
+        .map_err(|source| fail(CheckpointError::Safetensors { source }))?;
     let extra = header.metadata().clone().unwrap_or_default();
     let offset_order = header.offset_keys();
     let order = match extra.get(ORDER_KEY) {
@@ -121,39 +137,56 @@ pub fn load_safetensors(path: impl AsRef<Path>) -> Result<StateDict> {
     };
     let mut state = StateDict::new();
     for key in order {
-        let view = file.tensor(&key).map_err(|e| fail(e.to_string()))?;
+        let view = file.tensor(&key).map_err(|source| {
+            fail(CheckpointError::SafetensorsTensor {
+                key: key.clone(),
+                source,
+            })
+        })?;
         let dtype = from_safetensors(view.dtype()).ok_or_else(|| {
-            fail(format!(
-                "tensor {key}: dtype {:?} is not supported",
-                view.dtype()
-            ))
+            fail(CheckpointError::Dtype {
+                key: key.clone(),
+                dtype: format!("{:?}", view.dtype()),
+            })
         })?;
         let numel = view.data().len() / dtype.size_in_bytes();
-        let tensor = tensor_from_le_bytes(dtype, view.data(), 0..numel, view.shape())
-            .map_err(|e| fail(format!("tensor {key}: {e}")))?;
+        let tensor =
+            tensor_from_le_bytes(dtype, view.data(), 0..numel, view.shape()).map_err(|source| {
+                fail(CheckpointError::Tensor {
+                    key: key.clone(),
+                    source,
+                })
+            })?;
         state.insert(key, tensor);
     }
     if let Some(text) = extra.get(VERSIONS_KEY) {
-        let versions: Vec<(String, i64)> = serde_json::from_str(text)
-            .map_err(|e| fail(format!("{VERSIONS_KEY} in __metadata__: {e}")))?;
+        let versions: Vec<(String, i64)> = serde_json::from_str(text).map_err(|source| {
+            fail(CheckpointError::Metadata {
+                key: VERSIONS_KEY,
+                source,
+            })
+        })?;
         state.metadata = versions.into_iter().collect();
     }
     Ok(state)
 }
 
 /// The key order recorded under [`ORDER_KEY`], checked to list each tensor exactly once.
-fn recorded_order(text: &str, keys: &[String]) -> Result<Vec<String>, String> {
-    let order: Vec<String> = serde_json::from_str(text)
-        .map_err(|e| format!("{ORDER_KEY} in __metadata__ is not a JSON list of names: {e}"))?;
+fn recorded_order(text: &str, keys: &[String]) -> Result<Vec<String>, CheckpointError> {
+    let order: Vec<String> =
+        serde_json::from_str(text).map_err(|source| CheckpointError::Metadata {
+            key: ORDER_KEY,
+            source,
+        })?;
     let mut sorted_order: Vec<&String> = order.iter().collect();
     let mut sorted_keys: Vec<&String> = keys.iter().collect();
     sorted_order.sort();
     sorted_keys.sort();
     if sorted_order != sorted_keys {
-        return Err(format!(
-            "{ORDER_KEY} in __metadata__ does not list the file's {} tensors exactly once",
-            keys.len()
-        ));
+        return Err(CheckpointError::Order {
+            key: ORDER_KEY,
+            count: keys.len(),
+        });
     }
     Ok(order)
 }

@@ -18,9 +18,9 @@ pub(crate) enum Global {
 }
 
 impl Global {
-    /// The allowed global `module.name`, or an error naming the refused one.
-    pub(crate) fn resolve(module: &str, name: &str) -> Result<Global, String> {
-        let global = match (module, name) {
+    /// The allowed global `module.name`; `None` for every other global.
+    pub(crate) fn resolve(module: &str, name: &str) -> Option<Global> {
+        match (module, name) {
             ("collections", "OrderedDict") => Some(Global::OrderedDict),
             ("torch._utils", "_rebuild_tensor_v2") => Some(Global::RebuildTensorV2),
             ("torch._utils", "_rebuild_parameter") => Some(Global::RebuildParameter),
@@ -29,14 +29,7 @@ impl Global {
                 .find(|&d| storage_class(d) == class)
                 .map(Global::Storage),
             _ => None,
-        };
-        global.ok_or_else(|| {
-            format!(
-                "refusing to load global {module}.{name}: a checkpoint may only name \
-                 collections.OrderedDict, torch._utils._rebuild_tensor_v2, \
-                 torch._utils._rebuild_parameter and torch.*Storage classes"
-            )
-        })
+        }
     }
 
     /// `(module, name)` as a pickle `GLOBAL` spells it.

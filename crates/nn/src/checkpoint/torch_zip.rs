@@ -11,6 +11,7 @@ use std::path::Path;
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, DateTime, ZipArchive, ZipWriter};
 
+use super::CheckpointError;
 use super::atomic::write_atomic;
 use super::file_io::{checkpoint_error, io_error};
 use super::pickle_read::{Pickle, StorageRef, unpickle};
@@ -68,36 +69,34 @@ struct ZipStorages {
 }
 
 fn open(path: &Path) -> Result<(Pickle, ZipStorages)> {
-    let fail = |reason: String| checkpoint_error(path, reason);
+    let fail = |source: CheckpointError| checkpoint_error(path, source);
     let file = File::open(path).map_err(|e| io_error(path, e))?;
     let file_len = file.metadata().map_err(|e| io_error(path, e))?.len();
     let mut archive = ZipArchive::new(BufReader::new(file))
-        .map_err(|e| fail(format!("not a PyTorch zip checkpoint: {e}")))?;
+        .map_err(|source| fail(CheckpointError::NotAZip { source }))?;
     let first = archive
         .file_names()
         .next()
-        .ok_or_else(|| fail("the zip archive is empty".into()))?
-        .map_err(|e| fail(format!("bad entry name: {e}")))?;
+        .ok_or_else(|| fail(CheckpointError::EmptyArchive))?
+        .map_err(|source| fail(CheckpointError::EntryName { source }))?;
     let prefix = match first.split_once('/') {
         Some((prefix, _)) => prefix.to_string(),
         None => {
-            return Err(fail(format!(
-                "entry {first:?} is not inside an archive folder"
-            )));
+            return Err(fail(CheckpointError::NoArchiveFolder {
+                entry: first.into_owned(),
+            }));
         }
     };
     // Old archives have no byteorder record; they are little-endian.
     if let Ok(order) = read_record(&mut archive, &format!("{prefix}/byteorder"), file_len)
         && order != b"little"
     {
-        return Err(fail(format!(
-            "byteorder is {:?}; only little-endian checkpoints are supported",
-            String::from_utf8_lossy(&order)
-        )));
+        return Err(fail(CheckpointError::ByteOrder {
+            found: String::from_utf8_lossy(&order).into_owned(),
+        }));
     }
-    let data = read_record(&mut archive, &format!("{prefix}/data.pkl"), file_len)
-        .map_err(|e| fail(format!("{e} (not a PyTorch zip checkpoint)")))?;
-    let pickle = unpickle(&data).map_err(|e| fail(format!("{prefix}/data.pkl: {e}")))?;
+    let data = read_record(&mut archive, &format!("{prefix}/data.pkl"), file_len).map_err(fail)?;
+    let pickle = unpickle(&data).map_err(fail)?;
     Ok((
         pickle,
         ZipStorages {
@@ -115,46 +114,55 @@ fn read_record<R: Read + Seek>(
     archive: &mut ZipArchive<R>,
     name: &str,
     file_len: u64,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, CheckpointError> {
     let entry = archive
         .by_name(name)
-        .map_err(|e| format!("no record {name}: {e}"))?;
+        .map_err(|source| CheckpointError::MissingRecord {
+            name: name.into(),
+            source,
+        })?;
     if entry.compression() != CompressionMethod::Stored {
-        return Err(format!(
-            "record {name} is compressed; torch.save stores records"
-        ));
+        return Err(CheckpointError::CompressedRecord { name: name.into() });
     }
     let size = entry.size();
     let expected_crc = entry.crc32();
     if size > file_len {
-        return Err(format!(
-            "record {name} claims {size} bytes in a {file_len}-byte file"
-        ));
+        return Err(CheckpointError::RecordTooLarge {
+            name: name.into(),
+            size,
+            file_len,
+        });
     }
     let mut bytes = Vec::with_capacity(size as usize);
     entry
         .take(size)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("record {name}: {e}"))?;
+        .map_err(|source| CheckpointError::Io {
+            name: name.into(),
+            source,
+        })?;
     if bytes.len() as u64 != size {
-        return Err(format!(
-            "record {name} is truncated: {} of {size} bytes",
-            bytes.len()
-        ));
+        return Err(CheckpointError::TruncatedRecord {
+            name: name.into(),
+            read: bytes.len() as u64,
+            size,
+        });
     }
     // Reading exactly `size` bytes stops before the zip reader's own check at end of entry, so
     // the checksum is compared here: a flipped bit is an error, as in Python's zipfile.
     let actual = crc32fast::hash(&bytes);
     if actual != expected_crc {
-        return Err(format!(
-            "record {name}: bad CRC-32 ({actual:08x}, the archive says {expected_crc:08x})"
-        ));
+        return Err(CheckpointError::Crc {
+            name: name.into(),
+            actual,
+            expected: expected_crc,
+        });
     }
     Ok(bytes)
 }
 
 impl StorageSource for ZipStorages {
-    fn storage(&mut self, storage: &StorageRef) -> Result<&[u8], String> {
+    fn storage(&mut self, storage: &StorageRef) -> Result<&[u8], CheckpointError> {
         let name = format!("{}/data/{}", self.prefix, storage.key);
         if !self.cache.contains_key(&storage.key) {
             let bytes = read_record(&mut self.archive, &name, self.file_len)?;
@@ -164,16 +172,20 @@ impl StorageSource for ZipStorages {
         let expected = storage
             .numel
             .checked_mul(storage.dtype.size_in_bytes() as u64)
-            .ok_or_else(|| format!("storage {:?}: size overflows", storage.key))?;
+            .ok_or_else(|| CheckpointError::Storage {
+                key: storage.key.clone(),
+                problem: "size overflows".into(),
+            })?;
         if bytes.len() as u64 != expected {
-            return Err(format!(
-                "storage {:?} declares {} {} elements ({expected} bytes) but record {name} \
-                 holds {} bytes",
-                storage.key,
-                storage.numel,
-                storage.dtype,
-                bytes.len()
-            ));
+            return Err(CheckpointError::Storage {
+                key: storage.key.clone(),
+                problem: format!(
+                    "declares {} {} elements ({expected} bytes) but record {name} holds {} bytes",
+                    storage.numel,
+                    storage.dtype,
+                    bytes.len()
+                ),
+            });
         }
         Ok(bytes)
     }
@@ -207,7 +219,8 @@ fn write_archive(path: &Path, pickled: &Pickled) -> Result<()> {
         serialization_id.as_bytes(),
     ));
     write_atomic(path, |out| {
-        write_zip(out, &records).map_err(|e| checkpoint_error(path, format!("writing zip: {e}")))
+        write_zip(out, &records)
+            .map_err(|source| checkpoint_error(path, CheckpointError::WriteZip { source }))
     })
 }
 

@@ -1,5 +1,9 @@
-//! The models of PyTorch's "Modules" note, as the conformance cases use them: `MyLinear`
-//! (weight `[in, out]`), `Net`, `BigNet`, `DynamicNet` and `StatefulModule`.
+//! The models of PyTorch's "Modules" note (<https://pytorch.org/docs/stable/notes/modules.html>)
+//! ported under the note's names: `MyLinear` (weight `[in, out]`), `Net`, `BigNet`,
+//! `DynamicNet` and `StatefulModule`. They are defined once, here: the `modules_basics` and
+//! `modules_training` examples run them, the conformance tests check them against PyTorch's
+//! outputs and state dicts, and the tracing tests snapshot their graphs. Each is also a
+//! short, complete example of writing a module with `#[derive(Module)]`.
 
 use crate::layers::{LeakyReLU, Linear, ReLU};
 use crate::{
@@ -44,6 +48,7 @@ pub struct Net {
 }
 
 impl Net {
+    /// `MyLinear(4, 3)` and `MyLinear(3, 1)`, standard-normal.
     pub fn new() -> Result<Self> {
         Ok(Net {
             core: ModuleCore::default(),
@@ -70,6 +75,7 @@ pub struct BigNet {
 }
 
 impl BigNet {
+    /// `MyLinear(5, 4)` and a fresh `Net`.
     pub fn new() -> Result<Self> {
         Ok(BigNet {
             core: ModuleCore::default(),
@@ -97,6 +103,8 @@ pub struct DynamicNet {
 }
 
 impl DynamicNet {
+    /// `num_layers` hidden `MyLinear(4, 4)`, the activations `relu` and `lrelu`
+    /// (LeakyReLU(0.01)), and `final`.
     pub fn new(num_layers: usize) -> Result<Self> {
         let mut activations: ModuleDict<Box<dyn Layer>> = ModuleDict::new();
         activations.insert("relu", Box::new(ReLU::new()))?;
@@ -148,6 +156,7 @@ pub struct StatefulModule {
 }
 
 impl StatefulModule {
+    /// Standard-normal state of the note's shapes; `param3` and `buffer3` are `None`.
     pub fn new() -> Result<Self> {
         let mut param_dict = ParameterDict::new();
         // Built from a plain dict, PyTorch sorts the keys: bar before foo.
@@ -167,5 +176,20 @@ impl StatefulModule {
             param_dict,
             linear: Linear::new(2, 3)?,
         })
+    }
+}
+
+/// Not in the note (its module has no `forward`): uses every kind of state once, a
+/// parameter, a buffer, a list and a dict entry and the layer, so that a traced graph reads
+/// each of them. Takes `[batch, 2]` and returns `[batch, 4]`.
+impl Forward for StatefulModule {
+    type Output = Tensor;
+
+    fn forward(&self, x: Tensor) -> Result<Tensor> {
+        let x = x.mul(&self.param1)?.add(&self.param_list[0])?;
+        let x = self.linear.call(x)?.add(&self.param2)?;
+        Ok(x.mul(&self.param_dict["foo"])?
+            .sum(&[-1], true)?
+            .add(&self.buffer1)?)
     }
 }

@@ -4,12 +4,12 @@
 //! generator, which parallel tests drawing from it would disturb.
 
 use std::sync::Arc;
-use tessera_fx::GraphModule;
-use tessera_fx::trace::{LeafPolicy, trace};
-use tessera_nn::ModuleExt;
-use tessera_nn::models::SmallCnn;
-use tessera_passes::{FoldBatchNorm, Pass, StructuredPrune};
-use tessera_tensor::{DType, Tensor, TensorMeta, manual_seed};
+use tessera::fx::GraphModule;
+use tessera::fx::trace::{LeafPolicy, trace};
+use tessera::nn::ModuleExt;
+use tessera::nn::models::SmallCnn;
+use tessera::passes::{FoldBatchNorm, Pass, StructuredPrune};
+use tessera::tensor::{DType, Tensor, TensorMeta, manual_seed};
 
 #[test]
 fn folding_and_pruning_leave_the_global_random_stream_alone() {

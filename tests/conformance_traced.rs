@@ -1,21 +1,20 @@
 //! Every PyTorch conformance model traced into a graph and run through the interpreter (as a
 //! `GraphModule`): outputs, gradients, training trajectories, dropout semantics and hooks
-//! match the recorded PyTorch results.
+//! match the recorded PyTorch results. Workspace-level: the models (nn), the tracer and
+//! interpreter (fx) and the PyTorch cases (testkit) together, through the facade.
 
-mod common;
-
-use common::Case;
 use std::sync::Arc;
-use tessera_fx::GraphModule;
-use tessera_fx::trace::{LeafPolicy, trace};
-use tessera_nn::layers::{Dropout, Linear, ReLU};
-use tessera_nn::models::SmallCnn;
-use tessera_nn::optim::{Adam, AdamOptions, AdamW, AdamWOptions, Optimizer, SGD, SgdOptions};
-use tessera_nn::{Call, Layer, ModuleExt, Sequential, load_pt_state_dict};
-use tessera_tensor::functional as F;
-use tessera_tensor::{DType, Tensor, TensorMeta};
+use tessera::fx::GraphModule;
+use tessera::fx::trace::{LeafPolicy, trace};
+use tessera::nn::layers::{Dropout, Linear, ReLU};
+use tessera::nn::models::SmallCnn;
+use tessera::nn::optim::{Adam, AdamOptions, AdamW, AdamWOptions, Optimizer, SGD, SgdOptions};
+use tessera::nn::{Call, Layer, ModuleExt, Sequential, load_pt_state_dict};
+use tessera::tensor::functional as F;
+use tessera::tensor::{DType, Tensor, TensorMeta};
+use tessera_testkit::{Case, conformance_dir};
 
-use tessera_nn::models::note::{MyLinear, Net};
+use tessera::nn::models::note::{MyLinear, Net};
 
 /// Traces `model` (with its case weights loaded from the PyTorch `.pt` file) for `input`, in
 /// training mode or not: the modes of traced-through code are fixed at trace time, as in FX
@@ -29,7 +28,7 @@ fn traced<M: Layer>(
 ) -> (Arc<M>, GraphModule) {
     let model = Arc::new(model);
     model.train(training);
-    let path = common::conformance_dir().join(case).join("state_dict.pt");
+    let path = conformance_dir().join(case).join("state_dict.pt");
     if path.exists() {
         model
             .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)

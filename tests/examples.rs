@@ -1,0 +1,67 @@
+//! The examples end to end, in one test binary: each example's source is a module here,
+//! run with small settings. An example returns an error (its non-zero exit) when its own
+//! check fails: `train_shapes` unless checkpoints reload into bit-identical models, `trace`
+//! unless the interpreter and the inlined graph equal eager execution. `optimize` and the
+//! benchmarks take a minute in a debug build: CI runs them in release (`.ci/run`).
+
+use clap::Parser;
+
+#[allow(dead_code)]
+#[path = "../examples/demo.rs"]
+mod demo;
+#[allow(dead_code)]
+#[path = "../examples/modules_basics.rs"]
+mod modules_basics;
+#[allow(dead_code)]
+#[path = "../examples/modules_hooks.rs"]
+mod modules_hooks;
+#[allow(dead_code)]
+#[path = "../examples/modules_training.rs"]
+mod modules_training;
+#[allow(dead_code)]
+#[path = "../examples/trace.rs"]
+mod trace;
+#[allow(dead_code)]
+#[path = "../examples/train_shapes.rs"]
+mod train_shapes;
+
+type Outcome = Result<(), Box<dyn std::error::Error>>;
+
+#[test]
+fn demo_trains_the_spiral_classifier() -> Outcome {
+    demo::run(&demo::Args::parse_from(["demo", "--epochs", "20"]))?;
+    Ok(())
+}
+
+#[test]
+fn modules_note_examples_run_to_the_end() -> Outcome {
+    modules_basics::main()?;
+    modules_training::main()?;
+    modules_hooks::main()
+}
+
+#[test]
+fn trace_example_graph_reproduces_eager_execution() -> Outcome {
+    let dir = tempfile::tempdir()?;
+    let dot = dir.path().join("small_cnn.dot");
+    let dot_arg = dot.to_str().ok_or("temporary path is not UTF-8")?;
+    trace::run_example(&trace::Args::parse_from(["trace", "--dot", dot_arg]))?;
+    assert!(std::fs::read_to_string(&dot)?.starts_with("digraph"));
+    Ok(())
+}
+
+#[test]
+fn train_shapes_checkpoints_reload_into_identical_models() -> Outcome {
+    let dir = tempfile::tempdir()?;
+    let out = dir.path().to_str().ok_or("temporary path is not UTF-8")?;
+    train_shapes::run(&train_shapes::Args::parse_from([
+        "train_shapes",
+        "--epochs",
+        "1",
+        "--out",
+        out,
+    ]))?;
+    assert!(dir.path().join("checkpoint.pt").is_file());
+    assert!(dir.path().join("model.safetensors").is_file());
+    Ok(())
+}
