@@ -5,7 +5,7 @@
 
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Mutex, Once};
 use tessera_tensor::backend::{
     DeviceBackend, DeviceOperand, DeviceStorage, register_backend, registered_backend,
 };
@@ -35,6 +35,8 @@ impl DeviceStorage for VecMemory {
 
 /// How many kernels the backend ran, so tests can see that ops went through it.
 static KERNELS_RUN: AtomicUsize = AtomicUsize::new(0);
+/// The names of the ops dispatch asked the backend for, kernels or not.
+static ASKED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 struct VecBackend;
 
@@ -102,6 +104,7 @@ impl DeviceBackend for VecBackend {
         inputs: &[DeviceOperand<'_>],
         outputs: &[TensorMeta],
     ) -> Option<Result<Vec<Box<dyn DeviceStorage>>>> {
+        ASKED.lock().unwrap().push(op.name());
         let device = inputs[0].memory.device();
         let out = &outputs[0].shape;
         let values = match op {
@@ -179,6 +182,7 @@ fn ops_the_backend_has_run_on_the_device() -> Result<()> {
 fn an_op_the_backend_lacks_is_a_typed_error_naming_op_and_device() -> Result<()> {
     let x = on_device(&[1.0, 2.0], &[2])?;
     let err = x.mul(&x).unwrap_err();
+    assert!(ASKED.lock().unwrap().iter().any(|name| name == "mul"));
     assert_eq!(
         err,
         TensorError::UnsupportedOnDevice {
