@@ -3,9 +3,8 @@
 //! names the module path in errors from inside.
 
 use crate::backward_hooks::attach_backward_hooks;
-use crate::walk::{module_id, own};
+use crate::call_stack::enter;
 use crate::{Module, NnError, Result};
-use std::cell::RefCell;
 use tessera_tensor::Tensor;
 
 /// A module's computation for inputs of type `I` (a tensor, a tuple of tensors and plain
@@ -91,70 +90,6 @@ impl<P: Plain> Args for (Tensor, P) {
             .map(|[t]| (t, self.1))
             .map_err(|_| count_error(1, n))
     }
-}
-
-thread_local! {
-    /// The modules being called on this thread and their qualified paths. The pointers are
-    /// only read while the `call` that pushed them is still running.
-    static CALL_STACK: RefCell<Vec<(*const dyn Module, String)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Pops the call stack when a call ends, also on error.
-struct CallFrame;
-
-impl Drop for CallFrame {
-    fn drop(&mut self) {
-        CALL_STACK.with(|s| s.borrow_mut().pop());
-    }
-}
-
-/// Pushes `module` with its path: its field name under the module calling it (`""` at the
-/// top level; its type name when called from a module it is not registered in).
-fn enter(module: &dyn Module) -> (CallFrame, String) {
-    let id = module_id(module);
-    let path = CALL_STACK.with(|s| {
-        let stack = s.borrow();
-        let Some((parent, parent_path)) = stack.last() else {
-            return String::new();
-        };
-        // SAFETY: the parent's `call` is below this one on the same thread, so the module
-        // it points to is still borrowed.
-        let parent = unsafe { &**parent };
-        // A direct child first (cheap); else any descendant (a module reached through a
-        // container, `self.activations["relu"]`).
-        let name = own(parent)
-            .children
-            .into_iter()
-            .find(|(_, m)| module_id(*m) == id)
-            .map(|(n, _)| n)
-            .or_else(|| {
-                crate::walk::named_modules(parent, "", true)
-                    .into_iter()
-                    .find(|(_, m)| module_id(*m) == id)
-                    .map(|(n, _)| n)
-            });
-        match name {
-            None => module.type_name(),
-            Some(n) if parent_path.is_empty() => n,
-            Some(n) => format!("{parent_path}.{n}"),
-        }
-    });
-    CALL_STACK.with(|s| {
-        s.borrow_mut()
-            .push((module as *const dyn Module, path.clone()))
-    });
-    (CallFrame, path)
-}
-
-/// Runs `f` as if inside a call of `module` at the top level, so that the submodules `f`
-/// calls get their paths (tracing a closure over a module does this).
-pub(crate) fn as_caller<R>(module: &dyn Module, f: impl FnOnce() -> R) -> R {
-    CALL_STACK.with(|s| {
-        s.borrow_mut()
-            .push((module as *const dyn Module, String::new()))
-    });
-    let _frame = CallFrame;
-    f()
 }
 
 /// Runs `forward` the way PyTorch's `__call__` does.

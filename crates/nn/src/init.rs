@@ -395,15 +395,6 @@ thread_local! {
     static SKIPPING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Restores the previous skip flag when [`skip_init`]'s closure ends, also on unwind.
-struct SkipGuard(bool);
-
-impl Drop for SkipGuard {
-    fn drop(&mut self) {
-        SKIPPING.with(|s| s.set(self.0));
-    }
-}
-
 /// Runs `build` with default initialisation switched off on this thread, like PyTorch's
 /// `torch.nn.utils.skip_init`: layers constructed inside keep zero-filled parameters (instead
 /// of PyTorch's uninitialised memory) until their `reset_parameters()` or an init function
@@ -416,7 +407,7 @@ impl Drop for SkipGuard {
 /// # Ok::<(), tessera_nn::NnError>(())
 /// ```
 pub fn skip_init<R>(build: impl FnOnce() -> R) -> R {
-    let _guard = SkipGuard(SKIPPING.with(|s| s.replace(true)));
+    let _restore = tessera_tensor::Restore::set(&SKIPPING, true);
     build()
 }
 

@@ -64,6 +64,7 @@ extern crate self as tessera_nn;
 
 mod backward_hooks;
 mod call;
+mod call_stack;
 pub mod checkpoint;
 pub mod containers;
 mod core;

@@ -2,10 +2,11 @@
 //! thread, a call of a module it deems a leaf, made on meta tensors, is reported as one
 //! call (its inner ops run for their shapes only and are not recorded).
 
+pub use crate::call_stack::as_caller;
 use crate::{Module, Result};
 use std::cell::RefCell;
 use std::sync::Arc;
-use tessera_tensor::Tensor;
+use tessera_tensor::{Restore, Tensor};
 
 /// Decides which modules are leaves and receives their calls.
 pub trait ModuleCallRecorder {
@@ -28,31 +29,13 @@ thread_local! {
 
 /// Runs `f` with `recorder` receiving leaf module calls, then restores the previous one.
 pub fn with_module_recorder<R>(recorder: Arc<dyn ModuleCallRecorder>, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Arc<dyn ModuleCallRecorder>>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            RECORDER.with(|r| *r.borrow_mut() = self.0.take());
-        }
-    }
-    let _restore = Restore(RECORDER.with(|r| r.borrow_mut().replace(recorder)));
+    let _restore = Restore::set(&RECORDER, Some(recorder));
     f()
-}
-
-/// Runs `f` as the body of a call of `module`: submodules it calls are named by their paths
-/// under `module` (tracing a closure over a module uses this).
-pub fn as_caller<R>(module: &dyn Module, f: impl FnOnce() -> R) -> R {
-    crate::call::as_caller(module, f)
 }
 
 /// Runs `f` with no module recorder (inside a leaf, nothing more is recorded).
 pub(crate) fn without_module_recorder<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Arc<dyn ModuleCallRecorder>>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            RECORDER.with(|r| *r.borrow_mut() = self.0.take());
-        }
-    }
-    let _restore = Restore(RECORDER.with(|r| r.borrow_mut().take()));
+    let _restore = Restore::set(&RECORDER, None);
     f()
 }
 

@@ -1,9 +1,10 @@
 //! A cache of freed host buffers, so that large outputs reuse memory whose pages are already
 //! mapped instead of paying ~16k page faults per fresh 64 MiB (the cost that dominates eager
-//! elementwise work; see `../shared/reference/BASELINE.md`).
+//! elementwise work; see `../shared/reference/BASELINE.md`). It holds typed vectors only, so
+//! it depends on the element types and nothing else (`CpuStorage` hands its vector back).
 
-use crate::DType;
-use crate::storage::{CpuStorage, StorageElement};
+use crate::{DType, Element};
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -13,7 +14,8 @@ const MIN_CACHED_BYTES: usize = 64 << 10;
 const MAX_CACHED_BYTES: usize = 1 << 30;
 
 struct BufferCache {
-    free: HashMap<(DType, usize), Vec<CpuStorage>>,
+    /// Freed buffers by dtype and length; each is a `Vec<T>` of that dtype's element type.
+    free: HashMap<(DType, usize), Vec<Box<dyn Any + Send>>>,
     bytes: usize,
 }
 
@@ -29,25 +31,25 @@ fn with_cache<R>(f: impl FnOnce(&mut BufferCache) -> R) -> R {
 
 /// A buffer of `len` elements whose contents are unspecified (but initialised): for kernels
 /// that overwrite every element.
-pub(crate) fn uninit_buffer<T: StorageElement>(len: usize) -> Vec<T> {
+pub(crate) fn uninit_buffer<T: Element>(len: usize) -> Vec<T> {
     let bytes = len * T::DTYPE.size_in_bytes();
     if bytes >= MIN_CACHED_BYTES {
         let reused = with_cache(|cache| {
             let list = cache.free.get_mut(&(T::DTYPE, len))?;
-            let storage = list.pop()?;
+            let buffer = list.pop()?;
             cache.bytes -= bytes;
-            Some(storage)
+            Some(buffer)
         });
-        if let Some(v) = reused.and_then(T::unwrap) {
-            return v;
+        if let Some(Ok(v)) = reused.map(|b| b.downcast::<Vec<T>>()) {
+            return *v;
         }
     }
     vec![T::default(); len]
 }
 
 /// Takes a freed buffer into the cache when it is large and the cache has room.
-pub(crate) fn recycle(storage: CpuStorage) {
-    let bytes = storage.len() * storage.dtype().size_in_bytes();
+pub(crate) fn recycle<T: Element>(buffer: Vec<T>) {
+    let bytes = buffer.len() * T::DTYPE.size_in_bytes();
     if bytes < MIN_CACHED_BYTES {
         return;
     }
@@ -56,9 +58,9 @@ pub(crate) fn recycle(storage: CpuStorage) {
             cache.bytes += bytes;
             cache
                 .free
-                .entry((storage.dtype(), storage.len()))
+                .entry((T::DTYPE, buffer.len()))
                 .or_default()
-                .push(storage);
+                .push(Box::new(buffer));
         }
     });
 }

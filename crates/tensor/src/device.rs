@@ -21,3 +21,33 @@ impl fmt::Display for Device {
         }
     }
 }
+
+/// A device without its ordinal: what a device crate registers a backend for
+/// (see [`crate::backend`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+    Meta,
+}
+
+impl Device {
+    /// The kind of this device (`cuda:1` is of kind `cuda`).
+    pub fn kind(self) -> DeviceKind {
+        match self {
+            Device::Cpu => DeviceKind::Cpu,
+            Device::Cuda(_) => DeviceKind::Cuda,
+            Device::Meta => DeviceKind::Meta,
+        }
+    }
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Cuda => "cuda",
+            DeviceKind::Meta => "meta",
+        })
+    }
+}

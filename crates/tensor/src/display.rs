@@ -53,7 +53,8 @@ fn render(tensor: &Tensor) -> Result<String> {
         if !matches!(dtype, DType::F32 | DType::I64 | DType::Bool) {
             suffixes.push(format!("dtype={}", dtype.torch_name()));
         }
-        contents(&x, indent)?
+        // Values print from a host copy, as PyTorch's do.
+        contents(&x.to_device(Device::Cpu)?, indent)?
     };
     if let Some(name) = tensor.grad_fn_name() {
         suffixes.push(format!("grad_fn=<{name}>"));

@@ -42,6 +42,14 @@ pub enum TensorError {
         rhs: Device,
     },
 
+    /// The backend of the tensors' device has no kernel for this op (or this copy).
+    #[error("{op}: not supported on {device}: the {backend} backend has no kernel for it")]
+    UnsupportedOnDevice {
+        op: String,
+        device: Device,
+        backend: String,
+    },
+
     /// The values of a meta (traced) tensor were needed: it has shapes and dtypes only.
     #[error(
         "{op}: the tensor is on the meta device and has no values; reading a traced value (branching on it, item(), to_vec()) cannot be traced"

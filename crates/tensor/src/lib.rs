@@ -12,6 +12,7 @@
 //! ```
 
 mod autograd;
+pub mod backend;
 mod buffer_cache;
 mod cpu;
 mod creation;
@@ -24,9 +25,11 @@ pub mod layout;
 mod methods;
 pub mod op;
 mod random;
+mod restore;
 pub mod size;
 pub mod storage;
 mod tensor;
+mod tensor_storage;
 mod threads;
 pub mod trace;
 
@@ -34,11 +37,12 @@ pub use autograd::{
     GradcheckOptions, NoGradGuard, backward, gradcheck, is_grad_enabled, no_grad, set_grad_enabled,
 };
 pub use buffer_cache::{cached_bytes, empty_cache};
-pub use device::Device;
+pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element, Float};
 pub use error::{Result, TensorError};
 pub use layout::Layout;
 pub use op::Op;
 pub use random::{Generator, manual_seed, with_global_generator};
+pub use restore::{Restore, SwapSlot};
 pub use tensor::{Tensor, TensorId, TensorMeta};
 pub use threads::{num_threads, set_num_threads};

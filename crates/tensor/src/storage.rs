@@ -1,6 +1,7 @@
-//! The memory behind tensors: a typed buffer on one device, shared by every view of it.
+//! Host memory: the typed buffers that CPU tensors (and every view of them) share, and the
+//! element types that know their buffer variant.
 
-use crate::{DType, Device, Element, Result, TensorError};
+use crate::{DType, Element};
 use half::{bf16, f16};
 
 /// A typed buffer in host memory.
@@ -149,6 +150,11 @@ impl CpuStorage {
         with_cpu_vec!(self, src => go(src, range))
     }
 
+    /// Hands a freed buffer to the buffer cache for reuse.
+    pub(crate) fn recycle(self) {
+        with_cpu_vec!(self, v => crate::buffer_cache::recycle(v))
+    }
+
     /// Gathers the elements at `offsets` into a new buffer of the same dtype.
     pub fn gather(&self, offsets: impl Iterator<Item = usize>) -> CpuStorage {
         fn go<T: StorageElement>(src: &[T], offsets: impl Iterator<Item = usize>) -> CpuStorage {
@@ -187,69 +193,4 @@ impl CpuStorage {
 #[inline]
 pub fn cast<S: Element, D: Element>(v: S) -> D {
     D::from_f64(v.as_f64())
-}
-
-/// The buffer of a tensor on its device.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Storage {
-    Cpu(CpuStorage),
-    /// A meta tensor's storage: its dtype and length, no data.
-    Meta {
-        dtype: DType,
-        len: usize,
-    },
-}
-
-impl Storage {
-    pub fn device(&self) -> Device {
-        match self {
-            Storage::Cpu(_) => Device::Cpu,
-            Storage::Meta { .. } => Device::Meta,
-        }
-    }
-
-    pub fn dtype(&self) -> DType {
-        match self {
-            Storage::Cpu(s) => s.dtype(),
-            Storage::Meta { dtype, .. } => *dtype,
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        match self {
-            Storage::Cpu(s) => s.len(),
-            Storage::Meta { len, .. } => *len,
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The host buffer, or an error naming the op for memory on another device.
-    pub fn cpu(&self, op: &str) -> Result<&CpuStorage> {
-        match self {
-            Storage::Cpu(s) => Ok(s),
-            Storage::Meta { .. } => Err(TensorError::NoData { op: op.to_string() }),
-        }
-    }
-
-    pub fn cpu_mut(&mut self, op: &str) -> Result<&mut CpuStorage> {
-        match self {
-            Storage::Cpu(s) => Ok(s),
-            Storage::Meta { .. } => Err(TensorError::NoData { op: op.to_string() }),
-        }
-    }
-}
-
-/// Checks that a device can hold tensors here; CUDA needs the runtime crate, which is not
-/// linked into `tessera-tensor`, so it is reported as unavailable instead of panicking.
-pub fn check_device(device: Device) -> Result<()> {
-    match device {
-        Device::Cpu | Device::Meta => Ok(()),
-        Device::Cuda(_) => Err(TensorError::DeviceUnavailable {
-            device,
-            reason: "no CUDA driver is loaded in this build; tensors live on the cpu".into(),
-        }),
-    }
 }

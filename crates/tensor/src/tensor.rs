@@ -3,7 +3,8 @@
 
 use crate::autograd::GradEdge;
 use crate::layout::Layout;
-use crate::storage::{CpuStorage, Storage, StorageElement};
+use crate::storage::{CpuStorage, StorageElement};
+use crate::tensor_storage::{DeviceBuffer, Storage};
 use crate::{DType, Device, Element, Result, TensorError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -29,7 +30,7 @@ impl Drop for StorageCell {
         if let Storage::Cpu(cpu) =
             std::mem::replace(buffer, Storage::Cpu(CpuStorage::Bool(Vec::new())))
         {
-            crate::buffer_cache::recycle(cpu);
+            cpu.recycle();
         }
     }
 }
@@ -117,15 +118,27 @@ impl Tensor {
         })
     }
 
+    /// A contiguous tensor of `shape` in memory a device crate owns (checked to hold exactly
+    /// `shape.product()` elements by [`DeviceBuffer::new`]).
+    pub(crate) fn from_device(buffer: DeviceBuffer, shape: &[usize]) -> Tensor {
+        let (dtype, device) = (buffer.memory.dtype(), buffer.memory.device());
+        Tensor::from_data(TensorData {
+            storage: Arc::new(StorageCell {
+                buffer: RwLock::new(Storage::Device(buffer)),
+                version: AtomicU64::new(0),
+            }),
+            layout: Layout::contiguous(shape),
+            dtype,
+            device,
+        })
+    }
+
     /// A tensor with a shape and dtype but no data, on the meta device: ops on it compute
     /// output shapes and dtypes only (this is what tracing runs modules on).
     pub fn new_meta(shape: &[usize], dtype: DType) -> Tensor {
         Tensor::from_data(TensorData {
             storage: Arc::new(StorageCell {
-                buffer: RwLock::new(Storage::Meta {
-                    dtype,
-                    len: crate::size::saturating_numel(shape),
-                }),
+                buffer: RwLock::new(Storage::Meta),
                 version: AtomicU64::new(0),
             }),
             layout: Layout::contiguous(shape),
@@ -364,6 +377,13 @@ impl Tensor {
             });
         }
         let guard = data.storage.buffer.read().unwrap_or_else(poisoned);
+        if let Storage::Device(buffer) = &*guard {
+            let host = buffer.to_host(&data.layout)?;
+            drop(guard);
+            return Ok(f(
+                T::slice(&host).expect("the host copy has the tensor's dtype")
+            ));
+        }
         let slice = T::slice(guard.cpu("read")?).expect("storage dtype matches tensor dtype");
         if let Some(range) = data.layout.contiguous_range() {
             Ok(f(&slice[range]))

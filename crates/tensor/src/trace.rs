@@ -2,7 +2,7 @@
 //! every op applied to a meta tensor is reported to it with its inputs and outputs
 //! (DESIGN.md decision 2: dispatch decides between computing and recording).
 
-use crate::{Op, Result, Tensor};
+use crate::{Op, Restore, Result, Tensor};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -19,25 +19,13 @@ thread_local! {
 
 /// Runs `f` with `recorder` receiving the ops on meta tensors, then restores the previous one.
 pub fn with_recorder<R>(recorder: Arc<dyn TraceRecorder>, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Arc<dyn TraceRecorder>>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            RECORDER.with(|r| *r.borrow_mut() = self.0.take());
-        }
-    }
-    let _restore = Restore(RECORDER.with(|r| r.borrow_mut().replace(recorder)));
+    let _restore = Restore::set(&RECORDER, Some(recorder));
     f()
 }
 
 /// Runs `f` with no recorder (so that what it does is not recorded), then restores it.
 pub fn without_recorder<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Arc<dyn TraceRecorder>>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            RECORDER.with(|r| *r.borrow_mut() = self.0.take());
-        }
-    }
-    let _restore = Restore(RECORDER.with(|r| r.borrow_mut().take()));
+    let _restore = Restore::set(&RECORDER, None);
     f()
 }
 

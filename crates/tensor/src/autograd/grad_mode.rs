@@ -1,5 +1,6 @@
 //! Whether ops record the autograd graph on this thread (PyTorch's `torch.no_grad`).
 
+use crate::Restore;
 use std::cell::Cell;
 
 thread_local! {
@@ -19,18 +20,12 @@ pub fn set_grad_enabled(enabled: bool) {
 /// Restores the previous grad mode when dropped.
 #[must_use = "grad mode is restored as soon as the guard is dropped"]
 pub struct NoGradGuard {
-    previous: bool,
+    _restore: Restore<bool>,
 }
 
 /// Disables gradient recording until the returned guard is dropped.
 pub fn no_grad() -> NoGradGuard {
-    let previous = is_grad_enabled();
-    set_grad_enabled(false);
-    NoGradGuard { previous }
-}
-
-impl Drop for NoGradGuard {
-    fn drop(&mut self) {
-        set_grad_enabled(self.previous);
+    NoGradGuard {
+        _restore: Restore::set(&GRAD_ENABLED, false),
     }
 }

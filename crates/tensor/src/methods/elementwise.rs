@@ -133,16 +133,10 @@ impl Tensor {
         Op::ToDType(dtype).apply1(&[self])
     }
 
-    /// Moves to `device`: the CPU, or the meta device (shape and dtype only); CUDA has no
-    /// driver in this crate and gives a typed error.
+    /// Moves to `device`: the CPU, the meta device (shape and dtype only), or a device whose
+    /// crate registered a backend (see [`crate::backend`]); with none registered the device is
+    /// `DeviceUnavailable`.
     pub fn to_device(&self, device: crate::Device) -> Result<Tensor> {
-        crate::storage::check_device(device)?;
-        match (self.device(), device) {
-            (from, to) if from == to => Ok(self.clone()),
-            (_, crate::Device::Meta) => Ok(Tensor::new_meta(&self.shape(), self.dtype())),
-            _ => Err(crate::TensorError::NoData {
-                op: "to_device".into(),
-            }),
-        }
+        crate::backend::dispatch::to_device(self, device)
     }
 }

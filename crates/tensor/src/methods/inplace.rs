@@ -3,6 +3,7 @@
 
 use crate::cpu::any_dispatch;
 use crate::storage::StorageElement;
+use crate::tensor_storage::Storage;
 use crate::{Result, Tensor, TensorError, is_grad_enabled};
 
 impl Tensor {
@@ -48,7 +49,13 @@ impl Tensor {
 
     fn write_elements<T: StorageElement>(&self, values: &[T]) -> Result<()> {
         self.with_storage_mut(|storage, layout| {
-            let dst = T::slice_mut(storage.cpu_mut("copy_")?).expect("dtype checked by the caller");
+            let dst = match storage {
+                Storage::Cpu(cpu) => T::slice_mut(cpu).expect("dtype checked by the caller"),
+                Storage::Device(buffer) => {
+                    return buffer.write("copy_", layout, &T::wrap(values.to_vec()));
+                }
+                Storage::Meta => return Err(TensorError::NoData { op: "copy_".into() }),
+            };
             match layout.contiguous_range() {
                 Some(range) => dst[range].copy_from_slice(values),
                 None => layout.offsets().zip(values).for_each(|(o, &v)| dst[o] = v),

@@ -337,6 +337,9 @@ impl Op {
             crate::trace::record(self, inputs, &outputs)?;
             return Ok(outputs);
         }
+        if let Some(device) = device.filter(|d| *d != crate::Device::Cpu) {
+            return crate::backend::dispatch::apply_on_device(self, device, inputs);
+        }
         let metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
         let expected = self.meta(&metas)?;
         let half = metas
