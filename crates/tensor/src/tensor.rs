@@ -368,10 +368,16 @@ impl Tensor {
     /// Calls `f` with the elements in row-major order: borrowed when contiguous, gathered
     /// otherwise. `T` must be the tensor's dtype.
     pub fn with_slice<T: StorageElement, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        self.read_as("with_slice", f)
+    }
+
+    /// [`Tensor::with_slice`] for the method `op`, which errors name (reading a traced value
+    /// names the method that read it: `item`, `to_vec`).
+    fn read_as<T: StorageElement, R>(&self, op: &str, f: impl FnOnce(&[T]) -> R) -> Result<R> {
         let data = self.data();
         if data.dtype != T::DTYPE {
             return Err(TensorError::DTypeMismatch {
-                op: "read".into(),
+                op: op.into(),
                 expected: T::DTYPE,
                 got: data.dtype,
             });
@@ -384,7 +390,7 @@ impl Tensor {
                 T::slice(&host).expect("the host copy has the tensor's dtype")
             ));
         }
-        let slice = T::slice(guard.cpu("read")?).expect("storage dtype matches tensor dtype");
+        let slice = T::slice(guard.cpu(op)?).expect("storage dtype matches tensor dtype");
         if let Some(range) = data.layout.contiguous_range() {
             Ok(f(&slice[range]))
         } else {
@@ -395,16 +401,27 @@ impl Tensor {
 
     /// The elements in row-major order; `T` must be the tensor's dtype.
     pub fn to_vec<T: StorageElement>(&self) -> Result<Vec<T>> {
-        self.with_slice(|s: &[T]| s.to_vec())
+        self.read_as("to_vec", |s: &[T]| s.to_vec())
     }
 
     /// The elements converted to f64, whatever the dtype (f32 and f64 read straight from
     /// storage, without an intermediate f64 tensor).
     pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
+        self.to_vec_f64_as("to_vec_f64")
+    }
+
+    /// [`Tensor::to_vec_f64`] for the method `op`, which errors name.
+    fn to_vec_f64_as(&self, op: &str) -> Result<Vec<f64>> {
+        if self.is_meta() {
+            // Checked first: converting a traced tensor would record a cast in the trace.
+            return Err(TensorError::NoData { op: op.into() });
+        }
         match self.dtype() {
-            DType::F64 => self.to_vec::<f64>(),
-            DType::F32 => self.with_slice(|s: &[f32]| s.iter().map(|&x| f64::from(x)).collect()),
-            _ => self.to_dtype(DType::F64)?.to_vec::<f64>(),
+            DType::F64 => self.read_as(op, |s: &[f64]| s.to_vec()),
+            DType::F32 => self.read_as(op, |s: &[f32]| s.iter().map(|&x| f64::from(x)).collect()),
+            _ => self
+                .to_dtype(DType::F64)?
+                .read_as(op, |s: &[f64]| s.to_vec()),
         }
     }
 
@@ -420,7 +437,7 @@ impl Tensor {
                 ),
             ));
         }
-        Ok(T::from_f64(self.to_vec_f64()?[0]))
+        Ok(T::from_f64(self.to_vec_f64_as("item")?[0]))
     }
 }
 

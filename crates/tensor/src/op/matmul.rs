@@ -400,11 +400,17 @@ impl OpDef for LinearOp {
         expect_inputs("linear", inputs, if self.bias { 3 } else { 2 })?;
         let (x, w) = (&inputs[0], &inputs[1]);
         super::expect_float("linear", x)?;
-        if inputs.iter().any(|t| t.dtype != x.dtype) {
-            return Err(TensorError::invalid(
-                "linear",
-                "input, weight and bias must have the same dtype",
-            ));
+        if let Some(other) = inputs.iter().find(|t| t.dtype != x.dtype) {
+            let dtypes: Vec<String> = inputs.iter().map(|t| t.dtype.to_string()).collect();
+            return Err(TensorError::DTypeMismatch {
+                op: format!(
+                    "linear (input, weight{}: {})",
+                    if self.bias { ", bias" } else { "" },
+                    dtypes.join(", ")
+                ),
+                expected: x.dtype,
+                got: other.dtype,
+            });
         }
         if x.shape.is_empty() || w.shape.len() != 2 || x.shape[x.shape.len() - 1] != w.shape[1] {
             return Err(TensorError::shapes(
