@@ -65,7 +65,7 @@ pub(crate) fn replace_with_constant(
     value: Tensor,
     suffix: &str,
 ) -> Result<()> {
-    let old = gm.graph.operands(node)?[position].clone();
+    let old = gm.graph.operands(node)?[position];
     let base = attr_target(gm, &old)?
         .unwrap_or_else(|| gm.graph.name(&old).map(str::to_string).unwrap_or_default());
     let new = insert_constant(gm, &format!("{base}_{suffix}"), value, node)?;

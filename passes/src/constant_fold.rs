@@ -88,16 +88,16 @@ impl Pass for ConstantFold {
                         let outs = op.apply(&args).map_err(|e| {
                             PassError::Unsupported(format!("folding %{}: {e}", node.name))
                         })?;
-                        computed.insert(id.clone());
+                        computed.insert(*id);
                         outs.into_iter().map(|t| t.detach()).collect()
                     }
                     NodeKind::GetItem { index } if constant_operands => {
-                        computed.insert(id.clone());
+                        computed.insert(*id);
                         vec![values[&operands[0]][*index].clone()]
                     }
                     _ => continue,
                 };
-                values.insert(id.clone(), value);
+                values.insert(*id, value);
             }
         }
         // Fold the computed single-value nodes that a non-constant node (or the output) uses.

@@ -179,8 +179,8 @@ pub fn fusion_groups(graph: &Graph) -> Result<FusionGrouping> {
             }
             (None, _) => continue,
         };
-        growing[g].members.push(id.clone());
-        group_of.insert(id.clone(), g);
+        growing[g].members.push(*id);
+        group_of.insert(*id, g);
     }
     let position: HashMap<&NodeId, usize> = order.iter().enumerate().map(|(i, n)| (n, i)).collect();
     // Groups without an elementwise op (a lone reduction) are no fusion.
@@ -228,7 +228,7 @@ impl Pass for FuseGroups {
         let mut wanted: HashMap<NodeId, String> = HashMap::new();
         for g in &grouping.groups {
             for n in &g.nodes {
-                wanted.insert(n.clone(), g.id.to_string());
+                wanted.insert(*n, g.id.to_string());
             }
         }
         let order: Vec<NodeId> = gm.graph.nodes().collect();

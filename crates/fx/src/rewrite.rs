@@ -59,7 +59,7 @@ fn match_node(
     let (pn, gn) = (pattern.node(p)?, graph.node(g)?);
     let same_kind = match (&pn.kind, &gn.kind) {
         (NodeKind::Placeholder { .. }, _) => {
-            map.insert(p.clone(), g.clone());
+            map.insert(*p, *g);
             return Ok(true);
         }
         (NodeKind::CallFunction { op: a }, NodeKind::CallFunction { op: b }) => a == b,
@@ -75,7 +75,7 @@ fn match_node(
     if p_ops.len() != g_ops.len() {
         return Ok(false);
     }
-    map.insert(p.clone(), g.clone());
+    map.insert(*p, *g);
     for (po, go) in p_ops.iter().zip(&g_ops) {
         if !match_node(pattern, graph, po, go, map)? {
             map.remove(p);
@@ -92,7 +92,7 @@ pub fn find_matches(graph: &Graph, pattern: &Graph) -> Result<Vec<Match>> {
         problem: PatternError::NoOutput,
     })?;
     let pattern_out = match pattern.operands(&output)?.as_slice() {
-        [one] => one.clone(),
+        [one] => *one,
         other => {
             return Err(FxError::Pattern {
                 problem: PatternError::OutputCount { count: other.len() },
@@ -114,7 +114,7 @@ pub fn find_matches(graph: &Graph, pattern: &Graph) -> Result<Vec<Match>> {
                     Ok(NodeKind::Placeholder { .. })
                 )
             })
-            .map(|(_, g)| g.clone())
+            .map(|(_, g)| *g)
             .collect();
         let overlaps = inner.iter().any(|n| taken.contains(n));
         let inner_set: HashSet<&NodeId> = inner.iter().collect();
@@ -172,7 +172,7 @@ pub fn replace_pattern_with_filter(
             .nodes()
             .filter_map(|p| match &pattern.node(&p).ok()?.kind {
                 NodeKind::CallModule { target, .. } => {
-                    Some((target.clone(), m.nodes_map.get(&p)?.clone()))
+                    Some((target.clone(), *m.nodes_map.get(&p)?))
                 }
                 _ => None,
             })
@@ -246,7 +246,7 @@ pub fn replace_pattern_with_filter(
                     Ok(NodeKind::Placeholder { .. })
                 )
             })
-            .map(|(_, g)| g.clone())
+            .map(|(_, g)| *g)
             .collect();
         let order: HashMap<NodeId, usize> =
             graph.nodes().enumerate().map(|(i, n)| (n, i)).collect();

@@ -74,7 +74,7 @@ pub(super) fn fold_op_pairs(gm: &mut GraphModule) -> Result<bool> {
         let Some(stat_targets) = attr_targets(gm, &bn_operands[1..])? else {
             continue;
         };
-        let producer = bn_operands[0].clone();
+        let producer = bn_operands[0];
         let producer_node = gm.graph.node(&producer)?;
         let NodeKind::CallFunction { op } = producer_node.kind.clone() else {
             continue;
@@ -106,7 +106,7 @@ pub(super) fn fold_op_pairs(gm: &mut GraphModule) -> Result<bool> {
             .to_string();
         let w = insert_constant(gm, &format!("{stem}_weight_folded"), w, &bn_id)?;
         let b = insert_constant(gm, &format!("{stem}_bias_folded"), b, &bn_id)?;
-        let input = producer_operands[0].clone();
+        let input = producer_operands[0];
         let folded = gm
             .graph
             .insert_before(&bn_id, |g| g.call_function(folded_op, &[&input, &w, &b]))?;

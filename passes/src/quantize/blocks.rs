@@ -54,11 +54,11 @@ pub fn find_blocks(gm: &GraphModule) -> Result<Vec<Block>> {
         }
         let users = gm.graph.users(&id)?;
         let relu = match users.as_slice() {
-            [user] if is_relu(gm, user)? => Some(user.clone()),
+            [user] if is_relu(gm, user)? => Some(*user),
             _ => None,
         };
         blocks.push(Block {
-            layer: id.clone(),
+            layer: id,
             target: target.clone(),
             kind: kind.clone(),
             relu,

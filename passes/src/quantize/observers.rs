@@ -61,7 +61,7 @@ impl Pass for InsertObservers {
                 changed = true;
             }
             // The output.
-            let last = block.last().clone();
+            let last = *block.last();
             let users = gm.graph.users(&last)?;
             if let [user] = users.as_slice()
                 && is_observer(gm, user)?

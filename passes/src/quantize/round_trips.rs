@@ -74,7 +74,7 @@ pub(super) fn fold_round_trips(gm: &mut GraphModule) -> Result<bool> {
         let result = match (chain.last(), chain.first()) {
             (Some(reads_dequantize), Some(feeds_quantize)) => {
                 gm.graph.set_operand(reads_dequantize, 0, &q)?;
-                feeds_quantize.clone()
+                *feeds_quantize
             }
             _ => q,
         };

@@ -51,7 +51,7 @@ pub(super) fn keeps_qparams(gm: &GraphModule, node: &NodeId) -> Result<bool> {
 /// The first node reached from `node` by following operands back through ops that keep
 /// their quantization parameters (`node` itself when it is no such op).
 pub(super) fn through_shared_qparams(gm: &GraphModule, node: &NodeId) -> Result<NodeId> {
-    let mut node = node.clone();
+    let mut node = *node;
     while keeps_qparams(gm, &node)? {
         node = gm.graph.operands(&node)?.remove(0);
     }

@@ -152,7 +152,7 @@ impl Simplify {
         let mut class_of: HashMap<NodeId, Id> = HashMap::new();
         for (i, leaf) in region.leaves.iter().enumerate() {
             let id = runner.egraph.add(TensorLang::Leaf(Leaf(i as u32)));
-            class_of.insert(leaf.clone(), id);
+            class_of.insert(*leaf, id);
         }
         let mut original = Vec::new();
         for id in &region.nodes {
@@ -183,7 +183,7 @@ impl Simplify {
             }
             let enodes = &runner.egraph[class].nodes;
             original.extend(enodes.iter().cloned());
-            class_of.insert(id.clone(), class);
+            class_of.insert(*id, class);
         }
         let runner = runner.run(rules);
         if runner.egraph.analysis.conflicts > 0 {

@@ -25,15 +25,13 @@ fn in_language(graph: &Graph, id: &NodeId) -> Result<bool> {
 }
 
 fn find(parent: &mut HashMap<NodeId, NodeId>, id: &NodeId) -> NodeId {
-    let mut root = id.clone();
+    let mut root = *id;
     while let Some(p) = parent.get(&root).filter(|p| **p != root) {
-        root = p.clone();
+        root = *p;
     }
-    let mut at = id.clone();
+    let mut at = *id;
     while at != root {
-        let next = parent
-            .insert(at.clone(), root.clone())
-            .unwrap_or_else(|| root.clone());
+        let next = parent.insert(at, root).unwrap_or(root);
         at = next;
     }
     root
@@ -45,7 +43,7 @@ pub fn regions(graph: &Graph) -> Result<Vec<Region>> {
     let mut parent: HashMap<NodeId, NodeId> = HashMap::new();
     for id in &order {
         if in_language(graph, id)? {
-            parent.insert(id.clone(), id.clone());
+            parent.insert(*id, *id);
         }
     }
     for id in &order {
@@ -76,7 +74,7 @@ pub fn regions(graph: &Graph) -> Result<Vec<Region>> {
             });
             regions.len() - 1
         });
-        regions[i].nodes.push(id.clone());
+        regions[i].nodes.push(*id);
     }
     for region in &mut regions {
         let members: HashSet<&NodeId> = region.nodes.iter().collect();
@@ -85,13 +83,13 @@ pub fn regions(graph: &Graph) -> Result<Vec<Region>> {
         let mut roots = Vec::new();
         for id in &region.nodes {
             for operand in graph.operands(id)? {
-                if !members.contains(&operand) && seen_leaves.insert(operand.clone()) {
+                if !members.contains(&operand) && seen_leaves.insert(operand) {
                     leaves.push(operand);
                 }
             }
             let users = graph.users(id)?;
             if users.is_empty() || users.iter().any(|u| !members.contains(u)) {
-                roots.push(id.clone());
+                roots.push(*id);
             }
         }
         region.leaves = leaves;

@@ -75,7 +75,7 @@ impl Planner<'_> {
                 let Some(node) = self.leaves.get(leaf.0 as usize) else {
                     return Ok(None);
                 };
-                let value = Value::Node(node.clone());
+                let value = Value::Node(*node);
                 if !self.defined_at(&value, root)? {
                     return Ok(None);
                 }
@@ -107,7 +107,7 @@ impl Planner<'_> {
                 }
             }
             let key = (format!("{op:?}"), values);
-            let original = self.originals.get(&key).map(|o| Value::Node(o.clone()));
+            let original = self.originals.get(&key).map(|o| Value::Node(*o));
             let value = match original {
                 Some(original) if self.defined_at(&original, root)? => original,
                 _ => {
@@ -118,7 +118,7 @@ impl Planner<'_> {
                         cost: op_cost(&op, &meta),
                         op,
                         operands: key.1,
-                        root: root.clone(),
+                        root: *root,
                     });
                     Value::Planned(self.planned.len() - 1)
                 }
@@ -146,7 +146,7 @@ impl UseModel {
             erasable: HashSet::new(),
         };
         for id in &region.nodes {
-            let value = Value::Node(id.clone());
+            let value = Value::Node(*id);
             let users: HashSet<Value> = graph.users(id)?.into_iter().map(Value::Node).collect();
             if !users.is_empty() {
                 model.erasable.insert(value.clone());
@@ -239,7 +239,7 @@ fn plan_region(
             let operands = graph.operands(id)?.into_iter().map(Value::Node).collect();
             originals
                 .entry((format!("{op:?}"), operands))
-                .or_insert_with(|| id.clone());
+                .or_insert_with(|| *id);
         }
     }
     let mut planner = Planner {
@@ -259,7 +259,7 @@ fn plan_region(
         let Some(&class) = class_of.get(root) else {
             continue;
         };
-        let root_value = Value::Node(root.clone());
+        let root_value = Value::Node(*root);
         if let Some(value) = planner.plan(class, root)?
             && value != root_value
         {
@@ -293,7 +293,7 @@ pub fn write_back(
     let surviving_region = region
         .nodes
         .iter()
-        .filter(|id| !dead_set.contains(&Value::Node((*id).clone())));
+        .filter(|id| !dead_set.contains(&Value::Node(*(*id))));
     let surviving_planned = (0..planned.len()).filter(|i| !dead_set.contains(&Value::Planned(*i)));
     let cost_after = cost_of(graph, surviving_region)?
         + surviving_planned
@@ -306,7 +306,7 @@ pub fn write_back(
 
     let mut inserted: HashMap<usize, NodeId> = HashMap::new();
     let resolve = |inserted: &HashMap<usize, NodeId>, value: &Value| match value {
-        Value::Node(node) => Ok(node.clone()),
+        Value::Node(node) => Ok(*node),
         Value::Planned(i) => inserted.get(i).cloned().ok_or_else(|| {
             PassError::Unsupported(format!(
                 "simplify: a rewrite of the region at {:?} reads a value it dropped",

@@ -174,10 +174,10 @@ fn produce(
     channels: usize,
 ) -> ChannelMap {
     if let Some(map) = input {
-        groups.consumers.push((id.clone(), map.clone()));
+        groups.consumers.push((*id, map.clone()));
     }
     let g = groups.new_group(channels);
-    groups.producers.push((id.clone(), g));
+    groups.producers.push((*id, g));
     (0..channels).map(|c| Some((g, c))).collect()
 }
 
@@ -188,7 +188,7 @@ fn follow(
     input: Option<&ChannelMap>,
 ) -> Option<ChannelMap> {
     if let Some(map) = input {
-        groups.followers.push((id.clone(), map.clone()));
+        groups.followers.push((*id, map.clone()));
     }
     input.cloned()
 }
@@ -295,7 +295,7 @@ pub fn analyse(gm: &GraphModule) -> Result<ChannelGroups> {
                     match flattened(gm, &operands[0], &shape, first)? {
                         Some(map) => {
                             if let Some(m) = first {
-                                groups.reshapes.push((id.clone(), m.clone()));
+                                groups.reshapes.push((id, m.clone()));
                             }
                             Some(map)
                         }

@@ -184,12 +184,12 @@ fn rewrite(
     for (id, g) in &groups.producers {
         if let Some(mask) = alive.get(&groups.root(*g)) {
             let keep = (0..mask.len()).filter(|&c| mask[c]).collect();
-            layers.entry(id.clone()).or_default().0 = Some(keep);
+            layers.entry(*id).or_default().0 = Some(keep);
         }
     }
     for (id, map) in &groups.consumers {
         if let Some(keep) = kept(map, groups, alive) {
-            layers.entry(id.clone()).or_default().1 = Some(keep);
+            layers.entry(*id).or_default().1 = Some(keep);
         }
     }
     let order: Vec<NodeId> = gm.graph.nodes().collect();

@@ -10,7 +10,7 @@ use tessera_tensor::Tensor;
 
 /// The tensor read by operand `position` of `id`, with the `get_attr` target naming it.
 fn operand_attribute(gm: &GraphModule, id: &NodeId, position: usize) -> Result<(String, Tensor)> {
-    let operand = gm.graph.operands(id)?[position].clone();
+    let operand = gm.graph.operands(id)?[position];
     let target = attr_target(gm, &operand)?.ok_or_else(|| {
         build_error(
             &gm.graph.display(id),

@@ -17,9 +17,7 @@ pub fn inline(
         .graph
         .nodes()
         .filter_map(|id| match &traced.graph.node(&id).ok()?.kind {
-            NodeKind::CallModule { target, .. } if select(target) => {
-                Some((id.clone(), target.clone()))
-            }
+            NodeKind::CallModule { target, .. } if select(target) => Some((id, target.clone())),
             _ => None,
         })
         .collect();
@@ -73,7 +71,7 @@ fn inline_one(
             .entry(format!("{target}.{name}"))
             .or_insert_with(|| tensor.clone());
     }
-    let input = input.clone();
+    let input = *input;
     let result = traced
         .graph
         .insert_before(node, |g| splice(g, &sub.graph, &input, target))?;

@@ -64,11 +64,11 @@ impl Recording {
     /// The node yielding `tensor`: a traced value, a parameter or buffer, or a new constant.
     pub(crate) fn operand(&self, state: &mut State, tensor: &Tensor) -> crate::Result<NodeId> {
         if let Some(node) = state.values.get(&tensor.id()) {
-            return Ok(node.clone());
+            return Ok(*node);
         }
         if let Some((node, index)) = state.pending.remove(&tensor.id()) {
             let item = state.graph.getitem(&node, index)?;
-            state.values.insert(tensor.id(), item.clone());
+            state.values.insert(tensor.id(), item);
             return Ok(item);
         }
         let name = match self.names.get(&tensor.id()) {
@@ -94,11 +94,11 @@ impl Recording {
             }
         };
         if let Some(node) = state.attr_nodes.get(&name) {
-            return Ok(node.clone());
+            return Ok(*node);
         }
         let node = state.graph.get_attr(&name, tensor.meta())?;
-        state.attr_nodes.insert(name, node.clone());
-        state.values.insert(tensor.id(), node.clone());
+        state.attr_nodes.insert(name, node);
+        state.values.insert(tensor.id(), node);
         Ok(node)
     }
 
@@ -110,7 +110,7 @@ impl Recording {
             return Ok(());
         }
         for (i, out) in outputs.iter().enumerate() {
-            state.pending.insert(out.id(), (node.clone(), i));
+            state.pending.insert(out.id(), (node, i));
         }
         Ok(())
     }
