@@ -1,8 +1,10 @@
 //! Benchmarks of the eager CPU path on the workloads of `../shared/reference/BASELINE.md`;
 //! `--json` prints one object per line: `{"name", "median_ms", "min_ms", "threads"}`.
 
+mod support;
+
 use clap::Parser;
-use std::time::Instant;
+use support::time;
 use tessera::functional as F;
 use tessera::fx::interpreter::{GraphInterpreter, run as interpret};
 use tessera::fx::trace::{LeafPolicy, trace};
@@ -28,21 +30,6 @@ struct Args {
     /// the order given.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-}
-
-/// Median and fastest wall time of `reps` runs of `f`, in milliseconds, after 3 warm-ups.
-fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
-    for _ in 0..3 {
-        f()?;
-    }
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let start = Instant::now();
-        f()?;
-        samples.push(start.elapsed().as_secs_f64() * 1e3);
-    }
-    samples.sort_by(f64::total_cmp);
-    Ok((samples[samples.len() / 2], samples[0]))
 }
 
 /// A `Linear` layer's parameters with PyTorch's default uniform(-1/sqrt(in), 1/sqrt(in)) init.
@@ -196,14 +183,7 @@ fn fx_err(e: tessera::fx::FxError) -> tessera::TensorError {
 }
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    tessera::exit_code("bench", run(&Args::parse()))
 }
 
 /// A workload: its name and a setup that returns the closure to time.
@@ -267,11 +247,7 @@ const WORKLOADS: [Workload; 12] = [
             .add(Linear::new(128, 10).map_err(nn_err)?);
         let x = Tensor::randn_with(&[256, 784], DType::F32, g)?;
         let target = Tensor::randint_with(0, 10, &[256], DType::I64, g)?;
-        let params = mlp
-            .parameters()
-            .iter()
-            .map(|p| p.tensor().clone())
-            .collect();
+        let params = mlp.parameter_tensors();
         let mut opt = SGD::new(
             params,
             SgdOptions {

@@ -4,9 +4,10 @@
 //! accuracy of each quantized model against its float one. `--json` prints one object per
 //! line.
 
+mod support;
+
 use clap::Parser;
 use std::sync::Arc;
-use std::time::Instant;
 use tessera::fx::GraphModule;
 use tessera::fx::trace::{LeafPolicy, trace};
 use tessera::nn::layers::Linear;
@@ -38,19 +39,9 @@ struct Args {
 type BoxError = Box<dyn std::error::Error>;
 type Result<T> = std::result::Result<T, BoxError>;
 
-/// Median and fastest wall time of `reps` runs of `f`, in milliseconds, after 3 warm-ups.
-fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
-    for _ in 0..3 {
-        f()?;
-    }
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let start = Instant::now();
-        f()?;
-        samples.push(start.elapsed().as_secs_f64() * 1e3);
-    }
-    samples.sort_by(f64::total_cmp);
-    Ok((samples[samples.len() / 2], samples[0]))
+/// [`support::time`] for closures failing with any error.
+fn time(reps: usize, f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
+    support::time(reps, f)
 }
 
 fn values(t: &Tensor) -> Result<Vec<f32>> {
@@ -131,13 +122,7 @@ fn small_cnn() -> Result<Arc<SmallCnn>> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run(&Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench_quant: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    tessera::exit_code("bench_quant", run(&Args::parse()))
 }
 
 fn run(args: &Args) -> Result<()> {

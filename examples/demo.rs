@@ -45,13 +45,7 @@ fn param(shape: &[usize], scale: f64, g: &mut Generator) -> Result<Tensor> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run(&Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("demo: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    tessera::exit_code("demo", run(&Args::parse()))
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {

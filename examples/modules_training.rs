@@ -97,11 +97,7 @@ pub(crate) fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     section("Neural Network Training with Modules");
     let net = Net::new()?;
-    let params = net
-        .parameters()
-        .iter()
-        .map(|p| p.tensor().clone())
-        .collect();
+    let params = net.parameter_tensors();
     let options = SgdOptions {
         lr: 1e-4,
         weight_decay: 1e-2,

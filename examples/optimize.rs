@@ -98,11 +98,7 @@ fn train(
     g: &mut Generator,
 ) -> Result<(), Error> {
     model.train(true);
-    let params = model
-        .parameters()
-        .iter()
-        .map(|p| p.tensor().clone())
-        .collect();
+    let params = model.parameter_tensors();
     let mut optimizer = Adam::new(
         params,
         AdamOptions {
@@ -167,13 +163,7 @@ fn measure(model: &dyn Layer, test: &(Tensor, Tensor)) -> Result<(f64, f64), Err
 }
 
 fn main() -> std::process::ExitCode {
-    match run(&Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("optimize: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    tessera::exit_code("optimize", run(&Args::parse()))
 }
 
 fn run(args: &Args) -> Result<(), Error> {

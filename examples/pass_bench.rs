@@ -82,13 +82,7 @@ fn synthetic(blocks: usize) -> Result<GraphModule, Error> {
     }
     g.output(&[&x])?;
     let root: Arc<dyn Module> = Arc::new(root);
-    Ok(GraphModule::new(
-        root,
-        TracedGraph {
-            graph: g,
-            attributes: Default::default(),
-        },
-    ))
+    Ok(GraphModule::new(root, TracedGraph::from(g)))
 }
 
 fn resnet18(policy: LeafPolicy) -> Result<GraphModule, Error> {
@@ -121,13 +115,7 @@ fn time_pass(
 }
 
 fn main() -> std::process::ExitCode {
-    match run(&Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("pass_bench: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    tessera::exit_code("pass_bench", run(&Args::parse()))
 }
 
 fn run(args: &Args) -> Result<(), Error> {

@@ -21,13 +21,7 @@ pub(crate) struct Args {
 }
 
 fn main() -> std::process::ExitCode {
-    match run_example(&Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("trace: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    tessera::exit_code("trace", run_example(&Args::parse()))
 }
 
 pub(crate) fn run_example(args: &Args) -> Result<(), Box<dyn std::error::Error>> {

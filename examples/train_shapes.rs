@@ -87,13 +87,7 @@ fn predict(model: &ShapesNet, images: &Tensor) -> Result<Tensor, Error> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run(&Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("train_shapes: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    tessera::exit_code("train_shapes", run(&Args::parse()))
 }
 
 pub(crate) fn run(args: &Args) -> Result<(), Error> {
@@ -119,11 +113,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     let (test_x, test_y) = shapes(test_size, &mut g)?;
     manual_seed(args.seed);
     let model = ShapesNet::new()?;
-    let params = model
-        .parameters()
-        .iter()
-        .map(|p| p.tensor().clone())
-        .collect();
+    let params = model.parameter_tensors();
     let options = AdamOptions {
         lr: 1e-2,
         ..Default::default()
@@ -220,14 +210,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
         .ok_or("the checkpoint has no model_state_dict")?;
     let from_checkpoint = ShapesNet::new()?;
     from_checkpoint.load_state_dict(&StateDict::try_from(model_state)?, true, false)?;
-    let mut resumed = Adam::new(
-        from_checkpoint
-            .parameters()
-            .iter()
-            .map(|p| p.tensor().clone())
-            .collect(),
-        AdamOptions::default(),
-    )?;
+    let mut resumed = Adam::new(from_checkpoint.parameter_tensors(), AdamOptions::default())?;
     let optimizer_state = loaded
         .get("optimizer_state_dict")
         .ok_or("the checkpoint has no optimizer_state_dict")?;

@@ -173,7 +173,7 @@ fn trajectory(case_name: &str, make: impl Fn(Vec<Tensor>) -> Box<dyn Optimizer>)
         LeafPolicy::default(),
         true,
     );
-    let mut opt = make(gm.parameters().iter().map(|p| p.tensor().clone()).collect());
+    let mut opt = make(gm.parameter_tensors());
     let losses = case.io("losses").to_vec_f64().unwrap();
     for step in 1..=20 {
         let loss = gm

@@ -4,11 +4,8 @@
 //! removed by dead code elimination when unused, is hash-consed by the e-graph simplifier and
 //! joins an elementwise fusion group.
 
-use std::sync::Arc;
-use tessera_fx::trace::TracedGraph;
 use tessera_fx::{Graph, GraphModule, NodeId, NodeKind};
-use tessera_nn::layers::Identity;
-use tessera_nn::{Forward, Module};
+use tessera_nn::Forward;
 use tessera_passes::{DeadCodeElimination, Pass, Simplify, fusion_groups};
 use tessera_tensor::op::{CustomFunction, CustomOp, Effects, OpKind, UnaryOp, register_custom};
 use tessera_tensor::{DType, Op, Result, Tensor, TensorError, TensorMeta};
@@ -63,17 +60,6 @@ fn cube() -> Op {
     Op::Custom(CustomOp::new(Cube))
 }
 
-fn module_of(graph: Graph) -> GraphModule {
-    let root: Arc<dyn Module> = Arc::new(Identity::new());
-    GraphModule::new(
-        root,
-        TracedGraph {
-            graph,
-            attributes: Default::default(),
-        },
-    )
-}
-
 fn count(graph: &Graph, name: &str) -> usize {
     graph
         .nodes()
@@ -122,7 +108,7 @@ fn a_new_op_prints_and_parses_back() {
 
 #[test]
 fn a_new_op_runs_in_the_interpreter_and_eagerly_with_gradients() {
-    let gm = module_of(graph());
+    let gm = GraphModule::from_graph(graph());
     let x = Tensor::randn(&[2, 3], DType::F32).unwrap();
     let out = gm.forward(vec![x.clone()]).unwrap();
     assert_eq!(
@@ -150,7 +136,7 @@ fn a_new_op_runs_in_the_interpreter_and_eagerly_with_gradients() {
 
 #[test]
 fn a_dead_new_op_is_removed_and_a_duplicate_merged_by_simplify() {
-    let mut gm = module_of(graph());
+    let mut gm = GraphModule::from_graph(graph());
     let x = Tensor::randn(&[2, 3], DType::F32).unwrap();
     DeadCodeElimination.run(&mut gm).unwrap();
     assert_eq!(count(&gm.graph, "cube"), 2, "{}", gm.graph);
@@ -210,7 +196,7 @@ fn an_op_with_unknown_effects_is_kept_and_not_grouped() {
     let x = g.placeholder("x", TensorMeta::new(&[2], DType::F32));
     let _dead = call(&mut g, op, &[&x]);
     g.output(&[&x]).unwrap();
-    let mut gm = module_of(g);
+    let mut gm = GraphModule::from_graph(g);
     DeadCodeElimination.run(&mut gm).unwrap();
     assert_eq!(count(&gm.graph, "opaque_op"), 1);
     assert!(

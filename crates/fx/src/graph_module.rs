@@ -11,7 +11,6 @@ use crate::interpreter::{GraphInterpreter, run};
 use crate::trace::TracedGraph;
 use crate::{FxError, Graph};
 use indexmap::IndexMap;
-use std::any::Any;
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 use tessera_nn::{Forward, Module, ModuleCore, NnError, Visitor};
@@ -47,6 +46,14 @@ impl GraphModule {
             owned: IndexMap::new(),
             root_names: OnceLock::new(),
         }
+    }
+
+    /// A hand-built graph as a module whose root holds no state (PyTorch's
+    /// `GraphModule(nn.Module(), graph)`): its `get_attr` nodes can read only constants and
+    /// modules added with [`GraphModule::add_owned_module`].
+    pub fn from_graph(graph: Graph) -> Self {
+        let root: Arc<dyn Module> = Arc::new(tessera_nn::layers::Identity::new());
+        GraphModule::new(root, TracedGraph::from(graph))
     }
 
     /// Adds `module` as an owned child called `name`, which `call_module` nodes can target.
@@ -147,13 +154,7 @@ fn to_nn_error(e: FxError) -> NnError {
 }
 
 impl Module for GraphModule {
-    fn core(&self) -> &ModuleCore {
-        &self.core
-    }
-
-    fn core_mut(&mut self) -> Option<&mut ModuleCore> {
-        Some(&mut self.core)
-    }
+    tessera_nn::module_core_methods!();
 
     /// The traced module's state, under the same names (so state dicts are interchangeable),
     /// then the owned modules.
@@ -176,14 +177,6 @@ impl Module for GraphModule {
             .map(|m| m.as_module())
             .or_else(|| self.root.child_module(name))
             .or_else(|| tessera_nn::find_child(self.as_module(), name))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_module(&self) -> &dyn Module {
-        self
     }
 
     fn as_layer(&self) -> Option<&dyn tessera_nn::Layer> {

@@ -2,6 +2,7 @@
 //! compiled backend is tested against; like FX's `Interpreter`, each opcode is one method a
 //! subclass-like implementation can override.
 
+use crate::trace::TracedGraph;
 use crate::{FxError, Graph, Node, NodeId, NodeKind, Result, RunError};
 use indexmap::IndexMap;
 use std::collections::HashMap;
@@ -114,6 +115,18 @@ fn describe(graph: &Graph, id: &NodeId, node: &Node) -> String {
         NodeKind::Output => "output".into(),
     };
     format!("%{} = {what}({operands})", node.name)
+}
+
+impl TracedGraph {
+    /// Runs the graph with the reference interpreter on `inputs`: `get_attr` reads the tensors
+    /// made while tracing, then `root`'s state, and `call_module` calls `root`'s submodules.
+    pub fn interpret(&self, root: &dyn Module, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut interpreter = GraphInterpreter {
+            root,
+            constants: Some(&self.attributes),
+        };
+        run(&mut interpreter, &self.graph, inputs)
+    }
 }
 
 /// Executes `graph` on `inputs` (one per placeholder, in order) and returns its outputs.

@@ -106,16 +106,7 @@ pub fn find_matches(graph: &Graph, pattern: &Graph) -> Result<Vec<Match>> {
         if !match_node(pattern, graph, &pattern_out, &candidate, &mut map)? {
             continue;
         }
-        let inner: Vec<NodeId> = map
-            .iter()
-            .filter(|(p, _)| {
-                !matches!(
-                    pattern.node(p).map(|n| &n.kind),
-                    Ok(NodeKind::Placeholder { .. })
-                )
-            })
-            .map(|(_, g)| *g)
-            .collect();
+        let inner = replaced_nodes(pattern, &map);
         let overlaps = inner.iter().any(|n| taken.contains(n));
         let inner_set: HashSet<&NodeId> = inner.iter().collect();
         let escapes = inner
@@ -237,17 +228,7 @@ pub fn replace_pattern_with_filter(
         })?;
         graph.replace_all_uses_with(&m.anchor, &result)?;
         // Erase the matched nodes, users before their operands.
-        let mut matched: Vec<NodeId> = m
-            .nodes_map
-            .iter()
-            .filter(|(p, _)| {
-                !matches!(
-                    pattern.node(p).map(|n| &n.kind),
-                    Ok(NodeKind::Placeholder { .. })
-                )
-            })
-            .map(|(_, g)| *g)
-            .collect();
+        let mut matched = replaced_nodes(pattern, &m.nodes_map);
         let order: HashMap<NodeId, usize> =
             graph.nodes().enumerate().map(|(i, n)| (n, i)).collect();
         matched.sort_by_key(|n| std::cmp::Reverse(order.get(n).copied().unwrap_or(0)));
@@ -267,4 +248,18 @@ pub fn replace_pattern(
     replacement: &Graph,
 ) -> Result<Vec<Match>> {
     replace_pattern_with_filter(graph, pattern, replacement, |_, _| true)
+}
+
+/// The graph nodes a match binds to the pattern's nodes other than its placeholders: the nodes
+/// a replacement takes the place of.
+fn replaced_nodes(pattern: &Graph, map: &HashMap<NodeId, NodeId>) -> Vec<NodeId> {
+    map.iter()
+        .filter(|(p, _)| {
+            !matches!(
+                pattern.node(p).map(|n| &n.kind),
+                Ok(NodeKind::Placeholder { .. })
+            )
+        })
+        .map(|(_, g)| *g)
+        .collect()
 }

@@ -14,10 +14,7 @@ use tessera_tensor::{DType, Tensor, TensorError, TensorMeta};
 
 /// Runs `text` (a graph reading no weights) on `inputs`.
 fn run_text(text: &str, inputs: &[Tensor]) -> tessera_fx::Result<Vec<Tensor>> {
-    let traced = TracedGraph {
-        graph: Graph::parse(text).unwrap(),
-        attributes: Default::default(),
-    };
+    let traced = TracedGraph::from(Graph::parse(text).unwrap());
     run_standalone(&traced, inputs)
 }
 

@@ -65,7 +65,7 @@ fn training_through_the_graph_gives_eager_gradients_and_updates_the_module() {
             case.check(&format!("grad/{key}"), &p.grad().unwrap());
         }
         let before = cnn.fc.weight.to_vec::<f32>().unwrap();
-        let params = gm.parameters().iter().map(|p| p.tensor().clone()).collect();
+        let params = gm.parameter_tensors();
         SGD::new(
             params,
             SgdOptions {

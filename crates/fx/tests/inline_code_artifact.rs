@@ -31,11 +31,8 @@ fn inlining_every_module_call_gives_an_op_graph_that_computes_the_same() {
     )));
     snapshots().bind(|| insta::assert_snapshot!("fx_inlined_small_cnn", traced.graph.to_string()));
     let x = Tensor::randn(&[2, 3, 16, 16], DType::F32).unwrap();
-    let mut interpreter = GraphInterpreter {
-        root: &cnn,
-        constants: Some(&traced.attributes),
-    };
-    let out = run(&mut interpreter, &traced.graph, std::slice::from_ref(&x))
+    let out = traced
+        .interpret(&cnn, std::slice::from_ref(&x))
         .unwrap()
         .remove(0);
     assert_eq!(

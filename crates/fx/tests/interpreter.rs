@@ -31,11 +31,8 @@ fn check_case(policy: LeafPolicy) {
     let input = case.io("input");
     let traced = trace(&cnn, input.meta(), policy).unwrap();
     let x = input.requires_grad_(true).unwrap();
-    let mut interpreter = GraphInterpreter {
-        root: &cnn,
-        constants: Some(&traced.attributes),
-    };
-    let out = run(&mut interpreter, &traced.graph, std::slice::from_ref(&x))
+    let out = traced
+        .interpret(&cnn, std::slice::from_ref(&x))
         .unwrap()
         .remove(0);
     case.check("output", &out);

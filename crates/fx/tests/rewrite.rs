@@ -24,10 +24,7 @@ fn sample() -> TracedGraph {
         Ok(vec![left.add(&right)?])
     })
     .unwrap();
-    TracedGraph {
-        graph,
-        attributes: Default::default(),
-    }
+    TracedGraph::from(graph)
 }
 
 fn add_relu() -> tessera_fx::Graph {

@@ -168,11 +168,8 @@ fn resnet18_traces_like_torch_fx_and_its_graph_computes_the_same() {
     assert_eq!(traced.graph.len(), 71);
     snapshot("fx_trace_resnet18", traced.graph.to_string());
     let x = Tensor::randn(&[1, 3, 64, 64], DType::F32).unwrap();
-    let mut interpreter = GraphInterpreter {
-        root: &resnet,
-        constants: Some(&traced.attributes),
-    };
-    let out = run(&mut interpreter, &traced.graph, std::slice::from_ref(&x))
+    let out = traced
+        .interpret(&resnet, std::slice::from_ref(&x))
         .unwrap()
         .remove(0);
     assert_eq!(

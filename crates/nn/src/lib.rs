@@ -68,6 +68,7 @@ mod call_stack;
 pub mod checkpoint;
 pub mod containers;
 mod core;
+mod core_methods;
 mod error;
 mod field;
 pub mod hooks;

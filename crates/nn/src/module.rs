@@ -115,6 +115,14 @@ pub trait ModuleExt: Module {
             .collect()
     }
 
+    /// The parameters' tensors, as PyTorch's `model.parameters()` hands them to an optimizer.
+    fn parameter_tensors(&self) -> Vec<Tensor> {
+        self.parameters()
+            .iter()
+            .map(|p| p.tensor().clone())
+            .collect()
+    }
+
     /// Parameters with qualified names; each shared parameter once.
     fn named_parameters(&self) -> Vec<(String, Parameter)> {
         walk::named_parameters(self.as_module(), true)

@@ -127,26 +127,30 @@ pub(crate) fn named_modules<'a>(
 }
 
 pub(crate) fn named_parameters(module: &dyn Module, recurse: bool) -> Vec<(String, Parameter)> {
-    let modules = if recurse {
-        named_modules(module, "", true)
-    } else {
-        vec![(String::new(), module)]
-    };
-    let mut seen: HashSet<TensorId> = HashSet::new();
-    let mut out = Vec::new();
-    for (prefix, m) in modules {
-        for (name, p) in own(m).parameters {
-            if let Some(p) = p
-                && seen.insert(p.id())
-            {
-                out.push((join(&prefix, &name), p.clone()));
-            }
-        }
-    }
-    out
+    named_unique(module, recurse, |own| {
+        own.parameters
+            .into_iter()
+            .filter_map(|(name, p)| p.map(|p| (name, p.clone(), p.id())))
+            .collect()
+    })
 }
 
 pub(crate) fn named_buffers(module: &dyn Module, recurse: bool) -> Vec<(String, Tensor)> {
+    named_unique(module, recurse, |own| {
+        own.buffers
+            .into_iter()
+            .filter_map(|(name, b, _)| b.map(|b| (name, b.clone(), b.id())))
+            .collect()
+    })
+}
+
+/// The tensors `select` picks from each module's own state (this module's alone unless
+/// `recurse`), named by their qualified path, each shared tensor once under its first name.
+fn named_unique<T>(
+    module: &dyn Module,
+    recurse: bool,
+    select: impl Fn(Own<'_>) -> Vec<(String, T, TensorId)>,
+) -> Vec<(String, T)> {
     let modules = if recurse {
         named_modules(module, "", true)
     } else {
@@ -155,11 +159,9 @@ pub(crate) fn named_buffers(module: &dyn Module, recurse: bool) -> Vec<(String, 
     let mut seen: HashSet<TensorId> = HashSet::new();
     let mut out = Vec::new();
     for (prefix, m) in modules {
-        for (name, b, _) in own(m).buffers {
-            if let Some(b) = b
-                && seen.insert(b.id())
-            {
-                out.push((join(&prefix, &name), b.clone()));
+        for (name, tensor, id) in select(own(m)) {
+            if seen.insert(id) {
+                out.push((join(&prefix, &name), tensor));
             }
         }
     }

@@ -169,12 +169,7 @@ fn train_net(case_name: &str, make: impl FnOnce(Vec<Tensor>) -> Box<dyn Optimize
     let case = Case::load(case_name);
     let net = Net::new().unwrap();
     load_both(case_name, &net);
-    let mut opt = make(
-        net.parameters()
-            .iter()
-            .map(|p| p.tensor().clone())
-            .collect(),
-    );
+    let mut opt = make(net.parameter_tensors());
     let inputs = case.io("inputs");
     let losses = case.io("losses").to_vec_f64()?;
     for step in 1..=20 {

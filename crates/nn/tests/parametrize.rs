@@ -446,7 +446,7 @@ fn orthogonal_weights_stay_orthogonal_while_training() -> Result<()> {
                 "parametrizations.weight.0.base"
             ]
         );
-        let params: Vec<Tensor> = m.parameters().iter().map(|p| p.tensor().clone()).collect();
+        let params: Vec<Tensor> = m.parameter_tensors();
         let mut sgd = SGD::new(
             params,
             SgdOptions {

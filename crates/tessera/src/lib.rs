@@ -7,6 +7,9 @@
 //! doctests of such a crate (`tests/facade_user`).
 
 pub mod datasets;
+mod exit;
+
+pub use exit::{error_report, exit_code};
 
 pub use tessera_fx as fx;
 pub use tessera_nn as nn;

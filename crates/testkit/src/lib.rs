@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use tessera_tensor::{DType, Result, Tensor};
+use tessera_tensor::{DType, Result, Tensor, TensorMeta};
 
 /// The folder of PyTorch-generated cases (`../shared/conformance` beside the repository, or
 /// `TESSERA_CONFORMANCE`).
@@ -135,4 +135,18 @@ pub fn leaf(shape: &[usize], seed: u64) -> Tensor {
         .unwrap()
         .requires_grad_(true)
         .unwrap()
+}
+
+/// Insta settings that keep snapshots under `snapshots/` at the repository root, whichever
+/// package's test takes them.
+pub fn snapshots() -> insta::Settings {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../../snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings
+}
+
+/// The meta of an f32 tensor of `shape`.
+pub fn f32s(shape: &[usize]) -> TensorMeta {
+    TensorMeta::new(shape, DType::F32)
 }

@@ -2,38 +2,19 @@
 //! a pass with its before/after text, and comparing interpreter results.
 #![allow(dead_code)]
 
-use std::sync::Arc;
-use tessera_fx::trace::TracedGraph;
 use tessera_fx::{Graph, GraphModule};
-use tessera_nn::layers::Identity;
-use tessera_nn::{Forward, Module};
+use tessera_nn::Forward;
 use tessera_passes::{Changed, Pass, PassManager};
-use tessera_tensor::{DType, Tensor, TensorMeta};
+use tessera_tensor::{DType, Tensor};
 use tessera_testkit::assert_close;
 pub use tessera_testkit::{Case, conformance_dir};
 
-pub fn f32s(shape: &[usize]) -> TensorMeta {
-    TensorMeta::new(shape, DType::F32)
-}
-
-/// Insta settings that keep snapshots under `snapshots/` at the repository root.
-pub fn snapshots() -> insta::Settings {
-    let mut settings = insta::Settings::clone_current();
-    settings.set_snapshot_path("../../../snapshots");
-    settings.set_prepend_module_to_snapshot(false);
-    settings
-}
+#[allow(unused_imports)]
+pub use tessera_testkit::{f32s, snapshots};
 
 /// A hand-built graph as a module; its root has no state, so it may only read constants.
 pub fn module_of(graph: Graph) -> GraphModule {
-    let root: Arc<dyn Module> = Arc::new(Identity::new());
-    GraphModule::new(
-        root,
-        TracedGraph {
-            graph,
-            attributes: Default::default(),
-        },
-    )
+    GraphModule::from_graph(graph)
 }
 
 /// The graph's outputs for `inputs`.

@@ -189,13 +189,7 @@ fn hand_built(root: Sequential, build: impl FnOnce(&mut Graph, &Sequential)) -> 
     let mut graph = Graph::new();
     build(&mut graph, &root);
     let root: Arc<dyn Module> = Arc::new(root);
-    GraphModule::new(
-        root,
-        TracedGraph {
-            graph,
-            attributes: Default::default(),
-        },
-    )
+    GraphModule::new(root, TracedGraph::from(graph))
 }
 
 /// Calls child `index` of `seq` on `input`, as tracing records it.

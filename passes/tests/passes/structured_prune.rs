@@ -41,13 +41,7 @@ fn hand_built(
     build(&mut graph, &modules);
     let root: Arc<dyn Module> = Arc::new(root);
     root.eval();
-    GraphModule::new(
-        root,
-        TracedGraph {
-            graph,
-            attributes: Default::default(),
-        },
-    )
+    GraphModule::new(root, TracedGraph::from(graph))
 }
 
 /// The layers of a residual block whose prunable channels are exactly the zero ones: conv_a's

@@ -61,6 +61,18 @@ impl Recording {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The nodes of `tensors`, in order (see [`Recording::operand`]).
+    fn operands<'t>(
+        &self,
+        state: &mut State,
+        tensors: impl IntoIterator<Item = &'t Tensor>,
+    ) -> crate::Result<Vec<NodeId>> {
+        tensors
+            .into_iter()
+            .map(|t| self.operand(state, t))
+            .collect()
+    }
+
     /// The node yielding `tensor`: a traced value, a parameter or buffer, or a new constant.
     pub(crate) fn operand(&self, state: &mut State, tensor: &Tensor) -> crate::Result<NodeId> {
         if let Some(node) = state.values.get(&tensor.id()) {
@@ -117,10 +129,7 @@ impl Recording {
 
     fn record_op(&self, op: &Op, inputs: &[&Tensor], outputs: &[Tensor]) -> crate::Result<()> {
         let mut state = self.lock();
-        let operands = inputs
-            .iter()
-            .map(|t| self.operand(&mut state, t))
-            .collect::<crate::Result<Vec<_>>>()?;
+        let operands = self.operands(&mut state, inputs.iter().copied())?;
         let refs: Vec<&NodeId> = operands.iter().collect();
         let node = state.graph.call_function(op.clone(), &refs)?;
         Self::bind_outputs(&mut state, node, outputs)
@@ -152,10 +161,7 @@ impl ModuleCallRecorder for Recording {
     ) -> tessera_nn::Result<()> {
         let record = || -> crate::Result<()> {
             let mut state = self.lock();
-            let operands = inputs
-                .iter()
-                .map(|t| self.operand(&mut state, t))
-                .collect::<crate::Result<Vec<_>>>()?;
+            let operands = self.operands(&mut state, inputs)?;
             let refs: Vec<&NodeId> = operands.iter().collect();
             let metas = outputs.iter().map(Tensor::meta).collect();
             let node = state.graph.call_module(

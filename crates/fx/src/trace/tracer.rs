@@ -19,6 +19,16 @@ pub struct TracedGraph {
     pub attributes: IndexMap<String, Tensor>,
 }
 
+/// A graph that reads no traced tensors (hand-built or parsed).
+impl From<Graph> for TracedGraph {
+    fn from(graph: Graph) -> Self {
+        TracedGraph {
+            graph,
+            attributes: IndexMap::new(),
+        }
+    }
+}
+
 /// Puts the real data back into parameters and buffers when tracing ends, also on error.
 struct RestoreData(Vec<(Tensor, Tensor)>);
 

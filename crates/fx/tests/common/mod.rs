@@ -4,22 +4,13 @@
 
 use tessera_fx::{Graph, Result};
 use tessera_nn::ModuleKind;
+use tessera_tensor::Op;
 use tessera_tensor::op::{
     BinaryOp, ConvOp, ConvParams, NormOp, ReduceKind, ReduceOp, UnaryOp, ViewOp,
 };
-use tessera_tensor::{DType, Op, TensorMeta};
 
-pub fn f32s(shape: &[usize]) -> TensorMeta {
-    TensorMeta::new(shape, DType::F32)
-}
-
-/// Insta settings that keep snapshots under `snapshots/` at the repository root.
-pub fn snapshots() -> insta::Settings {
-    let mut settings = insta::Settings::clone_current();
-    settings.set_snapshot_path("../../../snapshots");
-    settings.set_prepend_module_to_snapshot(false);
-    settings
-}
+#[allow(unused_imports)]
+pub use tessera_testkit::{f32s, snapshots};
 
 pub fn relu() -> Op {
     Op::Unary(UnaryOp::Relu)

@@ -2,7 +2,6 @@
 
 use crate::{Module, ModuleCore, NnError, Result, Visitor};
 use indexmap::IndexMap;
-use std::any::Any;
 
 /// Named modules in insertion order (`ModuleDict<Box<dyn Layer>>` for mixed kinds).
 pub struct ModuleDict<M: Module = Box<dyn Module>> {
@@ -78,12 +77,7 @@ impl<M: Module> std::ops::Index<&str> for ModuleDict<M> {
 }
 
 impl<M: Module> Module for ModuleDict<M> {
-    fn core(&self) -> &ModuleCore {
-        &self.core
-    }
-    fn core_mut(&mut self) -> Option<&mut ModuleCore> {
-        Some(&mut self.core)
-    }
+    crate::module_core_methods!();
     fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
         for (name, m) in &self.items {
             visitor.child(name, m.as_module());
@@ -91,11 +85,5 @@ impl<M: Module> Module for ModuleDict<M> {
     }
     fn type_name(&self) -> String {
         "ModuleDict".into()
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_module(&self) -> &dyn Module {
-        self
     }
 }

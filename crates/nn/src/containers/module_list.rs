@@ -2,7 +2,6 @@
 
 use crate::repr::{add_indent, repr};
 use crate::{Module, ModuleCore, Visitor};
-use std::any::Any;
 
 /// A list of modules (`ModuleList<MyLinear>`, or `ModuleList<Box<dyn Layer>>` for mixed
 /// kinds); index it to call them.
@@ -73,12 +72,7 @@ impl<M: Module> std::ops::Index<usize> for ModuleList<M> {
 }
 
 impl<M: Module> Module for ModuleList<M> {
-    fn core(&self) -> &ModuleCore {
-        &self.core
-    }
-    fn core_mut(&mut self) -> Option<&mut ModuleCore> {
-        Some(&mut self.core)
-    }
+    crate::module_core_methods!();
     fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
         for (i, m) in self.items.iter().enumerate() {
             visitor.child(&i.to_string(), m.as_module());
@@ -95,12 +89,6 @@ impl<M: Module> Module for ModuleList<M> {
     }
     fn type_name(&self) -> String {
         "ModuleList".into()
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_module(&self) -> &dyn Module {
-        self
     }
 
     /// PyTorch folds runs of identical children: `(0-2): 3 x MyLinear()`.

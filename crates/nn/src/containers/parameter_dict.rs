@@ -2,7 +2,6 @@
 
 use crate::{Module, ModuleCore, NnError, Parameter, Result, Visitor};
 use indexmap::IndexMap;
-use std::any::Any;
 use tessera_tensor::DType;
 
 /// Named parameters in insertion order. (PyTorch sorts the keys when it is built from a
@@ -70,12 +69,7 @@ impl std::ops::Index<&str> for ParameterDict {
 }
 
 impl Module for ParameterDict {
-    fn core(&self) -> &ModuleCore {
-        &self.core
-    }
-    fn core_mut(&mut self) -> Option<&mut ModuleCore> {
-        Some(&mut self.core)
-    }
+    crate::module_core_methods!();
     fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
         for (name, p) in &self.items {
             visitor.parameter(name, Some(p));
@@ -83,12 +77,6 @@ impl Module for ParameterDict {
     }
     fn type_name(&self) -> String {
         "ParameterDict".into()
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_module(&self) -> &dyn Module {
-        self
     }
 
     /// `  (foo): Parameter containing: [torch.FloatTensor of size 3]` per parameter.

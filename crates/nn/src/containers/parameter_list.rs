@@ -1,7 +1,6 @@
 //! `ParameterList`: parameters held in a list and registered as `0`, `1`, ...
 
 use crate::{Module, ModuleCore, Parameter, Visitor};
-use std::any::Any;
 
 /// A list of parameters; `state_dict` keys are `<name>.0`, `<name>.1`, ...
 #[derive(Default)]
@@ -50,12 +49,7 @@ impl std::ops::Index<usize> for ParameterList {
 }
 
 impl Module for ParameterList {
-    fn core(&self) -> &ModuleCore {
-        &self.core
-    }
-    fn core_mut(&mut self) -> Option<&mut ModuleCore> {
-        Some(&mut self.core)
-    }
+    crate::module_core_methods!();
     fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
         for (i, p) in self.items.iter().enumerate() {
             visitor.parameter(&i.to_string(), Some(p));
@@ -63,12 +57,6 @@ impl Module for ParameterList {
     }
     fn type_name(&self) -> String {
         "ParameterList".into()
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_module(&self) -> &dyn Module {
-        self
     }
 
     /// `  (0): Parameter containing: [torch.float32 of size 2]` per parameter.

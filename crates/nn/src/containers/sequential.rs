@@ -1,7 +1,6 @@
 //! `Sequential`: layers called one after another, registered as children `0`, `1`, ...
 
 use crate::{Call, Forward, Layer, Module, ModuleCore, Result, Visitor};
-use std::any::Any;
 use tessera_tensor::Tensor;
 
 /// A chain of layers; `forward` calls each in turn (through `call`, so their hooks run).
@@ -64,12 +63,7 @@ impl std::ops::Index<usize> for Sequential {
 }
 
 impl Module for Sequential {
-    fn core(&self) -> &ModuleCore {
-        &self.core
-    }
-    fn core_mut(&mut self) -> Option<&mut ModuleCore> {
-        Some(&mut self.core)
-    }
+    crate::module_core_methods!();
     fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
         for (i, layer) in self.layers.iter().enumerate() {
             visitor.child(&i.to_string(), layer.as_module());
@@ -89,12 +83,6 @@ impl Module for Sequential {
     }
     fn as_layer(&self) -> Option<&dyn Layer> {
         Some(self)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_module(&self) -> &dyn Module {
-        self
     }
 }
 

@@ -6,7 +6,6 @@ use super::{Parametrization, cache};
 use crate::containers::ModuleList;
 use crate::repr::repr;
 use crate::{Module, ModuleCore, NnError, Parameter, Result, Visitor};
-use std::any::Any;
 use tessera_tensor::{Tensor, no_grad};
 
 /// One parametrization as a child module, so that reprs and paths show it (`(0): _Orthogonal()`).
@@ -25,12 +24,7 @@ impl Step {
 }
 
 impl Module for Step {
-    fn core(&self) -> &ModuleCore {
-        &self.core
-    }
-    fn core_mut(&mut self) -> Option<&mut ModuleCore> {
-        Some(&mut self.core)
-    }
+    crate::module_core_methods!();
     fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
         self.parametrization.visit_buffers(visitor);
     }
@@ -39,12 +33,6 @@ impl Module for Step {
     }
     fn extra_repr(&self) -> String {
         self.parametrization.extra_repr()
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_module(&self) -> &dyn Module {
-        self
     }
 }
 
@@ -172,12 +160,7 @@ impl ParametrizationList {
 }
 
 impl Module for ParametrizationList {
-    fn core(&self) -> &ModuleCore {
-        &self.core
-    }
-    fn core_mut(&mut self) -> Option<&mut ModuleCore> {
-        Some(&mut self.core)
-    }
+    crate::module_core_methods!();
     fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
         let single = self.originals.len() == 1;
         for (i, original) in self.originals.iter().enumerate() {
@@ -202,11 +185,5 @@ impl Module for ParametrizationList {
     /// folded), under its own name.
     fn custom_repr(&self) -> Option<String> {
         Some(repr(&self.steps).replacen("ModuleList", "ParametrizationList", 1))
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_module(&self) -> &dyn Module {
-        self
     }
 }
