@@ -3,7 +3,7 @@
 //! elementwise work; see `../shared/reference/BASELINE.md`). It holds typed vectors only, so
 //! it depends on the element types and nothing else (`CpuStorage` hands its vector back).
 
-use crate::{DType, Element};
+use crate::{DType, Element, Result, TensorError};
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -30,21 +30,48 @@ fn with_cache<R>(f: impl FnOnce(&mut BufferCache) -> R) -> R {
 }
 
 /// A buffer of `len` elements whose contents are unspecified (but initialised): for kernels
-/// that overwrite every element.
+/// that overwrite every element. Aborts if the allocator cannot provide it; kernel outputs use
+/// [`try_uninit_buffer`].
 pub(crate) fn uninit_buffer<T: Element>(len: usize) -> Vec<T> {
-    let bytes = len * T::DTYPE.size_in_bytes();
-    if bytes >= MIN_CACHED_BYTES {
-        let reused = with_cache(|cache| {
-            let list = cache.free.get_mut(&(T::DTYPE, len))?;
-            let buffer = list.pop()?;
-            cache.bytes -= bytes;
-            Some(buffer)
-        });
-        if let Some(Ok(v)) = reused.map(|b| b.downcast::<Vec<T>>()) {
-            return *v;
-        }
+    reuse(len).unwrap_or_else(|| vec![T::default(); len])
+}
+
+/// [`uninit_buffer`], or `OutOfMemory` naming `op` when the allocator cannot provide `len`
+/// elements (as PyTorch's allocator raises instead of aborting).
+pub(crate) fn try_uninit_buffer<T: Element>(op: &str, len: usize) -> Result<Vec<T>> {
+    if let Some(v) = reuse(len) {
+        return Ok(v);
     }
-    vec![T::default(); len]
+    let mut v = with_capacity(op, len, T::DTYPE)?;
+    v.resize(len, T::default());
+    Ok(v)
+}
+
+/// An empty vector with room for `len` elements of `dtype`, or `OutOfMemory` naming `op`.
+pub(crate) fn with_capacity<T>(op: &str, len: usize, dtype: DType) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| TensorError::OutOfMemory {
+            op: op.into(),
+            shape: vec![len],
+            bytes: len.saturating_mul(dtype.size_in_bytes()),
+        })?;
+    Ok(v)
+}
+
+/// A cached buffer of exactly `len` elements, if a large one was freed.
+fn reuse<T: Element>(len: usize) -> Option<Vec<T>> {
+    let bytes = len.saturating_mul(T::DTYPE.size_in_bytes());
+    if bytes < MIN_CACHED_BYTES {
+        return None;
+    }
+    let reused = with_cache(|cache| {
+        let list = cache.free.get_mut(&(T::DTYPE, len))?;
+        let buffer = list.pop()?;
+        cache.bytes -= bytes;
+        Some(buffer)
+    });
+    reused?.downcast::<Vec<T>>().ok().map(|v| *v)
 }
 
 /// Takes a freed buffer into the cache when it is large and the cache has room.

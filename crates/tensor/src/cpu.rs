@@ -1,7 +1,7 @@
 //! Shared machinery of the CPU kernels: dtype dispatch, parallel elementwise maps over
 //! broadcast operands, and gathering strided views into contiguous buffers.
 
-pub(crate) use crate::buffer_cache::uninit_buffer;
+pub(crate) use crate::buffer_cache::try_uninit_buffer;
 use crate::layout::{Layout, broadcast_layout};
 use crate::storage::StorageElement;
 use crate::{Result, Tensor};
@@ -82,7 +82,7 @@ where
 {
     let shape = x.shape();
     let out = x.with_slice(|a: &[A]| {
-        let mut out = uninit_buffer::<O>(a.len());
+        let mut out = try_uninit_buffer::<O>("elementwise", a.len())?;
         if a.len() < PAR_CHUNK {
             out.iter_mut().zip(a).for_each(|(o, &v)| *o = f(v));
         } else {
@@ -92,8 +92,8 @@ where
                     oc.iter_mut().zip(ac).for_each(|(o, &v)| *o = f(v));
                 });
         }
-        out
-    })?;
+        Ok(out)
+    })??;
     Ok(Tensor::from_cpu(O::wrap(out), &shape))
 }
 
@@ -114,7 +114,7 @@ where
         broadcast_layout(op, &a.layout(), shape)?,
         broadcast_layout(op, &b.layout(), shape)?,
     );
-    let mut out = uninit_buffer::<O>(n);
+    let mut out = try_uninit_buffer::<O>("elementwise", n)?;
     a.with_storage(|sa, _| -> Result<()> {
         b.with_storage(|sb, _| -> Result<()> {
             let (sa, sb) = (

@@ -394,7 +394,9 @@ impl Tensor {
         if let Some(range) = data.layout.contiguous_range() {
             Ok(f(&slice[range]))
         } else {
-            let gathered: Vec<T> = data.layout.offsets().map(|o| slice[o]).collect();
+            let mut gathered: Vec<T> =
+                crate::buffer_cache::with_capacity(op, data.layout.numel(), T::DTYPE)?;
+            gathered.extend(data.layout.offsets().map(|o| slice[o]));
             Ok(f(&gathered))
         }
     }

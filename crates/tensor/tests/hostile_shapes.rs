@@ -98,3 +98,36 @@ fn pooling_meta_costs_nothing_per_element() {
         .unwrap_err();
     assert!(e.to_string().contains("larger than 2^40"), "{e}");
 }
+
+#[test]
+fn int8_gemm_sizes_whose_products_overflow_are_an_error() {
+    use tessera_tensor::op::quant::{Int8Kernel, gemm_u8i8_with};
+    let (a, b, mut c) = ([1u8; 16], [1i8; 16], [0i32; 16]);
+    // m * k = 2^62 * 4 wraps to 0: the length check passed and the strip loop sliced past `a`.
+    for kernel in Int8Kernel::available() {
+        let e = gemm_u8i8_with(kernel, &a, &b, &mut c, (1 << 62, 4, 4), false).unwrap_err();
+        assert!(e.to_string().contains("gemm_u8i8"), "{e}");
+        assert!(gemm_u8i8_with(kernel, &a, &b, &mut c, (4, 4, 1 << 62), false).is_err());
+    }
+    gemm_u8i8_with(Int8Kernel::Scalar, &a, &b, &mut c, (4, 4, 4), false).unwrap();
+    assert_eq!(c, [4; 16]);
+}
+
+#[test]
+fn a_kernel_output_the_machine_cannot_provide_is_an_error() {
+    // A one-element tensor expanded to 2^50 elements is a view (no memory); relu, matmul
+    // and max pooling of it must allocate 4 PiB, which used to abort the process.
+    let x = Tensor::ones(&[1], DType::F32).unwrap();
+    let big = x.expand(&[1 << 50]).unwrap();
+    let e = big.relu().unwrap_err();
+    assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
+    let e = big.add(&big).unwrap_err();
+    assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
+    let m = Tensor::ones(&[1, 1], DType::F32).unwrap();
+    let e = m
+        .expand(&[1 << 25, 1])
+        .unwrap()
+        .matmul(&m.expand(&[1, 1 << 25]).unwrap())
+        .unwrap_err();
+    assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
+}

@@ -411,7 +411,7 @@ impl OpDef for ConvOp {
         let out = float_dispatch!(a.dtype(), &name, T => match self {
             ConvOp::Forward { .. } => {
                 let bias = inputs.get(2).map(|t| t.to_vec::<T>()).transpose()?;
-                let out = with_slices2(a, b, |x: &[T], w| lowering::forward(&g, x, w, bias.as_deref()))?;
+                let out = with_slices2(a, b, |x: &[T], w| lowering::forward(&g, x, w, bias.as_deref()))??;
                 tensor_from(out, &g.output_shape())
             }
             ConvOp::BackwardInput { .. } => {

@@ -201,7 +201,7 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
     };
     let (ba, bb) = (batch_layout(&la), batch_layout(&lb));
     let nd = la.ndim();
-    let mut out = crate::cpu::uninit_buffer::<T>(batch_count * m * n);
+    let mut out = crate::cpu::try_uninit_buffer::<T>("matmul", batch_count * m * n)?;
     a.with_storage(|sa, _| -> Result<()> {
         b.with_storage(|sb, _| -> Result<()> {
             let (sa, sb) = (
@@ -350,7 +350,7 @@ fn linear_kernel<T: Float + StorageElement>(
     let n = w.shape()[0];
     let m = x.numel() / k.max(1);
     let x2 = x.reshape(&[m, k])?;
-    let mut out = crate::cpu::uninit_buffer::<T>(m * n);
+    let mut out = crate::cpu::try_uninit_buffer::<T>("matmul", m * n)?;
     let (lx, lw) = (x2.layout(), w.layout());
     x2.with_storage(|sx, _| -> Result<()> {
         w.with_storage(|sw, _| -> Result<()> {

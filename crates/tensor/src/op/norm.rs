@@ -195,7 +195,7 @@ impl NormOp {
                 let weight = w.map(|i| inputs[i].to_vec_f64()).transpose()?;
                 let bias = b.map(|i| inputs[i].to_vec_f64()).transpose()?;
                 let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + self.eps()).sqrt()).collect();
-                let mut out = crate::cpu::uninit_buffer::<T>(data.len());
+                let mut out = crate::cpu::try_uninit_buffer::<T>("norm", data.len())?;
                 let fill_row = |row: usize, dst: &mut [T]| {
                     let (o, c) = (row / layout.channels, row % layout.channels);
                     let s = layout.stat_of(o, c);

@@ -274,7 +274,7 @@ impl PoolOp {
         let x = x.to_vec::<u8>()?;
         Ok(match self {
             PoolOp::MaxPool2d(_) => {
-                let (values, indices) = windows::max_forward(planes, &rows, &cols, &x);
+                let (values, indices) = windows::max_forward(planes, &rows, &cols, &x)?;
                 vec![
                     tensor_from(values, out_shape),
                     tensor_from(indices, out_shape),
@@ -282,7 +282,7 @@ impl PoolOp {
             }
             PoolOp::MaxPool2dValues(_) => {
                 vec![tensor_from(
-                    windows::max_values(planes, &rows, &cols, &x),
+                    windows::max_values(planes, &rows, &cols, &x)?,
                     out_shape,
                 )]
             }
@@ -362,12 +362,12 @@ impl OpDef for PoolOp {
             Ok(match self {
                 PoolOp::MaxPool2d(_) => {
                     let [rows, cols] = self.windows(&op, in_size)?;
-                    let (values, indices) = windows::max_forward(&planes, &rows, &cols, &x);
+                    let (values, indices) = windows::max_forward(&planes, &rows, &cols, &x)?;
                     vec![tensor_from(values, &out_shape), tensor_from(indices, &out_shape)]
                 }
                 PoolOp::MaxPool2dValues(_) => {
                     let [rows, cols] = self.windows(&op, in_size)?;
-                    vec![tensor_from(windows::max_values(&planes, &rows, &cols, &x), &out_shape)]
+                    vec![tensor_from(windows::max_values(&planes, &rows, &cols, &x)?, &out_shape)]
                 }
                 PoolOp::MaxPool2dBackward { .. } => {
                     let indices = inputs[1].to_vec::<i64>()?;

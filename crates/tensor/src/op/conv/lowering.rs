@@ -129,10 +129,15 @@ fn per_image<T: Float>(out: &mut [T], n: usize, f: impl Fn(usize, &mut [T], bool
 }
 
 /// `y[N, C_out, oH, oW] = conv(x, w) + bias`.
-pub(super) fn forward<T: Float>(g: &Geometry, x: &[T], w: &[T], bias: Option<&[T]>) -> Vec<T> {
+pub(super) fn forward<T: Float>(
+    g: &Geometry,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+) -> crate::Result<Vec<T>> {
     let (groups, cin_g, cout_g, k) = (g.params.groups, g.cin_g(), g.cout_g(), g.patch_len());
     let (in_plane, out_plane) = (g.h * g.w, g.oh * g.ow);
-    let mut out = crate::cpu::uninit_buffer::<T>(g.n * g.c_out * out_plane);
+    let mut out = crate::cpu::try_uninit_buffer::<T>("conv", g.n * g.c_out * out_plane)?;
     per_image(&mut out, g.n, |n, y, parallel| {
         let mut cols = vec![T::zero(); if g.is_pointwise() { 0 } else { k * out_plane }];
         for grp in 0..groups {
@@ -155,7 +160,7 @@ pub(super) fn forward<T: Float>(g: &Geometry, x: &[T], w: &[T], bias: Option<&[T
             }
         }
     });
-    out
+    Ok(out)
 }
 
 /// `dx[N, C_in, H, W] = col2im(w^T @ grad_out)` per image and group.

@@ -250,10 +250,10 @@ pub(super) fn max_forward<T: MaxElement>(
     rows: &[Window],
     cols: &[Window],
     x: &[T],
-) -> (Vec<T>, Vec<i64>) {
+) -> Result<(Vec<T>, Vec<i64>)> {
     let (w, out_len) = (p.src[1], p.dst_len());
-    let mut values = crate::cpu::uninit_buffer::<T>(p.count * out_len);
-    let mut indices = crate::cpu::uninit_buffer::<i64>(p.count * out_len);
+    let mut values = crate::cpu::try_uninit_buffer::<T>("pool", p.count * out_len)?;
+    let mut indices = crate::cpu::try_uninit_buffer::<i64>("pool", p.count * out_len)?;
     let regular = regular_windows(rows).zip(regular_windows(cols));
     let fill = |i: usize, (out, idx): (&mut [T], &mut [i64])| {
         let src = &x[i * p.src_len()..][..p.src_len()];
@@ -295,7 +295,7 @@ pub(super) fn max_forward<T: MaxElement>(
                 .for_each(|(i, o)| fill(i, o));
         }
     }
-    (values, indices)
+    Ok((values, indices))
 }
 
 /// Max per window without indices; NaN wins, as in PyTorch.
@@ -304,12 +304,12 @@ pub(super) fn max_values<T: MaxElement>(
     rows: &[Window],
     cols: &[Window],
     x: &[T],
-) -> Vec<T> {
+) -> Result<Vec<T>> {
     let (Some((sh, kh)), Some((sw, kw))) = (regular_windows(rows), regular_windows(cols)) else {
-        return max_forward(p, rows, cols, x).0;
+        return Ok(max_forward(p, rows, cols, x)?.0);
     };
     let (w, out_len) = (p.src[1], p.dst_len());
-    let mut values = crate::cpu::uninit_buffer::<T>(p.count * out_len);
+    let mut values = crate::cpu::try_uninit_buffer::<T>("pool", p.count * out_len)?;
     per_plane(&mut values, out_len, |i, out| {
         let src = &x[i * p.src_len()..][..p.src_len()];
         for (r, best) in out.chunks_mut(cols.len()).enumerate() {
@@ -328,7 +328,7 @@ pub(super) fn max_values<T: MaxElement>(
             }
         }
     });
-    values
+    Ok(values)
 }
 
 /// `(stride, size)` when every window is dense, equally long and `stride` apart from 0 (no

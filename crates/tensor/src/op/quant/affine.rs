@@ -150,7 +150,7 @@ fn quantize_with<Q: QInt>(
     let shape = x.shape();
     let out: Vec<Q> = match x.dtype() {
         DType::F32 => x.with_slice(|s: &[f32]| {
-            let mut out = crate::cpu::uninit_buffer::<Q>(s.len());
+            let mut out = crate::cpu::try_uninit_buffer::<Q>("quantize", s.len())?;
             out.par_chunks_mut(CHUNK)
                 .zip(s.par_chunks(CHUNK))
                 .enumerate()
@@ -161,8 +161,8 @@ fn quantize_with<Q: QInt>(
                             Q::from_clamped(quantize_f32(v, QParams::new(scale as f32, zp), range));
                     }
                 });
-            out
-        })?,
+            Ok(out)
+        })??,
         DType::F64 => x.with_slice(|s: &[f64]| {
             s.iter()
                 .enumerate()
@@ -184,7 +184,7 @@ fn dequantize_with<Q: QInt>(
 ) -> Result<Tensor> {
     let shape = q.shape();
     let out = q.with_slice(|s: &[Q]| {
-        let mut out = crate::cpu::uninit_buffer::<f32>(s.len());
+        let mut out = crate::cpu::try_uninit_buffer::<f32>("quantize", s.len())?;
         out.par_chunks_mut(CHUNK)
             .zip(s.par_chunks(CHUNK))
             .enumerate()
@@ -194,8 +194,8 @@ fn dequantize_with<Q: QInt>(
                     *o = (v.widen() - zp) as f32 * scale;
                 }
             });
-        out
-    })?;
+        Ok(out)
+    })??;
     Ok(tensor_from(out, &shape))
 }
 

@@ -107,7 +107,7 @@ pub(super) fn conv2d_static(
     let image = g.c_in * g.h * g.w;
     let requantize = Requantize::new(&w, xq, outq, relu);
     let pad = xq.zero_point.clamp(0, 255) as u8;
-    let mut out = crate::cpu::uninit_buffer::<u8>(g.n * g.c_out * positions);
+    let mut out = crate::cpu::try_uninit_buffer::<u8>("quantized_conv", g.n * g.c_out * positions)?;
     let per_image = (g.c_out * positions).max(1);
     // Images in parallel with serial GEMMs when there are several; one image uses the
     // parallel GEMM.

@@ -84,7 +84,9 @@ pub fn gemm_u8i8_with(
     (m, n, k): (usize, usize, usize),
     parallel: bool,
 ) -> Result<()> {
-    if a.len() < m * k || b.len() < n * k || c.len() < m * n {
+    let fits =
+        |len: usize, rows: usize, cols: usize| rows.checked_mul(cols).is_some_and(|e| len >= e);
+    if !fits(a.len(), m, k) || !fits(b.len(), n, k) || !fits(c.len(), m, n) {
         return Err(TensorError::invalid(
             "gemm_u8i8",
             format!(
@@ -173,6 +175,14 @@ fn gemm_rows_packed(a: &[u8], packed: &[i8], c: &mut [i32], n: usize, k: usize) 
     let m = c.len() / n;
     let quads = k.div_ceil(4);
     let blocks = n.div_ceil(BLOCK);
+    // The micro-kernel's preconditions, checked once per strip: the CPU runs VNNI, and `a`
+    // and `packed` hold every row and block the loops below slice.
+    assert!(
+        Int8Kernel::Avx512Vnni.is_available_cached()
+            && a.len() >= m * k
+            && packed.len() >= blocks * quads * 64,
+        "gemm_u8i8: packed VNNI strip of {m}x{n}x{k} without VNNI or with short operands"
+    );
     for b0 in (0..blocks).step_by(4) {
         let nr = (blocks - b0).min(4);
         let panel = &packed[b0 * quads * 64..(b0 + nr) * quads * 64];
@@ -209,6 +219,11 @@ impl Int8Kernel {
 /// One thread's share: every row of `a` (`c.len() / n` of them) against all of `b`.
 fn gemm_rows(kernel: Int8Kernel, a: &[u8], b: &[i8], c: &mut [i32], n: usize, k: usize) {
     let m = c.len() / n;
+    // `tile` runs the kernel's instructions: checked once per strip that the CPU has them.
+    assert!(
+        kernel == Int8Kernel::Scalar || kernel.is_available_cached(),
+        "gemm_u8i8: {kernel:?} is not supported by this CPU"
+    );
     for j0 in (0..n).step_by(PANEL) {
         let j1 = (j0 + PANEL).min(n);
         for i in (0..m).step_by(4) {
@@ -232,8 +247,14 @@ fn gemm_rows(kernel: Int8Kernel, a: &[u8], b: &[i8], c: &mut [i32], n: usize, k:
 
 /// The 4x4 block of dot products of `a` rows with `b` rows (each `k` long).
 fn tile(kernel: Int8Kernel, a: &[&[u8]; 4], b: &[&[i8]; 4], k: usize) -> [[i32; 4]; 4] {
+    // The SIMD tiles read `k` bytes of every row: checked here, for every call.
+    assert!(
+        a.iter().all(|r| r.len() >= k) && b.iter().all(|r| r.len() >= k),
+        "gemm_u8i8: a tile's rows are shorter than k={k}"
+    );
     match kernel {
-        // SAFETY: `gemm_u8i8_with` only passes kernels the CPU supports; rows hold `k` bytes.
+        // SAFETY: rows hold `k` bytes (checked above) and `gemm_rows` checked that the CPU
+        // supports the kernel.
         #[cfg(target_arch = "x86_64")]
         Int8Kernel::Avx512Vnni => unsafe { x86::tile_vnni(a, b, k) },
         #[cfg(target_arch = "x86_64")]
@@ -285,6 +306,15 @@ mod x86 {
         rows: usize,
         col0: usize,
     ) {
+        // Checked, not trusted: every byte the loads below reach lies inside its slice.
+        assert!(
+            panel.len() >= NR * quads * 64
+                && quads * 4 >= k
+                && a.iter().all(|r| r.len() >= k)
+                && dst.len() >= rows * n
+                && rows <= 4,
+            "packed_vnni: operands too short for {rows} rows, {NR} blocks, k={k}"
+        );
         let mut acc = [[_mm512_setzero_si512(); NR]; 4];
         let full = k / 4;
         // SAFETY: group q of block s lies at (s * quads + q) * 64 inside `panel` (NR blocks);

@@ -66,7 +66,7 @@ pub(super) fn int8_product(
     w: &Weights,
     parallel: bool,
 ) -> Result<(Vec<i32>, Vec<i64>)> {
-    let mut acc = crate::cpu::uninit_buffer::<i32>(m * w.n);
+    let mut acc = crate::cpu::try_uninit_buffer::<i32>("quantized_linear", m * w.n)?;
     gemm_u8i8_with(
         Int8Kernel::best(),
         a,
@@ -93,7 +93,7 @@ pub(super) fn linear_dynamic(inputs: &[&Tensor], reduce_range: bool) -> Result<T
         let (lo, hi) = if lo <= hi { (lo, hi) } else { (0.0, 0.0) };
         let xq = dynamic_qparams(lo, hi, reduce_range);
         let range = if reduce_range { (0, 127) } else { (0, 255) };
-        let mut a = crate::cpu::uninit_buffer::<u8>(x.len());
+        let mut a = crate::cpu::try_uninit_buffer::<u8>("quantized_linear", x.len())?;
         a.par_chunks_mut(1 << 14)
             .zip(x.par_chunks(1 << 14))
             .for_each(|(a, x)| {
@@ -101,11 +101,11 @@ pub(super) fn linear_dynamic(inputs: &[&Tensor], reduce_range: bool) -> Result<T
                     *a = quantize_f32(v, xq, range) as u8;
                 }
             });
-        (xq, a)
-    })?;
+        Ok((xq, a))
+    })??;
     let (acc, row_sums) = int8_product(&a, m, &w, true)?;
     let n = w.n;
-    let mut out = crate::cpu::uninit_buffer::<f32>(m * n);
+    let mut out = crate::cpu::try_uninit_buffer::<f32>("quantized_linear", m * n)?;
     let scales: Vec<f32> = w.scales.iter().map(|s| s * xq.scale).collect();
     out.par_chunks_mut(n.max(1))
         .zip(acc.par_chunks(n.max(1)))
@@ -246,7 +246,7 @@ pub(super) fn linear_static(
     let (acc, row_sums) = inputs[0].with_slice(|a: &[u8]| int8_product(a, m, &w, true))??;
     let n = w.n;
     let requantize = Requantize::new(&w, xq, outq, relu);
-    let mut out = crate::cpu::uninit_buffer::<u8>(m * n);
+    let mut out = crate::cpu::try_uninit_buffer::<u8>("quantized_linear", m * n)?;
     out.par_chunks_mut(n.max(1))
         .zip(acc.par_chunks(n.max(1)))
         .zip(row_sums.par_iter())
