@@ -6,7 +6,6 @@ mod support;
 use clap::Parser;
 use support::time;
 use tessera::functional as F;
-use tessera::fx::interpreter::{GraphInterpreter, run as interpret};
 use tessera::fx::trace::{LeafPolicy, trace};
 use tessera::nn::layers::{CrossEntropyLoss, Linear, ReLU};
 use tessera::nn::models::{ResNet18, SmallCnn as SmallCnnModule};
@@ -192,7 +191,7 @@ type Workload = (
     fn(&mut Generator) -> Result<Box<dyn FnMut() -> Result<()>>>,
 );
 
-const WORKLOADS: [Workload; 12] = [
+const WORKLOADS: [Workload; 13] = [
     ("matmul_1024", |g| {
         let a = Tensor::randn_with(&[1024, 1024], DType::F32, g)?;
         let b = Tensor::randn_with(&[1024, 1024], DType::F32, g)?;
@@ -303,17 +302,10 @@ const WORKLOADS: [Workload; 12] = [
         let traced = trace(&cnn, images.meta(), LeafPolicy::default()).map_err(fx_err)?;
         Ok(Box::new(move || {
             let _guard = no_grad();
-            let mut interpreter = GraphInterpreter {
-                root: &cnn,
-                constants: Some(&traced.attributes),
-            };
-            interpret(
-                &mut interpreter,
-                &traced.graph,
-                std::slice::from_ref(&images),
-            )
-            .map(drop)
-            .map_err(fx_err)
+            traced
+                .interpret(&cnn, std::slice::from_ref(&images))
+                .map(drop)
+                .map_err(fx_err)
         }))
     }),
     ("resnet18_infer_b1", |g| {
@@ -332,17 +324,23 @@ const WORKLOADS: [Workload; 12] = [
         let traced = trace(&resnet, image.meta(), LeafPolicy::default()).map_err(fx_err)?;
         Ok(Box::new(move || {
             let _guard = no_grad();
-            let mut interpreter = GraphInterpreter {
-                root: &resnet,
-                constants: Some(&traced.attributes),
-            };
-            interpret(
-                &mut interpreter,
-                &traced.graph,
-                std::slice::from_ref(&image),
-            )
-            .map(drop)
-            .map_err(fx_err)
+            traced
+                .interpret(&resnet, std::slice::from_ref(&image))
+                .map(drop)
+                .map_err(fx_err)
+        }))
+    }),
+    ("resnet18_infer_b1_profiled", |g| {
+        let resnet = ResNet18::new(1000).map_err(nn_err)?;
+        resnet.eval();
+        let image = Tensor::randn_with(&[1, 3, 224, 224], DType::F32, g)?;
+        let traced = trace(&resnet, image.meta(), LeafPolicy::default()).map_err(fx_err)?;
+        Ok(Box::new(move || {
+            let _guard = no_grad();
+            tessera::profiler::Profiler::new()
+                .profile_graph(&traced, &resnet, std::slice::from_ref(&image))
+                .map(drop)
+                .map_err(fx_err)
         }))
     }),
     ("elementwise_16m", |g| {

@@ -3,7 +3,6 @@
 
 use clap::Parser;
 use std::path::PathBuf;
-use tessera::fx::interpreter::{GraphInterpreter, run};
 use tessera::fx::trace::{LeafPolicy, inline, trace};
 use tessera::nn::models::SmallCnn;
 use tessera::nn::{Call, ModuleExt};
@@ -18,6 +17,10 @@ pub(crate) struct Args {
     /// Batch size of the traced input.
     #[arg(long, default_value_t = 4)]
     batch: usize,
+    /// Also save the inlined graph and its weights as an artifact folder here, for the
+    /// `tessera` command (`tessera inspect DIR`).
+    #[arg(long)]
+    save: Option<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,26 +48,22 @@ pub(crate) fn run_example(args: &Args) -> Result<(), Box<dyn std::error::Error>>
 
     let _guard = no_grad();
     let eager = cnn.call(x.clone())?;
-    let mut interpreter = GraphInterpreter {
-        root: &cnn,
-        constants: Some(&traced.attributes),
-    };
-    let interpreted = run(&mut interpreter, &traced.graph, std::slice::from_ref(&x))?.remove(0);
+    let interpreted = traced.interpret(&cnn, std::slice::from_ref(&x))?.remove(0);
     let same = eager.to_vec::<f32>()? == interpreted.to_vec::<f32>()?;
     println!("interpreter equals eager: {same}");
 
     inline(&mut traced, &cnn, |_| true)?;
     traced.graph.verify()?;
     println!("\n== inlined into ops\n{}", traced.graph);
-    let mut interpreter = GraphInterpreter {
-        root: &cnn,
-        constants: Some(&traced.attributes),
-    };
-    let inlined = run(&mut interpreter, &traced.graph, std::slice::from_ref(&x))?.remove(0);
+    let inlined = traced.interpret(&cnn, std::slice::from_ref(&x))?.remove(0);
     let same_inlined = eager.to_vec::<f32>()? == inlined.to_vec::<f32>()?;
     println!("inlined graph equals eager: {same_inlined}");
     if !(same && same_inlined) {
         return Err("the graph does not reproduce eager execution".into());
+    }
+    if let Some(dir) = &args.save {
+        tessera::fx::artifact::save(&traced, dir)?;
+        println!("saved the artifact to {}", dir.display());
     }
     Ok(())
 }

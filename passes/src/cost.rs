@@ -1,11 +1,11 @@
 //! What a graph costs: the parameters its nodes read and the FLOPs (two per multiply-add) of
 //! its convolutions, linear layers and matmuls, for pass reports (pruning, the optimize example).
 
-use crate::Result;
 use crate::lookup::module_at;
+use crate::{PassError, Result};
 use std::collections::BTreeSet;
 use std::fmt;
-use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_fx::{Graph, GraphModule, NodeId, NodeKind};
 use tessera_nn::{Module, ModuleExt, ModuleKind};
 use tessera_tensor::Op;
 use tessera_tensor::op::ConvOp;
@@ -50,20 +50,7 @@ pub fn graph_cost(gm: &GraphModule) -> Result<GraphCost> {
             NodeKind::GetAttr { target } => {
                 attributes.insert((target.clone(), node.meta[0].shape.iter().product::<usize>()));
             }
-            NodeKind::CallFunction { op } => {
-                let operands = gm.graph.operands(&id)?;
-                let shape = |i: usize| -> Result<Vec<usize>> {
-                    Ok(gm.graph.node(&operands[i])?.meta[0].shape.clone())
-                };
-                flops += match op {
-                    Op::Conv(ConvOp::Forward { .. }) => {
-                        2 * out_numel * shape(1)?[1..].iter().product::<usize>() as u64
-                    }
-                    Op::Linear { .. } => 2 * out_numel * shape(1)?[1] as u64,
-                    Op::Matmul => 2 * out_numel * shape(0)?.last().copied().unwrap_or(1) as u64,
-                    _ => 0,
-                };
-            }
+            NodeKind::CallFunction { .. } => flops += op_flops(&gm.graph, &id)?,
             _ => {}
         }
     }
@@ -74,6 +61,34 @@ pub fn graph_cost(gm: &GraphModule) -> Result<GraphCost> {
         }
     }
     Ok(GraphCost { parameters, flops })
+}
+
+/// FLOPs of one run of the op node `id` (convolution, linear, matmul; 0 for any other node),
+/// from the shapes recorded in the graph.
+pub fn op_flops(graph: &Graph, id: &NodeId) -> Result<u64> {
+    let node = graph.node(id)?;
+    let NodeKind::CallFunction { op } = &node.kind else {
+        return Ok(0);
+    };
+    let out_numel = node
+        .meta
+        .first()
+        .map_or(0, |m| m.shape.iter().product::<usize>()) as u64;
+    let operands = graph.operands(id)?;
+    let shape = |i: usize| -> Result<Vec<usize>> {
+        let operand = operands.get(i).ok_or_else(|| {
+            PassError::Unsupported(format!("{} has no operand {i}", graph.display(id)))
+        })?;
+        Ok(graph.node(operand)?.meta[0].shape.clone())
+    };
+    Ok(match op {
+        Op::Conv(ConvOp::Forward { .. }) => {
+            2 * out_numel * shape(1)?.get(1..).unwrap_or(&[]).iter().product::<usize>() as u64
+        }
+        Op::Linear { .. } => 2 * out_numel * shape(1)?.get(1).copied().unwrap_or(1) as u64,
+        Op::Matmul => 2 * out_numel * shape(0)?.last().copied().unwrap_or(1) as u64,
+        _ => 0,
+    })
 }
 
 /// FLOPs of one call of a conv-like or linear module, from its weight's shape.

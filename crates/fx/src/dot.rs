@@ -13,14 +13,23 @@ fn escape(text: &str) -> String {
 impl Graph {
     /// The graph in DOT, nodes and edges in node order.
     pub fn to_dot(&self) -> String {
+        self.to_dot_styled(&|_| None)
+    }
+
+    /// [`Graph::to_dot`] with extra DOT attributes for some nodes, chosen by node name
+    /// (`style="filled", fillcolor="#a6cee3"` to colour a fusion group).
+    pub fn to_dot_styled(&self, node_attributes: &dyn Fn(&str) -> Option<String>) -> String {
         let mut out = String::from("digraph G {\n    node [shape=box, fontname=\"monospace\"];\n");
         for i in self.order.iter() {
             let node = &self.graph[i];
             let head = format!("%{} : {}", node.name, node_meta_text(&node.meta));
             let body = escape(&self.target_text(i));
+            let extra = node_attributes(&node.name)
+                .map(|a| format!(", {a}"))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "    \"{}\" [label=\"{}\\n{body}\"];",
+                "    \"{}\" [label=\"{}\\n{body}\"{extra}];",
                 node.name,
                 escape(&head)
             );

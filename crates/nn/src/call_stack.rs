@@ -51,6 +51,12 @@ pub(crate) fn enter(module: &dyn Module) -> (Restore<Frame>, String) {
     (frame, path)
 }
 
+/// The qualified path of the module being called on this thread (`""` for the outermost
+/// call), or `None` outside any module call. Forward hooks read it to know which call they see.
+pub fn current_module_path() -> Option<String> {
+    CURRENT.with_borrow(|current| current.as_ref().map(|(_, path)| path.clone()))
+}
+
 /// Runs `f` as the body of a call of `module` at the top level: submodules it calls are named
 /// by their paths under `module` (tracing a closure over a module uses this).
 pub fn as_caller<R>(module: &dyn Module, f: impl FnOnce() -> R) -> R {

@@ -8,6 +8,7 @@
 
 pub mod datasets;
 mod exit;
+pub mod profiler;
 
 pub use exit::{error_report, exit_code};
 

@@ -1,0 +1,98 @@
+//! `tessera run FILE --input x.safetensors -o y.safetensors`: runs a graph artifact on given
+//! (or random) inputs and writes or prints its outputs.
+
+use crate::failure::{Failure, Result};
+use crate::inputs::{parse_shape, random_inputs, read_inputs, reshape};
+use crate::model_file::open_graph;
+use std::path::PathBuf;
+use tessera::Tensor;
+use tessera::fx::artifact::run_standalone;
+use tessera::fx::trace::TracedGraph;
+use tessera::nn::{StateDict, save_safetensors};
+
+/// How a graph is executed.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The reference interpreter, node by node with the eager kernels.
+    Interp,
+}
+
+/// Run a graph artifact.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A graph artifact folder.
+    file: PathBuf,
+    /// A safetensors file of inputs, by placeholder name (or in order); default: random.
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Random inputs of this shape (`1,3,32,32`), once per input, when --input is not given.
+    #[arg(long = "input-shape", value_parser = parse_shape)]
+    input_shape: Vec<Vec<usize>>,
+    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    backend: Backend,
+    /// Write the outputs (`output0`, `output1`, ...) to this safetensors file.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+/// The graph (re-shaped to the requested inputs) and the inputs to run it on.
+pub fn prepare(
+    file: &std::path::Path,
+    input: Option<&std::path::Path>,
+    shapes: &[Vec<usize>],
+    seed: u64,
+) -> Result<(TracedGraph, Vec<Tensor>)> {
+    let mut traced = open_graph(file)?;
+    let inputs = match input {
+        Some(path) => {
+            let inputs = read_inputs(&traced.graph, path)?;
+            let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape()).collect();
+            reshape(&mut traced, &shapes)?;
+            inputs
+        }
+        None => {
+            reshape(&mut traced, shapes)?;
+            random_inputs(&traced.graph, seed)?
+        }
+    };
+    Ok((traced, inputs))
+}
+
+/// One run of `traced` on `inputs` with `backend`.
+pub fn execute(traced: &TracedGraph, inputs: &[Tensor], backend: Backend) -> Result<Vec<Tensor>> {
+    match backend {
+        Backend::Interp => {
+            run_standalone(traced, inputs).map_err(|e| Failure::failed("running the graph", e))
+        }
+    }
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let (traced, inputs) = prepare(
+        &args.file,
+        args.input.as_deref(),
+        &args.input_shape,
+        args.seed,
+    )?;
+    let outputs = execute(&traced, &inputs, args.backend)?;
+    match &args.output {
+        Some(path) => {
+            let mut dict = StateDict::new();
+            for (i, t) in outputs.iter().enumerate() {
+                dict.insert(format!("output{i}"), t.clone());
+            }
+            save_safetensors(&dict, path)
+                .map_err(|e| Failure::failed(format!("writing {}", path.display()), e))?;
+            println!("wrote {} outputs to {}", outputs.len(), path.display());
+        }
+        None => {
+            for (i, t) in outputs.iter().enumerate() {
+                println!("output{i}: {:?} {:?}\n{t}", t.dtype(), t.shape());
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,259 @@
+//! The `tessera` command end to end: every subcommand on files the test makes (a SmallCnn
+//! artifact, its state dict as .pt and safetensors), checking exit codes and output; a bad
+//! file is a one-line error with exit code 2, never a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use tessera::fx::GraphModule;
+use tessera::fx::trace::{LeafPolicy, trace};
+use tessera::nn::models::SmallCnn;
+use tessera::nn::{ModuleExt, save_pt_state_dict, save_safetensors};
+use tessera::tensor::TensorMeta;
+use tessera::{DType, manual_seed};
+
+fn tessera(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .output()
+        .expect("the tessera binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts success and returns stdout.
+fn ok(args: &[&str]) -> String {
+    let out = tessera(args);
+    assert!(
+        out.status.success(),
+        "tessera {args:?} failed: {}",
+        stderr(&out)
+    );
+    stdout(&out)
+}
+
+/// A folder with `cnn/` (a SmallCnn graph artifact), `cnn.pt` and `cnn.safetensors`.
+fn fixtures() -> tempfile::TempDir {
+    manual_seed(0);
+    let dir = tempfile::tempdir().unwrap();
+    let cnn = SmallCnn::new().unwrap();
+    cnn.eval();
+    let traced = trace(
+        &cnn,
+        TensorMeta::new(&[2, 3, 16, 16], DType::F32),
+        LeafPolicy::default(),
+    )
+    .unwrap();
+    let cnn_state = cnn.state_dict().unwrap();
+    GraphModule::new(std::sync::Arc::new(cnn), traced)
+        .save(dir.path().join("cnn"))
+        .unwrap();
+    save_pt_state_dict(&cnn_state, dir.path().join("cnn.pt")).unwrap();
+    save_safetensors(&cnn_state, dir.path().join("cnn.safetensors")).unwrap();
+    dir
+}
+
+fn path(dir: &Path, name: &str) -> String {
+    dir.join(name).display().to_string()
+}
+
+#[test]
+fn help_lists_every_subcommand() {
+    let text = ok(&["--help"]);
+    for sub in [
+        "inspect", "summary", "draw", "optimize", "run", "bench", "profile", "convert",
+    ] {
+        assert!(text.contains(sub), "{sub} missing from:\n{text}");
+        let help = ok(&[sub, "--help"]);
+        assert!(help.contains("Usage: tessera"), "{help}");
+    }
+}
+
+#[test]
+fn inspect_reads_artifacts_and_state_dicts() {
+    let dir = fixtures();
+    let text = ok(&["inspect", &path(dir.path(), "cnn")]);
+    assert!(text.contains("graph(x: f32[2, 3, 16, 16])"), "{text}");
+    assert!(text.contains("%conv2d"), "{text}");
+    assert!(text.contains("FLOPs:"), "{text}");
+    let json = ok(&["inspect", "--json", &path(dir.path(), "cnn")]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(doc["flops"].as_u64().unwrap() > 0);
+    for file in ["cnn.pt", "cnn.safetensors"] {
+        let text = ok(&["inspect", &path(dir.path(), file)]);
+        assert!(text.contains("conv1.weight"), "{text}");
+        assert!(text.contains("[16, 3, 3, 3]"), "{text}");
+        assert!(text.contains("Buffers:"), "{text}");
+    }
+}
+
+#[test]
+fn summary_tables_layers_for_another_input_shape() {
+    let dir = fixtures();
+    let text = ok(&["summary", &path(dir.path(), "cnn")]);
+    assert!(text.contains("conv1"), "{text}");
+    assert!(text.contains("Total params:"), "{text}");
+    assert!(text.contains("[2, 16, 16, 16]"), "{text}");
+}
+
+#[test]
+fn draw_writes_dot_coloured_by_fusion_group() {
+    let dir = fixtures();
+    let out = path(dir.path(), "cnn.dot");
+    ok(&["draw", &path(dir.path(), "cnn"), "-o", &out]);
+    let dot = std::fs::read_to_string(&out).unwrap();
+    assert!(dot.starts_with("digraph G {"), "{dot}");
+    assert!(dot.contains("fillcolor="), "{dot}");
+    ok(&[
+        "draw",
+        &path(dir.path(), "cnn"),
+        "-o",
+        &out,
+        "--passes",
+        "fold_batch_norm",
+    ]);
+    assert!(dir.path().join("cnn.0-input.dot").exists());
+    assert!(dir.path().join("cnn.1-fold_batch_norm.dot").exists());
+}
+
+#[test]
+fn optimize_writes_an_artifact_that_runs_alike() {
+    let dir = fixtures();
+    let optimized = path(dir.path(), "folded");
+    let text = ok(&[
+        "optimize",
+        &path(dir.path(), "cnn"),
+        "--passes",
+        "fold_batch_norm,dead_code_elimination",
+        "-o",
+        &optimized,
+    ]);
+    assert!(text.contains("fold_batch_norm"), "{text}");
+    assert!(text.contains("batch_norm -"), "{text}");
+    let before = path(dir.path(), "before.safetensors");
+    let after = path(dir.path(), "after.safetensors");
+    ok(&["run", &path(dir.path(), "cnn"), "-o", &before]);
+    ok(&["run", &optimized, "-o", &after]);
+    let a = tessera::nn::load_safetensors(&before).unwrap();
+    let b = tessera::nn::load_safetensors(&after).unwrap();
+    let (a, b) = (
+        a.get("output0").unwrap().to_vec::<f32>().unwrap(),
+        b.get("output0").unwrap().to_vec::<f32>().unwrap(),
+    );
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-4, "{x} vs {y}");
+    }
+    assert!(ok(&["optimize", "--list"]).contains("structured_prune"));
+}
+
+#[test]
+fn run_reads_inputs_from_safetensors() {
+    let dir = fixtures();
+    let x = tessera::Tensor::ones(&[2, 3, 16, 16], DType::F32).unwrap();
+    let mut inputs = tessera::nn::StateDict::new();
+    inputs.insert("x", x);
+    let file = path(dir.path(), "x.safetensors");
+    save_safetensors(&inputs, &file).unwrap();
+    let text = ok(&["run", &path(dir.path(), "cnn"), "--input", &file]);
+    assert!(text.contains("output0: F32 [2, 10]"), "{text}");
+}
+
+#[test]
+fn bench_prints_percentiles() {
+    let dir = fixtures();
+    let text = ok(&[
+        "bench",
+        &path(dir.path(), "cnn"),
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+    ]);
+    assert!(text.contains("median ms"), "{text}");
+    assert!(text.contains("interp"), "{text}");
+}
+
+#[test]
+fn profile_writes_a_chrome_trace_that_parses() {
+    let dir = fixtures();
+    let trace_file = path(dir.path(), "trace.json");
+    let text = ok(&["profile", &path(dir.path(), "cnn"), "-o", &trace_file]);
+    assert!(text.contains("conv2d"), "{text}");
+    assert!(text.contains("Self (ms)"), "{text}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace_file).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    assert!(events.iter().any(|e| e["args"]["op"] == "conv2d"
+        && e["ph"] == "X"
+        && e["args"]["flops"].as_u64().unwrap() > 0));
+}
+
+#[test]
+fn convert_goes_both_ways() {
+    let dir = fixtures();
+    let st = path(dir.path(), "back.safetensors");
+    let pt = path(dir.path(), "back.pt");
+    ok(&["convert", &path(dir.path(), "cnn.pt"), "-o", &st]);
+    ok(&["convert", &st, "-o", &pt]);
+    let original = tessera::nn::load_pt_state_dict(dir.path().join("cnn.pt")).unwrap();
+    let round = tessera::nn::load_pt_state_dict(&pt).unwrap();
+    assert_eq!(
+        original.keys().collect::<Vec<_>>(),
+        round.keys().collect::<Vec<_>>()
+    );
+    for (k, v) in original.iter() {
+        assert_eq!(
+            v.to_vec_f64().unwrap(),
+            round.get(k).unwrap().to_vec_f64().unwrap()
+        );
+    }
+}
+
+#[test]
+fn bad_files_are_one_line_errors_with_exit_code_2() {
+    let dir = fixtures();
+    let garbage = dir.path().join("garbage.pt");
+    std::fs::write(&garbage, b"PK\x03\x04 not really a zip").unwrap();
+    let truncated = dir.path().join("truncated.safetensors");
+    let bytes = std::fs::read(dir.path().join("cnn.safetensors")).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let broken: PathBuf = dir.path().join("broken");
+    std::fs::create_dir(&broken).unwrap();
+    std::fs::write(broken.join("graph.json"), b"{\"nodes\": [").unwrap();
+    let missing = dir.path().join("missing.pt");
+    for file in [&garbage, &truncated, &broken, &missing] {
+        for sub in ["inspect", "summary", "run"] {
+            let out = tessera(&[sub, &file.display().to_string()]);
+            let err = stderr(&out);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{sub} {}: {err}",
+                file.display()
+            );
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+            assert!(err.starts_with("tessera: "), "{err}");
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+    // A state dict has no graph: commands that need one say so.
+    let out = tessera(&["summary", &path(dir.path(), "cnn.pt")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no graph"), "{}", stderr(&out));
+    // Unknown passes list the known ones.
+    let out = tessera(&[
+        "optimize",
+        &path(dir.path(), "cnn"),
+        "--passes",
+        "fold_everything",
+        "-o",
+        &path(dir.path(), "x"),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("fold_batch_norm"), "{}", stderr(&out));
+}
