@@ -75,6 +75,15 @@ fn help_lists_every_subcommand() {
 }
 
 #[test]
+fn help_texts_are_as_reviewed() {
+    let settings = tessera_testkit::snapshots();
+    settings.bind(|| {
+        insta::assert_snapshot!("cli_help", ok(&["--help"]));
+        insta::assert_snapshot!("cli_optimize_help", ok(&["optimize", "--help"]));
+    });
+}
+
+#[test]
 fn inspect_reads_artifacts_and_state_dicts() {
     let dir = fixtures();
     let text = ok(&["inspect", &path(dir.path(), "cnn")]);

@@ -99,6 +99,37 @@ pub fn count_diff(before: &BTreeMap<String, i64>, after: &BTreeMap<String, i64>)
     }
 }
 
+/// The weights the graph reads (`get_attr` targets).
+fn read_targets(gm: &GraphModule) -> std::collections::BTreeSet<String> {
+    gm.graph
+        .nodes()
+        .filter_map(|id| match &gm.graph.node(&id).ok()?.kind {
+            tessera::fx::NodeKind::GetAttr { target } => Some(target.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Elements of the weights the graph reads.
+fn parameter_count(gm: &GraphModule) -> usize {
+    read_targets(gm)
+        .iter()
+        .filter_map(|t| gm.constants.get(t))
+        .map(|t| t.numel())
+        .sum()
+}
+
+/// What a pass changed: ops added or removed, and the weights' size when it changed.
+fn changes(before: &BTreeMap<String, i64>, params_before: usize, gm: &GraphModule) -> String {
+    let ops = count_diff(before, &op_counts(gm));
+    let params = parameter_count(gm);
+    match (params == params_before, ops.as_str()) {
+        (true, _) => ops,
+        (false, "no change") => format!("weights {params_before} -> {params}"),
+        (false, _) => format!("{ops}; weights {params_before} -> {params}"),
+    }
+}
+
 pub fn run(args: &Args) -> Result<()> {
     if args.list {
         for name in registry::names() {
@@ -119,6 +150,7 @@ pub fn run(args: &Args) -> Result<()> {
         let mut manager = manager_of(std::slice::from_ref(spec))?;
         manager.dump(args.dump);
         let before = op_counts(&gm);
+        let params_before = parameter_count(&gm);
         let report = manager
             .run(&mut gm)
             .map_err(|e| Failure::failed(format!("pass {spec}"), e))?;
@@ -132,11 +164,14 @@ pub fn run(args: &Args) -> Result<()> {
                 spec,
                 t.time.as_secs_f64() * 1e3,
                 format!("{}->{}", t.nodes_before, t.nodes_after),
-                count_diff(&before, &op_counts(&gm))
+                changes(&before, params_before, &gm)
             );
         }
     }
     println!("{:<24} {:>10.3}", "total", total.as_secs_f64() * 1e3);
+    // Weights that passes replaced (the unfolded convolution's) are not saved.
+    let read = read_targets(&gm);
+    gm.constants.retain(|name, _| read.contains(name));
     gm.save(output)
         .map_err(|e| Failure::failed(format!("writing {}", output.display()), e))?;
     println!("wrote {}", output.display());
