@@ -48,6 +48,9 @@ struct Args {
     /// Print only the summary table, not the graph after each step.
     #[arg(long)]
     quiet: bool,
+    /// Also draw held-out accuracy and latency per stage as an SVG chart here.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
 }
 
 /// A stem conv block, two residual blocks (the second downsampling), pooling and a classifier.
@@ -233,6 +236,90 @@ fn run(args: &Args) -> Result<(), Error> {
         record(&mut stages, name, pass_ms, &gm, &test, args)?;
     }
     print_summary(&stages);
+    if let Some(path) = &args.plot {
+        plot(&stages, path)?;
+        println!("\nwrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Accuracy (left axis) and latency (right axis) per stage, as an SVG line chart.
+fn plot(stages: &[Stage], path: &std::path::Path) -> Result<(), Error> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (1200, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let n = stages.len() as i32;
+    let slowest = stages.iter().map(|s| s.latency_ms).fold(0.0, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Accuracy and latency per optimisation stage",
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .right_y_label_area_size(55)
+        .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0.0f64..100.0)?
+        .set_secondary_coord(-0.5f64..n as f64 - 0.5, 0.0f64..slowest.max(1e-3));
+    let names: Vec<String> = stages.iter().map(|s| s.name.clone()).collect();
+    chart
+        .configure_mesh()
+        .x_labels(stages.len())
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 {
+                names.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .x_label_style(("sans-serif", 11))
+        .y_desc("held-out accuracy (%)")
+        .draw()?;
+    chart
+        .configure_secondary_axes()
+        .y_desc("latency (ms)")
+        .draw()?;
+    let at = |i: usize| i as f64;
+    chart
+        .draw_series(LineSeries::new(
+            stages
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (at(i), 100.0 * s.accuracy)),
+            BLUE.stroke_width(2),
+        ))?
+        .label("accuracy (%)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+    chart.draw_series(
+        stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Circle::new((at(i), 100.0 * s.accuracy), 4, BLUE.filled())),
+    )?;
+    chart
+        .draw_secondary_series(LineSeries::new(
+            stages
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (at(i), s.latency_ms)),
+            RED.stroke_width(2),
+        ))?
+        .label("latency (ms)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    chart.draw_secondary_series(
+        stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Circle::new((at(i), s.latency_ms), 4, RED.filled())),
+    )?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerLeft)
+        .draw()?;
+    root.present()?;
     Ok(())
 }
 
