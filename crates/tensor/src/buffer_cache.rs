@@ -42,21 +42,24 @@ pub(crate) fn try_uninit_buffer<T: Element>(op: &str, len: usize) -> Result<Vec<
     if let Some(v) = reuse(len) {
         return Ok(v);
     }
-    let mut v = with_capacity(op, len, T::DTYPE)?;
-    v.resize(len, T::default());
-    Ok(v)
+    // Zeroed by the allocator (calloc maps fresh pages lazily), not written element by element.
+    bytemuck::allocation::try_zeroed_vec(len).map_err(|()| out_of_memory(op, len, T::DTYPE))
 }
 
 /// An empty vector with room for `len` elements of `dtype`, or `OutOfMemory` naming `op`.
 pub(crate) fn with_capacity<T>(op: &str, len: usize, dtype: DType) -> Result<Vec<T>> {
     let mut v = Vec::new();
     v.try_reserve_exact(len)
-        .map_err(|_| TensorError::OutOfMemory {
-            op: op.into(),
-            shape: vec![len],
-            bytes: len.saturating_mul(dtype.size_in_bytes()),
-        })?;
+        .map_err(|_| out_of_memory(op, len, dtype))?;
     Ok(v)
+}
+
+fn out_of_memory(op: &str, len: usize, dtype: DType) -> TensorError {
+    TensorError::OutOfMemory {
+        op: op.into(),
+        shape: vec![len],
+        bytes: len.saturating_mul(dtype.size_in_bytes()),
+    }
 }
 
 /// A cached buffer of exactly `len` elements, if a large one was freed.

@@ -99,7 +99,11 @@ impl fmt::Display for DType {
 }
 
 /// A Rust type that can be the element of a tensor.
-pub trait Element: Copy + Send + Sync + PartialOrd + fmt::Debug + Default + 'static {
+/// All-zero bytes are a valid value of every element type (`Zeroable`), which is zero (or
+/// `false`): fresh buffers are zeroed by the allocator.
+pub trait Element:
+    Copy + Send + Sync + PartialOrd + fmt::Debug + Default + bytemuck::Zeroable + 'static
+{
     const DTYPE: DType;
     fn as_f64(self) -> f64;
     fn from_f64(v: f64) -> Self;
