@@ -164,7 +164,7 @@ fn linear(args: &Args, report: &Report, g: &mut Generator) -> Result<()> {
             model.clone(),
             trace(&*model, x.meta(), LeafPolicy::default())?,
         );
-        QuantizeDynamic { per_channel }.run(&mut gm)?;
+        QuantizeDynamic::new(per_channel).run(&mut gm)?;
         let t = time(args.reps, || Ok(gm.call(x.clone()).map(drop)?))?;
         let name = if per_channel {
             "linear_1024_b256_dynamic_int8_pc"

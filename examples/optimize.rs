@@ -210,10 +210,7 @@ fn run(args: &Args) -> Result<(), Error> {
             "structured_prune",
             Box::new(StructuredPrune::new(args.prune)),
         ),
-        (
-            "quantize_dynamic",
-            Box::new(QuantizeDynamic { per_channel: true }),
-        ),
+        ("quantize_dynamic", Box::new(QuantizeDynamic::new(true))),
         ("simplify", Box::new(Simplify::default())),
         ("dead_code_elimination", Box::new(DeadCodeElimination)),
     ];

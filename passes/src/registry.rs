@@ -18,7 +18,7 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(StructuredPrune::new(0.3)),
         Box::new(Simplify::default()),
         Box::new(FuseGroups),
-        Box::new(QuantizeDynamic { per_channel: true }),
+        Box::new(QuantizeDynamic::new(true)),
         Box::new(InsertObservers),
         Box::new(ConvertStatic { per_channel: true }),
     ]

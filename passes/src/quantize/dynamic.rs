@@ -12,9 +12,21 @@ use tessera_nn::{ModuleExt, ModuleKind};
 use tessera_tensor::DType;
 
 /// Dynamic int8 quantization of Linear layers; `per_channel` picks per-output-channel
-/// weight scales (else one per tensor).
+/// weight scales (else one per tensor), `reduce_range` quantizes activations to `[0, 127]`
+/// as PyTorch's x86 (fbgemm) engine does (`[0, 255]` without it).
 pub struct QuantizeDynamic {
     pub per_channel: bool,
+    pub reduce_range: bool,
+}
+
+impl QuantizeDynamic {
+    /// PyTorch's x86 engine: `reduce_range` on.
+    pub fn new(per_channel: bool) -> Self {
+        QuantizeDynamic {
+            per_channel,
+            reduce_range: true,
+        }
+    }
 }
 
 impl Pass for QuantizeDynamic {
@@ -41,8 +53,9 @@ impl Pass for QuantizeDynamic {
             if linear.weight.dtype() != DType::F32 {
                 continue;
             }
-            let quantized = DynamicQuantizedLinear::from_float(linear, self.per_channel)
+            let mut quantized = DynamicQuantizedLinear::from_float(linear, self.per_channel)
                 .map_err(|e| build_error(self.name(), &target, e))?;
+            quantized.reduce_range = self.reduce_range;
             let (quantized_kind, repr) = (quantized.kind(), tessera_nn::repr(&quantized));
             let name = gm.fresh_name(&format!("{target}_dynamic_quantized"));
             gm.add_owned_module(&name, Box::new(quantized))?;

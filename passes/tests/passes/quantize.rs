@@ -92,7 +92,7 @@ fn quantize_dynamic_swaps_every_linear_for_an_owned_int8_module() {
     let mut gm = traced(model.clone(), TensorMeta::new(vec![8, 32], DType::F32));
     let x = randn(&[8, 32], 1);
     let expected = model.call(x.clone()).unwrap();
-    let (changed, text) = run_pass(Box::new(QuantizeDynamic { per_channel: true }), &mut gm);
+    let (changed, text) = run_pass(Box::new(QuantizeDynamic::new(true)), &mut gm);
     assert_eq!(changed, Changed::Yes);
     snapshots().bind(|| insta::assert_snapshot!("quantize_dynamic_mlp", text));
     let owned: Vec<&String> = gm.owned_modules().keys().collect();
@@ -130,7 +130,7 @@ fn dynamic_linear_output_is_within_the_rounding_bound_per_tensor_and_per_channel
     for per_channel in [false, true] {
         let model = Arc::new(Sequential::new().add(Linear::new(48, 12).unwrap()));
         let mut gm = traced(model.clone(), TensorMeta::new(vec![16, 48], DType::F32));
-        QuantizeDynamic { per_channel }.run(&mut gm).unwrap();
+        QuantizeDynamic::new(per_channel).run(&mut gm).unwrap();
         let x = randn(&[16, 48], 4);
         let (y, expected) = (
             values(&gm.call(x.clone()).unwrap()),
@@ -442,7 +442,7 @@ fn a_float64_linear_stays_float() {
     let model = Arc::new(Sequential::new().add(Linear::new(4, 3).unwrap()));
     model.double().unwrap();
     let mut gm = traced(model, TensorMeta::new(vec![2, 4], DType::F64));
-    let changed = QuantizeDynamic { per_channel: true }.run(&mut gm).unwrap();
+    let changed = QuantizeDynamic::new(true).run(&mut gm).unwrap();
     assert_eq!(changed, Changed::No);
     assert!(gm.owned_modules().is_empty());
 }
@@ -451,7 +451,7 @@ fn a_float64_linear_stays_float() {
 fn quantized_graph_outputs_carry_no_gradient() {
     let model = mlp();
     let mut gm = traced(model, TensorMeta::new(vec![2, 32], DType::F32));
-    QuantizeDynamic { per_channel: false }.run(&mut gm).unwrap();
+    QuantizeDynamic::new(false).run(&mut gm).unwrap();
     let y = gm
         .call(randn(&[2, 32], 9).requires_grad_(true).unwrap())
         .unwrap();

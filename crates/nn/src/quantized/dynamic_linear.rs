@@ -27,7 +27,8 @@ pub struct DynamicQuantizedLinear {
     /// The f32 bias, kept in float as PyTorch does.
     #[module(buffer)]
     pub bias: Option<Tensor>,
-    /// Whether activations use `[0, 127]` instead of `[0, 255]`.
+    /// Whether activations use `[0, 127]` instead of `[0, 255]`: on by default, as PyTorch's
+    /// x86 (fbgemm) dynamic linear always quantizes them (`reduce_range=True`).
     #[module(skip)]
     pub reduce_range: bool,
     #[module(skip)]
@@ -35,7 +36,8 @@ pub struct DynamicQuantizedLinear {
 }
 
 impl DynamicQuantizedLinear {
-    /// Quantizes `linear`'s weight symmetrically to int8, per output channel or per tensor.
+    /// Quantizes `linear`'s weight symmetrically to int8, per output channel or per tensor;
+    /// activations will use PyTorch's x86 range `[0, 127]` (`reduce_range`).
     pub fn from_float(linear: &Linear, per_channel: bool) -> Result<Self> {
         let q = QuantizedWeight::symmetric(&linear.weight, per_channel)?;
         let bias = match &linear.bias {
@@ -50,7 +52,7 @@ impl DynamicQuantizedLinear {
             scale: q.scales,
             zero_point: q.zero_points,
             bias,
-            reduce_range: false,
+            reduce_range: true,
             per_channel,
         })
     }

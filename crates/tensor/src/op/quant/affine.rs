@@ -131,7 +131,10 @@ pub(crate) fn round_half_even(x: f32) -> i64 {
 /// `clamp(round_half_even(x / scale) + zero_point, qmin, qmax)` in f32.
 #[inline]
 pub(crate) fn quantize_f32(x: f32, q: QParams, (qmin, qmax): (i64, i64)) -> i64 {
-    (round_half_even(x / q.scale) + q.zero_point).clamp(qmin, qmax)
+    // PyTorch (`quantize_val`, fbgemm's `Quantize`) multiplies by the f32 reciprocal of the
+    // scale rather than dividing: the two differ in the last bit, which decides exact ties
+    // (a weight at -127.5 steps rounds to -128 one way and -127 the other).
+    (round_half_even(x * (1.0 / q.scale)) + q.zero_point).clamp(qmin, qmax)
 }
 
 /// The same in f64.
