@@ -153,6 +153,17 @@ pub enum RunError {
     /// A graph without an output node.
     #[error("the graph has no output node")]
     NoOutput,
+    /// A standalone graph's input or output whose shape or dtype differs from what the graph
+    /// declares for it (an input of another size, or weights that do not belong to the graph).
+    #[error("{role} {index} is {got_dtype}{got_shape:?} but the graph declares {dtype}{shape:?}")]
+    Mismatch {
+        role: Role,
+        index: usize,
+        shape: Vec<usize>,
+        dtype: tessera_tensor::DType,
+        got_shape: Vec<usize>,
+        got_dtype: tessera_tensor::DType,
+    },
     /// An error of this crate raised by an [`crate::interpreter::Interpreter`] method that a
     /// user overrode.
     #[error("{0}")]
@@ -162,6 +173,22 @@ pub enum RunError {
 impl From<FxError> for RunError {
     fn from(e: FxError) -> Self {
         RunError::Fx(Box::new(e))
+    }
+}
+
+/// Which end of a graph a [`RunError::Mismatch`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Input,
+    Output,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Input => "input",
+            Role::Output => "output",
+        })
     }
 }
 

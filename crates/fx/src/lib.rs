@@ -73,7 +73,9 @@ pub mod transformer;
 mod verify;
 
 pub use edit::ValueMap;
-pub use error::{ArtifactError, FxError, InlineError, PatternError, Result, RunError, TraceError};
+pub use error::{
+    ArtifactError, FxError, InlineError, PatternError, Result, Role, RunError, TraceError,
+};
 pub use graph::Graph;
 pub use graph_module::GraphModule;
 pub use names::sanitize as sanitize_name;

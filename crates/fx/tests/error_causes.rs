@@ -3,19 +3,24 @@
 //! error, and the message still reads as one line naming the node, op and shapes.
 
 use std::error::Error as _;
-use tessera_fx::artifact::{load, run_standalone};
-use tessera_fx::interpreter::{GraphInterpreter, Interpreter};
+use tessera_fx::artifact::load;
+use tessera_fx::interpreter::{GraphInterpreter, Interpreter, run};
 use tessera_fx::rewrite::replace_pattern;
-use tessera_fx::trace::{LeafPolicy, TracedGraph, inline, trace};
+use tessera_fx::trace::{LeafPolicy, inline, trace};
 use tessera_fx::{ArtifactError, FxError, Graph, InlineError, PatternError, RunError, TraceError};
 use tessera_nn::models::SmallCnn;
 use tessera_nn::{Call, ReLU};
 use tessera_tensor::{DType, Tensor, TensorError, TensorMeta};
 
-/// Runs `text` (a graph reading no weights) on `inputs`.
+/// Runs `text` (a graph reading no weights) on `inputs` with the interpreter itself:
+/// `run_standalone` would refuse the mismatched inputs and missing weights before running.
 fn run_text(text: &str, inputs: &[Tensor]) -> tessera_fx::Result<Vec<Tensor>> {
-    let traced = TracedGraph::from(Graph::parse(text).unwrap());
-    run_standalone(&traced, inputs)
+    let root = ReLU::default();
+    let mut interpreter = GraphInterpreter {
+        root: &root,
+        constants: None,
+    };
+    run(&mut interpreter, &Graph::parse(text).unwrap(), inputs)
 }
 
 fn zeros(shape: &[usize]) -> Tensor {

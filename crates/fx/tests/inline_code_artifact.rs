@@ -6,7 +6,6 @@ mod common;
 use common::snapshots;
 use tessera_fx::NodeKind;
 use tessera_fx::artifact::{load, run_standalone, save};
-use tessera_fx::interpreter::{GraphInterpreter, run};
 use tessera_fx::trace::{LeafPolicy, inline, trace};
 use tessera_nn::models::SmallCnn;
 use tessera_nn::{Call, ModuleExt};

@@ -157,7 +157,6 @@ fn shape_propagation_reshapes_a_traced_graph_for_a_new_input_size() {
 
 #[test]
 fn resnet18_traces_like_torch_fx_and_its_graph_computes_the_same() {
-    use tessera_fx::interpreter::run;
     use tessera_nn::models::ResNet18;
     let resnet = ResNet18::new(10).unwrap();
     resnet.eval();

@@ -3,22 +3,21 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use super::file_io::io_error;
+use super::temp_files::{remove_stale_temps, sync_parent, temp_path};
 use crate::Result;
-
-/// Distinguishes temporary files of concurrent saves within one process.
-static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Writes `path` through `write`, atomically: readers see the old file or the new one,
 /// never a partial one. `write` gets a buffered writer positioned at the file's start.
+/// Temporary files that killed saves to `path` left behind are removed first.
 pub(crate) fn write_atomic(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> Result<()>,
 ) -> Result<()> {
     let io_err = |source| io_error(path, source);
+    remove_stale_temps(path);
     let tmp = temp_path(path);
     let file = OpenOptions::new()
         .write(true)
@@ -43,28 +42,6 @@ pub(crate) fn write_atomic(
             let _ = fs::remove_file(&tmp);
             Err(e)
         }
-    }
-}
-
-/// `.<name>.tmp-<pid>-<n>` in the target's directory, so the rename never crosses a
-/// file system.
-fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "checkpoint".into());
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()))
-}
-
-/// Makes the rename itself durable where the platform allows syncing a directory.
-fn sync_parent(path: &Path) {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
     }
 }
 

@@ -28,14 +28,19 @@ mod pickle_read;
 mod pickle_write;
 mod rebuild;
 mod safetensors_format;
+mod staged_dir;
 mod state_dict_value;
+mod temp_files;
 mod torch_globals;
 mod torch_zip;
+mod zip_writer;
 
 use std::path::Path;
 
 pub use error::CheckpointError;
 pub use safetensors_format::{ORDER_KEY, VERSIONS_KEY, load_safetensors, save_safetensors};
+pub use staged_dir::StagedDir;
+pub use temp_files::TEMP_MARKER;
 pub use torch_zip::{load_pt, load_pt_state_dict, save_pt, save_pt_state_dict};
 
 use crate::{Result, Value};

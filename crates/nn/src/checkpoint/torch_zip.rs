@@ -5,11 +5,10 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::hash::{BuildHasher, Hasher};
-use std::io::{BufReader, Read, Seek, Write};
+use std::io::{BufReader, Read, Seek};
 use std::path::Path;
 
-use zip::write::SimpleFileOptions;
-use zip::{CompressionMethod, DateTime, ZipArchive, ZipWriter};
+use zip::{CompressionMethod, ZipArchive};
 
 use super::CheckpointError;
 use super::atomic::write_atomic;
@@ -17,10 +16,8 @@ use super::file_io::{checkpoint_error, io_error};
 use super::pickle_read::{Pickle, StorageRef, unpickle};
 use super::pickle_write::{Pickled, pickle_state_dict, pickle_value};
 use super::rebuild::{Rebuilder, StorageSource};
+use super::zip_writer::write_zip;
 use crate::{Result, StateDict, Value};
-
-/// `torch.save`'s record alignment (`.storage_alignment`).
-const ALIGNMENT: u16 = 64;
 
 /// Reads a `.pt` file written by `torch.save` (or [`save_pt`]) as a value. Dicts and
 /// `OrderedDict`s both become [`Value::Dict`]; tensors are contiguous copies.
@@ -222,22 +219,6 @@ fn write_archive(path: &Path, pickled: &Pickled) -> Result<()> {
         write_zip(out, &records)
             .map_err(|source| checkpoint_error(path, CheckpointError::WriteZip { source }))
     })
-}
-
-/// A stored zip of `records` in order, each record's data 64-byte aligned.
-fn write_zip<W: Write + Seek>(out: W, records: &[(String, &[u8])]) -> zip::result::ZipResult<()> {
-    let mut zip = ZipWriter::new(out);
-    for (name, bytes) in records {
-        let options = SimpleFileOptions::default()
-            .compression_method(CompressionMethod::Stored)
-            .last_modified_time(DateTime::default())
-            .with_alignment(ALIGNMENT)
-            .large_file(bytes.len() as u64 >= u64::from(u32::MAX));
-        zip.start_file(name.as_str(), options)?;
-        zip.write_all(bytes)?;
-    }
-    zip.finish()?;
-    Ok(())
 }
 
 /// 40 decimal digits, like PyTorch's: unique per save, never interpreted.
