@@ -41,14 +41,16 @@ impl Layout {
     }
 
     /// True when the elements are packed row-major (size-1 dims may have any stride).
+    /// Expected strides saturate as [`contiguous_strides`] does: an empty tensor may have
+    /// dimensions whose product overflows (`[0, 2^40, 2^40]`).
     pub fn is_contiguous(&self) -> bool {
-        let mut expected = 1;
+        let mut expected: usize = 1;
         for d in (0..self.shape.len()).rev() {
             if self.shape[d] != 1 {
                 if self.strides[d] != expected {
                     return false;
                 }
-                expected *= self.shape[d];
+                expected = expected.saturating_mul(self.shape[d]);
             }
         }
         true

@@ -131,3 +131,13 @@ fn a_kernel_output_the_machine_cannot_provide_is_an_error() {
         .unwrap_err();
     assert!(matches!(e, TensorError::OutOfMemory { .. }), "{e}");
 }
+
+#[test]
+fn an_empty_tensor_whose_other_dimensions_overflow_runs_elementwise_ops() {
+    // Found by the op_shapes_property test: the contiguity check multiplied 2^40 * 2^40 and
+    // panicked ("attempt to multiply with overflow") on a tensor of no elements.
+    let x = Tensor::zeros(&[0, 1 << 40, 1 << 40], DType::F32).unwrap();
+    let y = x.log().unwrap();
+    assert_eq!(y.shape(), vec![0, 1 << 40, 1 << 40]);
+    assert_eq!(y.numel(), 0);
+}
