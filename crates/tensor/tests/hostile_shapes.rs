@@ -141,3 +141,27 @@ fn an_empty_tensor_whose_other_dimensions_overflow_runs_elementwise_ops() {
     assert_eq!(y.shape(), vec![0, 1 << 40, 1 << 40]);
     assert_eq!(y.numel(), 0);
 }
+
+#[test]
+fn reducing_a_zero_dimensional_tensor_over_dim_0_works() {
+    // Found by the op_shapes_property test: the leading-dimension sum sliced the shape [] at 1.
+    let x = Tensor::from_vec(vec![2.5f32], &[]).unwrap();
+    assert_eq!(
+        x.sum_dims(&[0], false).unwrap().to_vec::<f32>().unwrap(),
+        [2.5]
+    );
+}
+
+#[test]
+fn view_metas_refuse_overflowing_targets() {
+    // Found by the op_shapes_property test: reshape multiplied its target shape unchecked.
+    let x = TensorMeta::new(&[4], DType::F32);
+    let reshape = Op::View(ViewOp::Reshape(vec![1 << 62, 4, 2]));
+    assert!(reshape.meta(std::slice::from_ref(&x)).is_err());
+    let narrow = Op::View(ViewOp::Narrow {
+        dim: 0,
+        start: usize::MAX,
+        len: 2,
+    });
+    assert!(narrow.meta(&[x]).is_err());
+}

@@ -193,7 +193,11 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
         as_batched(&a.layout(), &batch, true)?,
         as_batched(&b.layout(), &batch, false)?,
     );
-    let batch_count: usize = batch.iter().product();
+    let batch_count = crate::size::saturating_numel(&batch);
+    if batch_count == 0 || m == 0 || n == 0 {
+        // No output elements: the other sizes may be anything, even overflowing together.
+        return Tensor::zeros(&out_shape, T::DTYPE);
+    }
     let batch_layout = |l: &Layout| Layout {
         shape: batch.clone(),
         strides: l.strides[..batch.len()].to_vec(),
@@ -225,7 +229,7 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
                     parallel,
                 )
             };
-            if batch_count > 1 && m * n * k < (1 << 20) {
+            if batch_count > 1 && m.saturating_mul(n).saturating_mul(k) < (1 << 20) {
                 out.par_chunks_mut((m * n).max(1))
                     .enumerate()
                     .for_each(|(i, dst)| run(i, dst, false));

@@ -69,6 +69,10 @@ impl ReduceOp {
         x: &Tensor,
     ) -> Result<(usize, usize, Vec<T>)> {
         let ndim = x.ndim();
+        if ndim == 0 {
+            // A 0-d tensor reduced over its dim 0 (PyTorch allows it) is one row of one value.
+            return Ok((1, 1, x.to_vec::<T>()?));
+        }
         let mut order: Vec<usize> = (0..ndim).filter(|d| !self.dims.contains(d)).collect();
         order.extend(&self.dims);
         let shape = x.shape();
@@ -233,7 +237,8 @@ impl ReduceOp {
         if !matches!(self.kind, ReduceKind::Sum | ReduceKind::Mean)
             || !leading
             || self.dims.is_empty()
-            || self.dims.len() == shape.len()
+            // A 0-d tensor reduced over its dim 0 (as PyTorch allows) has fewer dims than that.
+            || self.dims.len() >= shape.len()
             || !x.is_contiguous()
         {
             return Ok(None);

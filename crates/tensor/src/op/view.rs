@@ -92,8 +92,8 @@ impl OpDef for ViewOp {
         let x = &inputs[0];
         let shape = match self {
             ViewOp::Reshape(shape) => {
-                let n: usize = shape.iter().product();
-                if n != x.numel() {
+                // An overflowing target count never equals the input's count: compare as None.
+                if crate::size::checked_numel(shape) != crate::size::checked_numel(&x.shape) {
                     return Err(TensorError::shapes(
                         "reshape",
                         &x.shape,
@@ -122,7 +122,11 @@ impl OpDef for ViewOp {
                 dims.iter().map(|&d| x.shape[d]).collect()
             }
             ViewOp::Narrow { dim, start, len } => {
-                if *dim >= x.shape.len() || start + len > x.shape[*dim] {
+                if *dim >= x.shape.len()
+                    || start
+                        .checked_add(*len)
+                        .is_none_or(|end| end > x.shape[*dim])
+                {
                     return Err(TensorError::invalid(
                         "narrow",
                         format!(

@@ -210,12 +210,14 @@ impl Planes {
         Planes { count, src, dst }
     }
 
+    // Saturating: with no planes (`count` 0) the plane sizes may overflow, and nothing is
+    // read or written; with planes, the meta functions have refused overflowing shapes.
     fn src_len(&self) -> usize {
-        self.src[0] * self.src[1]
+        self.src[0].saturating_mul(self.src[1])
     }
 
     fn dst_len(&self) -> usize {
-        self.dst[0] * self.dst[1]
+        self.dst[0].saturating_mul(self.dst[1])
     }
 }
 
