@@ -185,6 +185,17 @@ fn main() -> std::process::ExitCode {
     tessera::exit_code("bench", run(&Args::parse()))
 }
 
+/// ResNet-18 in eval mode, a 224x224 image and the module-level trace of one call.
+fn traced_resnet18(
+    g: &mut Generator,
+) -> Result<(ResNet18, Tensor, tessera::fx::trace::TracedGraph)> {
+    let resnet = ResNet18::new(1000).map_err(nn_err)?;
+    resnet.eval();
+    let image = Tensor::randn_with(&[1, 3, 224, 224], DType::F32, g)?;
+    let traced = trace(&resnet, image.meta(), LeafPolicy::default()).map_err(fx_err)?;
+    Ok((resnet, image, traced))
+}
+
 /// A workload: its name and a setup that returns the closure to time.
 type Workload = (
     &'static str,
@@ -318,10 +329,7 @@ const WORKLOADS: [Workload; 13] = [
         }))
     }),
     ("resnet18_infer_b1_interpreted", |g| {
-        let resnet = ResNet18::new(1000).map_err(nn_err)?;
-        resnet.eval();
-        let image = Tensor::randn_with(&[1, 3, 224, 224], DType::F32, g)?;
-        let traced = trace(&resnet, image.meta(), LeafPolicy::default()).map_err(fx_err)?;
+        let (resnet, image, traced) = traced_resnet18(g)?;
         Ok(Box::new(move || {
             let _guard = no_grad();
             traced
@@ -331,10 +339,7 @@ const WORKLOADS: [Workload; 13] = [
         }))
     }),
     ("resnet18_infer_b1_profiled", |g| {
-        let resnet = ResNet18::new(1000).map_err(nn_err)?;
-        resnet.eval();
-        let image = Tensor::randn_with(&[1, 3, 224, 224], DType::F32, g)?;
-        let traced = trace(&resnet, image.meta(), LeafPolicy::default()).map_err(fx_err)?;
+        let (resnet, image, traced) = traced_resnet18(g)?;
         Ok(Box::new(move || {
             let _guard = no_grad();
             tessera::profiler::Profiler::new()
