@@ -25,22 +25,35 @@ fn state() -> StateDict {
 fn check_cleanup(name: &str, save: impl Fn(&StateDict, &Path) -> Result<()>) {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join(name);
-    let stale = dir.path().join(format!(".{name}{TEMP_MARKER}{}-3", dead_pid()));
+    let stale = dir
+        .path()
+        .join(format!(".{name}{TEMP_MARKER}{}-3", dead_pid()));
     std::fs::write(&stale, vec![0u8; 4096]).unwrap();
     let live = dir.path().join(format!(
         ".{name}{TEMP_MARKER}{}-0",
         std::os::unix::process::parent_id()
     ));
     std::fs::write(&live, "a save in progress").unwrap();
-    let other = dir.path().join(format!(".other.pt{TEMP_MARKER}{}-0", dead_pid()));
+    let other = dir
+        .path()
+        .join(format!(".other.pt{TEMP_MARKER}{}-0", dead_pid()));
     std::fs::write(&other, "another target's").unwrap();
 
     save(&state(), &target).unwrap();
 
     assert!(target.exists());
-    assert!(!stale.exists(), "{name}: the killed save's temporary file was removed");
-    assert!(live.exists(), "{name}: a running process's temporary file stays");
-    assert!(other.exists(), "{name}: another target's temporary file stays");
+    assert!(
+        !stale.exists(),
+        "{name}: the killed save's temporary file was removed"
+    );
+    assert!(
+        live.exists(),
+        "{name}: a running process's temporary file stays"
+    );
+    assert!(
+        other.exists(),
+        "{name}: another target's temporary file stays"
+    );
 }
 
 #[test]
