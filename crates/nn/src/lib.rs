@@ -99,8 +99,8 @@ pub use walk::find_child;
 pub use call::{Args, Call, Forward, Plain};
 pub use call_stack::current_module_path;
 pub use checkpoint::{
-    CheckpointError, load_checkpoint, load_pt, load_pt_state_dict, load_safetensors,
-    save_checkpoint, save_pt, save_pt_state_dict, save_safetensors,
+    CheckpointError, CheckpointLimit, load_checkpoint, load_pt, load_pt_state_dict,
+    load_safetensors, save_checkpoint, save_pt, save_pt_state_dict, save_safetensors,
 };
 pub use containers::{ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential};
 pub use core::ModuleCore;

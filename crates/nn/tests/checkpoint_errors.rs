@@ -8,7 +8,8 @@ use std::io::{Cursor, Read, Write};
 use std::path::Path;
 
 use tessera_nn::{
-    CheckpointError, NnError, StateDict, load_pt_state_dict, load_safetensors, save_pt_state_dict,
+    CheckpointError, CheckpointLimit, NnError, StateDict, load_pt_state_dict, load_safetensors,
+    save_pt_state_dict,
 };
 use tessera_tensor::Tensor;
 use zip::CompressionMethod;
@@ -196,4 +197,110 @@ fn safetensors_problems_are_typed() {
     // The chain: NnError -> CheckpointError -> safetensors' own error.
     let inner = err.source().and_then(|e| e.source());
     assert!(inner.is_some(), "{err:?}");
+}
+
+/// Whether `err` is the limit `limit` being hit.
+fn hit(err: &CheckpointError, limit: CheckpointLimit) -> bool {
+    matches!(err, CheckpointError::LimitExceeded { limit: l, value, allowed } if *l == limit && value > allowed)
+}
+
+#[test]
+fn a_pickle_of_millions_of_one_byte_empty_lists_is_refused_by_the_memory_budget() {
+    // `]` (EMPTY_LIST) is one byte; each builds a node several dozen bytes large.
+    let mut pickle = b"\x80\x02]".to_vec();
+    for _ in 0..2 {
+        pickle.push(b'(');
+        pickle.extend(std::iter::repeat_n(b']', 1_000_000));
+        pickle.push(b'e');
+    }
+    pickle.push(b'.');
+    let dir = tempfile::tempdir().unwrap();
+    let err = refused(dir.path(), &with_pickle(dir.path(), &pickle));
+    assert!(hit(&err, CheckpointLimit::PickleMemory), "{err:?}");
+    assert!(err.to_string().contains("memory budget"), "{err}");
+}
+
+#[test]
+fn a_pickle_that_copies_a_memoised_long_key_again_and_again_is_refused_by_the_memory_budget() {
+    // A persistent id with a 100 kB storage key, memoised once; each `h\x00 Q 0` (four bytes)
+    // gets it back and builds a storage reference holding a copy of the key.
+    let key = vec![b'k'; 100_000];
+    let mut pickle = b"\x80\x02(X\x07\x00\x00\x00storagectorch\nFloatStorage\n".to_vec();
+    pickle.push(b'X');
+    pickle.extend((key.len() as u32).to_le_bytes());
+    pickle.extend(&key);
+    pickle.extend(b"X\x03\x00\x00\x00cpuK\x01tq\x000");
+    for _ in 0..1000 {
+        pickle.extend(b"h\x00Q0");
+    }
+    pickle.extend(b"}.");
+    let dir = tempfile::tempdir().unwrap();
+    let err = refused(dir.path(), &with_pickle(dir.path(), &pickle));
+    assert!(hit(&err, CheckpointLimit::PickleMemory), "{err:?}");
+}
+
+#[test]
+fn a_small_pickle_that_copies_its_key_a_few_times_still_loads() {
+    // The same program with ten copies stays far inside the budget: an empty state dict.
+    let mut pickle = b"\x80\x02(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x01tq\x000".to_vec();
+    for _ in 0..10 {
+        pickle.extend(b"h\x00Q0");
+    }
+    pickle.extend(b"}.");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.pt");
+    std::fs::write(&path, with_pickle(dir.path(), &pickle)).unwrap();
+    assert_eq!(load_pt_state_dict(&path).unwrap().len(), 0);
+}
+
+/// A safetensors file of `count` empty f32 tensors, with nothing else to make it large.
+fn many_empty_tensors(count: usize) -> Vec<u8> {
+    let mut header = String::from("{");
+    for i in 0..count {
+        if i > 0 {
+            header.push(',');
+        }
+        header.push_str(&format!(
+            "\"t{i}\":{{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}"
+        ));
+    }
+    header.push('}');
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend(header.as_bytes());
+    file
+}
+
+#[test]
+fn a_safetensors_header_of_too_many_tensors_for_its_file_is_refused_before_parsing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.safetensors");
+    // 200,000 tensors in 12 MB: the limit is 65,536 + one per 256 bytes (about 112,000).
+    std::fs::write(&path, many_empty_tensors(200_000)).unwrap();
+    let err = load_safetensors(&path).unwrap_err();
+    let NnError::Checkpoint { source, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert!(hit(source, CheckpointLimit::SafetensorsTensors), "{err:?}");
+    assert!(err.to_string().contains("tensor count limit"), "{err}");
+
+    // Fewer tensors than the base allowance load, however small the file.
+    std::fs::write(&path, many_empty_tensors(1_000)).unwrap();
+    assert_eq!(load_safetensors(&path).unwrap().len(), 1_000);
+}
+
+#[test]
+fn a_safetensors_header_declared_larger_than_the_limit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.safetensors");
+    // A header one byte over the limit, present in full (a declared length past the end of
+    // the file is a damaged file, which the parser reports).
+    let header_len = 100_000_001usize;
+    let mut file = (header_len as u64).to_le_bytes().to_vec();
+    file.resize(8 + header_len, b' ');
+    std::fs::write(&path, file).unwrap();
+    let err = load_safetensors(&path).unwrap_err();
+    let NnError::Checkpoint { source, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert!(hit(source, CheckpointLimit::SafetensorsHeader), "{err:?}");
 }

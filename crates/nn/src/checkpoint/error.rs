@@ -3,6 +3,8 @@
 
 use tessera_tensor::TensorError;
 
+use super::limits::CheckpointLimit;
+
 /// Why a `.pt` or safetensors file could not be read or written. Match on the variant to
 /// tell a damaged container from a hostile pickle or a tensor that does not fit its storage;
 /// `source()` is the underlying zip, I/O, JSON, safetensors or tensor error where there is one.
@@ -149,4 +151,13 @@ pub enum CheckpointError {
     /// The recorded key order does not list the file's tensors exactly once.
     #[error("{key} in __metadata__ does not list the file's {count} tensors exactly once")]
     Order { key: &'static str, count: usize },
+    /// Reading the file would take more memory than its size justifies (a pickle whose tiny
+    /// opcodes build huge values, a safetensors header of too many tensors): `limit` says which
+    /// limit, `value` what the file needed and `allowed` what it may.
+    #[error("{limit} exceeded: {value} > {allowed}")]
+    LimitExceeded {
+        limit: CheckpointLimit,
+        value: u64,
+        allowed: u64,
+    },
 }

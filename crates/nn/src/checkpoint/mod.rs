@@ -23,11 +23,13 @@ mod atomic;
 mod dtype_bytes;
 mod error;
 mod file_io;
+mod limits;
 mod pickle_ops;
 mod pickle_read;
 mod pickle_write;
 mod rebuild;
 mod safetensors_format;
+mod safetensors_header;
 mod staged_dir;
 mod state_dict_value;
 mod temp_files;
@@ -38,6 +40,10 @@ mod zip_writer;
 use std::path::Path;
 
 pub use error::CheckpointError;
+pub use limits::{
+    CheckpointLimit, PICKLE_BYTES_BASE, PICKLE_BYTES_PER_INPUT_BYTE, SAFETENSORS_BYTES_PER_TENSOR,
+    SAFETENSORS_MAX_HEADER_BYTES, SAFETENSORS_TENSORS_BASE,
+};
 pub use safetensors_format::{ORDER_KEY, VERSIONS_KEY, load_safetensors, save_safetensors};
 pub use staged_dir::StagedDir;
 pub use temp_files::TEMP_MARKER;

@@ -1,13 +1,16 @@
 //! A restricted unpickler: runs the pickle machine for the opcodes `torch.save` emits
 //! into an arena of plain nodes, resolves only the globals of [`Global`], and stops with
 //! an error (never a panic) on anything else. Tensors stay unmaterialised references to
-//! storages here; `rebuild.rs` turns nodes into values.
+//! storages here; `rebuild.rs` turns nodes into values. Every node, container entry and
+//! memo entry is charged to a memory budget proportional to the pickle's size
+//! ([`MemoryBudget`]), so tiny opcodes cannot build values that exhaust memory.
 
 use std::collections::HashMap;
 
 use tessera_tensor::DType;
 
 use super::CheckpointError;
+use super::limits::MemoryBudget;
 use super::pickle_ops as op;
 use super::torch_globals::Global;
 
@@ -60,7 +63,8 @@ pub(crate) enum Node {
     },
     Global(Global),
     Storage(StorageRef),
-    Tensor(TensorSpec),
+    /// Boxed: the largest variant by far, it would triple the size of every node.
+    Tensor(Box<TensorSpec>),
 }
 
 impl Node {
@@ -80,6 +84,24 @@ impl Node {
             Node::Storage(_) => "storage",
             Node::Tensor(_) => "tensor",
         }
+    }
+
+    /// The bytes this node occupies, with what it owns on the heap: its cost to the budget.
+    fn footprint(&self) -> usize {
+        let id = size_of::<NodeId>();
+        let owned = match self {
+            Node::Str(text) => text.len(),
+            Node::Tuple(items) | Node::List(items) => items.len() * id,
+            Node::Dict(items) | Node::OrderedDict { items, .. } => items.len() * 2 * id,
+            Node::Storage(storage) => storage.key.len(),
+            Node::Tensor(spec) => {
+                size_of::<TensorSpec>()
+                    + spec.storage.key.len()
+                    + (spec.size.len() + spec.stride.len()) * size_of::<u64>()
+            }
+            Node::None | Node::Bool(_) | Node::Int(_) | Node::Float(_) | Node::Global(_) => 0,
+        };
+        size_of::<Node>() + owned
     }
 }
 
@@ -103,7 +125,13 @@ impl Pickle {
 
 /// Runs the pickle machine over `data`.
 pub(crate) fn unpickle(data: &[u8]) -> Result<Pickle, CheckpointError> {
+    unpickle_counted(data).map(|(pickle, _)| pickle)
+}
+
+/// [`unpickle`], also returning the bytes charged to the memory budget.
+pub(crate) fn unpickle_counted(data: &[u8]) -> Result<(Pickle, u64), CheckpointError> {
     let mut machine = Machine {
+        budget: MemoryBudget::for_pickle(data.len()),
         input: data,
         pos: 0,
         at: 0,
@@ -113,10 +141,14 @@ pub(crate) fn unpickle(data: &[u8]) -> Result<Pickle, CheckpointError> {
         memo: HashMap::new(),
     };
     let root = machine.run()?;
-    Ok(Pickle {
-        nodes: machine.nodes,
-        root,
-    })
+    let used = machine.budget.used();
+    Ok((
+        Pickle {
+            nodes: machine.nodes,
+            root,
+        },
+        used,
+    ))
 }
 
 struct Machine<'a> {
@@ -128,7 +160,11 @@ struct Machine<'a> {
     stack: Vec<NodeId>,
     marks: Vec<usize>,
     memo: HashMap<u32, NodeId>,
+    budget: MemoryBudget,
 }
+
+/// What one memo entry costs the budget: its key, its value and the hash table's overhead.
+const MEMO_ENTRY_BYTES: usize = 32;
 
 impl Machine<'_> {
     /// A [`CheckpointError::Pickle`] at the opcode being run.
@@ -399,6 +435,7 @@ impl Machine<'_> {
     }
 
     fn push(&mut self, node: Node) -> Result<(), CheckpointError> {
+        self.budget.charge(node.footprint())?;
         let id = NodeId(self.nodes.len());
         self.nodes.push(node);
         self.push_id(id)
@@ -440,8 +477,11 @@ impl Machine<'_> {
 
     fn put(&mut self, index: u32) -> Result<(), CheckpointError> {
         let top = self.top()?;
-        if self.memo.len() >= MAX_MEMO && !self.memo.contains_key(&index) {
-            return Err(self.malformed("memo too large"));
+        if !self.memo.contains_key(&index) {
+            if self.memo.len() >= MAX_MEMO {
+                return Err(self.malformed("memo too large"));
+            }
+            self.budget.charge(MEMO_ENTRY_BYTES)?;
         }
         self.memo.insert(index, top);
         Ok(())
@@ -467,6 +507,7 @@ impl Machine<'_> {
     }
 
     fn extend_list(&mut self, items: Vec<NodeId>) -> Result<(), CheckpointError> {
+        self.budget.charge(items.len() * size_of::<NodeId>())?;
         let target = self.top()?;
         match &mut self.nodes[target.0] {
             Node::List(list) => {
@@ -481,6 +522,7 @@ impl Machine<'_> {
     }
 
     fn extend_dict(&mut self, items: Vec<(NodeId, NodeId)>) -> Result<(), CheckpointError> {
+        self.budget.charge(items.len() * 2 * size_of::<NodeId>())?;
         let target = self.top()?;
         match &mut self.nodes[target.0] {
             Node::Dict(dict) | Node::OrderedDict { items: dict, .. } => {
@@ -540,15 +582,17 @@ impl Machine<'_> {
                 items: Vec::new(),
                 metadata: None,
             }),
-            Node::Global(Global::RebuildTensorV2) => self.rebuild_tensor(args).map(Node::Tensor),
+            Node::Global(Global::RebuildTensorV2) => self
+                .rebuild_tensor(args)
+                .map(|spec| Node::Tensor(Box::new(spec))),
             Node::Global(Global::RebuildParameter) => match args.as_slice() {
                 [data, requires_grad, _hooks] => {
                     match (self.node(*data), self.node(*requires_grad)) {
                         (Node::Tensor(spec), &Node::Bool(requires_grad)) => {
-                            Ok(Node::Tensor(TensorSpec {
+                            Ok(Node::Tensor(Box::new(TensorSpec {
                                 requires_grad,
-                                ..spec.clone()
-                            }))
+                                ..spec.as_ref().clone()
+                            })))
                         }
                         _ => Err(self.malformed("_rebuild_parameter needs (tensor, bool, hooks)")),
                     }
@@ -643,5 +687,50 @@ impl Machine<'_> {
                 Err(self.malformed(format!("BUILD on a {} is not supported", kind)))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::limits::PICKLE_BYTES_PER_INPUT_BYTE;
+    use std::io::Read;
+
+    /// The `data.pkl` record of a `.pt` file.
+    fn pickle_of(path: &std::path::Path) -> Vec<u8> {
+        let mut zip = zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap();
+        let name = zip
+            .file_names()
+            .map(|n| n.unwrap().into_owned())
+            .find(|n| n.ends_with("/data.pkl"))
+            .unwrap();
+        let mut data = Vec::new();
+        zip.by_name(&name).unwrap().read_to_end(&mut data).unwrap();
+        data
+    }
+
+    #[test]
+    fn torch_saved_pickles_use_at_most_half_the_per_byte_budget() {
+        let dir = tessera_testkit::conformance_dir();
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path().join("state_dict.pt");
+            if !path.exists() {
+                continue;
+            }
+            let data = pickle_of(&path);
+            let (_, used) = unpickle_counted(&data).unwrap();
+            let per_byte = used as f64 / data.len() as f64;
+            assert!(
+                per_byte <= PICKLE_BYTES_PER_INPUT_BYTE as f64 / 2.0,
+                "{}: {per_byte:.1} bytes per pickle byte",
+                path.display()
+            );
+            checked += 1;
+        }
+        assert!(
+            checked >= 10,
+            "only {checked} conformance checkpoints in {dir:?}"
+        );
     }
 }

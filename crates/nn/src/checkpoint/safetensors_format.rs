@@ -5,13 +5,14 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
-use safetensors::{Dtype, SafeTensors, View};
+use safetensors::{Dtype, SafeTensorError, SafeTensors, View};
 use tessera_tensor::DType;
 
 use super::CheckpointError;
 use super::atomic::{write_atomic, write_bytes};
 use super::dtype_bytes::{tensor_from_le_bytes, tensor_to_le_bytes};
 use super::file_io::{checkpoint_error, read_file};
+use super::safetensors_header::check_header;
 use crate::{Result, StateDict};
 
 /// `__metadata__` key holding the state dict's key order as a JSON list of strings.
@@ -120,15 +121,17 @@ pub fn save_safetensors(state: &StateDict, path: impl AsRef<Path>) -> Result<()>
 }
 
 /// Reads a safetensors file into a state dict: in the order saved by
-/// [`save_safetensors`] when the file records one, otherwise in data-offset order.
+/// [`save_safetensors`] when the file records one, otherwise in data-offset order. A header
+/// past the limits (see [`super::CheckpointLimit`]) is refused before it is parsed.
 pub fn load_safetensors(path: impl AsRef<Path>) -> Result<StateDict> {
     let path = path.as_ref();
     let fail = |source: CheckpointError| checkpoint_error(path, source);
     let bytes = read_file(path)?;
-    let (_, header) = SafeTensors::read_metadata(&bytes)
+    check_header(&bytes).map_err(fail)?;
+    let (header_len, header) = SafeTensors::read_metadata(&bytes)
         .map_err(|source| fail(CheckpointError::Safetensors { source }))?;
-    let file = SafeTensors::deserialize(&bytes)
-        .map_err(|source| fail(CheckpointError::Safetensors { source }))?;
+    // `read_metadata` checked that the data section holds every tensor's offsets.
+    let data = bytes.get(8 + header_len..).unwrap_or_default();
     let extra = header.metadata().clone().unwrap_or_default();
     let offset_order = header.offset_keys();
     let order = match extra.get(ORDER_KEY) {
@@ -137,21 +140,28 @@ pub fn load_safetensors(path: impl AsRef<Path>) -> Result<StateDict> {
     };
     let mut state = StateDict::new();
     for key in order {
-        let view = file.tensor(&key).map_err(|source| {
+        let info = header.info(&key).ok_or_else(|| {
             fail(CheckpointError::SafetensorsTensor {
                 key: key.clone(),
-                source,
+                source: SafeTensorError::TensorNotFound(key.clone()),
             })
         })?;
-        let dtype = from_safetensors(view.dtype()).ok_or_else(|| {
+        let dtype = from_safetensors(info.dtype).ok_or_else(|| {
             fail(CheckpointError::Dtype {
                 key: key.clone(),
-                dtype: format!("{:?}", view.dtype()),
+                dtype: format!("{:?}", info.dtype),
             })
         })?;
-        let numel = view.data().len() / dtype.size_in_bytes();
+        let (start, end) = info.data_offsets;
+        let tensor_bytes = data.get(start..end).ok_or_else(|| {
+            fail(CheckpointError::SafetensorsTensor {
+                key: key.clone(),
+                source: SafeTensorError::InvalidOffset(key.clone()),
+            })
+        })?;
+        let numel = tensor_bytes.len() / dtype.size_in_bytes();
         let tensor =
-            tensor_from_le_bytes(dtype, view.data(), 0..numel, view.shape()).map_err(|source| {
+            tensor_from_le_bytes(dtype, tensor_bytes, 0..numel, &info.shape).map_err(|source| {
                 fail(CheckpointError::Tensor {
                     key: key.clone(),
                     source,
