@@ -108,3 +108,14 @@ fn an_empty_tensor_whose_other_dimensions_overflow_runs_elementwise_ops() {
     assert_eq!(y.shape(), vec![0, 1 << 40, 1 << 40]);
     assert_eq!(y.numel(), 0);
 }
+
+#[test]
+fn matmul_with_an_empty_output_whose_other_dimensions_overflow_is_empty() {
+    // Found by the op_shapes_property test: `[2, 0] @ [0, 0, 2^64 - 1]` has no elements, but
+    // the kernel multiplied 2 * (2^64 - 1) to size its chunks and panicked.
+    let a = Tensor::zeros(&[2, 0], DType::F32).unwrap();
+    let b = Tensor::zeros(&[0, 0, usize::MAX], DType::F32).unwrap();
+    let y = a.matmul(&b).unwrap();
+    assert_eq!(y.shape(), vec![0, 2, usize::MAX]);
+    assert_eq!(y.numel(), 0);
+}

@@ -189,6 +189,11 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
         n,
         output: out_shape,
     } = matmul_shapes(&a.shape(), &b.shape())?;
+    // An empty output needs no kernel, and its other dimensions may multiply past `usize`
+    // (`[2, 0] @ [0, 0, 2^64 - 1]`); a non-empty one fits memory, as its meta checked.
+    if crate::size::saturating_numel(&out_shape) == 0 {
+        return Ok(tensor_from(Vec::<T>::new(), &out_shape));
+    }
     let (la, lb) = (
         as_batched(&a.layout(), &batch, true)?,
         as_batched(&b.layout(), &batch, false)?,
@@ -225,7 +230,7 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
                     parallel,
                 )
             };
-            if batch_count > 1 && m * n * k < (1 << 20) {
+            if batch_count > 1 && m.saturating_mul(n).saturating_mul(k) < (1 << 20) {
                 out.par_chunks_mut((m * n).max(1))
                     .enumerate()
                     .for_each(|(i, dst)| run(i, dst, false));
