@@ -33,7 +33,7 @@ fn tensor() -> impl Strategy<Value = Tensor> {
                 .map(|i| {
                     let bits = seed
                         .wrapping_mul(6364136223846793005)
-                        .wrapping_add(i * 1442695040888963407);
+                        .wrapping_add(i.wrapping_mul(1442695040888963407));
                     ((bits >> 11) as f64 / (1u64 << 40) as f64) - 4096.0
                 })
                 .collect();
