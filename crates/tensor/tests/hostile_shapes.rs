@@ -119,3 +119,13 @@ fn matmul_with_an_empty_output_whose_other_dimensions_overflow_is_empty() {
     assert_eq!(y.shape(), vec![0, 2, usize::MAX]);
     assert_eq!(y.numel(), 0);
 }
+
+#[test]
+fn reshape_to_a_shape_whose_product_overflows_is_an_error() {
+    // Found by the op_shapes_property test: reshape's meta multiplied the target shape
+    // unchecked and panicked ("attempt to multiply with overflow").
+    let x = TensorMeta::new(&[] as &[usize], DType::F32);
+    let reshape = Op::View(ViewOp::Reshape(vec![usize::MAX, 3]));
+    let e = reshape.meta(&[x]).unwrap_err();
+    assert!(e.to_string().contains("reshape"), "{e}");
+}

@@ -92,8 +92,8 @@ impl OpDef for ViewOp {
         let x = &inputs[0];
         let shape = match self {
             ViewOp::Reshape(shape) => {
-                let n: usize = shape.iter().product();
-                if n != x.numel() {
+                // A target whose product overflows matches no input (it used to panic).
+                if crate::size::checked_numel(shape) != Some(x.numel()) {
                     return Err(TensorError::shapes(
                         "reshape",
                         &x.shape,
