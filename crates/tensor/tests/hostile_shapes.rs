@@ -129,3 +129,16 @@ fn reshape_to_a_shape_whose_product_overflows_is_an_error() {
     let e = reshape.meta(&[x]).unwrap_err();
     assert!(e.to_string().contains("reshape"), "{e}");
 }
+
+#[test]
+fn narrow_whose_end_overflows_is_an_error() {
+    // Found by the op_shapes_property test: `start + len` overflowed and panicked.
+    let x = TensorMeta::new(&[1], DType::F32);
+    let narrow = Op::View(ViewOp::Narrow {
+        dim: 0,
+        start: usize::MAX,
+        len: 1,
+    });
+    let e = narrow.meta(&[x]).unwrap_err();
+    assert!(e.to_string().contains("narrow"), "{e}");
+}

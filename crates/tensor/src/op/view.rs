@@ -122,7 +122,11 @@ impl OpDef for ViewOp {
                 dims.iter().map(|&d| x.shape[d]).collect()
             }
             ViewOp::Narrow { dim, start, len } => {
-                if *dim >= x.shape.len() || start + len > x.shape[*dim] {
+                if *dim >= x.shape.len()
+                    || start
+                        .checked_add(*len)
+                        .is_none_or(|end| end > x.shape[*dim])
+                {
                     return Err(TensorError::invalid(
                         "narrow",
                         format!(
