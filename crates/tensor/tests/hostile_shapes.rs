@@ -153,15 +153,35 @@ fn reducing_a_zero_dimensional_tensor_over_dim_0_works() {
 }
 
 #[test]
-fn view_metas_refuse_overflowing_targets() {
-    // Found by the op_shapes_property test: reshape multiplied its target shape unchecked.
-    let x = TensorMeta::new(&[4], DType::F32);
-    let reshape = Op::View(ViewOp::Reshape(vec![1 << 62, 4, 2]));
-    assert!(reshape.meta(std::slice::from_ref(&x)).is_err());
+fn matmul_with_an_empty_output_whose_other_dimensions_overflow_is_empty() {
+    // Found by the op_shapes_property test: `[2, 0] @ [0, 0, 2^64 - 1]` has no elements, but
+    // the kernel multiplied 2 * (2^64 - 1) to size its chunks and panicked.
+    let a = Tensor::zeros(&[2, 0], DType::F32).unwrap();
+    let b = Tensor::zeros(&[0, 0, usize::MAX], DType::F32).unwrap();
+    let y = a.matmul(&b).unwrap();
+    assert_eq!(y.shape(), vec![0, 2, usize::MAX]);
+    assert_eq!(y.numel(), 0);
+}
+
+#[test]
+fn reshape_to_a_shape_whose_product_overflows_is_an_error() {
+    // Found by the op_shapes_property test: reshape's meta multiplied the target shape
+    // unchecked and panicked ("attempt to multiply with overflow").
+    let x = TensorMeta::new(&[] as &[usize], DType::F32);
+    let reshape = Op::View(ViewOp::Reshape(vec![usize::MAX, 3]));
+    let e = reshape.meta(&[x]).unwrap_err();
+    assert!(e.to_string().contains("reshape"), "{e}");
+}
+
+#[test]
+fn narrow_whose_end_overflows_is_an_error() {
+    // Found by the op_shapes_property test: `start + len` overflowed and panicked.
+    let x = TensorMeta::new(&[1], DType::F32);
     let narrow = Op::View(ViewOp::Narrow {
         dim: 0,
         start: usize::MAX,
-        len: 2,
+        len: 1,
     });
-    assert!(narrow.meta(&[x]).is_err());
+    let e = narrow.meta(&[x]).unwrap_err();
+    assert!(e.to_string().contains("narrow"), "{e}");
 }

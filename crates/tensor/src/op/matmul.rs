@@ -189,15 +189,16 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
         n,
         output: out_shape,
     } = matmul_shapes(&a.shape(), &b.shape())?;
+    // An empty output needs no kernel, and its other dimensions may multiply past `usize`
+    // (`[2, 0] @ [0, 0, 2^64 - 1]`); a non-empty one fits memory, as its meta checked.
+    if crate::size::saturating_numel(&out_shape) == 0 {
+        return Ok(tensor_from(Vec::<T>::new(), &out_shape));
+    }
     let (la, lb) = (
         as_batched(&a.layout(), &batch, true)?,
         as_batched(&b.layout(), &batch, false)?,
     );
     let batch_count = crate::size::saturating_numel(&batch);
-    if batch_count == 0 || m == 0 || n == 0 {
-        // No output elements: the other sizes may be anything, even overflowing together.
-        return Tensor::zeros(&out_shape, T::DTYPE);
-    }
     let batch_layout = |l: &Layout| Layout {
         shape: batch.clone(),
         strides: l.strides[..batch.len()].to_vec(),
