@@ -3,8 +3,12 @@
 
 use crate::{DType, Result, TensorError};
 
-/// The number of elements of `shape`, or `None` when the product overflows.
+/// The number of elements of `shape`, or `None` when the product overflows. A shape with a
+/// 0 dimension has no elements, whatever its other dimensions.
 pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
     shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }
 

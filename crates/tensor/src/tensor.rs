@@ -102,8 +102,8 @@ impl Tensor {
     /// A contiguous CPU tensor owning `storage`, which must hold exactly `shape.product()` elements.
     pub(crate) fn from_cpu(storage: CpuStorage, shape: &[usize]) -> Tensor {
         debug_assert_eq!(
-            storage.len(),
-            shape.iter().product::<usize>(),
+            Some(storage.len()),
+            crate::size::checked_numel(shape),
             "storage length vs shape {shape:?}"
         );
         let dtype = storage.dtype();

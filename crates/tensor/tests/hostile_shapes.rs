@@ -185,3 +185,15 @@ fn narrow_whose_end_overflows_is_an_error() {
     let e = narrow.meta(&[x]).unwrap_err();
     assert!(e.to_string().contains("narrow"), "{e}");
 }
+
+#[test]
+fn linear_over_zero_input_features_gives_the_bias() {
+    // Found by the op_shapes_property test: rows were counted as numel / k, 0 when k is 0,
+    // so the output held no elements for a [3, 2, 3, 3] shape.
+    let x = Tensor::zeros(&[3, 2, 0], DType::F32).unwrap();
+    let w = Tensor::zeros(&[4, 0], DType::F32).unwrap();
+    let b = Tensor::ones(&[4], DType::F32).unwrap();
+    let y = Op::Linear { bias: true }.apply1(&[&x, &w, &b]).unwrap();
+    assert_eq!(y.shape(), vec![3, 2, 4]);
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0; 24]);
+}

@@ -781,7 +781,6 @@ fn every_variant_of_the_op_table_is_generated() {
 }
 
 #[test]
-#[ignore = "still finds panics: conv geometry overflows on huge strides (ConvOp::BackwardInput, stride [2^64 - 1, 3], weight [2^64 - 1, 1, 2^64 - 1, 1]); the four found so far are fixed with tests in hostile_shapes.rs"]
 fn every_op_errors_or_matches_its_meta_on_random_shapes() {
     for strategy in ops() {
         let case = strategy.prop_flat_map(|op| {

@@ -162,15 +162,20 @@ impl Geometry {
                 ),
             ));
         }
-        if x4[1] != w4[1] * groups {
+        // Sizes are checked: hostile weights and parameters may overflow them.
+        let overflow =
+            |what: &str| TensorError::shapes(op, x, w, format!("{what} overflows with {params:?}"));
+        let in_channels = w4[1]
+            .checked_mul(groups)
+            .ok_or_else(|| overflow("the input channel count"))?;
+        if x4[1] != in_channels {
             return Err(TensorError::shapes(
                 op,
                 x,
                 w,
                 format!(
                     "given groups={groups} and weight of size {w:?}, expected input to have {} channels, but got {} channels",
-                    w4[1] * groups,
-                    x4[1]
+                    in_channels, x4[1]
                 ),
             ));
         }
@@ -179,8 +184,19 @@ impl Geometry {
             (params.padding[0], params.padding[1]),
             (params.dilation[0], params.dilation[1]),
         ];
-        let (padded_h, padded_w) = (x4[2] + 2 * p0, x4[3] + 2 * p1);
-        let (span_h, span_w) = (d0 * (w4[2].max(1) - 1) + 1, d1 * (w4[3].max(1) - 1) + 1);
+        let padded = |size: usize, pad: usize| {
+            pad.checked_mul(2)
+                .and_then(|p| p.checked_add(size))
+                .ok_or_else(|| overflow("the padded input size"))
+        };
+        let span = |dilation: usize, kernel: usize| {
+            dilation
+                .checked_mul(kernel.max(1) - 1)
+                .and_then(|s| s.checked_add(1))
+                .ok_or_else(|| overflow("the dilated kernel size"))
+        };
+        let (padded_h, padded_w) = (padded(x4[2], p0)?, padded(x4[3], p1)?);
+        let (span_h, span_w) = (span(d0, w4[2])?, span(d1, w4[3])?);
         if w4[2] == 0 || w4[3] == 0 || span_h > padded_h || span_w > padded_w {
             return Err(TensorError::shapes(
                 op,
@@ -319,12 +335,10 @@ impl ConvOp {
                         format!("expected a {rank}-D grad_output and a {rank}-D weight"),
                     ));
                 }
-                let x = params.shape_nd(vec![
-                    a[0],
-                    b[1] * params.groups,
-                    input_size[0],
-                    input_size[1],
-                ]);
+                let channels = b[1].checked_mul(params.groups).ok_or_else(|| {
+                    TensorError::shapes(&op, a, b, "input channels overflow".to_string())
+                })?;
+                let x = params.shape_nd(vec![a[0], channels, input_size[0], input_size[1]]);
                 let g = Geometry::new(params, &x, b)?;
                 expect_output_shape(&op, &g, a)?;
                 Ok(g)

@@ -408,7 +408,14 @@ impl OpDef for IndexOp {
                             ),
                         ));
                     }
-                    out_shape[dim] += s[dim];
+                    out_shape[dim] = out_shape[dim].checked_add(s[dim]).ok_or_else(|| {
+                        TensorError::shapes(
+                            op,
+                            reference,
+                            s,
+                            "the joined size overflows".to_string(),
+                        )
+                    })?;
                 }
                 let dtype = inputs
                     .iter()

@@ -327,6 +327,9 @@ impl OpDef for MatmulOp {
 
 /// Adds `bias` to every row of the packed matrix `out` (rows of `bias.len()`).
 pub(crate) fn add_bias_rows<T: Float>(out: &mut [T], bias: &[T]) {
+    if bias.is_empty() {
+        return;
+    }
     let add = |rows: &mut [T]| {
         for row in rows.chunks_mut(bias.len()) {
             row.iter_mut().zip(bias).for_each(|(o, &b)| *o = *o + b);
@@ -353,7 +356,8 @@ fn linear_kernel<T: Float + StorageElement>(
     let x_shape = x.shape();
     let k = *x_shape.last().expect("meta checked");
     let n = w.shape()[0];
-    let m = x.numel() / k.max(1);
+    // Rows are the leading dims' product (not numel / k, which is 0 when k is 0).
+    let m = crate::size::saturating_numel(&x_shape[..x_shape.len() - 1]);
     let x2 = x.reshape(&[m, k])?;
     let mut out = crate::cpu::try_uninit_buffer::<T>("matmul", m * n)?;
     let (lx, lw) = (x2.layout(), w.layout());

@@ -51,7 +51,10 @@ impl NormLayout {
     fn stat_count(&self) -> usize {
         match self.group_size {
             None => self.channels,
-            Some(g) => self.outer * (self.channels / g),
+            // No channels make no groups (g is 0 then).
+            Some(g) => self
+                .outer
+                .saturating_mul(self.channels.checked_div(g).unwrap_or(0)),
         }
     }
 
@@ -66,8 +69,8 @@ impl NormLayout {
     /// Elements per statistic.
     fn stat_len(&self) -> usize {
         match self.group_size {
-            None => self.outer * self.inner,
-            Some(g) => g * self.inner,
+            None => self.outer.saturating_mul(self.inner),
+            Some(g) => g.saturating_mul(self.inner),
         }
     }
 }
@@ -133,7 +136,9 @@ impl NormOp {
                     ));
                 }
                 let (outer, channels) = (shape[0], shape[1]);
-                let inner = shape[2..].iter().product();
+                // Saturating: a meta's other dims may overflow together when one is 0; the
+                // outputs' sizes are checked after.
+                let inner = crate::size::saturating_numel(&shape[2..]);
                 let group_size = match *self {
                     NormOp::GroupNorm { num_groups, .. } => {
                         if num_groups == 0 || channels % num_groups != 0 {
@@ -168,9 +173,9 @@ impl NormOp {
                     ));
                 }
                 let split = shape.len() - normalized_ndim;
-                let channels = shape[split..].iter().product();
+                let channels = crate::size::saturating_numel(&shape[split..]);
                 let layout = NormLayout {
-                    outer: shape[..split].iter().product(),
+                    outer: crate::size::saturating_numel(&shape[..split]),
                     channels,
                     inner: 1,
                     group_size: Some(channels.max(1)),

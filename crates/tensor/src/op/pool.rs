@@ -158,7 +158,7 @@ impl PoolOp {
                     Window::strided(op, params, a, size, false)
                 }
                 PoolOp::AdaptiveAvgPool2d { output_size } => {
-                    Ok(Window::adaptive(size[a], output_size[a]))
+                    Window::adaptive(op, size[a], output_size[a])
                 }
                 PoolOp::MaxPool2dBackward { .. } | PoolOp::AdaptiveAvgPool2dBackward { .. } => Err(
                     TensorError::invalid(op, "backward ops take their windows from the forward op"),
@@ -347,7 +347,16 @@ impl OpDef for PoolOp {
         let metas: Vec<TensorMeta> = inputs.iter().map(|t| t.meta()).collect();
         let out_shape = self.output_shape(&metas)?;
         let shape = inputs[0].shape();
-        let count = shape[..shape.len() - 2].iter().product();
+        let count: usize = shape[..shape.len() - 2].iter().product();
+        if count == 0 {
+            // No planes: the outputs are empty, whatever their plane sizes (which need not fit
+            // in memory, so no window is built).
+            return self
+                .meta(&metas)?
+                .iter()
+                .map(|m| Tensor::zeros(&m.shape, m.dtype))
+                .collect();
+        }
         let in_size = plane_size(&op, &shape)?;
         let out_size = plane_size(&op, &out_shape)?;
         // Every kernel reads planes of `in_size` and writes planes of `out_size`; backward ops

@@ -76,11 +76,14 @@ impl ReduceOp {
         let mut order: Vec<usize> = (0..ndim).filter(|d| !self.dims.contains(d)).collect();
         order.extend(&self.dims);
         let shape = x.shape();
-        let row_len: usize = self.dims.iter().map(|&d| shape[d]).product();
+        // Saturating: with a 0 dim elsewhere, the other dims may overflow together.
+        let row_len = self
+            .dims
+            .iter()
+            .fold(1usize, |n, &d| n.saturating_mul(shape[d]));
         let rows = (0..shape.len())
             .filter(|d| !self.dims.contains(d))
-            .map(|d| shape[d])
-            .product();
+            .fold(1usize, |n, d| n.saturating_mul(shape[d]));
         let data = if order.iter().enumerate().all(|(i, &d)| i == d) {
             x.to_vec::<T>()?
         } else {
@@ -98,7 +101,7 @@ fn per_row<T: Send + Sync + Copy, O: Send + Default + Clone>(
 ) -> Vec<O> {
     let mut out = vec![O::default(); rows];
     let row_of = |r: usize| &data[r * row_len..(r + 1) * row_len];
-    if rows * row_len < PAR_CHUNK || rows == 1 {
+    if rows.saturating_mul(row_len) < PAR_CHUNK || rows == 1 {
         out.iter_mut()
             .enumerate()
             .for_each(|(r, o)| *o = f(row_of(r)));

@@ -168,7 +168,9 @@ impl OpDef for ViewOp {
             ViewOp::Narrow { dim, start, len } => {
                 let mut shape = layout.shape.clone();
                 shape[*dim] = *len;
-                let offset = if *len == 0 {
+                // An empty view reads nothing: its offset stays (strides of empty tensors may be
+                // huge, and the start past them need not fit).
+                let offset = if *len == 0 || layout.numel() == 0 {
                     layout.offset
                 } else {
                     layout.offset + start * layout.strides[*dim]

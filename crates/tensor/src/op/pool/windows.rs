@@ -124,7 +124,20 @@ impl Window {
                 ),
             ));
         }
-        let span = d * (k - 1) + 1;
+        // Below 2^40 each, but dilation times kernel can still pass 2^63.
+        let span = d
+            .checked_mul(k.saturating_sub(1))
+            .filter(|&v| v <= LIMIT)
+            .map(|v| v + 1)
+            .ok_or_else(|| {
+                TensorError::invalid(
+                    op,
+                    format!(
+                        "the dilated kernel (kernel_size {:?}, dilation {:?}) is larger than 2^40",
+                        p.kernel, p.dilation
+                    ),
+                )
+            })?;
         let half = if dilated { span / 2 } else { k / 2 };
         if pad > half {
             return Err(TensorError::invalid(
@@ -156,18 +169,30 @@ impl Window {
     }
 
     /// PyTorch's adaptive bins: output `i` of `out` covers `floor(i*n/out) .. ceil((i+1)*n/out)`.
-    pub(super) fn adaptive(n: usize, out: usize) -> Vec<Window> {
-        (0..out)
-            .map(|i| {
-                let (start, end) = (i * n / out, ((i + 1) * n).div_ceil(out));
-                Window {
-                    start,
-                    end,
-                    step: 1,
-                    padded: end - start,
-                }
-            })
-            .collect()
+    /// Fallible: `out` windows are reserved first (a hostile output size is `OutOfMemory`), and
+    /// the bounds are computed in u128, where `(i + 1) * n` cannot overflow.
+    pub(super) fn adaptive(op: &str, n: usize, out: usize) -> Result<Vec<Window>> {
+        let mut windows = Vec::new();
+        windows
+            .try_reserve_exact(out)
+            .map_err(|_| TensorError::OutOfMemory {
+                op: op.into(),
+                shape: vec![out],
+                bytes: out.saturating_mul(std::mem::size_of::<Window>()),
+            })?;
+        let (n128, out128) = (n as u128, out as u128);
+        windows.extend((0..out).map(|i| {
+            let i = i as u128;
+            let start = (i * n128 / out128) as usize;
+            let end = ((i + 1) * n128).div_ceil(out128) as usize;
+            Window {
+                start,
+                end,
+                step: 1,
+                padded: end - start,
+            }
+        }));
+        Ok(windows)
     }
 }
 
