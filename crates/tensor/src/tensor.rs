@@ -399,6 +399,37 @@ impl Tensor {
         }
     }
 
+    /// Calls `f` with the tensor's whole CPU storage (every element of it, not only this
+    /// view's) and the view's layout into it, so a strided reader (a compiled kernel) indexes
+    /// it in place; device storage is copied to the host and given with a contiguous layout.
+    /// `T` must be the tensor's dtype.
+    pub fn with_storage_slice<T: StorageElement, R>(
+        &self,
+        f: impl FnOnce(&[T], &Layout) -> R,
+    ) -> Result<R> {
+        let op = "with_storage_slice";
+        let data = self.data();
+        if data.dtype != T::DTYPE {
+            return Err(TensorError::DTypeMismatch {
+                op: op.into(),
+                expected: T::DTYPE,
+                got: data.dtype,
+            });
+        }
+        let guard = data.storage.buffer.read().unwrap_or_else(poisoned);
+        if let Storage::Device(buffer) = &*guard {
+            let host = buffer.to_host(&data.layout)?;
+            drop(guard);
+            let layout = Layout::contiguous(&data.layout.shape);
+            return Ok(f(
+                T::slice(&host).expect("the host copy has the tensor's dtype"),
+                &layout,
+            ));
+        }
+        let slice = T::slice(guard.cpu(op)?).expect("storage dtype matches tensor dtype");
+        Ok(f(slice, &data.layout))
+    }
+
     /// The elements in row-major order; `T` must be the tensor's dtype.
     pub fn to_vec<T: StorageElement>(&self) -> Result<Vec<T>> {
         self.read_as("to_vec", |s: &[T]| s.to_vec())

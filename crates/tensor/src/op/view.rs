@@ -26,7 +26,7 @@ pub enum ViewOp {
 
 /// Strides that view `layout` with `shape` without copying, if any exist (PyTorch's
 /// `computeStride`: each run of merged input dims must be contiguous within itself).
-pub(crate) fn view_strides(layout: &Layout, shape: &[usize]) -> Option<Vec<usize>> {
+pub fn view_strides(layout: &Layout, shape: &[usize]) -> Option<Vec<usize>> {
     let numel: usize = layout.numel();
     if numel == 0 || layout.shape.is_empty() {
         return Some(contiguous_strides(shape));
