@@ -282,9 +282,10 @@ impl Lowering<'_> {
                 let mut shape = l.shape.clone();
                 shape[*dim] = *len;
                 Layout {
-                    shape,
+                    shape: shape.clone(),
                     strides: l.strides.clone(),
-                    offset: if *len == 0 {
+                    // As the eager view: an empty view keeps the offset.
+                    offset: if shape.contains(&0) {
                         l.offset
                     } else {
                         l.offset + start * l.strides[*dim]

@@ -164,7 +164,9 @@ impl OpDef for ViewOp {
             ViewOp::Narrow { dim, start, len } => {
                 let mut shape = layout.shape.clone();
                 shape[*dim] = *len;
-                let offset = if *len == 0 {
+                // An empty view keeps the offset: past the end of an empty storage, a moved
+                // offset would make even reading nothing index out of bounds.
+                let offset = if shape.contains(&0) {
                     layout.offset
                 } else {
                     layout.offset + start * layout.strides[*dim]
@@ -239,5 +241,13 @@ mod tests {
         assert_eq!(view_strides(&transposed, &[3, 2, 2]), Some(vec![1, 6, 3]));
         let packed = Layout::contiguous(&[2, 3, 4]);
         assert_eq!(view_strides(&packed, &[6, 4]), Some(vec![4, 1]));
+    }
+
+    #[test]
+    fn narrow_of_an_empty_tensor_reads_as_empty() {
+        let empty = Tensor::zeros(&[0, 5], crate::DType::F32).unwrap();
+        let narrowed = empty.narrow(1, 1, 4).unwrap();
+        assert_eq!(narrowed.shape(), vec![0, 4]);
+        assert_eq!(narrowed.to_vec::<f32>().unwrap(), Vec::<f32>::new());
     }
 }
