@@ -245,9 +245,20 @@ mod tests {
 
     #[test]
     fn narrow_of_an_empty_tensor_reads_as_empty() {
-        let empty = Tensor::zeros(&[0, 5], crate::DType::F32).unwrap();
-        let narrowed = empty.narrow(1, 1, 4).unwrap();
-        assert_eq!(narrowed.shape(), vec![0, 4]);
-        assert_eq!(narrowed.to_vec::<f32>().unwrap(), Vec::<f32>::new());
+        for (shape, dim) in [
+            (vec![0, 5], 1),
+            (vec![2, 0], 0),
+            (vec![5, 0], 0),
+            (vec![2, 0, 3], 2),
+            (vec![3, 1, 0], 0),
+        ] {
+            let empty = Tensor::zeros(&shape, crate::DType::F32).unwrap();
+            let len = shape[dim] - 1;
+            let narrowed = empty.narrow(dim as isize, 1, len).unwrap();
+            assert_eq!(narrowed.numel(), 0);
+            assert_eq!(narrowed.to_vec::<f32>().unwrap(), Vec::<f32>::new());
+            let packed = narrowed.contiguous().unwrap();
+            assert_eq!(packed.to_vec::<f32>().unwrap(), Vec::<f32>::new());
+        }
     }
 }
