@@ -374,29 +374,13 @@ impl Tensor {
     /// [`Tensor::with_slice`] for the method `op`, which errors name (reading a traced value
     /// names the method that read it: `item`, `to_vec`).
     fn read_as<T: StorageElement, R>(&self, op: &str, f: impl FnOnce(&[T]) -> R) -> Result<R> {
-        let data = self.data();
-        if data.dtype != T::DTYPE {
-            return Err(TensorError::DTypeMismatch {
-                op: op.into(),
-                expected: T::DTYPE,
-                got: data.dtype,
-            });
-        }
-        let guard = data.storage.buffer.read().unwrap_or_else(poisoned);
-        if let Storage::Device(buffer) = &*guard {
-            let host = buffer.to_host(&data.layout)?;
-            drop(guard);
-            return Ok(f(
-                T::slice(&host).expect("the host copy has the tensor's dtype")
-            ));
-        }
-        let slice = T::slice(guard.cpu(op)?).expect("storage dtype matches tensor dtype");
-        if let Some(range) = data.layout.contiguous_range() {
-            Ok(f(&slice[range]))
-        } else {
-            let gathered: Vec<T> = data.layout.offsets().map(|o| slice[o]).collect();
-            Ok(f(&gathered))
-        }
+        self.read_storage(op, |slice: &[T], layout| match layout.contiguous_range() {
+            Some(range) => f(&slice[range]),
+            None => {
+                let gathered: Vec<T> = layout.offsets().map(|o| slice[o]).collect();
+                f(&gathered)
+            }
+        })
     }
 
     /// Calls `f` with the tensor's whole CPU storage (every element of it, not only this
@@ -407,7 +391,15 @@ impl Tensor {
         &self,
         f: impl FnOnce(&[T], &Layout) -> R,
     ) -> Result<R> {
-        let op = "with_storage_slice";
+        self.read_storage("with_storage_slice", f)
+    }
+
+    /// [`Tensor::with_storage_slice`] for the method `op`, which errors name.
+    fn read_storage<T: StorageElement, R>(
+        &self,
+        op: &str,
+        f: impl FnOnce(&[T], &Layout) -> R,
+    ) -> Result<R> {
         let data = self.data();
         if data.dtype != T::DTYPE {
             return Err(TensorError::DTypeMismatch {
