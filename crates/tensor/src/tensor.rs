@@ -374,6 +374,35 @@ impl Tensor {
     /// [`Tensor::with_slice`] for the method `op`, which errors name (reading a traced value
     /// names the method that read it: `item`, `to_vec`).
     fn read_as<T: StorageElement, R>(&self, op: &str, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        self.read_storage(op, |slice: &[T], layout| match layout.contiguous_range() {
+            Some(range) => Ok(f(&slice[range])),
+            None => {
+                // Fallible: an expanded view may stand for more elements than memory holds.
+                let mut gathered: Vec<T> =
+                    crate::buffer_cache::with_capacity(op, layout.numel(), T::DTYPE)?;
+                gathered.extend(layout.offsets().map(|o| slice[o]));
+                Ok(f(&gathered))
+            }
+        })?
+    }
+
+    /// Calls `f` with the tensor's whole CPU storage (every element of it, not only this
+    /// view's) and the view's layout into it, so a strided reader (a compiled kernel) indexes
+    /// it in place; device storage is copied to the host and given with a contiguous layout.
+    /// `T` must be the tensor's dtype.
+    pub fn with_storage_slice<T: StorageElement, R>(
+        &self,
+        f: impl FnOnce(&[T], &Layout) -> R,
+    ) -> Result<R> {
+        self.read_storage("with_storage_slice", f)
+    }
+
+    /// [`Tensor::with_storage_slice`] for the method `op`, which errors name.
+    fn read_storage<T: StorageElement, R>(
+        &self,
+        op: &str,
+        f: impl FnOnce(&[T], &Layout) -> R,
+    ) -> Result<R> {
         let data = self.data();
         if data.dtype != T::DTYPE {
             return Err(TensorError::DTypeMismatch {
@@ -386,19 +415,14 @@ impl Tensor {
         if let Storage::Device(buffer) = &*guard {
             let host = buffer.to_host(&data.layout)?;
             drop(guard);
+            let layout = Layout::contiguous(&data.layout.shape);
             return Ok(f(
-                T::slice(&host).expect("the host copy has the tensor's dtype")
+                T::slice(&host).expect("the host copy has the tensor's dtype"),
+                &layout,
             ));
         }
         let slice = T::slice(guard.cpu(op)?).expect("storage dtype matches tensor dtype");
-        if let Some(range) = data.layout.contiguous_range() {
-            Ok(f(&slice[range]))
-        } else {
-            let mut gathered: Vec<T> =
-                crate::buffer_cache::with_capacity(op, data.layout.numel(), T::DTYPE)?;
-            gathered.extend(data.layout.offsets().map(|o| slice[o]));
-            Ok(f(&gathered))
-        }
+        Ok(f(slice, &data.layout))
     }
 
     /// The elements in row-major order; `T` must be the tensor's dtype.

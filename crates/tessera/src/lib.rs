@@ -6,11 +6,18 @@
 //! module machinery through this facade. The README's examples are compiled and run as
 //! doctests of such a crate (`tests/facade_user`).
 
+mod compile;
 pub mod datasets;
 mod exit;
 pub mod profiler;
 
 pub use exit::{error_report, exit_code};
+
+pub use compile::{
+    Backend, CompileError, CompileOptions, CompileReport, CompiledModule, compile, compile_layer,
+};
+pub use tessera_cpu as cpu;
+pub use tessera_kernel as kernel;
 
 pub use tessera_fx as fx;
 pub use tessera_nn as nn;

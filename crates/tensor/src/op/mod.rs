@@ -35,7 +35,8 @@ pub use quant::QuantOp;
 pub use reduce::{ReduceKind, ReduceOp};
 pub use unary::UnaryOp;
 pub use view::ViewOp;
-pub(crate) use view::{copy_contiguous, view_strides};
+pub(crate) use view::copy_contiguous;
+pub use view::view_strides;
 
 use crate::autograd::{is_grad_enabled, record};
 use crate::{DType, Result, Tensor, TensorError, TensorMeta};

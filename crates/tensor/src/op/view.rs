@@ -26,7 +26,7 @@ pub enum ViewOp {
 
 /// Strides that view `layout` with `shape` without copying, if any exist (PyTorch's
 /// `computeStride`: each run of merged input dims must be contiguous within itself).
-pub(crate) fn view_strides(layout: &Layout, shape: &[usize]) -> Option<Vec<usize>> {
+pub fn view_strides(layout: &Layout, shape: &[usize]) -> Option<Vec<usize>> {
     let numel: usize = layout.numel();
     if numel == 0 || layout.shape.is_empty() {
         return Some(contiguous_strides(shape));
@@ -168,9 +168,9 @@ impl OpDef for ViewOp {
             ViewOp::Narrow { dim, start, len } => {
                 let mut shape = layout.shape.clone();
                 shape[*dim] = *len;
-                // An empty view reads nothing: its offset stays (strides of empty tensors may be
-                // huge, and the start past them need not fit).
-                let offset = if *len == 0 || layout.numel() == 0 {
+                // An empty view keeps the offset: past the end of an empty storage, a moved
+                // offset would make even reading nothing index out of bounds.
+                let offset = if shape.contains(&0) {
                     layout.offset
                 } else {
                     layout.offset + start * layout.strides[*dim]
@@ -245,5 +245,24 @@ mod tests {
         assert_eq!(view_strides(&transposed, &[3, 2, 2]), Some(vec![1, 6, 3]));
         let packed = Layout::contiguous(&[2, 3, 4]);
         assert_eq!(view_strides(&packed, &[6, 4]), Some(vec![4, 1]));
+    }
+
+    #[test]
+    fn narrow_of_an_empty_tensor_reads_as_empty() {
+        for (shape, dim) in [
+            (vec![0, 5], 1),
+            (vec![2, 0], 0),
+            (vec![5, 0], 0),
+            (vec![2, 0, 3], 2),
+            (vec![3, 1, 0], 0),
+        ] {
+            let empty = Tensor::zeros(&shape, crate::DType::F32).unwrap();
+            let len = shape[dim] - 1;
+            let narrowed = empty.narrow(dim as isize, 1, len).unwrap();
+            assert_eq!(narrowed.numel(), 0);
+            assert_eq!(narrowed.to_vec::<f32>().unwrap(), Vec::<f32>::new());
+            let packed = narrowed.contiguous().unwrap();
+            assert_eq!(packed.to_vec::<f32>().unwrap(), Vec::<f32>::new());
+        }
     }
 }

@@ -1,0 +1,215 @@
+//! JIT compilation of a program's kernels: one `JITModule` per program (cranelift frees JIT
+//! memory per module only), the ISA from `cranelift_native` (AVX encodings, FMA), the math
+//! functions registered as symbols, and the cranelift verifier run on every function so a
+//! rendering bug is a typed error, never a panic or bad code.
+
+use crate::render::{kernel_signature, math_signature, math_symbols, render};
+use crate::{CpuError, Result};
+use cranelift_codegen::ir::types;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::FunctionBuilderContext;
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{Linkage, Module, default_libcall_names};
+use tessera_kernel::math::{self, tessera_pow_f32, tessera_pow_f64};
+use tessera_kernel::{
+    BufferPtr, Kernel, KernelError, KernelExecutor, Program, ScalarType, UnaryFn,
+};
+
+/// The entry point of a compiled kernel.
+type KernelFn = unsafe extern "C" fn(*const *mut u8, i64, i64);
+
+/// One compiled kernel: its entry point and the CLIF text it was compiled from.
+pub struct CompiledKernel {
+    pub name: String,
+    pub clif: String,
+    entry: KernelFn,
+}
+
+/// The compiled kernels of one program, in step order, and the module that owns their code.
+pub struct JitProgram {
+    kernels: Vec<CompiledKernel>,
+    /// Kernel index of each program step (`None` for external steps).
+    by_step: Vec<Option<usize>>,
+    /// Keeps the code alive; freed when the program is dropped.
+    _module: JITModule,
+}
+
+// SAFETY: the module's code is immutable once finalized, and entry points are plain functions
+// of their arguments; nothing in a `JitProgram` is mutated after construction.
+unsafe impl Send for JitProgram {}
+// SAFETY: as above.
+unsafe impl Sync for JitProgram {}
+
+fn symbol_table() -> Vec<(String, *const u8)> {
+    let mut table = Vec::new();
+    for f in UnaryFn::ALL {
+        if let Some(m) = math::unary_fn(f) {
+            table.push((math::symbol(m.name, ScalarType::F32), m.f32 as *const u8));
+            table.push((math::symbol(m.name, ScalarType::F64), m.f64 as *const u8));
+        }
+    }
+    let pow32: extern "C" fn(f32, f32) -> f32 = tessera_pow_f32;
+    let pow64: extern "C" fn(f64, f64) -> f64 = tessera_pow_f64;
+    table.push((math::symbol("pow", ScalarType::F32), pow32 as *const u8));
+    table.push((math::symbol("pow", ScalarType::F64), pow64 as *const u8));
+    table
+}
+
+fn new_module() -> Result<JITModule> {
+    let mut flags = settings::builder();
+    for (name, value) in [
+        ("opt_level", "speed"),
+        ("use_colocated_libcalls", "false"),
+        ("is_pic", "false"),
+    ] {
+        flags
+            .set(name, value)
+            .map_err(|source| CpuError::Setting { source })?;
+    }
+    let isa = cranelift_native::builder()
+        .map_err(|message| CpuError::Isa {
+            message: message.to_string(),
+        })?
+        .finish(settings::Flags::new(flags))
+        .map_err(|e| CpuError::Isa {
+            message: e.to_string(),
+        })?;
+    let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
+    for (name, ptr) in symbol_table() {
+        builder.symbol(name, ptr);
+    }
+    Ok(JITModule::new(builder))
+}
+
+impl JitProgram {
+    /// Compiles every kernel of `program`.
+    pub fn compile(program: &Program) -> Result<JitProgram> {
+        let mut module = new_module()?;
+        let mut fctx = FunctionBuilderContext::new();
+        let mut ctx = module.make_context();
+        let call_conv = module.isa().default_call_conv();
+        let mut ids = Vec::new();
+        let mut by_step = Vec::new();
+        let mut clifs = Vec::new();
+        for step in &program.steps {
+            let tessera_kernel::Step::Kernel { kernel, .. } = step else {
+                by_step.push(None);
+                continue;
+            };
+            kernel.verify()?;
+            let module_error = |source| CpuError::Module {
+                kernel: kernel.name.clone(),
+                source: Box::new(source),
+            };
+            let id = module
+                .declare_function(&kernel.name, Linkage::Local, &kernel_signature(call_conv))
+                .map_err(module_error)?;
+            module.clear_context(&mut ctx);
+            ctx.func.signature = kernel_signature(call_conv);
+            let mut imports = Vec::new();
+            for (symbol, ty, arity) in math_symbols(kernel) {
+                let t = if ty == ScalarType::F64 {
+                    types::F64
+                } else {
+                    types::F32
+                };
+                let f = module
+                    .declare_function(
+                        &symbol,
+                        Linkage::Import,
+                        &math_signature(call_conv, t, arity),
+                    )
+                    .map_err(module_error)?;
+                imports.push((symbol, f));
+            }
+            let config = module.target_config();
+            render(kernel, &mut ctx.func, &mut fctx, config, |func| {
+                imports
+                    .iter()
+                    .map(|(s, f)| (s.clone(), module.declare_func_in_func(*f, func)))
+                    .collect()
+            });
+            let clif = ctx.func.display().to_string();
+            if let Err(errors) = cranelift_codegen::verify_function(&ctx.func, module.isa()) {
+                return Err(CpuError::Verifier {
+                    kernel: kernel.name.clone(),
+                    errors: errors.to_string(),
+                    clif,
+                });
+            }
+            module
+                .define_function(id, &mut ctx)
+                .map_err(|source| match source {
+                    cranelift_module::ModuleError::Compilation(
+                        cranelift_codegen::CodegenError::Verifier(errors),
+                    ) => CpuError::Verifier {
+                        kernel: kernel.name.clone(),
+                        errors: errors.to_string(),
+                        clif: clif.clone(),
+                    },
+                    other => module_error(other),
+                })?;
+            by_step.push(Some(ids.len()));
+            ids.push((id, kernel.name.clone()));
+            clifs.push(clif);
+        }
+        module
+            .finalize_definitions()
+            .map_err(|source| CpuError::Module {
+                kernel: "(finalizing)".into(),
+                source: Box::new(source),
+            })?;
+        let kernels = ids
+            .into_iter()
+            .zip(clifs)
+            .map(|((id, name), clif)| {
+                let code = module.get_finalized_function(id);
+                // SAFETY: the function was declared with `kernel_signature`, which is this
+                // type's ABI under the module's default calling convention (the host's C ABI).
+                let entry = unsafe { std::mem::transmute::<*const u8, KernelFn>(code) };
+                CompiledKernel { name, clif, entry }
+            })
+            .collect();
+        Ok(JitProgram {
+            kernels,
+            by_step,
+            _module: module,
+        })
+    }
+
+    /// The compiled kernels, in step order.
+    pub fn kernels(&self) -> &[CompiledKernel] {
+        &self.kernels
+    }
+}
+
+impl KernelExecutor for JitProgram {
+    unsafe fn execute(
+        &self,
+        step: usize,
+        kernel: &Kernel,
+        buffers: &[BufferPtr],
+    ) -> tessera_kernel::Result<()> {
+        let compiled = self
+            .by_step
+            .get(step)
+            .copied()
+            .flatten()
+            .and_then(|k| self.kernels.get(k))
+            .filter(|k| k.name == kernel.name)
+            .ok_or_else(|| KernelError::Backend {
+                kernel: kernel.name.clone(),
+                message: format!("step {step} has no compiled kernel"),
+            })?;
+        let ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.ptr).collect();
+        let end = if kernel.domain.is_empty() {
+            1
+        } else {
+            kernel.domain[0] as i64
+        };
+        // SAFETY: the caller guarantees the buffers match the kernel's parameters, and the
+        // kernel (verified) only indexes within their lengths.
+        unsafe { (compiled.entry)(ptrs.as_ptr(), 0, end) };
+        Ok(())
+    }
+}

@@ -1,0 +1,387 @@
+//! Rendering one [`Kernel`] to a cranelift function, a table from kernel-IR primitive to CLIF
+//! instructions. The function's signature is `fn(buffers: *const *mut u8, begin: i64, end:
+//! i64)`: the buffer pointers in parameter order, and the range of the outermost loop to run
+//! (so a parallel split only changes the caller). Along the innermost loop, a schedule with
+//! vector width 4 gives an F32X4 body unrolled `unroll` times and a scalar tail.
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    AbiParam, FuncRef, Function, InstBuilder, MemFlagsData, Signature, Type, UserFuncName, Value,
+    types,
+};
+use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use std::collections::HashMap;
+use tessera_kernel::{BinaryFn, CompareFn, Expr, IndexExpr, Kernel, ScalarType, UnaryFn, math};
+
+/// The signature of every kernel function.
+pub fn kernel_signature(call_conv: CallConv) -> Signature {
+    let mut sig = Signature::new(call_conv);
+    sig.params.push(AbiParam::new(types::I64));
+    sig.params.push(AbiParam::new(types::I64));
+    sig.params.push(AbiParam::new(types::I64));
+    sig
+}
+
+/// The signature of an imported math function of `arity` floats of type `ty`.
+pub fn math_signature(call_conv: CallConv, ty: Type, arity: usize) -> Signature {
+    let mut sig = Signature::new(call_conv);
+    for _ in 0..arity {
+        sig.params.push(AbiParam::new(ty));
+    }
+    sig.returns.push(AbiParam::new(ty));
+    sig
+}
+
+/// The imported functions a kernel calls, by symbol, as the caller declared them.
+pub type Imports = HashMap<String, FuncRef>;
+
+/// The math symbols `kernel` calls, with their arity and type.
+pub fn math_symbols(kernel: &Kernel) -> Vec<(String, ScalarType, usize)> {
+    let mut out: Vec<(String, ScalarType, usize)> = Vec::new();
+    for v in &kernel.values {
+        let wanted = match &v.expr {
+            Expr::Unary(f, _) => math::unary_fn(*f).map(|m| (math::symbol(m.name, v.ty), v.ty, 1)),
+            Expr::Binary(BinaryFn::Pow, _, _) => Some((math::symbol("pow", v.ty), v.ty, 2)),
+            _ => None,
+        };
+        if let Some(w) = wanted.filter(|w| !out.contains(w)) {
+            out.push(w);
+        }
+    }
+    out
+}
+
+fn clif_type(ty: ScalarType) -> Type {
+    match ty {
+        ScalarType::F32 => types::F32,
+        ScalarType::F64 => types::F64,
+        ScalarType::Bool => types::I8,
+    }
+}
+
+fn float_cc(f: CompareFn) -> FloatCC {
+    match f {
+        CompareFn::Eq => FloatCC::Equal,
+        CompareFn::Ne => FloatCC::NotEqual,
+        CompareFn::Lt => FloatCC::LessThan,
+        CompareFn::Le => FloatCC::LessThanOrEqual,
+        CompareFn::Gt => FloatCC::GreaterThan,
+        CompareFn::Ge => FloatCC::GreaterThanOrEqual,
+    }
+}
+
+/// Emits the body of `kernel` into `func`, whose signature is [`kernel_signature`];
+/// `declare_imports` declares the math symbols in the function and returns their references.
+pub fn render(
+    kernel: &Kernel,
+    func: &mut Function,
+    fctx: &mut FunctionBuilderContext,
+    config: TargetFrontendConfig,
+    declare_imports: impl FnOnce(&mut Function) -> Imports,
+) {
+    func.name = UserFuncName::testcase(&kernel.name);
+    let imports = declare_imports(func);
+    let mut b = FunctionBuilder::new(func, fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let params = b.block_params(entry).to_vec();
+    let (args, begin, end) = (params[0], params[1], params[2]);
+    let flags = MemFlagsData::new().with_notrap();
+    let bases: Vec<Value> = (0..kernel.buffers.len())
+        .map(|i| b.ins().load(types::I64, flags, args, (i * 8) as i32))
+        .collect();
+    let mut r = Renderer {
+        kernel,
+        imports,
+        bases,
+        flags,
+        indices: Vec::new(),
+    };
+    if kernel.domain.is_empty() {
+        // A nest of no loops runs its body once when the caller asks for iteration 0.
+        let go = b.create_block();
+        let done = b.create_block();
+        let nonempty = b.ins().icmp(IntCC::SignedLessThan, begin, end);
+        b.ins().brif(nonempty, go, &[], done, &[]);
+        b.switch_to_block(go);
+        r.point(&mut b, None, 1);
+        b.ins().jump(done, &[]);
+        b.switch_to_block(done);
+    } else {
+        r.nest(&mut b, 0, begin, end);
+    }
+    b.ins().return_(&[]);
+    b.seal_all_blocks();
+    b.finalize(config);
+}
+
+struct Renderer<'k> {
+    kernel: &'k Kernel,
+    imports: Imports,
+    bases: Vec<Value>,
+    flags: MemFlagsData,
+    /// The index value of each enclosing loop.
+    indices: Vec<Value>,
+}
+
+impl Renderer<'_> {
+    /// A counted loop `for i in start..end step step`, its body emitted by `body`.
+    fn counted(
+        &mut self,
+        b: &mut FunctionBuilder,
+        start: Value,
+        end: Value,
+        step: i64,
+        body: &mut dyn FnMut(&mut Self, &mut FunctionBuilder, Value),
+    ) -> Value {
+        let header = b.create_block();
+        let inner = b.create_block();
+        let exit = b.create_block();
+        let i = b.append_block_param(header, types::I64);
+        let args = [start.into()];
+        b.ins().jump(header, &args);
+        b.switch_to_block(header);
+        // Runs while `i + step <= end`, so a vector body never reads past the end.
+        let last = b.ins().iadd_imm_s(i, step);
+        let more = b.ins().icmp(IntCC::SignedLessThanOrEqual, last, end);
+        b.ins().brif(more, inner, &[], exit, &[]);
+        b.switch_to_block(inner);
+        body(self, b, i);
+        let next = b.ins().iadd_imm_s(i, step);
+        let back = [next.into()];
+        b.ins().jump(header, &back);
+        b.switch_to_block(exit);
+        i
+    }
+
+    /// Loop `level` and everything inside it, over `start..end`.
+    fn nest(&mut self, b: &mut FunctionBuilder, level: usize, start: Value, end: Value) {
+        let last = self.kernel.domain.len() - 1;
+        if level < last {
+            let extent = self.kernel.domain[level + 1] as i64;
+            self.counted(b, start, end, 1, &mut |r, b, i| {
+                r.indices.push(i);
+                let zero = b.ins().iconst(types::I64, 0);
+                let n = b.ins().iconst(types::I64, extent);
+                r.nest(b, level + 1, zero, n);
+                r.indices.pop();
+            });
+            return;
+        }
+        let s = self.kernel.schedule;
+        let tail_start = if s.vector_width == 4 {
+            let step = (s.vector_width * s.unroll) as i64;
+            self.counted(b, start, end, step, &mut |r, b, i| {
+                for u in 0..s.unroll {
+                    let j = b.ins().iadd_imm_s(i, (u * s.vector_width) as i64);
+                    r.point(b, Some(j), 4);
+                }
+            })
+        } else {
+            start
+        };
+        self.counted(b, tail_start, end, 1, &mut |r, b, j| r.point(b, Some(j), 1));
+    }
+
+    /// The byte address of `index` in buffer `buffer` at innermost index `j`.
+    fn address(
+        &self,
+        b: &mut FunctionBuilder,
+        buffer: usize,
+        index: &IndexExpr,
+        j: Option<Value>,
+        size: i64,
+    ) -> Value {
+        let mut at: Option<Value> = None;
+        let loops = self.indices.iter().copied().chain(j);
+        for (stride, i) in index.strides.iter().zip(loops) {
+            let term = match *stride {
+                0 => continue,
+                1 => i,
+                s => b.ins().imul_imm_s(i, s as i64),
+            };
+            at = Some(match at {
+                None => term,
+                Some(sum) => b.ins().iadd(sum, term),
+            });
+        }
+        let elements = match (at, index.offset) {
+            (None, offset) => b.ins().iconst(types::I64, offset as i64),
+            (Some(sum), 0) => sum,
+            (Some(sum), offset) => b.ins().iadd_imm_s(sum, offset as i64),
+        };
+        let bytes = b.ins().imul_imm_s(elements, size);
+        b.ins().iadd(self.bases[buffer], bytes)
+    }
+
+    fn call(&self, b: &mut FunctionBuilder, symbol: &str, args: &[Value]) -> Value {
+        let f = self.imports[symbol];
+        let call = b.ins().call(f, args);
+        b.inst_results(call)[0]
+    }
+
+    /// A scalar function applied to each lane of `lanes` (4 for f32 vectors).
+    fn per_lane(
+        &self,
+        b: &mut FunctionBuilder,
+        symbol: &str,
+        args: &[Value],
+        lanes: usize,
+    ) -> Value {
+        if lanes == 1 {
+            return self.call(b, symbol, args);
+        }
+        let mut out: Option<Value> = None;
+        for lane in 0..lanes as u8 {
+            let scalars: Vec<Value> = args.iter().map(|a| b.ins().extractlane(*a, lane)).collect();
+            let y = self.call(b, symbol, &scalars);
+            out = Some(match out {
+                None => b.ins().splat(types::F32X4, y),
+                Some(v) => b.ins().insertlane(v, y, lane),
+            });
+        }
+        out.unwrap_or_else(|| b.ins().f32const(0.0))
+    }
+
+    /// Evaluates the DAG at one point (`lanes` consecutive points of the innermost loop when
+    /// 4) and stores the results.
+    fn point(&mut self, b: &mut FunctionBuilder, j: Option<Value>, lanes: usize) {
+        let kernel = self.kernel;
+        let vector = lanes > 1;
+        let mut vals: Vec<Value> = Vec::with_capacity(kernel.values.len());
+        let ty_of = |ty: ScalarType| -> Type {
+            match (vector, ty) {
+                (true, ScalarType::Bool) => types::I32X4,
+                (true, _) => types::F32X4,
+                (false, t) => clif_type(t),
+            }
+        };
+        for v in &kernel.values {
+            let x = match &v.expr {
+                Expr::Load { buffer, index } => {
+                    let size = if v.ty == ScalarType::F64 { 8 } else { 4 };
+                    let addr = self.address(b, buffer.index(), index, j, size);
+                    let inner_stride = index.strides.last().copied().unwrap_or(0);
+                    if vector && inner_stride == 1 {
+                        b.ins().load(types::F32X4, self.flags, addr, 0)
+                    } else {
+                        let s = b.ins().load(clif_type(v.ty), self.flags, addr, 0);
+                        if vector {
+                            b.ins().splat(types::F32X4, s)
+                        } else {
+                            s
+                        }
+                    }
+                }
+                Expr::Const(c) => {
+                    let s = match v.ty {
+                        ScalarType::F64 => b.ins().f64const(*c),
+                        _ => b.ins().f32const(*c as f32),
+                    };
+                    if vector {
+                        b.ins().splat(types::F32X4, s)
+                    } else {
+                        s
+                    }
+                }
+                Expr::Unary(f, a) => {
+                    let a = vals[a.index()];
+                    match f {
+                        UnaryFn::Neg => b.ins().fneg(a),
+                        UnaryFn::Abs => b.ins().fabs(a),
+                        UnaryFn::Sqrt => b.ins().sqrt(a),
+                        other => {
+                            let name = math::unary_fn(*other).map_or("", |m| m.name);
+                            self.per_lane(b, &math::symbol(name, v.ty), &[a], lanes)
+                        }
+                    }
+                }
+                Expr::Binary(f, x, y) => {
+                    let (x, y) = (vals[x.index()], vals[y.index()]);
+                    match f {
+                        BinaryFn::Add => b.ins().fadd(x, y),
+                        BinaryFn::Sub => b.ins().fsub(x, y),
+                        BinaryFn::Mul => b.ins().fmul(x, y),
+                        BinaryFn::Div => b.ins().fdiv(x, y),
+                        BinaryFn::Pow => {
+                            self.per_lane(b, &math::symbol("pow", v.ty), &[x, y], lanes)
+                        }
+                    }
+                }
+                Expr::Compare(f, x, y) => {
+                    b.ins().fcmp(float_cc(*f), vals[x.index()], vals[y.index()])
+                }
+                Expr::Select { cond, a, b: other } => {
+                    let (c, x, y) = (vals[cond.index()], vals[a.index()], vals[other.index()]);
+                    if vector {
+                        let mask = b.ins().bitcast(types::F32X4, MemFlagsData::new(), c);
+                        b.ins().bitselect(mask, x, y)
+                    } else {
+                        b.ins().select(c, x, y)
+                    }
+                }
+                Expr::Cast(a) => {
+                    let from = kernel.value(*a).ty;
+                    let x = vals[a.index()];
+                    self.cast(b, x, from, v.ty, vector)
+                }
+            };
+            debug_assert_eq!(b.func.dfg.value_type(x), ty_of(v.ty));
+            vals.push(x);
+        }
+        for s in &kernel.stores {
+            let size = if kernel.value(s.value).ty == ScalarType::F64 {
+                8
+            } else {
+                4
+            };
+            let addr = self.address(b, s.buffer.index(), &s.index, j, size);
+            b.ins().store(self.flags, vals[s.value.index()], addr, 0);
+        }
+    }
+
+    fn cast(
+        &self,
+        b: &mut FunctionBuilder,
+        x: Value,
+        from: ScalarType,
+        to: ScalarType,
+        vector: bool,
+    ) -> Value {
+        match (from, to) {
+            (f, t) if f == t => x,
+            (ScalarType::F32, ScalarType::F64) => b.ins().fpromote(types::F64, x),
+            (ScalarType::F64, ScalarType::F32) => b.ins().fdemote(types::F32, x),
+            (ScalarType::Bool, t) => {
+                let (one, zero) = match t {
+                    ScalarType::F64 => (b.ins().f64const(1.0), b.ins().f64const(0.0)),
+                    _ => (b.ins().f32const(1.0), b.ins().f32const(0.0)),
+                };
+                if vector {
+                    let (one, zero) = (
+                        b.ins().splat(types::F32X4, one),
+                        b.ins().splat(types::F32X4, zero),
+                    );
+                    let mask = b.ins().bitcast(types::F32X4, MemFlagsData::new(), x);
+                    b.ins().bitselect(mask, one, zero)
+                } else {
+                    b.ins().select(x, one, zero)
+                }
+            }
+            (f, _) => {
+                let zero = match f {
+                    ScalarType::F64 => b.ins().f64const(0.0),
+                    _ => b.ins().f32const(0.0),
+                };
+                let zero = if vector {
+                    b.ins().splat(types::F32X4, zero)
+                } else {
+                    zero
+                };
+                b.ins().fcmp(FloatCC::NotEqual, x, zero)
+            }
+        }
+    }
+}

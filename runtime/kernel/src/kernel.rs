@@ -1,0 +1,348 @@
+//! A kernel: typed buffer parameters, a loop nest over the output index space, a scalar
+//! expression DAG evaluated once per point of the nest, the stores of its results, and the
+//! schedule a backend follows. [`KernelBuilder`] makes one; [`Kernel::verify`] checks one.
+
+use crate::{BufferId, Expr, KernelError, LoopId, Result, ScalarType, Value, ValueId};
+
+/// A storage position as an affine function of the loop indices:
+/// `offset + sum(strides[l] * i_l)`. A stride of 0 broadcasts along its loop; views (narrow,
+/// permute, expand, reshape) are folded into the offset and strides. Strides are never
+/// negative, as no view of the op table reverses a dimension.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IndexExpr {
+    pub offset: usize,
+    /// One stride per loop of the kernel's nest.
+    pub strides: Vec<usize>,
+}
+
+impl IndexExpr {
+    /// The index at loop indices `point`.
+    pub fn at(&self, point: &[usize]) -> usize {
+        self.offset
+            + self
+                .strides
+                .iter()
+                .zip(point)
+                .map(|(s, i)| s * i)
+                .sum::<usize>()
+    }
+
+    /// One past the largest index reached over the nest `domain` (0 when it is empty).
+    pub fn extent(&self, domain: &[usize]) -> usize {
+        if domain.contains(&0) {
+            return 0;
+        }
+        self.offset
+            + self
+                .strides
+                .iter()
+                .zip(domain)
+                .map(|(s, n)| s * (n - 1))
+                .sum::<usize>()
+            + 1
+    }
+}
+
+/// Whether a kernel reads or writes a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BufferRole {
+    Input,
+    Output,
+}
+
+/// A buffer parameter: its role, element type and length in elements.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BufferParam {
+    pub role: BufferRole,
+    pub ty: ScalarType,
+    pub len: usize,
+}
+
+/// `buffer[index] = value`, once per point of the nest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Store {
+    pub buffer: BufferId,
+    pub index: IndexExpr,
+    pub value: ValueId,
+}
+
+/// How a backend runs the nest. It never changes what a kernel computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Schedule {
+    /// Elements per vector along the innermost loop (1: scalar code).
+    pub vector_width: usize,
+    /// Vectors per iteration of the innermost loop's main body.
+    pub unroll: usize,
+    /// The loop whose iterations may be split across threads (none yet).
+    pub parallel: Option<LoopId>,
+}
+
+impl Schedule {
+    /// Scalar code, one element per iteration, on one thread.
+    pub const SCALAR: Schedule = Schedule {
+        vector_width: 1,
+        unroll: 1,
+        parallel: None,
+    };
+}
+
+/// One generated kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub buffers: Vec<BufferParam>,
+    /// Loop extents, outermost first; the nest visits points in row-major order.
+    pub domain: Vec<usize>,
+    /// The DAG in topological order; `ValueId(i)` is `values[i]`.
+    pub values: Vec<Value>,
+    pub stores: Vec<Store>,
+    pub schedule: Schedule,
+}
+
+impl Kernel {
+    pub fn value(&self, id: ValueId) -> &Value {
+        &self.values[id.index()]
+    }
+
+    pub fn buffer(&self, id: BufferId) -> &BufferParam {
+        &self.buffers[id.index()]
+    }
+
+    /// The number of points of the nest.
+    pub fn points(&self) -> usize {
+        self.domain.iter().product()
+    }
+
+    /// Every index expression of the kernel, loads then stores.
+    pub fn accesses(&self) -> impl Iterator<Item = (BufferId, &IndexExpr)> {
+        self.values
+            .iter()
+            .filter_map(|v| match &v.expr {
+                Expr::Load { buffer, index } => Some((*buffer, index)),
+                _ => None,
+            })
+            .chain(self.stores.iter().map(|s| (s.buffer, &s.index)))
+    }
+
+    /// Checks what backends rely on for memory safety and typing: operands precede their
+    /// users and have the types their use needs, index expressions have one stride per loop
+    /// and stay inside their buffer, loads read inputs and stores write outputs.
+    pub fn verify(&self) -> Result<()> {
+        let fail = |message: String| KernelError::Invalid {
+            kernel: self.name.clone(),
+            message,
+        };
+        let check_index = |b: BufferId, index: &IndexExpr, role: BufferRole| -> Result<()> {
+            let param = self
+                .buffers
+                .get(b.index())
+                .ok_or_else(|| fail(format!("{b} is not a parameter")))?;
+            if param.role != role {
+                return Err(fail(format!(
+                    "{b} is accessed as {role:?} but is {:?}",
+                    param.role
+                )));
+            }
+            if index.strides.len() != self.domain.len() {
+                return Err(fail(format!(
+                    "an index of {b} has {} strides for {} loops",
+                    index.strides.len(),
+                    self.domain.len()
+                )));
+            }
+            if index.extent(&self.domain) > param.len {
+                return Err(fail(format!(
+                    "an index of {b} reaches {} past its length {}",
+                    index.extent(&self.domain),
+                    param.len
+                )));
+            }
+            Ok(())
+        };
+        for (i, v) in self.values.iter().enumerate() {
+            let here = ValueId::from_index(i);
+            let operand = |id: ValueId, want: Option<ScalarType>| -> Result<ScalarType> {
+                if id >= here {
+                    return Err(fail(format!("{here} uses {id}, which does not precede it")));
+                }
+                let ty = self.values[id.index()].ty;
+                match want {
+                    Some(w) if w != ty => {
+                        Err(fail(format!("{here} needs {id} to be {w}, it is {ty}")))
+                    }
+                    _ => Ok(ty),
+                }
+            };
+            let float = |ty: ScalarType| -> Result<()> {
+                if ty.is_float() {
+                    Ok(())
+                } else {
+                    Err(fail(format!("{here} is {ty}, a float is needed")))
+                }
+            };
+            match &v.expr {
+                Expr::Load { buffer, index } => {
+                    check_index(*buffer, index, BufferRole::Input)?;
+                    let ty = self.buffers[buffer.index()].ty;
+                    if ty != v.ty {
+                        return Err(fail(format!("{here} loads {ty} as {}", v.ty)));
+                    }
+                }
+                Expr::Const(_) => float(v.ty)?,
+                Expr::Unary(_, a) => {
+                    float(v.ty)?;
+                    operand(*a, Some(v.ty))?;
+                }
+                Expr::Binary(_, a, b) => {
+                    float(v.ty)?;
+                    operand(*a, Some(v.ty))?;
+                    operand(*b, Some(v.ty))?;
+                }
+                Expr::Compare(_, a, b) => {
+                    if v.ty != ScalarType::Bool {
+                        return Err(fail(format!("{here}: a comparison gives bool")));
+                    }
+                    let ta = operand(*a, None)?;
+                    float(ta)?;
+                    operand(*b, Some(ta))?;
+                }
+                Expr::Select { cond, a, b } => {
+                    operand(*cond, Some(ScalarType::Bool))?;
+                    operand(*a, Some(v.ty))?;
+                    operand(*b, Some(v.ty))?;
+                }
+                Expr::Cast(a) => {
+                    operand(*a, None)?;
+                }
+            }
+        }
+        for s in &self.stores {
+            check_index(s.buffer, &s.index, BufferRole::Output)?;
+            let value = self
+                .values
+                .get(s.value.index())
+                .ok_or_else(|| fail(format!("a store of {} reads no value", s.buffer)))?;
+            if value.ty != self.buffers[s.buffer.index()].ty {
+                return Err(fail(format!(
+                    "{} stores {} into a {} buffer",
+                    s.buffer,
+                    value.ty,
+                    self.buffers[s.buffer.index()].ty
+                )));
+            }
+        }
+        if self.schedule.vector_width == 0 || self.schedule.unroll == 0 {
+            return Err(fail(
+                "the schedule has a zero vector width or unroll".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Builds a kernel value by value, sharing equal values (hash-consing), so a DAG the lowering
+/// writes twice (a constant, a load of one element) is computed once.
+#[derive(Debug, Clone)]
+pub struct KernelBuilder {
+    kernel: Kernel,
+}
+
+impl KernelBuilder {
+    /// A kernel called `name` over the nest `domain`, scalar schedule, no buffers yet.
+    pub fn new(name: impl Into<String>, domain: Vec<usize>) -> Self {
+        KernelBuilder {
+            kernel: Kernel {
+                name: name.into(),
+                buffers: Vec::new(),
+                domain,
+                values: Vec::new(),
+                stores: Vec::new(),
+                schedule: Schedule::SCALAR,
+            },
+        }
+    }
+
+    pub fn domain(&self) -> &[usize] {
+        &self.kernel.domain
+    }
+
+    pub fn buffer(&mut self, role: BufferRole, ty: ScalarType, len: usize) -> BufferId {
+        self.kernel.buffers.push(BufferParam { role, ty, len });
+        BufferId::from_index(self.kernel.buffers.len() - 1)
+    }
+
+    pub fn ty(&self, v: ValueId) -> ScalarType {
+        self.kernel.value(v).ty
+    }
+
+    /// The value `expr` of type `ty`, an existing equal one if there is one.
+    pub fn push(&mut self, ty: ScalarType, expr: Expr) -> ValueId {
+        let value = Value { ty, expr };
+        if let Some(i) = self.kernel.values.iter().position(|v| *v == value) {
+            return ValueId::from_index(i);
+        }
+        self.kernel.values.push(value);
+        ValueId::from_index(self.kernel.values.len() - 1)
+    }
+
+    pub fn store(&mut self, buffer: BufferId, index: IndexExpr, value: ValueId) {
+        self.kernel.stores.push(Store {
+            buffer,
+            index,
+            value,
+        });
+    }
+
+    /// The kernel, without the values no store needs (renumbered in order).
+    pub fn finish(self) -> Kernel {
+        let mut kernel = self.kernel;
+        let mut live = vec![false; kernel.values.len()];
+        for s in &kernel.stores {
+            live[s.value.index()] = true;
+        }
+        for i in (0..kernel.values.len()).rev() {
+            if !live[i] {
+                continue;
+            }
+            for operand in operands(&kernel.values[i].expr) {
+                live[operand.index()] = true;
+            }
+        }
+        let mut renumber = vec![ValueId(0); kernel.values.len()];
+        let mut values = Vec::new();
+        for (i, mut v) in kernel.values.into_iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            for operand in operands_mut(&mut v.expr) {
+                *operand = renumber[operand.index()];
+            }
+            renumber[i] = ValueId::from_index(values.len());
+            values.push(v);
+        }
+        for s in &mut kernel.stores {
+            s.value = renumber[s.value.index()];
+        }
+        kernel.values = values;
+        kernel
+    }
+}
+
+/// The operands of an expression.
+pub fn operands(expr: &Expr) -> Vec<ValueId> {
+    match expr {
+        Expr::Load { .. } | Expr::Const(_) => vec![],
+        Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
+        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![*a, *b],
+        Expr::Select { cond, a, b } => vec![*cond, *a, *b],
+    }
+}
+
+fn operands_mut(expr: &mut Expr) -> Vec<&mut ValueId> {
+    match expr {
+        Expr::Load { .. } | Expr::Const(_) => vec![],
+        Expr::Unary(_, a) | Expr::Cast(a) => vec![a],
+        Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![a, b],
+        Expr::Select { cond, a, b } => vec![cond, a, b],
+    }
+}

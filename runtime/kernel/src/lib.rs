@@ -1,0 +1,89 @@
+//! Tessera's backend-neutral kernel IR, the lowering of op-level graphs into it, and its
+//! interpreter, the executable specification every backend (cranelift on the CPU, PTX on the
+//! GPU) is tested against. No lowering logic lives in a backend: a backend renders
+//! [`Kernel`]s, one primitive at a time.
+//!
+//! # The IR
+//!
+//! A [`Program`] is a list of [`Step`]s over tensor slots ([`SlotId`]): the graph's inputs,
+//! attributes read by name when the program runs, and the steps' results. A step is either a
+//! generated [`Kernel`] or an external call of an op's eager kernel (the fallback for what
+//! the lowering does not cover yet; [`Program::fallbacks`] says which nodes and why).
+//!
+//! A [`Kernel`] has typed buffer parameters ([`BufferId`], f32 or f64), a loop nest over the
+//! output index space (its `domain`), a scalar expression DAG ([`ValueId`], [`Expr`])
+//! evaluated once per point, and stores. Loads and stores index buffers with affine
+//! [`IndexExpr`]s of the loop indices: broadcasting is a zero stride, and narrow, permute,
+//! transpose, expand and reshape (where strides can express it) are folded into the offset
+//! and strides, so views never move data. The DAG's primitives ([`UnaryFn`], [`BinaryFn`],
+//! [`CompareFn`], select, cast) are few; every elementwise op of the op table is written in
+//! them once, in the lowering table ([`lower_elementwise`]), following its eager kernel
+//! operation for operation so that generated code rounds as eager code does.
+//!
+//! ```
+//! use tessera_fx::Graph;
+//! use tessera_kernel::{Interpreter, lower, run_program};
+//! use tessera_tensor::{DType, Op, Tensor, TensorMeta, op::{BinaryOp, UnaryOp}};
+//!
+//! let mut g = Graph::new();
+//! let x = g.placeholder("x", TensorMeta::new([2, 3], DType::F32));
+//! let b = g.placeholder("b", TensorMeta::new([3], DType::F32));
+//! let sum = g.call_function(Op::Binary(BinaryOp::Add), &[&x, &b])?;
+//! let relu = g.call_function(Op::Unary(UnaryOp::Relu), &[&sum])?;
+//! g.output(&[&relu])?;
+//!
+//! let program = lower(&g, &[])?;
+//! assert!(program.fallbacks.is_empty());
+//! assert_eq!(program.kernels().count(), 1);
+//!
+//! let x = Tensor::from_vec(vec![-1.0f32, 0.5, 2.0, -3.0, 1.0, 0.0], &[2, 3])?;
+//! let b = Tensor::from_vec(vec![0.5f32, 0.5, -1.0], &[3])?;
+//! let out = run_program(&program, &tessera_kernel::NoEnvironment, &Interpreter, &[x, b])?;
+//! assert_eq!(out[0].to_vec::<f32>()?, vec![0.0, 1.0, 1.0, 0.0, 1.5, 0.0]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Plan: what fits in later without redesign
+//!
+//! - **Reductions**: a kernel's nest gains reduction loops (extents in `domain` whose loop
+//!   index no store uses) and an accumulator expression (`Expr::Reduce { init, combine }`)
+//!   evaluated across them; the elementwise prologue is the DAG under the accumulator and
+//!   the epilogue the DAG over its result, so a fusion group "elementwise + reduction" is one
+//!   kernel. Softmax and norms are two or three such nests in one kernel.
+//! - **External calls**: [`Step::External`] already runs eager kernels; GEMM and convolution
+//!   become a step variant with the callee (a `gemm` call), its operands' layouts and an
+//!   epilogue [`Kernel`] run on each output block while it is in cache.
+//! - **Schedules**: [`Schedule`] holds the vector width, unroll and the loop that may run in
+//!   parallel; backends follow it, the lowering's [`schedule`] pass chooses it. Kernels
+//!   compiled by the CPU backend already take the outer loop's range as arguments, so a
+//!   parallel split is a change of the caller only.
+//! - **Memory plan**: slots are dropped after their last use today; a plan assigns each slot
+//!   an offset in one arena from the same liveness, and kernels' output buffers point into it.
+//! - **Dynamic batch**: the leading extent of `domain` and index strides that depend on it
+//!   become a run-time parameter of the kernel (one symbol per program).
+
+mod error;
+mod ids;
+mod interpret;
+mod kernel;
+mod lower;
+pub mod math;
+mod print;
+mod program;
+mod run;
+mod scalar;
+pub mod schedule;
+mod table;
+
+pub use error::{KernelError, Result};
+pub use ids::{BufferId, LoopId, SlotId, ValueId};
+pub use interpret::{Interpreter, interpret};
+pub use kernel::{
+    BufferParam, BufferRole, IndexExpr, Kernel, KernelBuilder, Schedule, Store, operands,
+};
+pub use lower::lower;
+pub use program::{ExternalCall, Fallback, Program, Slot, SlotSource, SlotView, Step};
+pub use run::{BoxError, BufferPtr, Environment, KernelExecutor, NoEnvironment, run_program};
+pub use scalar::{BinaryFn, CompareFn, Expr, ScalarType, UnaryFn, Value};
+pub use schedule::schedule;
+pub use table::lower_elementwise;

@@ -1,0 +1,562 @@
+//! Lowering: an op-level graph (module calls inlined) and its fusion groups become a
+//! [`Program`]. The elementwise members of each fusion group become one kernel whose loads
+//! read their operands through the views before them (folded into index arithmetic); views
+//! become layouts, never steps; every other node runs its eager kernel as an external step and
+//! is reported as a fallback with the reason.
+
+use crate::schedule::schedule;
+use crate::table::lower_elementwise;
+use crate::{
+    BufferId, BufferRole, ExternalCall, Fallback, IndexExpr, KernelBuilder, KernelError, Program,
+    Result, ScalarType, Slot, SlotId, SlotSource, SlotView, Step, ValueId,
+};
+use std::collections::{HashMap, HashSet};
+use tessera_fx::{Graph, NodeId, NodeKind};
+use tessera_passes::fusion_groups;
+use tessera_tensor::layout::{Layout, broadcast_layout};
+use tessera_tensor::op::{FusionRole, OpKind, ViewOp, view_strides};
+use tessera_tensor::{Op, TensorMeta};
+
+/// A graph value during lowering: a slot seen through views, and the layout those views give.
+#[derive(Debug, Clone)]
+struct Val {
+    slot: SlotId,
+    views: Vec<ViewOp>,
+    layout: Layout,
+}
+
+impl Val {
+    fn slot_view(&self) -> SlotView {
+        SlotView {
+            slot: self.slot,
+            views: self.views.clone(),
+        }
+    }
+}
+
+/// Lowers `graph`, whose inputs have the layouts `input_layouts` (packed where not given).
+pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
+    let grouping = fusion_groups(graph).map_err(|e| KernelError::Grouping {
+        source: Box::new(e),
+    })?;
+    let mut partition_of: HashMap<NodeId, usize> = HashMap::new();
+    let mut partitions: Vec<Vec<NodeId>> = Vec::new();
+    for g in &grouping.groups {
+        let members: Vec<NodeId> = g
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| is_elementwise(graph, n))
+            .collect();
+        for n in &members {
+            partition_of.insert(*n, partitions.len());
+        }
+        partitions.push(members);
+    }
+    let mut lowering = Lowering {
+        graph,
+        program: Program {
+            slots: Vec::new(),
+            steps: Vec::new(),
+            outputs: Vec::new(),
+            fallbacks: Vec::new(),
+        },
+        values: HashMap::new(),
+        inputs: 0,
+        input_layouts,
+    };
+    for id in graph.nodes().collect::<Vec<_>>() {
+        let node = graph.node(&id).map_err(|e| graph_error(graph, &id, e))?;
+        match &node.kind {
+            NodeKind::CallFunction { op } if is_elementwise(graph, &id) => {
+                let members = match partition_of.get(&id) {
+                    Some(&p) => partitions[p].clone(),
+                    None => vec![id],
+                };
+                if members.last() == Some(&id) {
+                    lowering.partition(&members)?;
+                } else if !members.contains(&id) {
+                    lowering.external(&id, ExternalCall::Op(op.clone()), None)?;
+                }
+            }
+            _ => lowering.node(&id)?,
+        }
+    }
+    Ok(lowering.program)
+}
+
+/// Whether `id` is a single-output elementwise call_function node.
+fn is_elementwise(graph: &Graph, id: &NodeId) -> bool {
+    graph.node(id).is_ok_and(|n| match &n.kind {
+        NodeKind::CallFunction { op } => {
+            n.meta.len() == 1 && op.fusion_role() == FusionRole::Elementwise
+        }
+        _ => false,
+    })
+}
+
+fn graph_error(graph: &Graph, id: &NodeId, e: tessera_fx::FxError) -> KernelError {
+    KernelError::Graph {
+        node: graph.display(id),
+        source: Box::new(e),
+    }
+}
+
+/// Why an op of `kind` is not generated yet.
+fn fallback_reason(op: &Op) -> String {
+    match op.kind() {
+        OpKind::Reduction => "reductions are not lowered yet".into(),
+        OpKind::Normalization => "normalizations (softmax, norms) are not lowered yet".into(),
+        OpKind::Gemm => "GEMM with fused epilogues is not lowered yet".into(),
+        OpKind::Convolution => "convolution is not lowered yet".into(),
+        OpKind::Pooling => "pooling is not lowered yet".into(),
+        OpKind::Indexing => "indexing ops are not lowered yet".into(),
+        OpKind::Loss => "losses are not lowered yet".into(),
+        OpKind::Quantized => "quantized ops are not lowered yet".into(),
+        OpKind::Opaque => "a user-defined op runs its own kernel".into(),
+        kind => format!("{kind:?} ops are not lowered yet"),
+    }
+}
+
+struct Lowering<'g> {
+    graph: &'g Graph,
+    program: Program,
+    values: HashMap<NodeId, Vec<Val>>,
+    inputs: usize,
+    input_layouts: &'g [Layout],
+}
+
+impl Lowering<'_> {
+    fn meta(&self, id: &NodeId) -> Result<Vec<TensorMeta>> {
+        Ok(self
+            .graph
+            .node(id)
+            .map_err(|e| graph_error(self.graph, id, e))?
+            .meta
+            .clone())
+    }
+
+    fn slot(&mut self, id: &NodeId, meta: TensorMeta, source: SlotSource, layout: Layout) -> Val {
+        let name = self.graph.name(id).unwrap_or("?").to_string();
+        self.program.slots.push(Slot {
+            name,
+            meta,
+            source,
+            layout: layout.clone(),
+        });
+        Val {
+            slot: SlotId::from_index(self.program.slots.len() - 1),
+            views: Vec::new(),
+            layout,
+        }
+    }
+
+    fn value(&self, id: &NodeId) -> Result<Val> {
+        self.values
+            .get(id)
+            .and_then(|v| v.first().cloned())
+            .ok_or_else(|| KernelError::Undefined {
+                node: self.graph.display(id),
+            })
+    }
+
+    fn operands(&self, id: &NodeId) -> Result<Vec<NodeId>> {
+        self.graph
+            .operands(id)
+            .map_err(|e| graph_error(self.graph, id, e))
+    }
+
+    /// Every node but the elementwise ones.
+    fn node(&mut self, id: &NodeId) -> Result<()> {
+        let node = self
+            .graph
+            .node(id)
+            .map_err(|e| graph_error(self.graph, id, e))?;
+        let meta = node.meta.clone();
+        let first = || {
+            meta.first().cloned().ok_or_else(|| KernelError::Undefined {
+                node: self.graph.display(id),
+            })
+        };
+        let vals = match &node.kind {
+            NodeKind::Placeholder { .. } => {
+                let m = first()?;
+                let layout = self
+                    .input_layouts
+                    .get(self.inputs)
+                    .filter(|l| l.shape == m.shape)
+                    .cloned()
+                    .unwrap_or_else(|| Layout::contiguous(&m.shape));
+                let source = SlotSource::Input(self.inputs);
+                self.inputs += 1;
+                vec![self.slot(id, m, source, layout)]
+            }
+            NodeKind::GetAttr { target } => {
+                let m = first()?;
+                let layout = Layout::contiguous(&m.shape);
+                vec![self.slot(id, m, SlotSource::Attribute(target.clone()), layout)]
+            }
+            NodeKind::GetItem { index } => {
+                let operand = self.operands(id)?.into_iter().next();
+                let all = operand.and_then(|o| self.values.get(&o));
+                vec![all.and_then(|v| v.get(*index)).cloned().ok_or_else(|| {
+                    KernelError::Undefined {
+                        node: self.graph.display(id),
+                    }
+                })?]
+            }
+            NodeKind::Output => {
+                let outs = self
+                    .operands(id)?
+                    .iter()
+                    .map(|o| self.value(o).map(|v| v.slot_view()))
+                    .collect::<Result<Vec<_>>>()?;
+                self.program.outputs = outs;
+                return Ok(());
+            }
+            NodeKind::CallModule { target, .. } => {
+                return self.external(
+                    id,
+                    ExternalCall::Module(target.clone()),
+                    Some("the module call could not be inlined".into()),
+                );
+            }
+            NodeKind::CallFunction { op: Op::View(view) } => {
+                let operand = self.operands(id)?.into_iter().next();
+                let input = match operand {
+                    Some(o) => self.value(&o)?,
+                    None => {
+                        return Err(KernelError::Undefined {
+                            node: self.graph.display(id),
+                        });
+                    }
+                };
+                match self.view(input, view, &first()?)? {
+                    Some(v) => vec![v],
+                    None => {
+                        return self.external(
+                            id,
+                            ExternalCall::Op(Op::View(view.clone())),
+                            Some("the reshape needs a copy of a tensor kernels do not read".into()),
+                        );
+                    }
+                }
+            }
+            NodeKind::CallFunction { op } => {
+                let op = op.clone();
+                return self.external(id, ExternalCall::Op(op), None);
+            }
+        };
+        self.values.insert(*id, vals);
+        Ok(())
+    }
+
+    /// `input` seen through `view`: a new layout of the same slot, or, for a reshape that no
+    /// strides can express, a packed copy made by a kernel (`None` when no kernel can copy
+    /// the dtype).
+    fn view(&mut self, input: Val, view: &ViewOp, out: &TensorMeta) -> Result<Option<Val>> {
+        let l = &input.layout;
+        let layout = match view {
+            ViewOp::Reshape(shape) => match view_strides(l, shape) {
+                Some(strides) => Layout {
+                    shape: shape.clone(),
+                    strides,
+                    offset: l.offset,
+                },
+                None => {
+                    let Some(copied) = self.copy(&input, out)? else {
+                        return Ok(None);
+                    };
+                    let mut v = copied;
+                    v.views.push(view.clone());
+                    v.layout = Layout::contiguous(shape);
+                    return Ok(Some(v));
+                }
+            },
+            ViewOp::Permute(dims) => Layout {
+                shape: dims.iter().map(|&d| l.shape[d]).collect(),
+                strides: dims.iter().map(|&d| l.strides[d]).collect(),
+                offset: l.offset,
+            },
+            ViewOp::Narrow { dim, start, len } => {
+                let mut shape = l.shape.clone();
+                shape[*dim] = *len;
+                Layout {
+                    shape: shape.clone(),
+                    strides: l.strides.clone(),
+                    // As the eager view: an empty view keeps the offset.
+                    offset: if shape.contains(&0) {
+                        l.offset
+                    } else {
+                        l.offset + start * l.strides[*dim]
+                    },
+                }
+            }
+            ViewOp::Expand(shape) => {
+                broadcast_layout("expand", l, shape).map_err(|e| KernelError::Invalid {
+                    kernel: "expand".into(),
+                    message: e.to_string(),
+                })?
+            }
+            // Kernels read any layout: making it packed is left to whoever needs packed data.
+            ViewOp::Contiguous => l.clone(),
+        };
+        let mut v = input;
+        v.views.push(view.clone());
+        v.layout = layout;
+        Ok(Some(v))
+    }
+
+    /// A kernel copying `input` (of shape `out.shape` before the reshape) into a packed slot.
+    fn copy(&mut self, input: &Val, out: &TensorMeta) -> Result<Option<Val>> {
+        let Some(ty) = ScalarType::of_buffer(out.dtype) else {
+            return Ok(None);
+        };
+        let shape = input.layout.shape.clone();
+        let name = format!("k{}_copy", self.kernel_count());
+        let mut b = KernelBuilder::new(name, shape.clone());
+        let src = b.buffer(BufferRole::Input, ty, 0);
+        let index = IndexExpr {
+            offset: input.layout.offset,
+            strides: input.layout.strides.clone(),
+        };
+        let loaded = b.push(
+            ty,
+            crate::Expr::Load {
+                buffer: src,
+                index: index.clone(),
+            },
+        );
+        let numel = shape.iter().product();
+        let dst = b.buffer(BufferRole::Output, ty, numel);
+        b.store(dst, packed_index(&shape), loaded);
+        let mut kernel = b.finish();
+        kernel.buffers[src.index()].len = index.extent(&shape);
+        schedule(&mut kernel);
+        kernel.verify()?;
+        let meta = TensorMeta::new(shape.clone(), out.dtype);
+        self.program.slots.push(Slot {
+            name: format!("{}_packed", self.program.slot(input.slot).name),
+            meta,
+            source: SlotSource::Step,
+            layout: Layout::contiguous(&shape),
+        });
+        let slot = SlotId::from_index(self.program.slots.len() - 1);
+        self.program.steps.push(Step::Kernel {
+            kernel,
+            inputs: vec![input.slot],
+            outputs: vec![slot],
+        });
+        Ok(Some(Val {
+            slot,
+            views: Vec::new(),
+            layout: Layout::contiguous(&shape),
+        }))
+    }
+
+    fn kernel_count(&self) -> usize {
+        self.program.kernels().count()
+    }
+
+    /// Runs `id` through its eager kernel (or module), recording the fallback.
+    fn external(&mut self, id: &NodeId, call: ExternalCall, reason: Option<String>) -> Result<()> {
+        let inputs = self
+            .operands(id)?
+            .iter()
+            .map(|o| self.value(o).map(|v| v.slot_view()))
+            .collect::<Result<Vec<_>>>()?;
+        let op_name = match &call {
+            ExternalCall::Op(op) => op.name(),
+            ExternalCall::Module(target) => target.clone(),
+        };
+        let reason = reason.unwrap_or_else(|| match &call {
+            ExternalCall::Op(op) => fallback_reason(op),
+            ExternalCall::Module(_) => "a module call".into(),
+        });
+        let node = self.graph.name(id).unwrap_or("?").to_string();
+        self.program.fallbacks.push(Fallback {
+            node: node.clone(),
+            op: op_name,
+            reason,
+        });
+        let mut vals = Vec::new();
+        for m in self.meta(id)? {
+            let layout = Layout::contiguous(&m.shape);
+            vals.push(self.slot(id, m, SlotSource::Step, layout));
+        }
+        self.program.steps.push(Step::External {
+            node,
+            call,
+            inputs,
+            outputs: vals.iter().map(|v| v.slot).collect(),
+        });
+        self.values.insert(*id, vals);
+        Ok(())
+    }
+
+    /// Lowers the elementwise members of one fusion group into one kernel, or, when the
+    /// kernel IR cannot express them yet, runs each through its eager kernel.
+    fn partition(&mut self, members: &[NodeId]) -> Result<()> {
+        match self.try_kernel(members)? {
+            Ok(()) => Ok(()),
+            Err(reason) => {
+                for id in members {
+                    let op = match &self
+                        .graph
+                        .node(id)
+                        .map_err(|e| graph_error(self.graph, id, e))?
+                        .kind
+                    {
+                        NodeKind::CallFunction { op } => op.clone(),
+                        _ => continue,
+                    };
+                    let why = format!("not generated: {reason}");
+                    self.external(id, ExternalCall::Op(op), Some(why))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The kernel of `members`; the inner error says why the kernel IR cannot express it.
+    fn try_kernel(&mut self, members: &[NodeId]) -> Result<Result<(), String>> {
+        let inside: HashSet<NodeId> = members.iter().copied().collect();
+        let Some(last) = members.last() else {
+            return Ok(Ok(()));
+        };
+        let domain = match self.meta(last)?.first() {
+            Some(m) => m.shape.clone(),
+            None => return Ok(Err("the node has no value".into())),
+        };
+        let names: Vec<String> = members
+            .iter()
+            .take(4)
+            .filter_map(|m| match &self.graph.node(m).ok()?.kind {
+                NodeKind::CallFunction { op } => Some(op.name()),
+                _ => None,
+            })
+            .collect();
+        let name = format!("k{}_{}", self.kernel_count(), names.join("_"));
+        let mut b = KernelBuilder::new(name, domain.clone());
+        let mut local: HashMap<NodeId, ValueId> = HashMap::new();
+        let mut buffers: HashMap<SlotId, BufferId> = HashMap::new();
+        let mut inputs: Vec<SlotId> = Vec::new();
+        for id in members {
+            let meta = self.meta(id)?;
+            let Some(out) = meta.first() else {
+                return Ok(Err("the node has no value".into()));
+            };
+            if out.shape != domain {
+                return Ok(Err(format!(
+                    "shape {:?} differs from the group's {domain:?}",
+                    out.shape
+                )));
+            }
+            let Some(out_ty) = ScalarType::of_value(out.dtype) else {
+                return Ok(Err(format!("{:?} values are not lowered yet", out.dtype)));
+            };
+            let mut operands = Vec::new();
+            for o in self.operands(id)? {
+                if let Some(v) = local.get(&o) {
+                    operands.push(*v);
+                    continue;
+                }
+                let val = self.value(&o)?;
+                let dtype = self.program.slot(val.slot).meta.dtype;
+                let Some(ty) = ScalarType::of_buffer(dtype) else {
+                    return Ok(Err(format!("reading {dtype:?} tensors is not lowered yet")));
+                };
+                let Ok(view) = broadcast_layout("load", &val.layout, &domain) else {
+                    return Ok(Err(format!(
+                        "{:?} does not broadcast to {domain:?}",
+                        val.layout.shape
+                    )));
+                };
+                let buffer = *buffers.entry(val.slot).or_insert_with(|| {
+                    inputs.push(val.slot);
+                    b.buffer(BufferRole::Input, ty, 0)
+                });
+                let index = IndexExpr {
+                    offset: view.offset,
+                    strides: view.strides,
+                };
+                operands.push(b.push(ty, crate::Expr::Load { buffer, index }));
+            }
+            let op = match &self
+                .graph
+                .node(id)
+                .map_err(|e| graph_error(self.graph, id, e))?
+                .kind
+            {
+                NodeKind::CallFunction { op } => op.clone(),
+                _ => return Ok(Err("not an op".into())),
+            };
+            match lower_elementwise(&op, &mut b, &operands, out_ty) {
+                Ok(v) => {
+                    local.insert(*id, v);
+                }
+                Err(reason) => return Ok(Err(format!("{}: {reason}", op.name()))),
+            }
+        }
+        // The members whose values leave the group are the kernel's outputs.
+        let mut outputs: Vec<(NodeId, TensorMeta)> = Vec::new();
+        for id in members {
+            let users = self
+                .graph
+                .users(id)
+                .map_err(|e| graph_error(self.graph, id, e))?;
+            if users.iter().any(|u| !inside.contains(u)) {
+                let meta = self.meta(id)?.remove(0);
+                if ScalarType::of_buffer(meta.dtype).is_none() {
+                    return Ok(Err(format!(
+                        "writing {:?} tensors is not lowered yet",
+                        meta.dtype
+                    )));
+                }
+                outputs.push((*id, meta));
+            }
+        }
+        let numel: usize = domain.iter().product();
+        let mut out_buffers = Vec::new();
+        for (id, meta) in &outputs {
+            let ty = ScalarType::of_buffer(meta.dtype).unwrap_or(ScalarType::F32);
+            let buffer = b.buffer(BufferRole::Output, ty, numel);
+            b.store(buffer, packed_index(&domain), local[id]);
+            out_buffers.push(buffer);
+        }
+        let mut kernel = b.finish();
+        // Each input buffer is as long as the furthest index any of its loads reaches.
+        for buffer in buffers.values() {
+            let extent = kernel
+                .accesses()
+                .filter(|(b, _)| b == buffer)
+                .map(|(_, ix)| ix.extent(&kernel.domain))
+                .max()
+                .unwrap_or(0);
+            kernel.buffers[buffer.index()].len = extent;
+        }
+        schedule(&mut kernel);
+        kernel.verify()?;
+        let mut out_slots = Vec::new();
+        for (id, meta) in outputs {
+            let layout = Layout::contiguous(&meta.shape);
+            let v = self.slot(&id, meta, SlotSource::Step, layout);
+            out_slots.push(v.slot);
+            self.values.insert(id, vec![v]);
+        }
+        self.program.steps.push(Step::Kernel {
+            kernel,
+            inputs,
+            outputs: out_slots,
+        });
+        Ok(Ok(()))
+    }
+}
+
+/// The row-major index of a packed tensor of `shape`.
+fn packed_index(shape: &[usize]) -> IndexExpr {
+    IndexExpr {
+        offset: 0,
+        strides: Layout::contiguous(shape).strides,
+    }
+}

@@ -1,0 +1,252 @@
+//! The lowering table: how each elementwise op of the op table computes one element from its
+//! operands' elements, as a scalar expression over the kernel IR's primitives. Every formula
+//! follows its eager kernel operation for operation (same constants, same order), so the
+//! generated code rounds exactly as eager code does. A new elementwise op is one arm here.
+
+use crate::{BinaryFn, CompareFn, Expr, KernelBuilder, ScalarType, UnaryFn, ValueId};
+use tessera_tensor::Op;
+use tessera_tensor::op::{BinaryOp, CompareOp, ScalarOp, UnaryOp};
+
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+const GELU_TANH_COEFF: f64 = 0.044_715;
+
+/// The scalar expression of `op` on the elements `operands`, giving a value of type `out`,
+/// or why the op has no entry (it is not elementwise, or not at these types).
+pub fn lower_elementwise(
+    op: &Op,
+    b: &mut KernelBuilder,
+    operands: &[ValueId],
+    out: ScalarType,
+) -> Result<ValueId, String> {
+    let mut e = Emit { b };
+    let arity = |n: usize| -> Result<(), String> {
+        if operands.len() == n {
+            Ok(())
+        } else {
+            Err(format!("expected {n} operands, got {}", operands.len()))
+        }
+    };
+    match op {
+        Op::Unary(u) => {
+            arity(1)?;
+            let x = e.float_as(operands[0], out)?;
+            Ok(e.unary(*u, x))
+        }
+        Op::Binary(f) => {
+            arity(2)?;
+            let a = e.float_as(operands[0], out)?;
+            let y = e.float_as(operands[1], out)?;
+            Ok(e.binary(*f, a, y))
+        }
+        Op::Scalar(ScalarOp {
+            op,
+            value,
+            reversed,
+        }) => {
+            arity(1)?;
+            let x = e.float_as(operands[0], out)?;
+            let s = e.c(*value, out);
+            Ok(if *reversed {
+                e.binary(*op, s, x)
+            } else {
+                e.binary(*op, x, s)
+            })
+        }
+        Op::Compare(c) => {
+            arity(2)?;
+            let ty = promote(e.b.ty(operands[0]), e.b.ty(operands[1]));
+            let a = e.float_as(operands[0], ty)?;
+            let y = e.float_as(operands[1], ty)?;
+            Ok(e.cmp(compare_fn(*c), a, y))
+        }
+        Op::Where => {
+            arity(3)?;
+            if e.b.ty(operands[0]) != ScalarType::Bool {
+                return Err("the condition is not bool".into());
+            }
+            let a = e.float_as(operands[1], out)?;
+            let y = e.float_as(operands[2], out)?;
+            Ok(e.select(operands[0], a, y))
+        }
+        Op::Clamp { min, max } => {
+            arity(1)?;
+            let v = e.float_as(operands[0], out)?;
+            let mut x = v;
+            // Eager: NaN stays, below `min` gives `min`, above `max` gives `max`.
+            if let Some(hi) = max {
+                let hi = e.c(*hi, out);
+                let above = e.cmp(CompareFn::Gt, x, hi);
+                x = e.select(above, hi, x);
+            }
+            if let Some(lo) = min {
+                let lo = e.c(*lo, out);
+                let below = e.cmp(CompareFn::Lt, v, lo);
+                x = e.select(below, lo, x);
+            }
+            Ok(x)
+        }
+        Op::ToDType(_) => {
+            arity(1)?;
+            Ok(e.cast(operands[0], out))
+        }
+        other => Err(format!("{} is not an elementwise op", other.name())),
+    }
+}
+
+/// The promoted type of two kernel types (f64 wins, bool loses), as the op table promotes.
+fn promote(a: ScalarType, b: ScalarType) -> ScalarType {
+    ScalarType::of_value(a.dtype().promote(b.dtype())).unwrap_or(ScalarType::F64)
+}
+
+fn compare_fn(c: CompareOp) -> CompareFn {
+    match c {
+        CompareOp::Eq => CompareFn::Eq,
+        CompareOp::Ne => CompareFn::Ne,
+        CompareOp::Lt => CompareFn::Lt,
+        CompareOp::Le => CompareFn::Le,
+        CompareOp::Gt => CompareFn::Gt,
+        CompareOp::Ge => CompareFn::Ge,
+    }
+}
+
+/// Shorthands that push values into the kernel being built.
+struct Emit<'a> {
+    b: &'a mut KernelBuilder,
+}
+
+impl Emit<'_> {
+    fn c(&mut self, value: f64, ty: ScalarType) -> ValueId {
+        self.b.push(ty, Expr::Const(value))
+    }
+
+    /// `v` converted to the float type `ty` (the op table converts operands to the result
+    /// dtype before computing).
+    fn float_as(&mut self, v: ValueId, ty: ScalarType) -> Result<ValueId, String> {
+        if !ty.is_float() {
+            return Err(format!("the op computes in {ty}, not a float"));
+        }
+        Ok(self.cast(v, ty))
+    }
+
+    fn cast(&mut self, v: ValueId, ty: ScalarType) -> ValueId {
+        if self.b.ty(v) == ty {
+            v
+        } else {
+            self.b.push(ty, Expr::Cast(v))
+        }
+    }
+
+    fn un(&mut self, f: UnaryFn, x: ValueId) -> ValueId {
+        let ty = self.b.ty(x);
+        self.b.push(ty, Expr::Unary(f, x))
+    }
+
+    fn bin(&mut self, f: BinaryFn, a: ValueId, b: ValueId) -> ValueId {
+        let ty = self.b.ty(a);
+        self.b.push(ty, Expr::Binary(f, a, b))
+    }
+
+    fn cmp(&mut self, f: CompareFn, a: ValueId, b: ValueId) -> ValueId {
+        self.b.push(ScalarType::Bool, Expr::Compare(f, a, b))
+    }
+
+    fn select(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> ValueId {
+        let ty = self.b.ty(a);
+        self.b.push(ty, Expr::Select { cond, a, b })
+    }
+
+    /// `BinaryOp::eval`.
+    fn binary(&mut self, op: BinaryOp, a: ValueId, b: ValueId) -> ValueId {
+        let f = match op {
+            BinaryOp::Add => BinaryFn::Add,
+            BinaryOp::Sub => BinaryFn::Sub,
+            BinaryOp::Mul => BinaryFn::Mul,
+            BinaryOp::Div => BinaryFn::Div,
+            BinaryOp::Pow => BinaryFn::Pow,
+            // `a` when `a` is NaN or wins, else `b`.
+            BinaryOp::Maximum | BinaryOp::Minimum => {
+                let wins = if op == BinaryOp::Maximum {
+                    CompareFn::Gt
+                } else {
+                    CompareFn::Lt
+                };
+                let a_wins = self.cmp(wins, a, b);
+                let a_or_b = self.select(a_wins, a, b);
+                let a_nan = self.cmp(CompareFn::Ne, a, a);
+                return self.select(a_nan, a, a_or_b);
+            }
+        };
+        self.bin(f, a, b)
+    }
+
+    /// `UnaryOp::eval`.
+    fn unary(&mut self, op: UnaryOp, x: ValueId) -> ValueId {
+        let ty = self.b.ty(x);
+        let zero = self.c(0.0, ty);
+        let one = self.c(1.0, ty);
+        match op {
+            UnaryOp::Neg => self.un(UnaryFn::Neg, x),
+            UnaryOp::Abs => self.un(UnaryFn::Abs, x),
+            UnaryOp::Exp => self.un(UnaryFn::Exp, x),
+            UnaryOp::Log => self.un(UnaryFn::Log, x),
+            UnaryOp::Sqrt => self.un(UnaryFn::Sqrt, x),
+            UnaryOp::Sin => self.un(UnaryFn::Sin, x),
+            UnaryOp::Cos => self.un(UnaryFn::Cos, x),
+            UnaryOp::Tanh => self.un(UnaryFn::Tanh, x),
+            UnaryOp::Sign => {
+                let minus_one = self.c(-1.0, ty);
+                let negative = self.cmp(CompareFn::Lt, x, zero);
+                let rest = self.select(negative, minus_one, x);
+                let positive = self.cmp(CompareFn::Gt, x, zero);
+                self.select(positive, one, rest)
+            }
+            UnaryOp::Rsqrt => {
+                let s = self.un(UnaryFn::Sqrt, x);
+                self.bin(BinaryFn::Div, one, s)
+            }
+            UnaryOp::Sigmoid | UnaryOp::Silu => {
+                // 1 / (1 + exp(-x)) and x / (1 + exp(-x)).
+                let minus_x = self.un(UnaryFn::Neg, x);
+                let e = self.un(UnaryFn::Exp, minus_x);
+                let d = self.bin(BinaryFn::Add, one, e);
+                let n = if op == UnaryOp::Silu { x } else { one };
+                self.bin(BinaryFn::Div, n, d)
+            }
+            UnaryOp::Relu => {
+                let positive = self.cmp(CompareFn::Gt, x, zero);
+                self.select(positive, x, zero)
+            }
+            UnaryOp::LeakyRelu { negative_slope } => {
+                let slope = self.c(negative_slope, ty);
+                let scaled = self.bin(BinaryFn::Mul, x, slope);
+                let positive = self.cmp(CompareFn::Gt, x, zero);
+                self.select(positive, x, scaled)
+            }
+            UnaryOp::Gelu { tanh: false } => {
+                // x * 0.5 * (1 + erf(x * (1/sqrt 2))).
+                let half = self.c(0.5, ty);
+                let k = self.c(std::f64::consts::FRAC_1_SQRT_2, ty);
+                let xk = self.bin(BinaryFn::Mul, x, k);
+                let erf = self.un(UnaryFn::Erf, xk);
+                let cdf = self.bin(BinaryFn::Add, one, erf);
+                let xh = self.bin(BinaryFn::Mul, x, half);
+                self.bin(BinaryFn::Mul, xh, cdf)
+            }
+            UnaryOp::Gelu { tanh: true } => {
+                // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x * x * x))).
+                let half = self.c(0.5, ty);
+                let s = self.c(SQRT_2_OVER_PI, ty);
+                let k = self.c(GELU_TANH_COEFF, ty);
+                let kx = self.bin(BinaryFn::Mul, k, x);
+                let kxx = self.bin(BinaryFn::Mul, kx, x);
+                let kxxx = self.bin(BinaryFn::Mul, kxx, x);
+                let sum = self.bin(BinaryFn::Add, x, kxxx);
+                let inner = self.bin(BinaryFn::Mul, s, sum);
+                let t = self.un(UnaryFn::Tanh, inner);
+                let onet = self.bin(BinaryFn::Add, one, t);
+                let hx = self.bin(BinaryFn::Mul, half, x);
+                self.bin(BinaryFn::Mul, hx, onet)
+            }
+        }
+    }
+}

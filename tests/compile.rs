@@ -1,0 +1,129 @@
+//! `tessera::compile` end to end: models with ops the lowering does not cover yet compile with
+//! fallbacks and give the graph interpreter's result (the PyTorch conformance CNN included);
+//! an elementwise graph compiles to kernels only; new input shapes compile again.
+
+use std::sync::Arc;
+use tessera::fx::GraphModule;
+use tessera::fx::trace::{LeafPolicy, trace};
+use tessera::nn::models::SmallCnn;
+use tessera::nn::{Call, ModuleExt, load_pt_state_dict};
+use tessera::tensor::{DType, Tensor};
+use tessera::{Backend, CompileOptions, compile};
+use tessera_testkit::{Case, assert_close, conformance_dir};
+
+fn small_cnn_eval(case: &str) -> (Arc<SmallCnn>, GraphModule, Tensor) {
+    let model = Arc::new(SmallCnn::new().unwrap());
+    let path = conformance_dir().join(case).join("state_dict.pt");
+    model
+        .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
+        .unwrap();
+    model.train(false);
+    let x = Case::load(case).io("input").to_dtype(DType::F32).unwrap();
+    let gm = GraphModule::new(
+        model.clone(),
+        trace(&*model, &x, LeafPolicy::default()).unwrap(),
+    );
+    (model, gm, x)
+}
+
+#[test]
+fn conformance_cnn_compiles_with_fallbacks_and_matches_pytorch_and_the_interpreter() {
+    let case = Case::load("d_cnn_eval");
+    let (_, gm, x) = small_cnn_eval("d_cnn_eval");
+    let interpreted = gm.call(x.clone()).unwrap();
+    for backend in [Backend::Jit, Backend::Interpreter] {
+        let compiled = compile(
+            &gm,
+            std::slice::from_ref(&x),
+            CompileOptions {
+                backend,
+                ..CompileOptions::default()
+            },
+        )
+        .unwrap();
+        let out = compiled.run(std::slice::from_ref(&x)).unwrap().remove(0);
+        assert_close(&out, &interpreted, 1e-5, 1e-5, "compiled vs interpreter");
+        case.check("output", &out);
+        let report = compiled.report();
+        assert!(report.kernels > 0, "{report}");
+        assert!(
+            report
+                .fallbacks
+                .iter()
+                .any(|f| f.op == "conv2d" && f.reason.contains("not lowered")),
+            "{report}"
+        );
+    }
+}
+
+#[test]
+fn compiled_cnn_compiles_again_for_a_strided_input_and_caches_it() {
+    let (_, gm, x) = small_cnn_eval("d_cnn_eval");
+    let compiled = compile(&gm, std::slice::from_ref(&x), CompileOptions::default()).unwrap();
+    assert_eq!(compiled.report().compiles, 1);
+    // The same values, strided: the transpose of a packed tensor with H and W swapped.
+    let strided = x
+        .transpose(2, 3)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .transpose(2, 3)
+        .unwrap();
+    assert!(!strided.is_contiguous());
+    let out = compiled
+        .run(std::slice::from_ref(&strided))
+        .unwrap()
+        .remove(0);
+    assert_close(
+        &out,
+        &gm.call(x.clone()).unwrap(),
+        1e-5,
+        1e-5,
+        "strided input",
+    );
+    assert_eq!(compiled.report().compiles, 2);
+    compiled.run(std::slice::from_ref(&strided)).unwrap();
+    compiled.run(std::slice::from_ref(&x)).unwrap();
+    assert_eq!(compiled.report().compiles, 2, "both programs are cached");
+}
+
+#[test]
+fn elementwise_module_compiles_to_kernels_only() {
+    use tessera::fx::Graph;
+    use tessera::tensor::op::{BinaryOp, UnaryOp};
+    use tessera::tensor::{Op, TensorMeta};
+    let mut g = Graph::new();
+    let x = g.placeholder("x", TensorMeta::new([4, 33], DType::F32));
+    let b = g.placeholder("b", TensorMeta::new([33], DType::F32));
+    let s = g
+        .call_function(Op::Binary(BinaryOp::Add), &[&x, &b])
+        .unwrap();
+    let y = g
+        .call_function(Op::Unary(UnaryOp::Gelu { tanh: false }), &[&s])
+        .unwrap();
+    g.output(&[&y]).unwrap();
+    let gm = GraphModule::new(
+        Arc::new(tessera::nn::Sequential::new()),
+        tessera::fx::trace::TracedGraph {
+            graph: g,
+            attributes: Default::default(),
+        },
+    );
+    let inputs = [
+        Tensor::randn(&[4, 33], DType::F32).unwrap(),
+        Tensor::randn(&[33], DType::F32).unwrap(),
+    ];
+    let compiled = compile(&gm, &inputs, CompileOptions::default()).unwrap();
+    let report = compiled.report();
+    assert!(report.fallbacks.is_empty(), "{report}");
+    assert_eq!(report.kernels, 1);
+    let expected = inputs[0].add(&inputs[1]).unwrap().gelu().unwrap();
+    assert_close(
+        &compiled.run(&inputs).unwrap()[0],
+        &expected,
+        0.0,
+        0.0,
+        "gelu(x + b)",
+    );
+    assert!(compiled.kernels().contains("erf"), "{}", compiled.kernels());
+}
