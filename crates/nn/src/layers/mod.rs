@@ -6,12 +6,14 @@ mod activation;
 mod conv;
 mod dropout;
 mod embedding;
+mod instance_norm;
 mod linear;
 mod loss;
 mod norm;
 mod options;
 mod pool;
 mod python;
+mod rms_norm;
 mod shape;
 
 pub use activation::{GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
@@ -20,6 +22,7 @@ pub use conv::{
 };
 pub use dropout::Dropout;
 pub use embedding::{Embedding, EmbeddingOptions};
+pub use instance_norm::{InstanceNorm1d, InstanceNorm2d, InstanceNormOptions};
 pub use linear::{Bilinear, Identity, Linear, LinearOptions};
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss};
 pub use norm::{
@@ -29,4 +32,5 @@ pub use norm::{
 pub use options::{Setting, Size2};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, AvgPool2dOptions, MaxPool2d, MaxPool2dOptions};
 pub use python::{py_bool, py_float, py_opt_float, py_tuple};
+pub use rms_norm::{RMSNorm, RMSNormOptions};
 pub use shape::Flatten;

@@ -143,7 +143,7 @@ batch_norm_layer! {
     BatchNorm2d, ranks: [4], expected: "4D"
 }
 
-fn reset_affine(weight: &Option<Parameter>, bias: &Option<Parameter>) -> Result<()> {
+pub(super) fn reset_affine(weight: &Option<Parameter>, bias: &Option<Parameter>) -> Result<()> {
     if let Some(w) = weight {
         init::ones_(w)?;
     }
@@ -153,7 +153,7 @@ fn reset_affine(weight: &Option<Parameter>, bias: &Option<Parameter>) -> Result<
     Ok(())
 }
 
-fn reset_running_stats(
+pub(super) fn reset_running_stats(
     mean: &Option<Tensor>,
     var: &Option<Tensor>,
     count: &Option<Tensor>,
