@@ -99,6 +99,9 @@ pub fn read_safetensors(bytes: &[u8]) -> HashMap<String, Tensor> {
                         .collect::<Vec<_>>(),
                     &shape,
                 ),
+                safetensors::Dtype::BOOL => {
+                    Tensor::from_vec(data.iter().map(|&b| b != 0).collect::<Vec<_>>(), &shape)
+                }
                 other => panic!("unexpected dtype {other:?} for {name}"),
             }
             .expect("shape matches data");
