@@ -270,10 +270,11 @@ impl LayerNorm {
 
     fn repr_args(&self) -> String {
         format!(
-            "{}, eps={}, elementwise_affine={}",
+            "{}, eps={}, elementwise_affine={}, bias={}",
             py_tuple(&self.normalized_shape),
             py_float(self.options.eps),
-            py_bool(self.options.elementwise_affine)
+            py_bool(self.options.elementwise_affine),
+            py_bool(self.bias.is_some())
         )
     }
 }
