@@ -117,7 +117,7 @@ pub use layers::{
 pub use module::{Module, ModuleExt};
 pub use module_kind::{ModuleKind, ModuleType, OtherKind};
 pub use parameter::Parameter;
-pub use repr::repr;
+pub use repr::{one_line_repr, repr};
 pub use state::IncompatibleKeys;
 pub use state_dict::StateDict;
 pub use tessera_macros::Module;
