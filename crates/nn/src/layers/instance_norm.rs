@@ -2,8 +2,8 @@
 //! spatial dims, with PyTorch's optional affine and running statistics (which it updates but
 //! whose `num_batches_tracked` it never increments) and unbatched inputs.
 
-use super::norm::{reset_affine, reset_running_stats};
-use super::options::{initialized, options, parameter, zeros};
+use super::norm::{ChannelState, reset_affine, reset_running_stats};
+use super::options::{initialized, options};
 use super::python::{py_bool, py_float, py_opt_float};
 use crate::{Forward, ModuleCore, ModuleExt, NnError, Parameter, Result};
 use tessera_tensor::{DType, Device, Tensor, functional};
@@ -55,25 +55,21 @@ macro_rules! instance_norm_layer {
             }
 
             pub fn with_options(num_features: usize, options: InstanceNormOptions) -> Result<Self> {
-                let (dtype, device) = (options.dtype, options.device);
-                let channel = || parameter(&[num_features], dtype, device);
-                let tracked = options.track_running_stats;
+                let state = ChannelState::new(
+                    num_features,
+                    options.affine,
+                    options.affine && options.bias,
+                    options.track_running_stats,
+                    (options.dtype, options.device),
+                )?;
                 let layer = $name {
                     core: ModuleCore::default(),
                     num_features,
-                    weight: options.affine.then(channel).transpose()?,
-                    bias: (options.affine && options.bias).then(channel).transpose()?,
-                    running_mean: tracked
-                        .then(|| zeros(&[num_features], dtype, device))
-                        .transpose()?,
-                    running_var: tracked
-                        .then(|| {
-                            Ok::<_, NnError>(Tensor::ones(&[num_features], dtype)?.to_device(device)?)
-                        })
-                        .transpose()?,
-                    num_batches_tracked: tracked
-                        .then(|| zeros(&[], DType::I64, device))
-                        .transpose()?,
+                    weight: state.weight,
+                    bias: state.bias,
+                    running_mean: state.running_mean,
+                    running_var: state.running_var,
+                    num_batches_tracked: state.num_batches_tracked,
                     options,
                 };
                 initialized(layer, $name::reset_parameters)

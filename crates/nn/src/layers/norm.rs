@@ -54,23 +54,21 @@ macro_rules! batch_norm_layer {
             }
 
             pub fn with_options(num_features: usize, options: BatchNormOptions) -> Result<Self> {
-                let (dtype, device) = (options.dtype, options.device);
-                let channel = || parameter(&[num_features], dtype, device);
-                let tracked = options.track_running_stats;
+                let state = ChannelState::new(
+                    num_features,
+                    options.affine,
+                    options.affine && options.bias,
+                    options.track_running_stats,
+                    (options.dtype, options.device),
+                )?;
                 let layer = $name {
                     core: ModuleCore::default(),
                     num_features,
-                    weight: options.affine.then(channel).transpose()?,
-                    bias: (options.affine && options.bias).then(channel).transpose()?,
-                    running_mean: tracked
-                        .then(|| zeros(&[num_features], dtype, device))
-                        .transpose()?,
-                    running_var: tracked
-                        .then(|| Ok::<_, NnError>(Tensor::ones(&[num_features], dtype)?.to_device(device)?))
-                        .transpose()?,
-                    num_batches_tracked: tracked
-                        .then(|| zeros(&[], DType::I64, device))
-                        .transpose()?,
+                    weight: state.weight,
+                    bias: state.bias,
+                    running_mean: state.running_mean,
+                    running_var: state.running_var,
+                    num_batches_tracked: state.num_batches_tracked,
                     options,
                 };
                 initialized(layer, |l| reset_affine(&l.weight, &l.bias))
@@ -141,6 +139,41 @@ batch_norm_layer! {
 batch_norm_layer! {
     /// Batch normalisation over the channels of `[N, C, H, W]` input.
     BatchNorm2d, ranks: [4], expected: "4D"
+}
+
+/// The per-channel state of batch and instance norm: optional affine parameters and
+/// optional running statistics with their batch counter.
+pub(super) struct ChannelState {
+    pub weight: Option<Parameter>,
+    pub bias: Option<Parameter>,
+    pub running_mean: Option<Tensor>,
+    pub running_var: Option<Tensor>,
+    pub num_batches_tracked: Option<Tensor>,
+}
+
+impl ChannelState {
+    pub fn new(
+        num_features: usize,
+        weight: bool,
+        bias: bool,
+        tracked: bool,
+        (dtype, device): (DType, Device),
+    ) -> Result<Self> {
+        let channel = || parameter(&[num_features], dtype, device);
+        Ok(ChannelState {
+            weight: weight.then(channel).transpose()?,
+            bias: bias.then(channel).transpose()?,
+            running_mean: tracked
+                .then(|| zeros(&[num_features], dtype, device))
+                .transpose()?,
+            running_var: tracked
+                .then(|| Ok::<_, NnError>(Tensor::ones(&[num_features], dtype)?.to_device(device)?))
+                .transpose()?,
+            num_batches_tracked: tracked
+                .then(|| zeros(&[], DType::I64, device))
+                .transpose()?,
+        })
+    }
 }
 
 pub(super) fn reset_affine(weight: &Option<Parameter>, bias: &Option<Parameter>) -> Result<()> {

@@ -224,6 +224,24 @@ impl TransformerEncoderLayer {
     }
 }
 
+/// `layer` and `num_layers - 1` copies of it made by `deep_clone` (none when `num_layers` is 0).
+fn clones<L: Module>(
+    layer: L,
+    num_layers: usize,
+    deep_clone: impl Fn(&L) -> Result<L>,
+) -> Result<ModuleList<L>> {
+    let mut layers = ModuleList::new();
+    if num_layers == 0 {
+        return Ok(layers);
+    }
+    let copies = (1..num_layers)
+        .map(|_| deep_clone(&layer))
+        .collect::<Result<Vec<L>>>()?;
+    layers.append(layer);
+    layers.extend(copies);
+    Ok(layers)
+}
+
 /// Loads `from`'s state into `to` (same architecture), as fresh tensors.
 fn copy_state(from: &dyn Module, to: &dyn Module) -> Result<()> {
     let mut state = from.state_dict()?;
@@ -392,16 +410,13 @@ impl TransformerEncoder {
         num_layers: usize,
         norm: Option<LayerNorm>,
     ) -> Result<Self> {
-        let mut layers = ModuleList::new();
-        for _ in 1..num_layers {
-            layers.append(encoder_layer.deep_clone()?);
-        }
-        if num_layers > 0 {
-            layers.insert(0, encoder_layer);
-        }
         Ok(TransformerEncoder {
             core: ModuleCore::default(),
-            layers,
+            layers: clones(
+                encoder_layer,
+                num_layers,
+                TransformerEncoderLayer::deep_clone,
+            )?,
             norm,
             num_layers,
         })
@@ -449,16 +464,13 @@ impl TransformerDecoder {
         num_layers: usize,
         norm: Option<LayerNorm>,
     ) -> Result<Self> {
-        let mut layers = ModuleList::new();
-        for _ in 1..num_layers {
-            layers.append(decoder_layer.deep_clone()?);
-        }
-        if num_layers > 0 {
-            layers.insert(0, decoder_layer);
-        }
         Ok(TransformerDecoder {
             core: ModuleCore::default(),
-            layers,
+            layers: clones(
+                decoder_layer,
+                num_layers,
+                TransformerDecoderLayer::deep_clone,
+            )?,
             norm,
             num_layers,
         })

@@ -21,16 +21,7 @@ pub fn batch_norm(
     momentum: f64,
     eps: f64,
 ) -> Result<Tensor> {
-    let running = match (running_mean, running_var) {
-        (Some(m), Some(v)) => Some((m, v)),
-        (None, None) => None,
-        _ => {
-            return Err(TensorError::invalid(
-                "batch_norm",
-                "running_mean and running_var must be given together",
-            ));
-        }
-    };
+    let running = running_pair("batch_norm", running_mean, running_var)?;
     if !training && running.is_none() {
         return Err(TensorError::invalid(
             "batch_norm",
@@ -65,6 +56,22 @@ pub fn batch_norm(
     Ok(outputs.swap_remove(0))
 }
 
+/// Both running statistics or neither.
+fn running_pair<'a>(
+    op: &str,
+    mean: Option<&'a Tensor>,
+    var: Option<&'a Tensor>,
+) -> Result<Option<(&'a Tensor, &'a Tensor)>> {
+    match (mean, var) {
+        (Some(m), Some(v)) => Ok(Some((m, v))),
+        (None, None) => Ok(None),
+        _ => Err(TensorError::invalid(
+            op,
+            "running_mean and running_var must be given together",
+        )),
+    }
+}
+
 /// `running = (1 - momentum) * running + momentum * batch`, in place.
 fn blend(running: &Tensor, batch: &Tensor, momentum: f64) -> Result<()> {
     let batch = batch.to_dtype(running.dtype())?;
@@ -93,16 +100,7 @@ pub fn instance_norm(
     momentum: f64,
     eps: f64,
 ) -> Result<Tensor> {
-    let running = match (running_mean, running_var) {
-        (Some(m), Some(v)) => Some((m, v)),
-        (None, None) => None,
-        _ => {
-            return Err(TensorError::invalid(
-                "instance_norm",
-                "running_mean and running_var must be given together",
-            ));
-        }
-    };
+    let running = running_pair("instance_norm", running_mean, running_var)?;
     let mut inputs = vec![input];
     let op = if use_input_stats {
         Op::Norm(NormOp::InstanceNorm {
