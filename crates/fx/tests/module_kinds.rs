@@ -242,3 +242,62 @@ fn verify_reports_a_kind_its_repr_does_not_print() -> tessera_fx::Result<()> {
     );
     Ok(())
 }
+
+/// A transformer encoder layer followed by a linear head.
+#[derive(Module)]
+struct EncoderAndHead {
+    core: ModuleCore,
+    encoder: tessera_nn::layers::TransformerEncoderLayer,
+    head: Linear,
+}
+
+impl Forward for EncoderAndHead {
+    type Output = Tensor;
+    fn forward(&self, x: Tensor) -> Result<Tensor> {
+        self.head.call(self.encoder.call(x)?)
+    }
+}
+
+#[test]
+fn a_transformer_encoder_layer_is_a_typed_leaf_that_prints_parses_and_interprets()
+-> tessera_fx::Result<()> {
+    use tessera_nn::layers::{TransformerEncoderLayer, TransformerOptions};
+    let options = TransformerOptions::default()
+        .dim_feedforward(16)
+        .batch_first(true);
+    let model = EncoderAndHead {
+        core: ModuleCore::default(),
+        encoder: TransformerEncoderLayer::with_options(8, 2, options).unwrap(),
+        head: Linear::new(8, 3).unwrap(),
+    };
+    model.eval();
+    let traced = trace(
+        &model,
+        TensorMeta::new([2, 5, 8], DType::F32),
+        LeafPolicy::default(),
+    )?;
+    assert_eq!(
+        module_kinds(&traced.graph),
+        named(&[
+            ("encoder", ModuleKind::TransformerEncoderLayer),
+            ("head", ModuleKind::Linear)
+        ])
+    );
+    let printed = traced.graph.to_string();
+    assert!(
+        printed.contains(
+            "call_module[encoder: TransformerEncoderLayer((self_attn): MultiheadAttention("
+        ),
+        "{printed}"
+    );
+    assert_eq!(Graph::parse(&printed)?.to_string(), printed);
+    let x = Tensor::randn(&[2, 5, 8], DType::F32).unwrap();
+    let interpreted = traced
+        .interpret(&model, std::slice::from_ref(&x))?
+        .remove(0);
+    assert_eq!(
+        interpreted.to_vec::<f32>().unwrap(),
+        model.call(x).unwrap().to_vec::<f32>().unwrap()
+    );
+    Ok(())
+}

@@ -45,7 +45,46 @@ pub(crate) struct HookTable {
     pub(crate) load_post: Vec<(u64, LoadStateDictPostHook)>,
 }
 
+/// How many hooks of each kind a module has registered (what PyTorch users read from
+/// `module._forward_pre_hooks` and its siblings); see
+/// [`ModuleExt::hook_counts`](crate::ModuleExt::hook_counts). Global hooks are not included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HookCounts {
+    pub forward_pre: usize,
+    pub forward: usize,
+    pub full_backward: usize,
+    pub backward_pre: usize,
+    pub state_dict: usize,
+    pub load_state_dict_pre: usize,
+    pub load_state_dict_post: usize,
+}
+
+impl HookCounts {
+    /// The number of hooks of every kind together.
+    pub fn total(&self) -> usize {
+        self.forward_pre
+            + self.forward
+            + self.full_backward
+            + self.backward_pre
+            + self.state_dict
+            + self.load_state_dict_pre
+            + self.load_state_dict_post
+    }
+}
+
 impl HookTable {
+    pub(crate) fn counts(&self) -> HookCounts {
+        HookCounts {
+            forward_pre: self.forward_pre.len(),
+            forward: self.forward.len(),
+            full_backward: self.full_backward.len(),
+            backward_pre: self.backward_pre.len(),
+            state_dict: self.state_dict.len(),
+            load_state_dict_pre: self.load_pre.len(),
+            load_state_dict_post: self.load_post.len(),
+        }
+    }
+
     fn remove(&mut self, id: u64) {
         self.forward_pre.retain(|(i, _)| *i != id);
         self.forward.retain(|(i, _)| *i != id);

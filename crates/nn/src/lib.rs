@@ -106,7 +106,7 @@ pub use containers::{ModuleDict, ModuleList, ParameterDict, ParameterList, Seque
 pub use core::ModuleCore;
 pub use error::{NnError, Result};
 pub use field::{BufferField, ModuleField};
-pub use hooks::HookHandle;
+pub use hooks::{HookCounts, HookHandle};
 pub use layer::Layer;
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, BCEWithLogitsLoss, BatchNorm1d, BatchNorm2d, Bilinear, Conv1d,
@@ -117,7 +117,7 @@ pub use layers::{
 pub use module::{Module, ModuleExt};
 pub use module_kind::{ModuleKind, ModuleType, OtherKind};
 pub use parameter::Parameter;
-pub use repr::repr;
+pub use repr::{one_line_repr, repr};
 pub use state::IncompatibleKeys;
 pub use state_dict::StateDict;
 pub use tessera_macros::Module;

@@ -288,6 +288,23 @@ pub trait ModuleExt: Module {
         shared_error(self.core_mut())?.add_module(name, module, |n| taken.iter().any(|t| t == n))
     }
 
+    /// How many hooks of each kind this module has (PyTorch users read
+    /// `module._forward_pre_hooks`, `_forward_hooks`, ...); a removed hook no longer counts.
+    ///
+    /// ```
+    /// use tessera_nn::{ModuleExt, layers::Linear};
+    ///
+    /// let layer = Linear::new(2, 2)?;
+    /// let handle = layer.register_forward_pre_hook(|_, _| Ok(None));
+    /// assert_eq!(layer.hook_counts().forward_pre, 1);
+    /// handle.remove();
+    /// assert_eq!(layer.hook_counts().total(), 0);
+    /// # Ok::<(), tessera_nn::NnError>(())
+    /// ```
+    fn hook_counts(&self) -> crate::hooks::HookCounts {
+        self.core().hooks.lock().counts()
+    }
+
     fn register_forward_pre_hook(
         &self,
         hook: impl Fn(&dyn Module, &[Tensor]) -> Result<Option<Vec<Tensor>>> + Send + Sync + 'static,

@@ -39,3 +39,18 @@ pub fn repr(module: &dyn Module) -> String {
     out.push(')');
     out
 }
+
+/// [`repr`] on one line, as a graph's `call_module` node prints its module: a tree's child
+/// lines are joined with `, ` inside their parentheses
+/// (`TransformerEncoderLayer((self_attn): MultiheadAttention(...), (linear1): Linear(...))`).
+pub fn one_line_repr(module: &dyn Module) -> String {
+    let mut out = String::new();
+    for line in repr(module).lines().map(str::trim) {
+        let opens = out.ends_with('(') || out.is_empty();
+        if !(opens || line.starts_with(')')) {
+            out.push_str(", ");
+        }
+        out.push_str(line);
+    }
+    out
+}

@@ -419,3 +419,26 @@ fn load_state_dict_with_assign_takes_the_given_tensors() -> Result<()> {
     assert!(handle.requires_grad());
     Ok(())
 }
+
+#[test]
+fn hook_counts_report_each_kind_registered_and_forget_removed_hooks() -> Result<()> {
+    let layer = my_linear(2, 2);
+    assert_eq!(layer.hook_counts(), tessera_nn::HookCounts::default());
+    let pre = layer.register_forward_pre_hook(|_, _| Ok(None));
+    layer.register_forward_hook(|_, _, _| Ok(None));
+    layer.register_forward_hook(|_, _, _| Ok(None));
+    layer.register_full_backward_hook(|_, _| Ok(None));
+    let counts = layer.hook_counts();
+    assert_eq!(
+        (
+            counts.forward_pre,
+            counts.forward,
+            counts.full_backward,
+            counts.total()
+        ),
+        (1, 2, 1, 4)
+    );
+    pre.remove();
+    assert_eq!(layer.hook_counts().forward_pre, 0);
+    Ok(())
+}

@@ -93,11 +93,11 @@ fn reprs_match_pytorch() -> Result<()> {
         ),
         (
             LayerNorm::new(&[4])?.repr(),
-            "LayerNorm((4,), eps=1e-05, elementwise_affine=True)",
+            "LayerNorm((4,), eps=1e-05, elementwise_affine=True, bias=True)",
         ),
         (
             LayerNorm::with_options(&[2, 3], LayerNormOptions::default().eps(1e-6))?.repr(),
-            "LayerNorm((2, 3), eps=1e-06, elementwise_affine=True)",
+            "LayerNorm((2, 3), eps=1e-06, elementwise_affine=True, bias=True)",
         ),
         (
             GroupNorm::new(2, 4)?.repr(),

@@ -26,8 +26,18 @@ fn builtin_types_have_their_variant_as_kind() {
         BatchNorm2d,
         LayerNorm,
         GroupNorm,
+        InstanceNorm1d,
+        InstanceNorm2d,
+        RMSNorm,
+        NonDynamicallyQuantizableLinear,
         Dropout,
         Embedding,
+        MultiheadAttention,
+        TransformerEncoderLayer,
+        TransformerDecoderLayer,
+        TransformerEncoder,
+        TransformerDecoder,
+        Transformer,
         ReLU,
         LeakyReLU,
         GELU,
@@ -52,7 +62,7 @@ fn builtin_types_have_their_variant_as_kind() {
         DynamicQuantizedLinear,
         MinMaxObserver,
     );
-    assert_eq!(ModuleKind::LAYERS.len(), 29);
+    assert_eq!(ModuleKind::LAYERS.len(), 39);
     assert_eq!(ModuleKind::QUANTIZED.len(), 6);
 }
 

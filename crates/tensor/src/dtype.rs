@@ -48,6 +48,18 @@ impl DType {
         matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
     }
 
+    /// The machine epsilon of a float dtype (`torch.finfo(dtype).eps`: the gap between 1 and
+    /// the next representable value); `None` for the others.
+    pub fn epsilon(self) -> Option<f64> {
+        match self {
+            DType::F16 => Some(9.765625e-4),
+            DType::BF16 => Some(7.8125e-3),
+            DType::F32 => Some(f32::EPSILON as f64),
+            DType::F64 => Some(f64::EPSILON),
+            _ => None,
+        }
+    }
+
     /// True for the integer types (not bool).
     pub fn is_int(self) -> bool {
         matches!(self, DType::U8 | DType::I8 | DType::I32 | DType::I64)

@@ -6,7 +6,8 @@ mod common;
 use common::{Case, assert_close, leaf, tensor};
 use tessera_tensor::functional::{
     CrossEntropyOptions, Reduction, batch_norm, binary_cross_entropy_with_logits, cross_entropy,
-    dropout, embedding, group_norm, l1_loss, layer_norm, mse_loss, nll_loss,
+    dropout, embedding, group_norm, instance_norm, l1_loss, layer_norm, mse_loss, nll_loss,
+    rms_norm,
 };
 use tessera_tensor::op::{NormOp, Op};
 use tessera_tensor::{DType, GradcheckOptions, Result, Tensor, TensorError, gradcheck};
@@ -243,6 +244,105 @@ fn group_norm_channels_not_divisible_is_an_error() {
         err.to_string().contains("group_norm") && err.to_string().contains("[2, 4, 3]"),
         "{err}"
     );
+}
+
+// ----- instance norm and RMS norm -----
+
+#[test]
+fn instance_norm_gradcheck_affine_and_plain() {
+    let (x, w, b) = (leaf(&[2, 3, 4], 50), leaf(&[3], 51), leaf(&[3], 52));
+    check(
+        |t| instance_norm(&t[0], None, None, Some(&t[1]), Some(&t[2]), true, 0.1, 1e-5),
+        &[x.clone(), w, b],
+    );
+    check(
+        |t| instance_norm(&t[0], None, None, None, None, true, 0.1, 1e-5),
+        &[leaf(&[2, 3, 2, 3], 53)],
+    );
+}
+
+#[test]
+fn instance_norm_equals_group_norm_with_one_channel_per_group() -> Result<()> {
+    let x = constant(&[2, 3, 5], 54);
+    assert_close(
+        &instance_norm(&x, None, None, None, None, true, 0.1, 1e-5)?,
+        &group_norm(&x, 3, None, None, 1e-5)?,
+        1e-12,
+        1e-12,
+        "instance_norm",
+    );
+    Ok(())
+}
+
+#[test]
+fn instance_norm_running_stats_take_the_batch_mean_of_unbiased_instance_statistics() -> Result<()> {
+    // Sample 0 channel 0 is [0, 2] (mean 1, unbiased var 2), sample 1 is [4, 4] (mean 4, var 0).
+    let x = tensor(&[0.0, 2.0, 4.0, 4.0], &[2, 1, 2], DType::F64)?;
+    let (mean, var) = (
+        Tensor::zeros(&[1], DType::F64)?,
+        Tensor::ones(&[1], DType::F64)?,
+    );
+    instance_norm(&x, Some(&mean), Some(&var), None, None, true, 0.1, 1e-5)?;
+    assert_close(
+        &mean,
+        &tensor(&[0.25], &[1], DType::F64)?,
+        0.0,
+        1e-12,
+        "mean",
+    );
+    assert_close(
+        &var,
+        &tensor(&[0.9 + 0.1], &[1], DType::F64)?,
+        0.0,
+        1e-12,
+        "var",
+    );
+    Ok(())
+}
+
+#[test]
+fn instance_norm_one_spatial_element_in_training_is_an_error() {
+    let err = instance_norm(
+        &leaf(&[2, 3, 1], 55),
+        None,
+        None,
+        None,
+        None,
+        true,
+        0.1,
+        1e-5,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("instance_norm") && err.to_string().contains("[2, 3, 1]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn rms_norm_gradcheck_with_and_without_weight() {
+    let (x, w) = (leaf(&[2, 3, 4], 60), leaf(&[3, 4], 61));
+    check(
+        |t| rms_norm(&t[0], &[3, 4], Some(&t[1]), Some(1e-5)),
+        &[x.clone(), w],
+    );
+    check(|t| rms_norm(&t[0], &[4], None, None), &[x]);
+}
+
+#[test]
+fn rms_norm_divides_by_the_root_mean_square_with_machine_epsilon_by_default() -> Result<()> {
+    let x = tensor(&[3.0, 4.0], &[1, 2], DType::F32)?;
+    let y = rms_norm(&x, &[2], None, None)?;
+    // mean(x^2) = 12.5, and eps is f32's machine epsilon.
+    let rms = (12.5f64 + f32::EPSILON as f64).sqrt();
+    assert_close(
+        &y,
+        &tensor(&[3.0 / rms, 4.0 / rms], &[1, 2], DType::F32)?,
+        0.0,
+        1e-7,
+        "rms",
+    );
+    Ok(())
 }
 
 // ----- dropout -----

@@ -1,6 +1,8 @@
 //! Test helpers shared by the workspace: loading PyTorch conformance cases and comparing
 //! tensors with tolerances.
 
+mod subcase;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use tessera_tensor::{DType, Result, Tensor, TensorMeta};
@@ -16,6 +18,8 @@ pub fn conformance_dir() -> PathBuf {
 
 /// One case: its `case.json`, and the tensors of its safetensors files by key.
 pub struct Case {
+    /// The case's folder name (`m_instance_norm`).
+    pub name: String,
     pub json: serde_json::Value,
     pub io: HashMap<String, Tensor>,
     pub weights: HashMap<String, Tensor>,
@@ -40,6 +44,7 @@ impl Case {
             read_safetensors(&std::fs::read(path).expect("readable"))
         };
         Case {
+            name: name.to_string(),
             io: read("io.safetensors"),
             weights: read("weights.safetensors"),
             json,
@@ -94,6 +99,9 @@ pub fn read_safetensors(bytes: &[u8]) -> HashMap<String, Tensor> {
                         .collect::<Vec<_>>(),
                     &shape,
                 ),
+                safetensors::Dtype::BOOL => {
+                    Tensor::from_vec(data.iter().map(|&b| b != 0).collect::<Vec<_>>(), &shape)
+                }
                 other => panic!("unexpected dtype {other:?} for {name}"),
             }
             .expect("shape matches data");

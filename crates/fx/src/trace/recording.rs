@@ -167,7 +167,7 @@ impl ModuleCallRecorder for Recording {
             let node = state.graph.call_module(
                 path,
                 module.kind(),
-                &tessera_nn::repr(module),
+                &tessera_nn::one_line_repr(module),
                 &refs,
                 metas,
             )?;

@@ -1,4 +1,5 @@
-//! Affine layers: `Identity`, `Linear` (`x W^T + b`) and `Bilinear` (`x1^T A x2 + b`).
+//! Affine layers: `Identity`, `Linear` (`x W^T + b`, also as `NonDynamicallyQuantizableLinear`)
+//! and `Bilinear` (`x1^T A x2 + b`).
 
 use super::options::{initialized, optional_parameter, options, parameter};
 use super::python::py_bool;
@@ -49,58 +50,76 @@ pub(crate) fn reset_weight_and_bias(weight: &Tensor, bias: Option<&Parameter>) -
     Ok(())
 }
 
-/// `y = x W^T + b` over the last dimension; `weight` is `[out_features, in_features]`.
-#[derive(crate::Module)]
-#[module(extra_repr = "repr_args")]
-pub struct Linear {
-    core: ModuleCore,
-    pub in_features: usize,
-    pub out_features: usize,
-    pub weight: Parameter,
-    pub bias: Option<Parameter>,
+/// Declares a `y = x W^T + b` layer named `$name`: `Linear`, and the
+/// `NonDynamicallyQuantizableLinear` that `MultiheadAttention` keeps as `out_proj` (the same
+/// layer under PyTorch's class name, so reprs and kinds match PyTorch's).
+macro_rules! linear_layer {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(crate::Module)]
+        #[module(extra_repr = "repr_args")]
+        pub struct $name {
+            core: ModuleCore,
+            pub in_features: usize,
+            pub out_features: usize,
+            pub weight: Parameter,
+            pub bias: Option<Parameter>,
+        }
+
+        impl $name {
+            pub fn new(in_features: usize, out_features: usize) -> Result<Self> {
+                Self::with_options(in_features, out_features, LinearOptions::default())
+            }
+
+            pub fn with_options(
+                in_features: usize,
+                out_features: usize,
+                options: LinearOptions,
+            ) -> Result<Self> {
+                let (dtype, device) = (options.dtype, options.device);
+                let layer = $name {
+                    core: ModuleCore::default(),
+                    in_features,
+                    out_features,
+                    weight: parameter(&[out_features, in_features], dtype, device)?,
+                    bias: optional_parameter(options.bias, &[out_features], dtype, device)?,
+                };
+                initialized(layer, $name::reset_parameters)
+            }
+
+            /// Re-draws the weight and bias with PyTorch's default initialisation.
+            pub fn reset_parameters(&self) -> Result<()> {
+                reset_weight_and_bias(&self.weight, self.bias.as_ref())
+            }
+
+            fn repr_args(&self) -> String {
+                format!(
+                    "in_features={}, out_features={}, bias={}",
+                    self.in_features,
+                    self.out_features,
+                    py_bool(self.bias.is_some())
+                )
+            }
+        }
+
+        impl Forward for $name {
+            type Output = Tensor;
+            fn forward(&self, input: Tensor) -> Result<Tensor> {
+                Ok(input.linear(&self.weight, self.bias.as_deref())?)
+            }
+        }
+    };
 }
 
-impl Linear {
-    pub fn new(in_features: usize, out_features: usize) -> Result<Self> {
-        Self::with_options(in_features, out_features, LinearOptions::default())
-    }
-
-    pub fn with_options(
-        in_features: usize,
-        out_features: usize,
-        options: LinearOptions,
-    ) -> Result<Self> {
-        let (dtype, device) = (options.dtype, options.device);
-        let layer = Linear {
-            core: ModuleCore::default(),
-            in_features,
-            out_features,
-            weight: parameter(&[out_features, in_features], dtype, device)?,
-            bias: optional_parameter(options.bias, &[out_features], dtype, device)?,
-        };
-        initialized(layer, Linear::reset_parameters)
-    }
-
-    /// Re-draws the weight and bias with PyTorch's default initialisation.
-    pub fn reset_parameters(&self) -> Result<()> {
-        reset_weight_and_bias(&self.weight, self.bias.as_ref())
-    }
-
-    fn repr_args(&self) -> String {
-        format!(
-            "in_features={}, out_features={}, bias={}",
-            self.in_features,
-            self.out_features,
-            py_bool(self.bias.is_some())
-        )
-    }
+linear_layer! {
+    /// `y = x W^T + b` over the last dimension; `weight` is `[out_features, in_features]`.
+    Linear
 }
 
-impl Forward for Linear {
-    type Output = Tensor;
-    fn forward(&self, input: Tensor) -> Result<Tensor> {
-        Ok(input.linear(&self.weight, self.bias.as_deref())?)
-    }
+linear_layer! {
+    /// A [`Linear`] under PyTorch's class name for `MultiheadAttention.out_proj` (which
+    /// PyTorch keeps out of dynamic quantization); same keys, init and computation.
+    NonDynamicallyQuantizableLinear
 }
 
 /// `y[.., o] = sum_ij x1[.., i] A[o, i, j] x2[.., j] + b[o]`; `weight` is

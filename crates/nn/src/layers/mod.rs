@@ -3,24 +3,32 @@
 //! PyTorch's defaults and chainable setters) for everything past the required sizes.
 
 mod activation;
+mod attention;
 mod conv;
 mod dropout;
 mod embedding;
+mod instance_norm;
 mod linear;
 mod loss;
 mod norm;
 mod options;
 mod pool;
 mod python;
+mod rms_norm;
 mod shape;
+mod transformer;
 
 pub use activation::{GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
+pub use attention::{
+    AttentionInput, AttentionOutput, MultiheadAttention, MultiheadAttentionOptions,
+};
 pub use conv::{
     Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvTranspose2d, ConvTranspose2dOptions,
 };
 pub use dropout::Dropout;
 pub use embedding::{Embedding, EmbeddingOptions};
-pub use linear::{Bilinear, Identity, Linear, LinearOptions};
+pub use instance_norm::{InstanceNorm1d, InstanceNorm2d, InstanceNormOptions};
+pub use linear::{Bilinear, Identity, Linear, LinearOptions, NonDynamicallyQuantizableLinear};
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss};
 pub use norm::{
     BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, GroupNormOptions, LayerNorm,
@@ -29,4 +37,10 @@ pub use norm::{
 pub use options::{Setting, Size2};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, AvgPool2dOptions, MaxPool2d, MaxPool2dOptions};
 pub use python::{py_bool, py_float, py_opt_float, py_tuple};
+pub use rms_norm::{RMSNorm, RMSNormOptions};
 pub use shape::Flatten;
+pub use transformer::{
+    Activation, DecoderInput, EncoderInput, Transformer, TransformerDecoder,
+    TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer, TransformerInput,
+    TransformerOptions,
+};

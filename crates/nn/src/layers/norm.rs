@@ -54,23 +54,21 @@ macro_rules! batch_norm_layer {
             }
 
             pub fn with_options(num_features: usize, options: BatchNormOptions) -> Result<Self> {
-                let (dtype, device) = (options.dtype, options.device);
-                let channel = || parameter(&[num_features], dtype, device);
-                let tracked = options.track_running_stats;
+                let state = ChannelState::new(
+                    num_features,
+                    options.affine,
+                    options.affine && options.bias,
+                    options.track_running_stats,
+                    (options.dtype, options.device),
+                )?;
                 let layer = $name {
                     core: ModuleCore::default(),
                     num_features,
-                    weight: options.affine.then(channel).transpose()?,
-                    bias: (options.affine && options.bias).then(channel).transpose()?,
-                    running_mean: tracked
-                        .then(|| zeros(&[num_features], dtype, device))
-                        .transpose()?,
-                    running_var: tracked
-                        .then(|| Ok::<_, NnError>(Tensor::ones(&[num_features], dtype)?.to_device(device)?))
-                        .transpose()?,
-                    num_batches_tracked: tracked
-                        .then(|| zeros(&[], DType::I64, device))
-                        .transpose()?,
+                    weight: state.weight,
+                    bias: state.bias,
+                    running_mean: state.running_mean,
+                    running_var: state.running_var,
+                    num_batches_tracked: state.num_batches_tracked,
                     options,
                 };
                 initialized(layer, |l| reset_affine(&l.weight, &l.bias))
@@ -143,7 +141,42 @@ batch_norm_layer! {
     BatchNorm2d, ranks: [4], expected: "4D"
 }
 
-fn reset_affine(weight: &Option<Parameter>, bias: &Option<Parameter>) -> Result<()> {
+/// The per-channel state of batch and instance norm: optional affine parameters and
+/// optional running statistics with their batch counter.
+pub(super) struct ChannelState {
+    pub weight: Option<Parameter>,
+    pub bias: Option<Parameter>,
+    pub running_mean: Option<Tensor>,
+    pub running_var: Option<Tensor>,
+    pub num_batches_tracked: Option<Tensor>,
+}
+
+impl ChannelState {
+    pub fn new(
+        num_features: usize,
+        weight: bool,
+        bias: bool,
+        tracked: bool,
+        (dtype, device): (DType, Device),
+    ) -> Result<Self> {
+        let channel = || parameter(&[num_features], dtype, device);
+        Ok(ChannelState {
+            weight: weight.then(channel).transpose()?,
+            bias: bias.then(channel).transpose()?,
+            running_mean: tracked
+                .then(|| zeros(&[num_features], dtype, device))
+                .transpose()?,
+            running_var: tracked
+                .then(|| Ok::<_, NnError>(Tensor::ones(&[num_features], dtype)?.to_device(device)?))
+                .transpose()?,
+            num_batches_tracked: tracked
+                .then(|| zeros(&[], DType::I64, device))
+                .transpose()?,
+        })
+    }
+}
+
+pub(super) fn reset_affine(weight: &Option<Parameter>, bias: &Option<Parameter>) -> Result<()> {
     if let Some(w) = weight {
         init::ones_(w)?;
     }
@@ -153,7 +186,7 @@ fn reset_affine(weight: &Option<Parameter>, bias: &Option<Parameter>) -> Result<
     Ok(())
 }
 
-fn reset_running_stats(
+pub(super) fn reset_running_stats(
     mean: &Option<Tensor>,
     var: &Option<Tensor>,
     count: &Option<Tensor>,
@@ -270,10 +303,11 @@ impl LayerNorm {
 
     fn repr_args(&self) -> String {
         format!(
-            "{}, eps={}, elementwise_affine={}",
+            "{}, eps={}, elementwise_affine={}, bias={}",
             py_tuple(&self.normalized_shape),
             py_float(self.options.eps),
-            py_bool(self.options.elementwise_affine)
+            py_bool(self.options.elementwise_affine),
+            py_bool(self.bias.is_some())
         )
     }
 }

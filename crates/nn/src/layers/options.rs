@@ -54,6 +54,12 @@ impl Setting<Option<f64>> for f64 {
     }
 }
 
+impl Setting<Option<usize>> for usize {
+    fn into_setting(self) -> Option<usize> {
+        Some(self)
+    }
+}
+
 impl Setting<Option<i64>> for i64 {
     fn into_setting(self) -> Option<i64> {
         Some(self)

@@ -1,5 +1,5 @@
-//! Normalisation functions (batch_norm, layer_norm, group_norm), including batch norm's
-//! in-place running-statistic update in training mode.
+//! Normalisation functions (batch_norm, layer_norm, group_norm, instance_norm, rms_norm),
+//! including the in-place running-statistic updates of batch and instance norm.
 
 use crate::op::{NormOp, Op};
 use crate::{Result, Tensor, TensorError, no_grad};
@@ -21,16 +21,7 @@ pub fn batch_norm(
     momentum: f64,
     eps: f64,
 ) -> Result<Tensor> {
-    let running = match (running_mean, running_var) {
-        (Some(m), Some(v)) => Some((m, v)),
-        (None, None) => None,
-        _ => {
-            return Err(TensorError::invalid(
-                "batch_norm",
-                "running_mean and running_var must be given together",
-            ));
-        }
-    };
+    let running = running_pair("batch_norm", running_mean, running_var)?;
     if !training && running.is_none() {
         return Err(TensorError::invalid(
             "batch_norm",
@@ -53,21 +44,136 @@ pub fn batch_norm(
     // A meta (traced) input has no statistics to blend: the update is a side effect tracing
     // does not record.
     if let (true, Some((running_mean, running_var)), false) = (training, running, input.is_meta()) {
-        let (mean, var) = (&outputs[1], &outputs[2]);
         let n = (input.numel() / input.shape()[1]) as f64;
         let _guard = no_grad();
-        let blend = |running: &Tensor, batch: &Tensor| -> Result<()> {
-            let batch = batch.to_dtype(running.dtype())?;
-            let updated = running
-                .mul_scalar(1.0 - momentum)?
-                .add(&batch.mul_scalar(momentum)?)?;
-            running.copy_(&updated)?;
-            Ok(())
-        };
-        blend(running_mean, mean)?;
-        blend(running_var, &var.mul_scalar(n / (n - 1.0))?)?;
+        blend(running_mean, &outputs[1], momentum)?;
+        blend(
+            running_var,
+            &outputs[2].mul_scalar(n / (n - 1.0))?,
+            momentum,
+        )?;
     }
     Ok(outputs.swap_remove(0))
+}
+
+/// Both running statistics or neither.
+fn running_pair<'a>(
+    op: &str,
+    mean: Option<&'a Tensor>,
+    var: Option<&'a Tensor>,
+) -> Result<Option<(&'a Tensor, &'a Tensor)>> {
+    match (mean, var) {
+        (Some(m), Some(v)) => Ok(Some((m, v))),
+        (None, None) => Ok(None),
+        _ => Err(TensorError::invalid(
+            op,
+            "running_mean and running_var must be given together",
+        )),
+    }
+}
+
+/// `running = (1 - momentum) * running + momentum * batch`, in place.
+fn blend(running: &Tensor, batch: &Tensor, momentum: f64) -> Result<()> {
+    let batch = batch.to_dtype(running.dtype())?;
+    let updated = running
+        .mul_scalar(1.0 - momentum)?
+        .add(&batch.mul_scalar(momentum)?)?;
+    running.copy_(&updated)?;
+    Ok(())
+}
+
+/// Instance normalisation of `[N, C, ...]` input (PyTorch's `F.instance_norm`).
+///
+/// With `use_input_stats` each sample and channel is normalised by its own mean and biased
+/// variance over the spatial dims, and the running statistics (when given) are updated in
+/// place with the batch mean of the per-instance statistics (`running = (1 - momentum) *
+/// running + momentum * mean_n(stat)`, the variance unbiased). Otherwise the running
+/// statistics normalise and are required.
+#[allow(clippy::too_many_arguments)]
+pub fn instance_norm(
+    input: &Tensor,
+    running_mean: Option<&Tensor>,
+    running_var: Option<&Tensor>,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    use_input_stats: bool,
+    momentum: f64,
+    eps: f64,
+) -> Result<Tensor> {
+    let running = running_pair("instance_norm", running_mean, running_var)?;
+    let mut inputs = vec![input];
+    let op = if use_input_stats {
+        Op::Norm(NormOp::InstanceNorm {
+            eps,
+            weight: weight.is_some(),
+            bias: bias.is_some(),
+        })
+    } else {
+        let Some((m, v)) = running else {
+            return Err(TensorError::invalid(
+                "instance_norm",
+                "running_mean and running_var must be given when not using input statistics",
+            ));
+        };
+        inputs.extend([m, v]);
+        Op::Norm(NormOp::BatchNorm {
+            training: false,
+            eps,
+            weight: weight.is_some(),
+            bias: bias.is_some(),
+        })
+    };
+    inputs.extend(weight);
+    inputs.extend(bias);
+    let mut outputs = op.apply(&inputs)?;
+    if let (true, Some((running_mean, running_var)), false) =
+        (use_input_stats, running, input.is_meta())
+    {
+        let shape = input.shape();
+        let (batch, channels) = (shape[0], shape[1]);
+        let n = shape[2..].iter().product::<usize>() as f64;
+        let _guard = no_grad();
+        let per_instance = |t: &Tensor| t.reshape(&[batch, channels])?.mean_dims(&[0], false);
+        blend(running_mean, &per_instance(&outputs[1])?, momentum)?;
+        let unbiased = outputs[2].mul_scalar(n / (n - 1.0))?;
+        blend(running_var, &per_instance(&unbiased)?, momentum)?;
+    }
+    Ok(outputs.swap_remove(0))
+}
+
+/// RMS normalisation over the trailing `normalized_shape` dims (PyTorch's `F.rms_norm`):
+/// `x / sqrt(mean(x^2) + eps) * weight`. An `eps` of `None` is the machine epsilon of the
+/// input's dtype (`torch.finfo(dtype).eps`).
+pub fn rms_norm(
+    input: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    eps: Option<f64>,
+) -> Result<Tensor> {
+    let shape = input.shape();
+    if !shape.ends_with(normalized_shape) || normalized_shape.is_empty() {
+        return Err(TensorError::shapes(
+            "rms_norm",
+            &shape,
+            normalized_shape,
+            "normalized_shape must be a non-empty suffix of the input shape",
+        ));
+    }
+    let eps = match eps {
+        Some(eps) => eps,
+        None => input
+            .dtype()
+            .epsilon()
+            .ok_or_else(|| TensorError::dtype("rms_norm", input.dtype()))?,
+    };
+    let op = Op::Norm(NormOp::RmsNorm {
+        normalized_ndim: normalized_shape.len(),
+        eps,
+        weight: weight.is_some(),
+    });
+    let mut inputs = vec![input];
+    inputs.extend(weight);
+    op.apply1(&inputs)
 }
 
 /// Layer normalisation over the trailing `normalized_shape` dims; `weight` and `bias` have

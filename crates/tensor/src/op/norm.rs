@@ -1,6 +1,7 @@
-//! Normalisation (batch, layer and group norm): one kernel normalises `x` viewed as
-//! `[outer, channels, inner]` by per-group statistics and applies a per-channel affine; the
-//! running-statistic update of train-mode batch norm is left to `functional::batch_norm`.
+//! Normalisation (batch, layer, group, instance and RMS norm): one kernel normalises `x` viewed
+//! as `[outer, channels, inner]` by per-group statistics and applies a per-channel affine; the
+//! running-statistic updates of train-mode batch and instance norm are left to
+//! `functional::batch_norm` and `functional::instance_norm`.
 
 use super::{BackwardCtx, OpDef, OpKind, expect_float};
 use crate::cpu::{float_dispatch, tensor_from};
@@ -9,7 +10,8 @@ use rayon::prelude::*;
 
 /// A normalisation layer. Inputs are `x`, then (eval-mode batch norm only) `running_mean,
 /// running_var`, then `weight` and `bias` where present. Outputs are `y` and the mean and
-/// biased variance used (flat, one per statistic group; not differentiable).
+/// biased variance used (flat, one per statistic group; not differentiable). RMS norm does not
+/// centre: its mean output is zero and its variance output is the mean square.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum NormOp {
     /// Per-channel (dim 1) statistics over the batch and spatial dims, or the running
@@ -33,6 +35,16 @@ pub enum NormOp {
         eps: f64,
         weight: bool,
         bias: bool,
+    },
+    /// Statistics per sample and channel of `[N, C, ...]` input over the spatial dims;
+    /// per-channel affine (eval mode with running statistics is `BatchNorm` eval).
+    InstanceNorm { eps: f64, weight: bool, bias: bool },
+    /// `x / sqrt(mean(x^2) + eps) * weight` over the trailing `normalized_ndim` dims (no
+    /// centring, no bias); weight has that shape.
+    RmsNorm {
+        normalized_ndim: usize,
+        eps: f64,
+        weight: bool,
     },
 }
 
@@ -80,15 +92,24 @@ impl NormOp {
         match *self {
             NormOp::BatchNorm { eps, .. }
             | NormOp::LayerNorm { eps, .. }
-            | NormOp::GroupNorm { eps, .. } => eps,
+            | NormOp::GroupNorm { eps, .. }
+            | NormOp::InstanceNorm { eps, .. }
+            | NormOp::RmsNorm { eps, .. } => eps,
         }
+    }
+
+    /// Whether the statistics subtract the mean (all but RMS norm).
+    fn centred(&self) -> bool {
+        !matches!(self, NormOp::RmsNorm { .. })
     }
 
     fn affine(&self) -> (bool, bool) {
         match *self {
             NormOp::BatchNorm { weight, bias, .. }
             | NormOp::LayerNorm { weight, bias, .. }
-            | NormOp::GroupNorm { weight, bias, .. } => (weight, bias),
+            | NormOp::GroupNorm { weight, bias, .. }
+            | NormOp::InstanceNorm { weight, bias, .. } => (weight, bias),
+            NormOp::RmsNorm { weight, .. } => (weight, false),
         }
     }
 
@@ -128,7 +149,7 @@ impl NormOp {
     fn layout(&self, shape: &[usize]) -> Result<(NormLayout, Vec<usize>)> {
         let name = self.name();
         match *self {
-            NormOp::BatchNorm { .. } | NormOp::GroupNorm { .. } => {
+            NormOp::BatchNorm { .. } | NormOp::GroupNorm { .. } | NormOp::InstanceNorm { .. } => {
                 if shape.len() < 2 {
                     return Err(TensorError::invalid(
                         name,
@@ -151,6 +172,7 @@ impl NormOp {
                         }
                         Some(channels / num_groups)
                     }
+                    NormOp::InstanceNorm { .. } => Some(1),
                     _ => None,
                 };
                 let layout = NormLayout {
@@ -162,6 +184,9 @@ impl NormOp {
                 Ok((layout, vec![channels]))
             }
             NormOp::LayerNorm {
+                normalized_ndim, ..
+            }
+            | NormOp::RmsNorm {
                 normalized_ndim, ..
             } => {
                 if normalized_ndim == 0 || normalized_ndim > shape.len() {
@@ -195,7 +220,7 @@ impl NormOp {
             x.with_slice(|data: &[T]| -> Result<(Vec<T>, Vec<f64>, Vec<f64>)> {
                 let (mean, var) = match running {
                     Some(r) => (inputs[r].to_vec_f64()?, inputs[r + 1].to_vec_f64()?),
-                    None => statistics(data, &layout),
+                    None => statistics(data, &layout, self.centred()),
                 };
                 let weight = w.map(|i| inputs[i].to_vec_f64()).transpose()?;
                 let bias = b.map(|i| inputs[i].to_vec_f64()).transpose()?;
@@ -251,17 +276,21 @@ fn stats_dtype(dtype: DType) -> DType {
 }
 
 /// Per-group mean and biased variance, two-pass in f64: a batch-norm channel is one strided
-/// slice per sample, a layer- or group-norm statistic one contiguous slab.
-fn statistics<T: Float>(data: &[T], layout: &NormLayout) -> (Vec<f64>, Vec<f64>) {
+/// slice per sample, a layer- or group-norm statistic one contiguous slab. Without `centred`
+/// the mean is taken as zero, so the variance is the mean square (RMS norm).
+fn statistics<T: Float>(data: &[T], layout: &NormLayout, centred: bool) -> (Vec<f64>, Vec<f64>) {
     let (channels, inner) = (layout.channels, layout.inner);
     let moments_of = |s: usize| match layout.group_size {
-        None => moments((0..layout.outer).map(|o| {
-            let start = (o * channels + s) * inner;
-            &data[start..start + inner]
-        })),
+        None => moments(
+            (0..layout.outer).map(|o| {
+                let start = (o * channels + s) * inner;
+                &data[start..start + inner]
+            }),
+            centred,
+        ),
         Some(_) => {
             let len = layout.stat_len();
-            moments(std::iter::once(&data[s * len..(s + 1) * len]))
+            moments(std::iter::once(&data[s * len..(s + 1) * len]), centred)
         }
     };
     let stats = 0..layout.stat_count();
@@ -272,14 +301,18 @@ fn statistics<T: Float>(data: &[T], layout: &NormLayout) -> (Vec<f64>, Vec<f64>)
     }
 }
 
-/// Mean and biased variance of the elements of `slices` (NaN when there are none).
-fn moments<'a, T: Float>(slices: impl Iterator<Item = &'a [T]> + Clone) -> (f64, f64) {
+/// Mean and biased variance of the elements of `slices` (NaN when there are none); without
+/// `centred`, zero and the mean square.
+fn moments<'a, T: Float>(
+    slices: impl Iterator<Item = &'a [T]> + Clone,
+    centred: bool,
+) -> (f64, f64) {
     let (mut sum, mut n) = (0.0f64, 0usize);
     for s in slices.clone() {
         sum += s.iter().map(|v| v.as_f64()).sum::<f64>();
         n += s.len();
     }
-    let mean = sum / n as f64;
+    let mean = if centred { sum / n as f64 } else { 0.0 };
     let squares: f64 = slices
         .map(|s| s.iter().map(|v| (v.as_f64() - mean).powi(2)).sum::<f64>())
         .sum();
@@ -300,6 +333,8 @@ impl OpDef for NormOp {
             NormOp::BatchNorm { .. } => "batch_norm",
             NormOp::LayerNorm { .. } => "layer_norm",
             NormOp::GroupNorm { .. } => "group_norm",
+            NormOp::InstanceNorm { .. } => "instance_norm",
+            NormOp::RmsNorm { .. } => "rms_norm",
         }
         .into()
     }
@@ -318,6 +353,8 @@ impl OpDef for NormOp {
         }
         let x = &inputs[0];
         expect_float(&name, x)?;
+        // The layout multiplies dims: an input whose size overflows is an error first.
+        crate::size::checked_len(&name, &x.shape, x.dtype)?;
         let (layout, param_shape) = self.layout(&x.shape)?;
         let (running, w, b) = self.input_slots();
         let stat_shape = match running {
@@ -341,6 +378,15 @@ impl OpDef for NormOp {
         check(running.map(|r| r + 1), "running_var", &param_shape)?;
         check(w, "weight", &param_shape)?;
         check(b, "bias", &param_shape)?;
+        if matches!(self, NormOp::InstanceNorm { .. }) && layout.stat_len() <= 1 {
+            return Err(TensorError::invalid(
+                &name,
+                format!(
+                    "expected more than 1 spatial element when training, got input of shape {:?}",
+                    x.shape
+                ),
+            ));
+        }
         if matches!(self, NormOp::BatchNorm { training: true, .. }) && layout.stat_len() <= 1 {
             return Err(TensorError::invalid(
                 &name,
@@ -415,8 +461,13 @@ impl OpDef for NormOp {
                 gw.mul(&invstd)?
             } else {
                 // d/dx of (x - mean) * invstd with batch statistics:
-                // invstd * (g - mean(g) - xhat * mean(g * xhat)).
-                let centred = gw.sub(&gw.mean_dims(&stat_dims, true)?)?;
+                // invstd * (g - mean(g) - xhat * mean(g * xhat)); without centring (RMS norm)
+                // the mean(g) term is absent.
+                let centred = if self.centred() {
+                    gw.sub(&gw.mean_dims(&stat_dims, true)?)?
+                } else {
+                    gw.clone()
+                };
                 let along = xhat.mul(&gw.mul(&xhat)?.mean_dims(&stat_dims, true)?)?;
                 centred.sub(&along)?.mul(&invstd)?
             };
