@@ -291,6 +291,28 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
             .boxed(),
     );
     all.push(
+        (any::<bool>(), any::<bool>())
+            .prop_map(|(weight, bias)| {
+                Op::Norm(NormOp::InstanceNorm {
+                    eps: 1e-5,
+                    weight,
+                    bias,
+                })
+            })
+            .boxed(),
+    );
+    all.push(
+        (small(), any::<bool>())
+            .prop_map(|(normalized_ndim, weight)| {
+                Op::Norm(NormOp::RmsNorm {
+                    normalized_ndim,
+                    eps: 1e-6,
+                    weight,
+                })
+            })
+            .boxed(),
+    );
+    all.push(
         (prop::sample::select(vec![0.0, 0.5, 1.0]), any::<bool>())
             .prop_map(|(p, training)| Op::Dropout(DropoutOp { p, training }))
             .boxed(),
@@ -515,6 +537,8 @@ fn variant(op: &Op) -> &'static str {
             NormOp::BatchNorm { .. } => "norm.batch",
             NormOp::LayerNorm { .. } => "norm.layer",
             NormOp::GroupNorm { .. } => "norm.group",
+            NormOp::InstanceNorm { .. } => "norm.instance",
+            NormOp::RmsNorm { .. } => "norm.rms",
         },
         Op::Dropout(_) => "dropout",
         Op::Embedding(_) => "embedding",
@@ -603,6 +627,8 @@ const VARIANTS: &[&str] = &[
     "norm.batch",
     "norm.layer",
     "norm.group",
+    "norm.instance",
+    "norm.rms",
     "dropout",
     "embedding",
     "index.cat",
@@ -648,8 +674,11 @@ fn input_dtypes(op: &Op) -> Vec<DType> {
             [vec![F32], running, bias_input(*weight), bias_input(*bias)].concat()
         }
         Op::Norm(
-            NormOp::LayerNorm { weight, bias, .. } | NormOp::GroupNorm { weight, bias, .. },
+            NormOp::LayerNorm { weight, bias, .. }
+            | NormOp::GroupNorm { weight, bias, .. }
+            | NormOp::InstanceNorm { weight, bias, .. },
         ) => [vec![F32], bias_input(*weight), bias_input(*bias)].concat(),
+        Op::Norm(NormOp::RmsNorm { weight, .. }) => [vec![F32], bias_input(*weight)].concat(),
         Op::Embedding(_) => vec![F32, I64],
         Op::Index(IndexOp::Cat { .. }) => vec![F32, F32, F32],
         Op::Index(IndexOp::IndexSelect { .. } | IndexOp::Gather { .. }) => vec![F32, I64],
