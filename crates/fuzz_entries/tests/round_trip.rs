@@ -8,17 +8,7 @@ use tessera_nn::{
 };
 use tessera_tensor::{DType, Tensor};
 
-const DTYPES: [DType; 9] = [
-    DType::Bool,
-    DType::U8,
-    DType::I8,
-    DType::I32,
-    DType::I64,
-    DType::F16,
-    DType::BF16,
-    DType::F32,
-    DType::F64,
-];
+const DTYPES: [DType; 9] = DType::ALL;
 
 fn tensor() -> impl Strategy<Value = Tensor> {
     (

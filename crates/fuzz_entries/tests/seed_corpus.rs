@@ -36,17 +36,7 @@ fn conformance_files(file: &str, max: u64) -> Vec<(String, Vec<u8>)> {
 fn every_dtype() -> StateDict {
     let mut state = StateDict::new();
     let values = Tensor::from_vec(vec![0.0f64, -1.5, 2.0, f64::NAN, 7.0, 1e9], &[2, 3]).unwrap();
-    for dtype in [
-        DType::Bool,
-        DType::U8,
-        DType::I8,
-        DType::I32,
-        DType::I64,
-        DType::F16,
-        DType::BF16,
-        DType::F32,
-        DType::F64,
-    ] {
+    for dtype in DType::ALL {
         state.insert(format!("t.{dtype}"), values.to_dtype(dtype).unwrap());
     }
     state.insert("scalar", Tensor::from_vec(vec![3.0f32], &[]).unwrap());

@@ -58,37 +58,8 @@ fn every_op() -> Vec<Op> {
         ceil_mode: true,
     };
     let conv = ConvParams::conv1d(2, 1, 1, 1);
-    let mut ops: Vec<Op> = [
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Sign,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Relu,
-        UnaryOp::LeakyRelu {
-            negative_slope: 0.01,
-        },
-        UnaryOp::Gelu { tanh: true },
-        UnaryOp::Silu,
-    ]
-    .into_iter()
-    .map(Op::Unary)
-    .collect();
-    for b in [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Pow,
-        BinaryOp::Maximum,
-        BinaryOp::Minimum,
-    ] {
+    let mut ops: Vec<Op> = UnaryOp::EVERY.into_iter().map(Op::Unary).collect();
+    for b in BinaryOp::EVERY {
         ops.push(Op::Binary(b));
         ops.push(Op::Scalar(ScalarOp {
             op: b,
@@ -96,14 +67,7 @@ fn every_op() -> Vec<Op> {
             reversed: true,
         }));
     }
-    for c in [
-        CompareOp::Eq,
-        CompareOp::Ne,
-        CompareOp::Lt,
-        CompareOp::Le,
-        CompareOp::Gt,
-        CompareOp::Ge,
-    ] {
+    for c in CompareOp::EVERY {
         ops.push(Op::Compare(c));
     }
     for kind in [

@@ -66,43 +66,9 @@ fn pool_params() -> impl Strategy<Value = Pool2dParams> {
 
 /// Every family's ops, one strategy per variant, with random attributes.
 fn ops() -> Vec<BoxedStrategy<Op>> {
-    let unary = [
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Sign,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Relu,
-        UnaryOp::LeakyRelu {
-            negative_slope: 0.1,
-        },
-        UnaryOp::Gelu { tanh: false },
-        UnaryOp::Gelu { tanh: true },
-        UnaryOp::Silu,
-    ];
-    let binary = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Pow,
-        BinaryOp::Maximum,
-        BinaryOp::Minimum,
-    ];
-    let compare = [
-        CompareOp::Eq,
-        CompareOp::Ne,
-        CompareOp::Lt,
-        CompareOp::Le,
-        CompareOp::Gt,
-        CompareOp::Ge,
-    ];
+    let unary = UnaryOp::EVERY;
+    let binary = BinaryOp::EVERY;
+    let compare = CompareOp::EVERY;
     let reduce_kinds = vec![
         ReduceKind::Sum,
         ReduceKind::Mean,
@@ -453,17 +419,7 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
     all
 }
 
-const DTYPES: [DType; 9] = [
-    DType::Bool,
-    DType::U8,
-    DType::I8,
-    DType::I32,
-    DType::I64,
-    DType::F16,
-    DType::BF16,
-    DType::F32,
-    DType::F64,
-];
+const DTYPES: [DType; 9] = DType::ALL;
 
 /// The op's variant as `family.variant`. The matches have no wildcard: a new op or family
 /// does not compile until it is named here, and then fails

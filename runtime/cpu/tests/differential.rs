@@ -73,49 +73,15 @@ enum Link {
 }
 
 fn unary_ops() -> Vec<UnaryOp> {
-    vec![
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Sign,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Relu,
-        UnaryOp::LeakyRelu {
-            negative_slope: 0.1,
-        },
-        UnaryOp::Gelu { tanh: false },
-        UnaryOp::Gelu { tanh: true },
-        UnaryOp::Silu,
-    ]
+    UnaryOp::EVERY.to_vec()
 }
 
 fn binary_ops() -> Vec<BinaryOp> {
-    vec![
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Pow,
-        BinaryOp::Maximum,
-        BinaryOp::Minimum,
-    ]
+    BinaryOp::EVERY.to_vec()
 }
 
 fn link() -> impl Strategy<Value = Link> {
-    let compares = vec![
-        CompareOp::Eq,
-        CompareOp::Ne,
-        CompareOp::Lt,
-        CompareOp::Le,
-        CompareOp::Gt,
-        CompareOp::Ge,
-    ];
+    let compares = CompareOp::EVERY.to_vec();
     prop_oneof![
         3 => proptest::sample::select(unary_ops()).prop_map(Link::Unary),
         3 => (proptest::sample::select(binary_ops()), proptest::collection::vec(any::<bool>(), 4), 0usize..3)

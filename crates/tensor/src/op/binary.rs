@@ -19,6 +19,17 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// Every variant (for tests that cover them all).
+    pub const EVERY: [BinaryOp; 7] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             BinaryOp::Add => "add",
@@ -344,6 +355,16 @@ pub enum CompareOp {
 }
 
 impl CompareOp {
+    /// Every variant (for tests that cover them all).
+    pub const EVERY: [CompareOp; 6] = [
+        CompareOp::Eq,
+        CompareOp::Ne,
+        CompareOp::Lt,
+        CompareOp::Le,
+        CompareOp::Gt,
+        CompareOp::Ge,
+    ];
+
     #[inline(always)]
     fn eval<T: PartialOrd>(self, a: T, b: T) -> bool {
         match self {

@@ -44,6 +44,29 @@ fn erf<T: Float>(x: T) -> T {
 }
 
 impl UnaryOp {
+    /// One op of every variant, with representative attributes (for tests that cover them
+    /// all: a variant added to the enum belongs here too).
+    pub const EVERY: [UnaryOp; 16] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Sign,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::LeakyRelu {
+            negative_slope: 0.1,
+        },
+        UnaryOp::Gelu { tanh: false },
+        UnaryOp::Gelu { tanh: true },
+        UnaryOp::Silu,
+    ];
+
     #[inline(always)]
     fn eval<T: Float>(self, x: T) -> T {
         let c = |v: f64| T::from_f64(v);

@@ -46,14 +46,7 @@ impl Window {
         // `strided_len` checked that every value below fits in i64 with room to spare.
         let input = size[axis] as i64;
         let span = d * (k - 1) + 1;
-        let mut windows = Vec::new();
-        windows
-            .try_reserve_exact(out)
-            .map_err(|_| TensorError::OutOfMemory {
-                op: op.into(),
-                shape: vec![out],
-                bytes: out.saturating_mul(std::mem::size_of::<Window>()),
-            })?;
+        let mut windows = reserve(op, out)?;
         windows.extend((0..out as i64).map(|o| {
             let start = o * s - pad;
             if dilated {
@@ -172,14 +165,7 @@ impl Window {
     /// Fallible: `out` windows are reserved first (a hostile output size is `OutOfMemory`), and
     /// the bounds are computed in u128, where `(i + 1) * n` cannot overflow.
     pub(super) fn adaptive(op: &str, n: usize, out: usize) -> Result<Vec<Window>> {
-        let mut windows = Vec::new();
-        windows
-            .try_reserve_exact(out)
-            .map_err(|_| TensorError::OutOfMemory {
-                op: op.into(),
-                shape: vec![out],
-                bytes: out.saturating_mul(std::mem::size_of::<Window>()),
-            })?;
+        let mut windows = reserve(op, out)?;
         let (n128, out128) = (n as u128, out as u128);
         windows.extend((0..out).map(|i| {
             let i = i as u128;
@@ -540,4 +526,17 @@ pub(super) fn avg_backward<T: Float>(
         }
     });
     dx
+}
+
+/// Room for `out` windows, or `OutOfMemory` naming `op` (a hostile output size).
+fn reserve(op: &str, out: usize) -> Result<Vec<Window>> {
+    let mut windows = Vec::new();
+    windows
+        .try_reserve_exact(out)
+        .map_err(|_| TensorError::OutOfMemory {
+            op: op.into(),
+            shape: vec![out],
+            bytes: out.saturating_mul(std::mem::size_of::<Window>()),
+        })?;
+    Ok(windows)
 }
