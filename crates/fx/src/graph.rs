@@ -224,6 +224,21 @@ impl Graph {
             .next()
     }
 
+    /// The module a node belongs to by its weights: a `call_module`'s target, else the path
+    /// before the last `.` of its first `get_attr` operand (`conv1` for `conv1.weight`).
+    pub fn weights_module(&self, id: &NodeId) -> Option<String> {
+        if let NodeKind::CallModule { target, .. } = &self.node(id).ok()?.kind {
+            return Some(target.clone());
+        }
+        self.operands(id)
+            .ok()?
+            .iter()
+            .find_map(|o| match &self.node(o).ok()?.kind {
+                NodeKind::GetAttr { target } => target.rsplit_once('.').map(|(m, _)| m.to_string()),
+                _ => None,
+            })
+    }
+
     /// The operands of a node, by position.
     pub fn operands(&self, id: &NodeId) -> Result<Vec<NodeId>> {
         let i = self.index(id)?;

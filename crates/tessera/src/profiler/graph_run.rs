@@ -50,9 +50,13 @@ impl Profiling<'_> {
         let flops = id
             .and_then(|id| tessera_passes::cost::op_flops(self.graph, &id).ok())
             .unwrap_or(0);
+        let path = match id.and_then(|id| self.graph.weights_module(&id)) {
+            Some(module) => format!("%{} ({module})", node.name),
+            None => format!("%{}", node.name),
+        };
         self.profiler.record(Event {
             name,
-            path: node_path(self.graph, node),
+            path,
             kind: EventKind::Node,
             start: self.profiler.since_origin(start),
             duration,
@@ -61,27 +65,6 @@ impl Profiling<'_> {
             flops,
         });
         Ok(outputs)
-    }
-}
-
-/// `%conv2d_1 (conv2)`: the node and the module whose weights it reads, when it reads any.
-fn node_path(graph: &Graph, node: &Node) -> String {
-    let module = match &node.kind {
-        NodeKind::CallModule { target, .. } => Some(target.clone()),
-        _ => graph.find(&node.name).and_then(|id| {
-            graph
-                .operands(&id)
-                .ok()?
-                .iter()
-                .find_map(|o| match &graph.node(o).ok()?.kind {
-                    NodeKind::GetAttr { target } => target.rsplit_once('.').map(|(m, _)| m.into()),
-                    _ => None,
-                })
-        }),
-    };
-    match module {
-        Some(module) => format!("%{} ({module})", node.name),
-        None => format!("%{}", node.name),
     }
 }
 

@@ -99,10 +99,9 @@ fn layers(traced: &TracedGraph) -> tessera::passes::Result<Vec<Layer>> {
             .filter_map(|w| traced.attributes.get(w))
             .map(|t| t.numel() as u64)
             .sum();
-        let path = match weights.first().and_then(|w| w.rsplit_once('.')) {
-            Some((module, _)) => module.to_string(),
-            None => format!("%{}", node.name),
-        };
+        let path = graph
+            .weights_module(&id)
+            .unwrap_or_else(|| format!("%{}", node.name));
         let meta = node.meta.first();
         out.push(Layer {
             path,
