@@ -155,13 +155,7 @@ fn binary_kernel(
 }
 
 impl OpDef for BinaryOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::variant_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::ElementwiseBinary
-    }
+    op_identity!(attributes: variant, kind: ElementwiseBinary);
 
     fn name(&self) -> String {
         BinaryOp::name(*self).into()
@@ -268,13 +262,7 @@ impl ScalarOp {
 }
 
 impl OpDef for ScalarOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::struct_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::ElementwiseUnary
-    }
+    op_identity!(attributes: fields, kind: ElementwiseUnary);
 
     fn name(&self) -> String {
         BinaryOp::name(self.op).into()
@@ -379,13 +367,7 @@ impl CompareOp {
 }
 
 impl OpDef for CompareOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::variant_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::ElementwiseBinary
-    }
+    op_identity!(attributes: variant, kind: ElementwiseBinary);
 
     fn name(&self) -> String {
         format!("{self:?}").to_lowercase()
@@ -421,17 +403,7 @@ impl OpDef for CompareOp {
 pub(crate) struct WhereOp;
 
 impl OpDef for WhereOp {
-    fn attributes(&self) -> Option<String> {
-        None
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::ElementwiseTernary
-    }
-
-    fn name(&self) -> String {
-        "where".into()
-    }
+    op_identity!(name: "where", attributes: none, kind: ElementwiseTernary);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         expect_inputs("where", inputs, 3)?;
@@ -484,17 +456,7 @@ pub(crate) struct ClampOp {
 }
 
 impl OpDef for ClampOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::struct_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::ElementwiseUnary
-    }
-
-    fn name(&self) -> String {
-        "clamp".into()
-    }
+    op_identity!(name: "clamp", attributes: fields, kind: ElementwiseUnary);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         expect_inputs("clamp", inputs, 1)?;

@@ -7,17 +7,7 @@ use crate::{DType, Result, Tensor, TensorMeta};
 pub(crate) struct CastOp(pub(crate) DType);
 
 impl OpDef for CastOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::struct_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::ElementwiseUnary
-    }
-
-    fn name(&self) -> String {
-        "to".into()
-    }
+    op_identity!(name: "to", attributes: fields, kind: ElementwiseUnary);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         expect_inputs("to", inputs, 1)?;

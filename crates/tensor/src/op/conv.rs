@@ -390,13 +390,7 @@ fn with_slices2<T: crate::storage::StorageElement, R>(
 }
 
 impl OpDef for ConvOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::variant_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::Convolution
-    }
+    op_identity!(attributes: variant, kind: Convolution);
 
     fn name(&self) -> String {
         let base = self.params().name();

@@ -46,13 +46,7 @@ impl DropoutOp {
 }
 
 impl OpDef for DropoutOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::struct_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::ElementwiseUnary
-    }
+    op_identity!(name: "dropout", attributes: fields, kind: ElementwiseUnary);
 
     fn effects(&self) -> Effects {
         if self.training {
@@ -65,10 +59,6 @@ impl OpDef for DropoutOp {
     /// Eval dropout is removed by a pass; training dropout draws from the generator.
     fn fusion_role(&self) -> FusionRole {
         FusionRole::Alone
-    }
-
-    fn name(&self) -> String {
-        "dropout".into()
     }
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {

@@ -68,17 +68,7 @@ impl EmbeddingOp {
 }
 
 impl OpDef for EmbeddingOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::struct_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::Indexing
-    }
-
-    fn name(&self) -> String {
-        "embedding".into()
-    }
+    op_identity!(name: "embedding", attributes: fields, kind: Indexing);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         expect_inputs("embedding", inputs, 2)?;

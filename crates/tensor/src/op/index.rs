@@ -358,13 +358,7 @@ fn scatter_offsets(
 }
 
 impl OpDef for IndexOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::variant_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::Indexing
-    }
+    op_identity!(attributes: variant, kind: Indexing);
 
     fn name(&self) -> String {
         self.op_name().into()

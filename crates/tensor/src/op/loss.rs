@@ -258,13 +258,7 @@ fn softplus<T: Float>(v: T) -> T {
 }
 
 impl OpDef for LossOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::variant_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::Loss
-    }
+    op_identity!(attributes: variant, kind: Loss);
 
     fn name(&self) -> String {
         match self {

@@ -249,17 +249,7 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
 pub(crate) struct MatmulOp;
 
 impl OpDef for MatmulOp {
-    fn attributes(&self) -> Option<String> {
-        None
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::Gemm
-    }
-
-    fn name(&self) -> String {
-        "matmul".into()
-    }
+    op_identity!(name: "matmul", attributes: none, kind: Gemm);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         expect_inputs("matmul", inputs, 2)?;
@@ -393,17 +383,7 @@ fn linear_kernel<T: Float + StorageElement>(
 }
 
 impl OpDef for LinearOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::struct_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::Gemm
-    }
-
-    fn name(&self) -> String {
-        "linear".into()
-    }
+    op_identity!(name: "linear", attributes: fields, kind: Gemm);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         expect_inputs("linear", inputs, if self.bias { 3 } else { 2 })?;

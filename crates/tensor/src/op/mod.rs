@@ -2,6 +2,8 @@
 //! function (output shapes and dtypes, errors naming the op and shapes), its CPU kernel and its
 //! backward formula. Eager calls, autograd, and later the tracer and compilers all speak `Op`.
 
+#[macro_use]
+mod identity;
 mod binary;
 mod cast;
 mod conv;

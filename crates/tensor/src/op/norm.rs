@@ -320,13 +320,7 @@ fn moments<'a, T: Float>(
 }
 
 impl OpDef for NormOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::variant_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::Normalization
-    }
+    op_identity!(attributes: variant, kind: Normalization);
 
     fn name(&self) -> String {
         match self {

@@ -311,13 +311,7 @@ fn expect_grad_plane(op: &str, grad_out: &[usize], plane: [usize; 2]) -> Result<
 }
 
 impl OpDef for PoolOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::variant_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::Pooling
-    }
+    op_identity!(attributes: variant, kind: Pooling);
 
     fn name(&self) -> String {
         match self {

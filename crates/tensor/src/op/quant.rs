@@ -179,13 +179,7 @@ impl QuantOp {
 }
 
 impl OpDef for QuantOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::variant_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::Quantized
-    }
+    op_identity!(attributes: variant, kind: Quantized);
 
     fn name(&self) -> String {
         self.op_name().into()

@@ -282,13 +282,7 @@ impl ReduceOp {
 }
 
 impl OpDef for ReduceOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::struct_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::Reduction
-    }
+    op_identity!(attributes: fields, kind: Reduction);
 
     fn name(&self) -> String {
         op_name(self).into()

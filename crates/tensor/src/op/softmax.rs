@@ -63,13 +63,7 @@ impl SoftmaxOp {
 }
 
 impl OpDef for SoftmaxOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::struct_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::Normalization
-    }
+    op_identity!(attributes: fields, kind: Normalization);
 
     fn backward_reads_output(&self) -> bool {
         true

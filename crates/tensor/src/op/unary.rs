@@ -274,13 +274,7 @@ impl LeakyRelu {
 }
 
 impl OpDef for UnaryOp {
-    fn attributes(&self) -> Option<String> {
-        super::text::variant_attributes(self)
-    }
-
-    fn kind(&self) -> OpKind {
-        OpKind::ElementwiseUnary
-    }
+    op_identity!(attributes: variant, kind: ElementwiseUnary);
 
     fn backward_reads_output(&self) -> bool {
         matches!(self.reads(), Reads::Output)
