@@ -66,7 +66,7 @@ fn path(dir: &Path, name: &str) -> String {
 fn help_lists_every_subcommand() {
     let text = ok(&["--help"]);
     for sub in [
-        "inspect", "summary", "draw", "optimize", "run", "bench", "profile", "convert",
+        "inspect", "summary", "draw", "optimize", "compile", "run", "bench", "profile", "convert",
     ] {
         assert!(text.contains(sub), "{sub} missing from:\n{text}");
         let help = ok(&[sub, "--help"]);
@@ -185,6 +185,93 @@ fn bench_prints_percentiles() {
     ]);
     assert!(text.contains("median ms"), "{text}");
     assert!(text.contains("interp"), "{text}");
+}
+
+#[test]
+fn compile_reports_kernels_fallbacks_and_agrees_with_the_interpreter() {
+    let dir = fixtures();
+    let dump = dir.path().join("kernels");
+    let text = ok(&[
+        "compile",
+        &path(dir.path(), "cnn"),
+        "--dump-kernels",
+        &dump.display().to_string(),
+    ]);
+    assert!(text.contains("kernels,"), "{text}");
+    assert!(text.contains("passes: fold_batch_norm"), "{text}");
+    let difference: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("largest difference from the interpreter: "))
+        .expect("the comparison line")
+        .parse()
+        .unwrap();
+    assert!(difference < 1e-4, "{text}");
+    let kernels = std::fs::read_to_string(dump.join("kernels.txt")).unwrap();
+    assert!(kernels.contains("CLIF"), "{kernels}");
+    let graph = std::fs::read_to_string(dump.join("graph.txt")).unwrap();
+    assert!(graph.contains("graph("), "{graph}");
+}
+
+#[test]
+fn run_on_the_cpu_backend_writes_what_the_interpreter_writes() {
+    let dir = fixtures();
+    let outputs: Vec<Vec<f64>> = ["interp", "cpu"]
+        .iter()
+        .map(|backend| {
+            let file = path(dir.path(), &format!("{backend}.safetensors"));
+            ok(&[
+                "run",
+                &path(dir.path(), "cnn"),
+                "--backend",
+                backend,
+                "-o",
+                &file,
+            ]);
+            let dict = tessera::nn::load_safetensors(&file).unwrap();
+            dict.get("output0").unwrap().to_vec_f64().unwrap()
+        })
+        .collect();
+    assert_eq!(outputs[0].len(), 20);
+    for (a, b) in outputs[0].iter().zip(&outputs[1]) {
+        assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+    }
+}
+
+#[test]
+fn bench_compare_times_the_interpreter_and_the_compiled_code() {
+    let dir = fixtures();
+    let text = ok(&[
+        "bench",
+        &path(dir.path(), "cnn"),
+        "--compare",
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+    ]);
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    assert!(rows[0].starts_with("interp"), "{text}");
+    assert!(rows[1].starts_with("cpu"), "{text}");
+    assert!(text.contains("compile ms"), "{text}");
+}
+
+#[test]
+fn cuda_without_a_cuda_backend_is_a_one_line_error() {
+    let dir = fixtures();
+    for args in [
+        vec!["run", "--backend", "cuda"],
+        vec!["bench", "--backend", "cuda"],
+        vec!["compile", "--device", "cuda"],
+    ] {
+        let mut args = args;
+        let file = path(dir.path(), "cnn");
+        args.insert(1, &file);
+        let out = tessera(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("no CUDA backend"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
 }
 
 #[test]

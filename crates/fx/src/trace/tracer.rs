@@ -14,6 +14,7 @@ use tessera_tensor::trace::with_recorder;
 use tessera_tensor::{Tensor, TensorMeta};
 
 /// A traced graph and the tensors its `get_attr` nodes read, by qualified name.
+#[derive(Clone)]
 pub struct TracedGraph {
     pub graph: Graph,
     pub attributes: IndexMap<String, Tensor>,

@@ -3,7 +3,7 @@
 
 use crate::failure::{Failure, Result};
 use crate::inputs::parse_shape;
-use crate::run::{Backend, execute, prepare};
+use crate::run::{Backend, Runner, prepare};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -24,7 +24,8 @@ pub struct Args {
     /// Untimed runs first.
     #[arg(long, default_value_t = 5)]
     warmup: usize,
-    /// Time every backend in this process, one after the other.
+    /// Time the interpreter and the compiled CPU code in this process, one after the other
+    /// (with the time compiling took).
     #[arg(long)]
     compare: bool,
 }
@@ -45,27 +46,33 @@ pub fn run(args: &Args) -> Result<()> {
         .and_then(|t| t.shape().first().copied())
         .unwrap_or(1);
     let backends: Vec<Backend> = if args.compare {
-        <Backend as clap::ValueEnum>::value_variants().to_vec()
+        vec![Backend::Interp, Backend::Cpu]
     } else {
         vec![args.backend]
     };
     println!(
-        "{:<8} {:>11} {:>11} {:>11} {:>14}",
-        "backend", "median ms", "p10 ms", "p90 ms", "items/s"
+        "{:<8} {:>11} {:>11} {:>11} {:>14} {:>12}",
+        "backend", "median ms", "p10 ms", "p90 ms", "items/s", "compile ms"
     );
     for backend in backends {
+        let start = Instant::now();
+        let runner = Runner::new(&traced, &inputs, backend)?;
+        let compile_ms = match runner {
+            Runner::Interp(_) => "-".to_string(),
+            Runner::Compiled(_) => format!("{:.1}", start.elapsed().as_secs_f64() * 1e3),
+        };
         for _ in 0..args.warmup {
-            execute(&traced, &inputs, backend)?;
+            runner.run(&inputs)?;
         }
         let bar = ProgressBar::new(args.runs as u64).with_style(
             ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}")
                 .map_err(|e| Failure::failed("progress bar", e))?,
         );
-        bar.set_message(format!("{backend:?}"));
+        bar.set_message(backend.name());
         let mut samples = Vec::with_capacity(args.runs);
         for _ in 0..args.runs {
             let start = Instant::now();
-            execute(&traced, &inputs, backend)?;
+            runner.run(&inputs)?;
             samples.push(start.elapsed().as_secs_f64() * 1e3);
             bar.inc(1);
         }
@@ -73,12 +80,13 @@ pub fn run(args: &Args) -> Result<()> {
         samples.sort_by(f64::total_cmp);
         let median = quantile(&samples, 0.5);
         println!(
-            "{:<8} {:>11.3} {:>11.3} {:>11.3} {:>14.1}",
-            format!("{backend:?}").to_lowercase(),
+            "{:<8} {:>11.3} {:>11.3} {:>11.3} {:>14.1} {:>12}",
+            backend.name(),
             median,
             quantile(&samples, 0.1),
             quantile(&samples, 0.9),
-            batch as f64 / (median / 1e3)
+            batch as f64 / (median / 1e3),
+            compile_ms
         );
     }
     Ok(())

@@ -1,7 +1,8 @@
-//! `tessera`: inspect, summarise, draw, optimise, run, benchmark, profile and convert saved
+//! `tessera`: inspect, summarise, draw, optimise, compile, run, benchmark, profile and convert saved
 //! models from the command line.
 
 mod bench;
+mod compile;
 mod convert;
 mod draw;
 mod failure;
@@ -34,6 +35,7 @@ enum Command {
     Summary(summary::Args),
     Draw(draw::Args),
     Optimize(optimize::Args),
+    Compile(compile::Args),
     Run(run::Args),
     Bench(bench::Args),
     Profile(profile::Args),
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
         Command::Summary(args) => summary::run(args),
         Command::Draw(args) => draw::run(args),
         Command::Optimize(args) => optimize::run(args),
+        Command::Compile(args) => compile::run(args),
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Profile(args) => profile::run(args),

@@ -3,19 +3,77 @@
 
 use crate::failure::{Failure, Result};
 use crate::inputs::{parse_shape, random_inputs, read_inputs, reshape};
-use crate::model_file::open_graph;
+use crate::model_file::{graph_module, open_graph};
 use std::path::PathBuf;
 use tessera::Tensor;
 use tessera::fx::artifact::run_standalone;
 use tessera::fx::trace::TracedGraph;
 use tessera::nn::{StateDict, save_safetensors};
+use tessera::{CompileOptions, CompiledModule, compile};
 
 /// How a graph is executed.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// The reference interpreter, node by node with the eager kernels.
+    /// The reference interpreter: node by node with the eager kernels, as eager PyTorch runs.
     Interp,
+    /// Compiled for this CPU by `tessera::compile` (kernels JIT-compiled with cranelift).
+    Cpu,
+    /// Compiled to PTX for an NVIDIA GPU.
+    Cuda,
 }
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Interp => "interp",
+            Backend::Cpu => "cpu",
+            Backend::Cuda => "cuda",
+        }
+    }
+}
+
+/// A graph ready to run on one backend: the graph itself for the interpreter, or its
+/// compiled module.
+pub enum Runner {
+    Interp(TracedGraph),
+    Compiled(Box<CompiledModule>),
+}
+
+impl Runner {
+    /// Prepares `traced` to run on `backend` with inputs like `inputs` (compiling it for the
+    /// CPU backend).
+    pub fn new(traced: &TracedGraph, inputs: &[Tensor], backend: Backend) -> Result<Runner> {
+        match backend {
+            Backend::Interp => Ok(Runner::Interp(traced.clone())),
+            Backend::Cpu => {
+                let gm = graph_module(traced.clone());
+                let compiled = compile(&gm, inputs, CompileOptions::default())
+                    .map_err(|e| Failure::failed("compiling the graph", e))?;
+                Ok(Runner::Compiled(Box::new(compiled)))
+            }
+            Backend::Cuda => Err(Failure::input("backend cuda", NoCudaBackend)),
+        }
+    }
+
+    /// One run on `inputs`.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        match self {
+            Runner::Interp(traced) => {
+                run_standalone(traced, inputs).map_err(|e| Failure::failed("running the graph", e))
+            }
+            Runner::Compiled(compiled) => compiled
+                .run(inputs)
+                .map_err(|e| Failure::failed("running the compiled graph", e)),
+        }
+    }
+}
+
+/// Why `--backend cuda` cannot run here.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "this build of tessera has no CUDA backend (the GPU code generator is not part of it yet); use --backend cpu or interp"
+)]
+pub struct NoCudaBackend;
 
 /// Run a graph artifact.
 #[derive(clap::Args)]
@@ -61,15 +119,6 @@ pub fn prepare(
     Ok((traced, inputs))
 }
 
-/// One run of `traced` on `inputs` with `backend`.
-pub fn execute(traced: &TracedGraph, inputs: &[Tensor], backend: Backend) -> Result<Vec<Tensor>> {
-    match backend {
-        Backend::Interp => {
-            run_standalone(traced, inputs).map_err(|e| Failure::failed("running the graph", e))
-        }
-    }
-}
-
 pub fn run(args: &Args) -> Result<()> {
     let (traced, inputs) = prepare(
         &args.file,
@@ -77,7 +126,7 @@ pub fn run(args: &Args) -> Result<()> {
         &args.input_shape,
         args.seed,
     )?;
-    let outputs = execute(&traced, &inputs, args.backend)?;
+    let outputs = Runner::new(&traced, &inputs, args.backend)?.run(&inputs)?;
     match &args.output {
         Some(path) => {
             let mut dict = StateDict::new();
