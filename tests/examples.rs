@@ -28,8 +28,16 @@ mod train_shapes;
 type Outcome = Result<(), Box<dyn std::error::Error>>;
 
 #[test]
-fn demo_trains_the_spiral_classifier() -> Outcome {
-    demo::run(&demo::Args::parse_from(["demo", "--epochs", "20"]))?;
+fn demo_trains_traces_prunes_and_compiles_a_cnn() -> Outcome {
+    demo::run(&demo::Args::parse_from([
+        "demo",
+        "--epochs",
+        "1",
+        "--train-size",
+        "120",
+        "--runs",
+        "1",
+    ]))?;
     Ok(())
 }
 

@@ -9,6 +9,7 @@
 mod compile;
 pub mod datasets;
 mod exit;
+pub mod fit;
 pub mod profiler;
 
 pub use exit::{error_report, exit_code};
