@@ -65,20 +65,40 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
         inputs: 0,
         input_layouts,
     };
+    // How many members of each partition are lowered already, and each member's place.
+    let mut lowered = vec![0usize; partitions.len()];
+    let place: HashMap<NodeId, usize> = partitions
+        .iter()
+        .flat_map(|members| members.iter().enumerate().map(|(i, id)| (*id, i)))
+        .collect();
     for id in graph.nodes().collect::<Vec<_>>() {
+        // A node outside a partition that reads one of its members before the partition's
+        // last member (a residual branch reading a ReLU whose group ends at a later add) needs
+        // that value now: the members up to it become a kernel of their own.
+        let own = partition_of.get(&id).copied();
+        for o in graph
+            .operands(&id)
+            .map_err(|e| graph_error(graph, &id, e))?
+        {
+            if let (Some(&p), Some(&at)) = (partition_of.get(&o), place.get(&o))
+                && own != Some(p)
+                && at >= lowered[p]
+            {
+                lowering.partition(&partitions[p][lowered[p]..=at])?;
+                lowered[p] = at + 1;
+            }
+        }
         let node = graph.node(&id).map_err(|e| graph_error(graph, &id, e))?;
         match &node.kind {
-            NodeKind::CallFunction { op } if is_elementwise(graph, &id) => {
-                let members = match partition_of.get(&id) {
-                    Some(&p) => partitions[p].clone(),
-                    None => vec![id],
-                };
-                if members.last() == Some(&id) {
-                    lowering.partition(&members)?;
-                } else if !members.contains(&id) {
-                    lowering.external(&id, ExternalCall::Op(op.clone()), None)?;
+            NodeKind::CallFunction { .. } if is_elementwise(graph, &id) => match own {
+                Some(p) => {
+                    if partitions[p].last() == Some(&id) && lowered[p] < partitions[p].len() {
+                        lowering.partition(&partitions[p][lowered[p]..])?;
+                        lowered[p] = partitions[p].len();
+                    }
                 }
-            }
+                None => lowering.partition(&[id])?,
+            },
             _ => lowering.node(&id)?,
         }
     }
