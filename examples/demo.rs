@@ -3,9 +3,11 @@
 //! it (batch-norm folding, clean-up, simplification, fusion, cranelift JIT), check the compiled
 //! code against eager execution, and compare accuracy and latency eager vs compiled.
 
+#[path = "support.rs"]
+mod support;
+
 use clap::Parser;
 use std::sync::Arc;
-use std::time::Instant;
 use tessera::datasets::{CLASSES, SIDE, accuracy, shapes};
 use tessera::fit::{FitOptions, fit_classifier};
 use tessera::fx::GraphModule;
@@ -56,20 +58,6 @@ fn cnn() -> tessera::nn::Result<Sequential> {
         .add(AdaptiveAvgPool2d::new(1))
         .add(Flatten::new())
         .add(Linear::new(32, CLASSES.len())?))
-}
-
-/// The median time of `runs` calls of `f`, in milliseconds, after two warm-up calls.
-fn median_ms(runs: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
-    f()?;
-    f()?;
-    let mut samples = Vec::with_capacity(runs.max(1));
-    for _ in 0..runs.max(1) {
-        let start = Instant::now();
-        f()?;
-        samples.push(start.elapsed().as_secs_f64() * 1e3);
-    }
-    samples.sort_by(f64::total_cmp);
-    Ok(samples[samples.len() / 2])
 }
 
 fn main() -> std::process::ExitCode {
@@ -152,11 +140,9 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     let batch = test.0.shape()[0];
     println!("\n5. Held-out accuracy and latency of classifying all {batch} images:");
     let eager = |m: &dyn Layer| -> Result<f64, Error> {
-        median_ms(args.runs, || {
-            let _guard = no_grad();
-            m.forward(test.0.clone())?;
-            Ok(())
-        })
+        let _guard = no_grad();
+        let (median, _) = support::time(args.runs, || m.forward(test.0.clone()).map(drop))?;
+        Ok(median)
     };
     let rows: [(&str, f64, f64); 3] = [
         (
@@ -172,10 +158,10 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
         (
             "compiled, pruned",
             accuracy(&compiled_logits, &test.1)?,
-            median_ms(args.runs, || {
-                compiled.run(std::slice::from_ref(&test.0))?;
-                Ok(())
-            })?,
+            support::time(args.runs, || {
+                compiled.run(std::slice::from_ref(&test.0)).map(drop)
+            })?
+            .0,
         ),
     ];
     println!("   {:<18} {:>9} {:>12}", "model", "accuracy", "latency ms");
