@@ -5,12 +5,12 @@
 
 mod common;
 
-use common::Case;
+use common::{Case, check_reprs, check_state_dict_keys, checkpoint, load_strict, params_of};
 use tessera_nn::layers::{
     GRU, GRUCell, LSTM, LSTMCell, Nonlinearity, RNN, RNNCell, RecurrentCellOptions,
     RecurrentOptions,
 };
-use tessera_nn::{Call, Module, ModuleCore, ModuleExt, StateDict, load_pt_state_dict};
+use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, StateDict};
 use tessera_tensor::{DType, GradcheckOptions, Tensor, TensorError, gradcheck};
 
 /// The case's holder module: its children in the order of `case.json`'s `modules`.
@@ -44,81 +44,61 @@ fn holder() -> Recurrents {
     }
 }
 
-fn checkpoint(case: &Case) -> StateDict {
-    load_pt_state_dict(
-        common::conformance_dir()
-            .join(&case.name)
-            .join("state_dict.pt"),
-    )
-    .unwrap()
-}
-
 /// The holder with the case's state loaded strictly (every sub-case starts from it).
 fn loaded(case: &Case) -> Recurrents {
     let model = holder();
-    assert!(
-        model
-            .load_state_dict(&checkpoint(case), true, false)
-            .unwrap()
-            .is_empty()
-    );
+    load_strict(case, &model);
     model
-}
-
-fn params_of(module: &dyn Module) -> Vec<(String, Tensor)> {
-    module
-        .named_parameters()
-        .into_iter()
-        .map(|(n, p)| (n, p.tensor().clone()))
-        .collect()
 }
 
 #[test]
 fn recurrent_reprs_and_state_dict_keys_match_pytorch() {
     let case = Case::load("p_rnn");
     let model = loaded(&case);
-    for (name, spec) in case.json["modules"].as_object().unwrap() {
-        let module = model.get_submodule(name).unwrap();
-        assert_eq!(module.repr(), spec["repr"].as_str().unwrap(), "{name}");
-    }
-    let keys: Vec<String> = model
-        .state_dict()
-        .unwrap()
-        .keys()
-        .map(String::from)
-        .collect();
-    let expected: Vec<String> = case.json["state_dict_keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(keys, expected);
+    check_reprs(&case, &model);
+    check_state_dict_keys(&case, &model);
+}
+
+/// Sub-cases `<name>/h0` and `<name>/no_h0` of a layer whose state is `h` alone (RNN, GRU),
+/// each on a freshly loaded holder.
+fn check_hidden_only_layer<M>(name: &str, pick: fn(&Recurrents) -> &M)
+where
+    M: Module
+        + Forward<Tensor, Output = (Tensor, Tensor)>
+        + Forward<(Tensor, Tensor), Output = (Tensor, Tensor)>,
+{
+    let case = Case::load("p_rnn");
+    let model = loaded(&case);
+    let id = format!("{name}/h0");
+    let (input, h0) = (case.input(&id, "input"), case.input(&id, "h0"));
+    let (output, h_n) = pick(&model).call((input.clone(), h0.clone())).unwrap();
+    case.check_subcase(
+        &id,
+        &[("output", output), ("h_n", h_n)],
+        &[("input", input), ("h0", h0)],
+        &params_of(pick(&model)),
+    );
+
+    let model = loaded(&case);
+    let id = format!("{name}/no_h0");
+    let input = case.input(&id, "input");
+    let (output, h_n) = pick(&model).call(input.clone()).unwrap();
+    case.check_subcase(
+        &id,
+        &[("output", output), ("h_n", h_n)],
+        &[("input", input)],
+        &params_of(pick(&model)),
+    );
 }
 
 #[test]
 fn rnn_with_and_without_h0_matches_pytorch() {
-    let case = Case::load("p_rnn");
-    let model = loaded(&case);
-    let input = case.input("rnn/h0", "input");
-    let h0 = case.input("rnn/h0", "h0");
-    let (output, h_n) = model.rnn.call((input.clone(), h0.clone())).unwrap();
-    case.check_subcase(
-        "rnn/h0",
-        &[("output", output), ("h_n", h_n)],
-        &[("input", input), ("h0", h0)],
-        &params_of(&model.rnn),
-    );
+    check_hidden_only_layer("rnn", |m| &m.rnn);
+}
 
-    let model = loaded(&case);
-    let input = case.input("rnn/no_h0", "input");
-    let (output, h_n) = model.rnn.call(input.clone()).unwrap();
-    case.check_subcase(
-        "rnn/no_h0",
-        &[("output", output), ("h_n", h_n)],
-        &[("input", input)],
-        &params_of(&model.rnn),
-    );
+#[test]
+fn gru_with_and_without_h0_matches_pytorch() {
+    check_hidden_only_layer("gru", |m| &m.gru);
 }
 
 #[test]
@@ -150,31 +130,6 @@ fn lstm_with_and_without_initial_states_matches_pytorch() {
         &[("output", output), ("h_n", h_n), ("c_n", c_n)],
         &[("input", input)],
         &params_of(&model.lstm),
-    );
-}
-
-#[test]
-fn gru_with_and_without_h0_matches_pytorch() {
-    let case = Case::load("p_rnn");
-    let model = loaded(&case);
-    let input = case.input("gru/h0", "input");
-    let h0 = case.input("gru/h0", "h0");
-    let (output, h_n) = model.gru.call((input.clone(), h0.clone())).unwrap();
-    case.check_subcase(
-        "gru/h0",
-        &[("output", output), ("h_n", h_n)],
-        &[("input", input), ("h0", h0)],
-        &params_of(&model.gru),
-    );
-
-    let model = loaded(&case);
-    let input = case.input("gru/no_h0", "input");
-    let (output, h_n) = model.gru.call(input.clone()).unwrap();
-    case.check_subcase(
-        "gru/no_h0",
-        &[("output", output), ("h_n", h_n)],
-        &[("input", input)],
-        &params_of(&model.gru),
     );
 }
 
@@ -219,48 +174,45 @@ fn lstm_cell_with_and_without_hx_matches_pytorch() {
     assert!(grad.to_vec_f64().unwrap().iter().all(|g| *g == 0.0));
 }
 
-#[test]
-fn gru_cell_with_and_without_hx_matches_pytorch() {
+/// Sub-cases `<name>/hx` and, when `no_hx`, `<name>/no_hx` of a cell whose state is `h`
+/// alone (RNNCell, GRUCell), each on a freshly loaded holder.
+fn check_hidden_only_cell<M>(name: &str, no_hx: bool, pick: fn(&Recurrents) -> &M)
+where
+    M: Module + Forward<Tensor, Output = Tensor> + Forward<(Tensor, Tensor), Output = Tensor>,
+{
     let case = Case::load("p_rnn");
     let model = loaded(&case);
-    let (input, hx) = (
-        case.input("gru_cell/hx", "input"),
-        case.input("gru_cell/hx", "hx"),
-    );
-    let h = model.gru_cell.call((input.clone(), hx.clone())).unwrap();
+    let id = format!("{name}/hx");
+    let (input, hx) = (case.input(&id, "input"), case.input(&id, "hx"));
+    let h = pick(&model).call((input.clone(), hx.clone())).unwrap();
     case.check_subcase(
-        "gru_cell/hx",
+        &id,
         &[("h", h)],
         &[("input", input), ("hx", hx)],
-        &params_of(&model.gru_cell),
+        &params_of(pick(&model)),
     );
+    if no_hx {
+        let model = loaded(&case);
+        let id = format!("{name}/no_hx");
+        let input = case.input(&id, "input");
+        let h = pick(&model).call(input.clone()).unwrap();
+        case.check_subcase(
+            &id,
+            &[("h", h)],
+            &[("input", input)],
+            &params_of(pick(&model)),
+        );
+    }
+}
 
-    let model = loaded(&case);
-    let input = case.input("gru_cell/no_hx", "input");
-    let h = model.gru_cell.call(input.clone()).unwrap();
-    case.check_subcase(
-        "gru_cell/no_hx",
-        &[("h", h)],
-        &[("input", input)],
-        &params_of(&model.gru_cell),
-    );
+#[test]
+fn gru_cell_with_and_without_hx_matches_pytorch() {
+    check_hidden_only_cell("gru_cell", true, |m| &m.gru_cell);
 }
 
 #[test]
 fn rnn_cell_with_hx_matches_pytorch() {
-    let case = Case::load("p_rnn");
-    let model = loaded(&case);
-    let (input, hx) = (
-        case.input("rnn_cell/hx", "input"),
-        case.input("rnn_cell/hx", "hx"),
-    );
-    let h = model.rnn_cell.call((input.clone(), hx.clone())).unwrap();
-    case.check_subcase(
-        "rnn_cell/hx",
-        &[("h", h)],
-        &[("input", input), ("hx", hx)],
-        &params_of(&model.rnn_cell),
-    );
+    check_hidden_only_cell("rnn_cell", false, |m| &m.rnn_cell);
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod norm;
 mod options;
 mod pool;
 mod python;
+mod recurrent_module;
 mod recurrent_step;
 mod recurrent_weights;
 mod rms_norm;

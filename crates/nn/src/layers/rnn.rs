@@ -3,12 +3,13 @@
 //! layers, optional initial states, with PyTorch's parameter names (`weight_ih_l0`,
 //! `bias_hh_l1_reverse`), init, reprs and input checks.
 
-use super::options::{initialized, options, zeros};
+use super::options::{options, zeros};
 use super::python::{py_bool, py_float, py_tuple};
+use super::recurrent_module::recurrent_module;
 use super::recurrent_step::{Nonlinearity, Recurrence, State, recurrent_error};
 use super::recurrent_weights::{RecurrentWeights, Slot};
 use super::rnn_cell::hidden_and_cell;
-use crate::{Forward, ModuleCore, ModuleExt, NnError, Result};
+use crate::{Forward, ModuleExt, NnError, Result};
 use tessera_tensor::{DType, Device, Tensor, functional};
 
 options! {
@@ -39,7 +40,12 @@ impl RecurrentOptions {
 }
 
 /// PyTorch's `RNNBase.__init__` checks.
-fn check_options(type_name: &str, hidden_size: usize, options: &RecurrentOptions) -> Result<()> {
+fn check_options(
+    type_name: &str,
+    _input_size: usize,
+    hidden_size: usize,
+    options: &RecurrentOptions,
+) -> Result<()> {
     let fail = |message: &str| Err(recurrent_error(type_name, message.into()));
     if !(0.0..=1.0).contains(&options.dropout) {
         return fail(
@@ -284,63 +290,41 @@ impl SequenceRun<'_> {
     }
 }
 
-/// Declares a multi-layer recurrent module `$name` running `$recurrence` (with the options'
-/// nonlinearity).
+/// PyTorch's `RNNBase.extra_repr`: the sizes, then each option that differs from its default.
+fn layer_repr(input_size: usize, hidden_size: usize, o: &RecurrentOptions) -> String {
+    let mut s = format!("{input_size}, {hidden_size}");
+    if o.num_layers != 1 {
+        s += &format!(", num_layers={}", o.num_layers);
+    }
+    if !o.bias {
+        s += &format!(", bias={}", py_bool(o.bias));
+    }
+    if o.batch_first {
+        s += &format!(", batch_first={}", py_bool(o.batch_first));
+    }
+    if o.dropout != 0.0 {
+        s += &format!(", dropout={}", py_float(o.dropout));
+    }
+    if o.bidirectional {
+        s += &format!(", bidirectional={}", py_bool(o.bidirectional));
+    }
+    s
+}
+
+/// Declares a multi-layer module: [`recurrent_module!`] with the layers' slots, checks and
+/// repr, and its run over a sequence.
 macro_rules! recurrent_layer {
     ($(#[$doc:meta])* $name:ident, $recurrence:expr) => {
-        $(#[$doc])*
-        #[derive(crate::Module)]
-        #[module(extra_repr = "repr_args")]
-        pub struct $name {
-            core: ModuleCore,
-            pub input_size: usize,
-            pub hidden_size: usize,
-            #[module(skip)]
-            pub options: RecurrentOptions,
-            pub weights: RecurrentWeights,
+        recurrent_module! {
+            $(#[$doc])* $name, $recurrence, RecurrentOptions,
+            slots: slots, check: check_options, repr: layer_repr,
         }
 
         impl $name {
-            pub fn new(input_size: usize, hidden_size: usize) -> Result<Self> {
-                Self::with_options(input_size, hidden_size, RecurrentOptions::default())
-            }
-
-            pub fn with_options(
-                input_size: usize,
-                hidden_size: usize,
-                options: RecurrentOptions,
-            ) -> Result<Self> {
-                let type_name = stringify!($name);
-                let recurrence = $recurrence.with_nonlinearity(type_name, options.nonlinearity)?;
-                check_options(type_name, hidden_size, &options)?;
-                let weights = RecurrentWeights::new(
-                    &slots(input_size, hidden_size, &options),
-                    recurrence.gates(),
-                    hidden_size,
-                    options.bias,
-                    options.dtype,
-                    options.device,
-                )?;
-                let layer = $name {
-                    core: ModuleCore::default(),
-                    input_size,
-                    hidden_size,
-                    options,
-                    weights,
-                };
-                initialized(layer, $name::reset_parameters)
-            }
-
-            /// Re-draws every weight and bias from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)).
-            pub fn reset_parameters(&self) -> Result<()> {
-                self.weights.reset(self.hidden_size)
-            }
-
             fn run(&self, input: &Tensor, initial: Initial<'_>) -> Result<(Tensor, State)> {
                 SequenceRun {
                     type_name: stringify!($name),
-                    recurrence: $recurrence
-                        .with_nonlinearity(stringify!($name), self.options.nonlinearity)?,
+                    recurrence: self.recurrence()?,
                     input_size: self.input_size,
                     hidden_size: self.hidden_size,
                     options: &self.options,
@@ -348,29 +332,6 @@ macro_rules! recurrent_layer {
                     training: self.is_training(),
                 }
                 .run(input, initial)
-            }
-
-            /// PyTorch's `RNNBase.extra_repr`: the sizes, then each option that differs from
-            /// its default.
-            fn repr_args(&self) -> String {
-                let o = &self.options;
-                let mut s = format!("{}, {}", self.input_size, self.hidden_size);
-                if o.num_layers != 1 {
-                    s += &format!(", num_layers={}", o.num_layers);
-                }
-                if !o.bias {
-                    s += &format!(", bias={}", py_bool(o.bias));
-                }
-                if o.batch_first {
-                    s += &format!(", batch_first={}", py_bool(o.batch_first));
-                }
-                if o.dropout != 0.0 {
-                    s += &format!(", dropout={}", py_float(o.dropout));
-                }
-                if o.bidirectional {
-                    s += &format!(", bidirectional={}", py_bool(o.bidirectional));
-                }
-                s
             }
         }
     };

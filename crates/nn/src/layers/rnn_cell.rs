@@ -2,11 +2,12 @@
 //! `[N, input_size]` (or unbatched `[input_size]`) input, with PyTorch's parameter names
 //! (`weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`), init, reprs and input checks.
 
-use super::options::{initialized, options, zeros};
+use super::options::{options, zeros};
 use super::python::py_bool;
+use super::recurrent_module::recurrent_module;
 use super::recurrent_step::{Nonlinearity, Recurrence, State, recurrent_error};
 use super::recurrent_weights::{RecurrentWeights, Slot};
-use crate::{Forward, ModuleCore, Result};
+use crate::{Forward, Result};
 use tessera_tensor::{DType, Device, Tensor};
 
 options! {
@@ -99,80 +100,51 @@ impl CellRun<'_> {
     }
 }
 
-/// Declares a cell module `$name` running `$recurrence` (with the options' nonlinearity).
+/// A cell has one slot, whose names have no suffix (`weight_ih`).
+fn cell_slot(input_size: usize, _hidden_size: usize, _: &RecurrentCellOptions) -> Vec<Slot> {
+    vec![Slot {
+        suffix: String::new(),
+        input_size,
+    }]
+}
+
+/// PyTorch's cells check nothing at construction.
+fn no_checks(_: &str, _: usize, _: usize, _: &RecurrentCellOptions) -> Result<()> {
+    Ok(())
+}
+
+/// PyTorch's `RNNCellBase.extra_repr`: the sizes, then `bias` and `nonlinearity` when they
+/// differ from their defaults.
+fn cell_repr(input_size: usize, hidden_size: usize, options: &RecurrentCellOptions) -> String {
+    let mut s = format!("{input_size}, {hidden_size}");
+    if !options.bias {
+        s += &format!(", bias={}", py_bool(false));
+    }
+    if options.nonlinearity != Nonlinearity::Tanh {
+        s += &format!(", nonlinearity={}", options.nonlinearity);
+    }
+    s
+}
+
+/// Declares a cell module: [`recurrent_module!`] with the cells' slot, checks and repr, and
+/// its one-step run.
 macro_rules! recurrent_cell {
     ($(#[$doc:meta])* $name:ident, $recurrence:expr) => {
-        $(#[$doc])*
-        #[derive(crate::Module)]
-        #[module(extra_repr = "repr_args")]
-        pub struct $name {
-            core: ModuleCore,
-            pub input_size: usize,
-            pub hidden_size: usize,
-            #[module(skip)]
-            pub options: RecurrentCellOptions,
-            pub weights: RecurrentWeights,
+        recurrent_module! {
+            $(#[$doc])* $name, $recurrence, RecurrentCellOptions,
+            slots: cell_slot, check: no_checks, repr: cell_repr,
         }
 
         impl $name {
-            pub fn new(input_size: usize, hidden_size: usize) -> Result<Self> {
-                Self::with_options(input_size, hidden_size, RecurrentCellOptions::default())
-            }
-
-            pub fn with_options(
-                input_size: usize,
-                hidden_size: usize,
-                options: RecurrentCellOptions,
-            ) -> Result<Self> {
-                let recurrence = $recurrence.with_nonlinearity(stringify!($name), options.nonlinearity)?;
-                let slot = Slot {
-                    suffix: String::new(),
-                    input_size,
-                };
-                let weights = RecurrentWeights::new(
-                    &[slot],
-                    recurrence.gates(),
-                    hidden_size,
-                    options.bias,
-                    options.dtype,
-                    options.device,
-                )?;
-                let cell = $name {
-                    core: ModuleCore::default(),
-                    input_size,
-                    hidden_size,
-                    options,
-                    weights,
-                };
-                initialized(cell, $name::reset_parameters)
-            }
-
-            /// Re-draws every weight and bias from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)).
-            pub fn reset_parameters(&self) -> Result<()> {
-                self.weights.reset(self.hidden_size)
-            }
-
             fn run(&self, input: &Tensor, hx: Option<&Tensor>, cx: Option<&Tensor>) -> Result<State> {
                 CellRun {
                     type_name: stringify!($name),
-                    recurrence: $recurrence
-                        .with_nonlinearity(stringify!($name), self.options.nonlinearity)?,
+                    recurrence: self.recurrence()?,
                     input_size: self.input_size,
                     hidden_size: self.hidden_size,
                     weights: &self.weights,
                 }
                 .run(input, hx, cx)
-            }
-
-            fn repr_args(&self) -> String {
-                let mut s = format!("{}, {}", self.input_size, self.hidden_size);
-                if !self.options.bias {
-                    s += &format!(", bias={}", py_bool(false));
-                }
-                if self.options.nonlinearity != Nonlinearity::Tanh {
-                    s += &format!(", nonlinearity={}", self.options.nonlinearity);
-                }
-                s
             }
         }
     };
