@@ -71,6 +71,20 @@ impl Args for (Tensor, Tensor, Tensor) {
     }
 }
 
+/// A recurrent call or result with a nested pair: an LSTM's `(input, (h0, c0))` and
+/// `(output, (h_n, c_n))`, an LSTM cell's `(input, (hx, cx))`.
+impl Args for (Tensor, (Tensor, Tensor)) {
+    fn tensors(&self) -> Vec<Tensor> {
+        vec![self.0.clone(), self.1.0.clone(), self.1.1.clone()]
+    }
+    fn with_tensors(self, tensors: Vec<Tensor>) -> Result<Self> {
+        let n = tensors.len();
+        <[Tensor; 3]>::try_from(tensors)
+            .map(|[a, b, c]| (a, (b, c)))
+            .map_err(|_| count_error(3, n))
+    }
+}
+
 /// A non-tensor argument (fixed for hooks), such as the note's activation name.
 pub trait Plain {}
 impl Plain for &str {}

@@ -5,37 +5,14 @@
 
 mod common;
 
-use common::Case;
+use common::{Case, check_reprs, check_state_dict_keys, load_strict, params_of};
 use tessera_nn::layers::{
     Activation, AttentionInput, DecoderInput, EncoderInput, LayerNorm, MultiheadAttention,
     MultiheadAttentionOptions, TransformerDecoderLayer, TransformerEncoder,
     TransformerEncoderLayer, TransformerOptions,
 };
-use tessera_nn::{Call, Module, ModuleCore, ModuleExt, load_pt_state_dict};
+use tessera_nn::{Call, Module, ModuleCore};
 use tessera_tensor::Tensor;
-
-/// Loads the case's `state_dict.pt` strictly into `model`.
-fn load_strict(case: &Case, model: &dyn Module) {
-    let dir = common::conformance_dir().join(&case.name);
-    let state = load_pt_state_dict(dir.join("state_dict.pt")).unwrap();
-    let missing = model.load_state_dict(&state, true, false).unwrap();
-    assert!(missing.is_empty());
-}
-
-fn params_of(module: &dyn Module) -> Vec<(String, Tensor)> {
-    module
-        .named_parameters()
-        .into_iter()
-        .map(|(n, p)| (n, p.tensor().clone()))
-        .collect()
-}
-
-fn check_reprs(case: &Case, model: &dyn Module) {
-    for (name, spec) in case.json["modules"].as_object().unwrap() {
-        let module = model.get_submodule(name).unwrap();
-        assert_eq!(module.repr(), spec["repr"].as_str().unwrap(), "{name}");
-    }
-}
 
 // ----- n_attention -----
 
@@ -83,19 +60,7 @@ fn multihead_attention_reprs_and_keys_match_pytorch() {
     let case = Case::load("n_attention");
     let model = attentions(&case);
     check_reprs(&case, &model);
-    let keys: Vec<String> = model
-        .state_dict()
-        .unwrap()
-        .keys()
-        .map(String::from)
-        .collect();
-    let expected: Vec<String> = case.json["state_dict_keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(keys, expected);
+    check_state_dict_keys(&case, &model);
 }
 
 #[test]

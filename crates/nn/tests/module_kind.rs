@@ -38,6 +38,12 @@ fn builtin_types_have_their_variant_as_kind() {
         TransformerEncoder,
         TransformerDecoder,
         Transformer,
+        RNN,
+        LSTM,
+        GRU,
+        RNNCell,
+        LSTMCell,
+        GRUCell,
         ReLU,
         LeakyReLU,
         GELU,
@@ -62,7 +68,7 @@ fn builtin_types_have_their_variant_as_kind() {
         DynamicQuantizedLinear,
         MinMaxObserver,
     );
-    assert_eq!(ModuleKind::LAYERS.len(), 39);
+    assert_eq!(ModuleKind::LAYERS.len(), 45);
     assert_eq!(ModuleKind::QUANTIZED.len(), 6);
 }
 

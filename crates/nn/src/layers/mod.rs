@@ -14,7 +14,12 @@ mod norm;
 mod options;
 mod pool;
 mod python;
+mod recurrent_module;
+mod recurrent_step;
+mod recurrent_weights;
 mod rms_norm;
+mod rnn;
+mod rnn_cell;
 mod shape;
 mod transformer;
 
@@ -37,7 +42,11 @@ pub use norm::{
 pub use options::{Setting, Size2};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, AvgPool2dOptions, MaxPool2d, MaxPool2dOptions};
 pub use python::{py_bool, py_float, py_opt_float, py_tuple};
+pub use recurrent_step::Nonlinearity;
+pub use recurrent_weights::RecurrentWeights;
 pub use rms_norm::{RMSNorm, RMSNormOptions};
+pub use rnn::{GRU, LSTM, RNN, RecurrentOptions};
+pub use rnn_cell::{GRUCell, LSTMCell, RNNCell, RecurrentCellOptions};
 pub use shape::Flatten;
 pub use transformer::{
     Activation, DecoderInput, EncoderInput, Transformer, TransformerDecoder,

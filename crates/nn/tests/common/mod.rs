@@ -2,3 +2,6 @@
 #![allow(unused_imports)]
 
 pub use tessera_testkit::*;
+
+mod holders;
+pub use holders::*;
