@@ -3,10 +3,13 @@
 
 mod engine;
 mod grad_mode;
+mod grad_hooks;
 mod gradcheck;
 mod node;
 
 pub use engine::backward;
 pub use grad_mode::{NoGradGuard, is_grad_enabled, no_grad, set_grad_enabled};
+pub(crate) use grad_hooks::HookList;
+pub use grad_hooks::{GradHookHandle, HookError, HookResult, PostAccumulateGradHook};
 pub use gradcheck::{GradcheckOptions, gradcheck};
 pub(crate) use node::{GradEdge, record};
