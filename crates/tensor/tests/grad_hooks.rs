@@ -20,7 +20,10 @@ fn post_accumulate_grad_hook_sees_the_complete_gradient_once_per_backward() -> R
     // Three uses of `w`: the hook must see the sum of all three contributions, once.
     let y = w.mul_scalar(2.0)?.add(&w)?.add(&w.mul(&w)?)?.sum_all()?;
     y.backward()?;
-    let calls = seen.lock().map_err(|e| TensorError::Autograd(e.to_string()))?.clone();
+    let calls = seen
+        .lock()
+        .map_err(|e| TensorError::Autograd(e.to_string()))?
+        .clone();
     assert_eq!(calls, vec![vec![2.0 + 1.0 + 2.0, 2.0 + 1.0 + 4.0]]);
     Ok(())
 }
@@ -40,7 +43,10 @@ fn post_accumulate_grad_hooks_fire_in_backward_order_of_the_leaves() -> Result<(
     // `second` is used last in forward, so backward reaches it first.
     let h = first.mul_scalar(3.0)?.exp()?;
     h.mul(&second)?.sum_all()?.backward()?;
-    let order = order.lock().map_err(|e| TensorError::Autograd(e.to_string()))?.clone();
+    let order = order
+        .lock()
+        .map_err(|e| TensorError::Autograd(e.to_string()))?
+        .clone();
     assert_eq!(order, ["second", "first"]);
     Ok(())
 }
@@ -57,7 +63,12 @@ fn removed_post_accumulate_grad_hook_is_not_called() -> Result<()> {
     w.sum_all()?.backward()?;
     handle.remove();
     w.sum_all()?.backward()?;
-    assert_eq!(*calls.lock().map_err(|e| TensorError::Autograd(e.to_string()))?, 1);
+    assert_eq!(
+        *calls
+            .lock()
+            .map_err(|e| TensorError::Autograd(e.to_string()))?,
+        1
+    );
     Ok(())
 }
 
@@ -76,8 +87,16 @@ fn post_accumulate_grad_hook_error_ends_backward_with_its_cause() -> Result<()> 
 fn post_accumulate_grad_hook_is_refused_on_non_leaves_and_leaves_without_grad() -> Result<()> {
     let w = leaf(&[1.0])?;
     let not_leaf = w.mul_scalar(2.0)?;
-    assert!(not_leaf.register_post_accumulate_grad_hook(|_| Ok(())).is_err());
+    assert!(
+        not_leaf
+            .register_post_accumulate_grad_hook(|_| Ok(()))
+            .is_err()
+    );
     let frozen = Tensor::from_slice(&[1.0f32], &[1])?;
-    assert!(frozen.register_post_accumulate_grad_hook(|_| Ok(())).is_err());
+    assert!(
+        frozen
+            .register_post_accumulate_grad_hook(|_| Ok(()))
+            .is_err()
+    );
     Ok(())
 }
