@@ -44,6 +44,9 @@ struct Args {
     /// Gradient bucket size in MiB (PyTorch's bucket_cap_mb).
     #[arg(long, default_value_t = 25)]
     bucket_cap_mb: usize,
+    /// SGD learning rate (momentum 0.9).
+    #[arg(long, default_value_t = 0.01)]
+    lr: f64,
     /// Compute threads per rank (default: this machine's cores shared among the local ranks).
     #[arg(long)]
     threads: Option<usize>,
@@ -120,7 +123,7 @@ where
     let mut optimizer = SGD::new(
         model.parameter_tensors(),
         SgdOptions {
-            lr: 0.05,
+            lr: args.lr,
             momentum: 0.9,
             ..Default::default()
         },
