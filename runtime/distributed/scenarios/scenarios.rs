@@ -2,8 +2,8 @@
 
 use crate::net::{BATCH, Error, Net, batch, loss, max_difference, rows};
 use tessera_distributed::{
-    DdpOptions, DistributedDataParallel, DistributedSampler, ProcessGroup, ReduceOp,
-    consume_prefix_in_state_dict_if_present,
+    DdpOptions, DistributedDataParallel, DistributedError, DistributedSampler, ProcessGroup,
+    ReduceOp, consume_prefix_in_state_dict_if_present,
 };
 use tessera_nn::optim::{Adam, AdamOptions, Optimizer, SGD, SgdOptions};
 use tessera_nn::{ModuleExt, Parameter};
@@ -20,6 +20,7 @@ pub fn run(scenario: &str, group: &ProcessGroup) -> Result<(), Error> {
         "adam_matches_one_process" => matches_one_process(group, Kind::Adam),
         "buckets_in_order" => buckets_in_order(group),
         "rank_error" => rank_error(group),
+        "agree" => agree(group),
         "sampler" => sampler(group),
         "state_dict" => state_dict(group),
         "no_sync" => no_sync(group),
@@ -147,6 +148,27 @@ fn rank_error(group: &ProcessGroup) -> Result<(), Error> {
         opt.step()?;
     }
     Ok(())
+}
+
+/// `agree` gives every rank an error when one rank failed, naming the failed rank.
+fn agree(group: &ProcessGroup) -> Result<(), Error> {
+    let outcome = if group.rank() == 1 {
+        Err(DistributedError::Invalid {
+            op: "agree scenario",
+            reason: "rank 1 fails on purpose".into(),
+        })
+    } else {
+        Ok(())
+    };
+    match group.agree(outcome) {
+        Err(DistributedError::RemoteFailure { failed, .. })
+            if group.rank() == 0 && failed == [1] =>
+        {
+            Ok(())
+        }
+        Err(DistributedError::Invalid { .. }) if group.rank() == 1 => Ok(()),
+        other => Err(format!("rank {} got {other:?}", group.rank()).into()),
+    }
 }
 
 /// Ranks get disjoint shards covering the dataset, and a new shuffle each epoch.

@@ -110,6 +110,11 @@ fn no_sync_accumulates_locally_until_the_next_synchronised_backward() {
 }
 
 #[test]
+fn agree_gives_every_rank_an_error_when_one_rank_failed() {
+    passes_on_two_ranks("agree");
+}
+
+#[test]
 fn an_error_on_one_rank_ends_every_rank_with_an_error() {
     let Some(output) = launch("rank_error") else {
         return;
