@@ -104,7 +104,7 @@ where
     D: Fn(usize, &mut Generator) -> tessera::Result<(Tensor, Tensor)>,
 {
     let (rank, world) = (group.rank(), group.world_size());
-    if args.batch % world != 0 || args.batch == 0 {
+    if !args.batch.is_multiple_of(world) || args.batch == 0 {
         return Err(format!("--batch {} does not split over {world} ranks", args.batch).into());
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -127,7 +127,7 @@ impl ProcessGroup {
     pub fn reduce_scatter(&self, tensor: &Tensor, op: ReduceOp) -> Result<Tensor> {
         let shape = tensor.shape();
         let world = self.world_size();
-        let Some(&rows) = shape.first().filter(|&&rows| rows % world == 0) else {
+        let Some(&rows) = shape.first().filter(|&&rows| rows.is_multiple_of(world)) else {
             return Err(DistributedError::invalid(
                 "reduce_scatter",
                 format!(
