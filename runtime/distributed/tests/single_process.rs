@@ -252,6 +252,25 @@ fn ddp_refuses_a_forward_after_a_backward_that_missed_a_parameter() -> Result<()
 }
 
 #[test]
+fn ddp_forward_without_grad_between_forward_and_backward_keeps_the_synchronisation()
+-> Result<(), Error> {
+    let group = ProcessGroup::single();
+    let ddp = DistributedDataParallel::new(Linear::new(4, 3)?, &group)?;
+    let x = Tensor::ones(&[2, 4], DType::F32)?;
+    let loss = ddp.call(x.clone())?.sum_all()?;
+    {
+        let _evaluation = tessera_tensor::no_grad();
+        ddp.call(x)?;
+    }
+    loss.backward()?;
+    assert!(
+        ddp.last_sync_stats().is_some(),
+        "the backward was not synchronised"
+    );
+    Ok(())
+}
+
+#[test]
 fn ddp_state_dict_keys_carry_the_module_prefix_which_loading_strips() -> Result<(), Error> {
     let group = ProcessGroup::single();
     let ddp = DistributedDataParallel::new(Linear::new(2, 2)?, &group)?;

@@ -157,8 +157,12 @@ impl<M: Module> DistributedDataParallel<M> {
             let _guard = tessera_tensor::no_grad();
             broadcast_buffers(&self.module, &self.group)?;
         }
-        let sync = !self.skip_sync.load(Ordering::SeqCst) && tessera_tensor::is_grad_enabled();
-        self.reducer.prepare_for_backward(sync)
+        // A forward without autograd (evaluation) leaves the coming backward's state alone.
+        if !tessera_tensor::is_grad_enabled() {
+            return Ok(());
+        }
+        self.reducer
+            .prepare_for_backward(!self.skip_sync.load(Ordering::SeqCst))
     }
 }
 
