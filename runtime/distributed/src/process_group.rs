@@ -16,8 +16,9 @@ pub struct ProcessGroup {
 }
 
 /// Joins the world the launcher started, on `backend` (PyTorch's `init_process_group`). MPI
-/// takes rank and world size from `mpirun`; NCCL from the launcher's environment variables.
-/// A backend whose feature is off or whose library is missing is a typed error.
+/// takes rank and world size from `mpirun` (and checks them against any launcher variables
+/// that are set). A backend whose feature is off, or whose library or device is missing, is a
+/// typed error; so is NCCL for now, until Tessera has CUDA tensors to run its collectives on.
 pub fn init_process_group(backend: Backend) -> Result<ProcessGroup> {
     let communicator: Arc<dyn Communicator> = match backend {
         Backend::Mpi => mpi_communicator()?,
