@@ -7,15 +7,16 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use tessera::datasets::{CLASSES, SIDE, accuracy, permutation, shapes};
 use tessera::functional as F;
-use tessera::nn::layers::{
-    AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Conv2dOptions, Flatten, Linear, MaxPool2d, ReLU,
-};
 use tessera::nn::optim::{Adam, AdamOptions, Optimizer};
 use tessera::nn::{
-    Call, Forward, Module, ModuleCore, ModuleExt, StateDict, Value, load_checkpoint,
-    load_safetensors, save_checkpoint, save_safetensors,
+    Call, ModuleExt, StateDict, Value, load_checkpoint, load_safetensors, save_checkpoint,
+    save_safetensors,
 };
 use tessera::{Generator, Tensor, manual_seed, no_grad};
+
+#[path = "shapes_net.rs"]
+mod shapes_net;
+use shapes_net::ShapesNet;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -32,51 +33,6 @@ pub(crate) struct Args {
     /// deleted on exit).
     #[arg(long)]
     out: Option<PathBuf>,
-}
-
-/// Two conv blocks, global average pooling and a linear classifier.
-#[derive(Module)]
-struct ShapesNet {
-    core: ModuleCore,
-    conv1: Conv2d,
-    bn1: BatchNorm2d,
-    relu1: ReLU,
-    pool1: MaxPool2d,
-    conv2: Conv2d,
-    bn2: BatchNorm2d,
-    relu2: ReLU,
-    gap: AdaptiveAvgPool2d,
-    flatten: Flatten,
-    fc: Linear,
-}
-
-impl ShapesNet {
-    fn new() -> tessera::nn::Result<ShapesNet> {
-        let same = || Conv2dOptions::default().padding(1);
-        Ok(ShapesNet {
-            core: ModuleCore::default(),
-            conv1: Conv2d::with_options(1, 8, 3, same())?,
-            bn1: BatchNorm2d::new(8)?,
-            relu1: ReLU::new(),
-            pool1: MaxPool2d::new(2),
-            conv2: Conv2d::with_options(8, 16, 3, same())?,
-            bn2: BatchNorm2d::new(16)?,
-            relu2: ReLU::new(),
-            gap: AdaptiveAvgPool2d::new(1),
-            flatten: Flatten::new(),
-            fc: Linear::new(16, CLASSES.len())?,
-        })
-    }
-}
-
-impl Forward for ShapesNet {
-    type Output = Tensor;
-    fn forward(&self, x: Tensor) -> tessera::nn::Result<Tensor> {
-        let x = self.conv1.call(x)?;
-        let x = self.pool1.call(self.relu1.call(self.bn1.call(x)?)?)?;
-        let x = self.relu2.call(self.bn2.call(self.conv2.call(x)?)?)?;
-        self.fc.call(self.flatten.call(self.gap.call(x)?)?)
-    }
 }
 
 /// The model's outputs in evaluation mode, without recording a graph.

@@ -76,6 +76,10 @@ pub enum TensorError {
     /// A misuse of autograd (second backward through a freed graph, non-scalar root, ...).
     #[error("autograd: {0}")]
     Autograd(String),
+
+    /// A post-accumulate-grad hook failed during backward; the hook's error is the cause.
+    #[error("autograd: a post accumulate grad hook failed")]
+    GradHook(#[source] crate::autograd::HookError),
 }
 
 fn detail_suffix(detail: &str) -> String {

@@ -34,7 +34,8 @@ mod threads;
 pub mod trace;
 
 pub use autograd::{
-    GradcheckOptions, NoGradGuard, backward, gradcheck, is_grad_enabled, no_grad, set_grad_enabled,
+    GradHookHandle, GradcheckOptions, HookError, HookResult, NoGradGuard, PostAccumulateGradHook,
+    backward, gradcheck, is_grad_enabled, no_grad, set_grad_enabled,
 };
 pub use buffer_cache::{cached_bytes, empty_cache};
 pub use device::{Device, DeviceKind};

@@ -77,6 +77,7 @@ pub(crate) struct TensorImpl {
     requires_grad: AtomicBool,
     pub(crate) grad: Mutex<Option<Tensor>>,
     pub(crate) grad_fn: Mutex<Option<GradEdge>>,
+    pub(crate) post_accumulate_grad_hooks: Mutex<crate::autograd::HookList>,
 }
 
 /// An n-dimensional array on a device; clones are handles to the same tensor, so in-place
@@ -96,6 +97,7 @@ impl Tensor {
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
             grad_fn: Mutex::new(None),
+            post_accumulate_grad_hooks: Mutex::new(Vec::new()),
         }))
     }
 

@@ -18,6 +18,7 @@ pub use compile::{
     Backend, CompileError, CompileOptions, CompileReport, CompiledModule, compile, compile_layer,
 };
 pub use tessera_cpu as cpu;
+pub use tessera_distributed as distributed;
 pub use tessera_kernel as kernel;
 
 pub use tessera_fx as fx;

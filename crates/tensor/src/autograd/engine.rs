@@ -1,8 +1,9 @@
 //! The backward engine: walks recorded nodes in reverse topological order, sums gradients
-//! per output, and accumulates into the `.grad` of leaves.
+//! per output, accumulates into the `.grad` of leaves, and runs a leaf's post-accumulate-grad
+//! hooks once its last gradient of this backward has arrived.
 
 use super::node::{InputEdge, Node};
-use crate::{Result, Tensor, TensorError, no_grad};
+use crate::{Result, Tensor, TensorError, TensorId, no_grad};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -39,20 +40,26 @@ pub fn backward(root: &Tensor, gradient: Option<&Tensor>, retain_graph: bool) ->
         }
     };
     let Some(root_edge) = root.grad_fn() else {
-        return accumulate_into_leaf(root, seed);
+        accumulate_into_leaf(root, seed)?;
+        return root.run_post_accumulate_grad_hooks();
     };
 
-    // Count, for every reachable node, how many edges feed gradients into it.
+    // Count, for every reachable node and leaf, how many edges feed gradients into it.
     let mut dependencies: HashMap<u64, usize> = HashMap::new();
+    let mut leaf_edges: HashMap<TensorId, LeafProgress> = HashMap::new();
     let mut stack = vec![Arc::clone(&root_edge.node)];
     let mut seen = std::collections::HashSet::from([root_edge.node.id]);
     while let Some(node) = stack.pop() {
         for edge in &node.inputs {
-            if let InputEdge::Node(next) = edge {
-                *dependencies.entry(next.node.id).or_insert(0) += 1;
-                if seen.insert(next.node.id) {
-                    stack.push(Arc::clone(&next.node));
+            match edge {
+                InputEdge::Node(next) => {
+                    *dependencies.entry(next.node.id).or_insert(0) += 1;
+                    if seen.insert(next.node.id) {
+                        stack.push(Arc::clone(&next.node));
+                    }
                 }
+                InputEdge::Leaf(leaf) => leaf_edges.entry(leaf.id()).or_default().remaining += 1,
+                InputEdge::None => {}
             }
         }
     }
@@ -76,8 +83,14 @@ pub fn backward(root: &Tensor, gradient: Option<&Tensor>, retain_graph: bool) ->
             match edge {
                 InputEdge::None => {}
                 InputEdge::Leaf(leaf) => {
+                    let progress = leaf_edges.entry(leaf.id()).or_default();
                     if let Some(g) = grad {
                         accumulate_into_leaf(leaf, g)?;
+                        progress.received = true;
+                    }
+                    progress.remaining = progress.remaining.saturating_sub(1);
+                    if progress.remaining == 0 && progress.received {
+                        leaf.run_post_accumulate_grad_hooks()?;
                     }
                 }
                 InputEdge::Node(next) => {
@@ -100,6 +113,14 @@ pub fn backward(root: &Tensor, gradient: Option<&Tensor>, retain_graph: bool) ->
         }
     }
     Ok(())
+}
+
+/// How many of a leaf's incoming edges are still to be walked, and whether any of the walked
+/// ones carried a gradient (a leaf that received none has nothing for its hooks to see).
+#[derive(Default)]
+struct LeafProgress {
+    remaining: usize,
+    received: bool,
 }
 
 fn slots_with(node: &Node, index: usize, grad: Tensor) -> Vec<Option<Tensor>> {
