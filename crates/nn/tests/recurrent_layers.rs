@@ -176,6 +176,11 @@ fn constructors_refuse_pytorchs_invalid_arguments() {
     assert!(GRUCell::with_options(3, 4, relu_cell).is_err());
 }
 
+/// Asserts that `result` is an error whose message is `expected`.
+fn assert_error<T: std::fmt::Debug>(result: Result<T>, expected: &str) {
+    assert_eq!(result.unwrap_err().to_string(), expected);
+}
+
 /// A model holding recurrent layers, so errors name their paths.
 #[derive(Module)]
 struct Encoder {
@@ -205,35 +210,25 @@ fn encoder() -> Encoder {
 #[test]
 fn wrong_input_rank_and_feature_size_are_errors_naming_the_module_path() {
     let model = encoder();
-    let err = model.call(randn(&[2, 5, 2, 3], 6)).unwrap_err().to_string();
-    assert_eq!(
-        err,
-        "rnn (RNN): Expected input to be 2D or 3D, got 4D tensor instead"
+    assert_error(
+        model.call(randn(&[2, 5, 2, 3], 6)),
+        "rnn (RNN): Expected input to be 2D or 3D, got 4D tensor instead",
     );
-    let err = model.call(randn(&[5, 2, 6], 6)).unwrap_err().to_string();
-    assert_eq!(
-        err,
-        "rnn (RNN): input.size(-1) must be equal to input_size. Expected 3, got 6"
+    assert_error(
+        model.call(randn(&[5, 2, 6], 6)),
+        "rnn (RNN): input.size(-1) must be equal to input_size. Expected 3, got 6",
     );
-    let err = model
-        .lstm
-        .call(randn(&[5, 2, 4, 1], 6))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(err, "LSTM: Expected input to be 2D or 3D, got 4D instead");
-    let err = model.cell.call(randn(&[2, 4], 6)).unwrap_err().to_string();
-    assert_eq!(
-        err,
-        "GRUCell: input has inconsistent input_size: got 4 expected 3"
+    assert_error(
+        model.lstm.call(randn(&[5, 2, 4, 1], 6)),
+        "LSTM: Expected input to be 2D or 3D, got 4D instead",
     );
-    let err = model
-        .cell
-        .call(randn(&[1, 2, 3], 6))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(
-        err,
-        "GRUCell: Expected input to be 1D or 2D, got 3D instead"
+    assert_error(
+        model.cell.call(randn(&[2, 4], 6)),
+        "GRUCell: input has inconsistent input_size: got 4 expected 3",
+    );
+    assert_error(
+        model.cell.call(randn(&[1, 2, 3], 6)),
+        "GRUCell: Expected input to be 1D or 2D, got 3D instead",
     );
 }
 
@@ -241,57 +236,30 @@ fn wrong_input_rank_and_feature_size_are_errors_naming_the_module_path() {
 fn wrong_initial_state_shapes_are_errors_with_pytorchs_text() {
     let model = encoder();
     let x = randn(&[5, 2, 3], 7);
-    let err = model
-        .rnn
-        .call((x.clone(), randn(&[2, 3, 4], 7)))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(err, "RNN: Expected hidden size (2, 2, 4), got [2, 3, 4]");
-    let err = model
-        .rnn
-        .call((x.clone(), randn(&[2, 4], 7)))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(
-        err,
-        "RNN: For batched 3-D input, hx should also be 3-D but got 2-D tensor"
+    assert_error(
+        model.rnn.call((x.clone(), randn(&[2, 3, 4], 7))),
+        "RNN: Expected hidden size (2, 2, 4), got [2, 3, 4]",
+    );
+    assert_error(
+        model.rnn.call((x.clone(), randn(&[2, 4], 7))),
+        "RNN: For batched 3-D input, hx should also be 3-D but got 2-D tensor",
     );
     let x4 = randn(&[5, 2, 4], 7);
     let (h0, c0) = (randn(&[1, 2, 5], 8), randn(&[1, 3, 5], 9));
-    let err = model
-        .lstm
-        .call((x4.clone(), (h0.clone(), c0)))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(
-        err,
-        "LSTM: Expected hidden[1] size (1, 2, 5), got [1, 3, 5]"
+    assert_error(
+        model.lstm.call((x4.clone(), (h0.clone(), c0))),
+        "LSTM: Expected hidden[1] size (1, 2, 5), got [1, 3, 5]",
     );
-    let err = model
-        .lstm
-        .call((x4, (h0, randn(&[2, 5], 9))))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(
-        err,
-        "LSTM: For batched 3-D input, hx and cx should also be 3-D but got (3-D, 2-D) tensors"
+    assert_error(
+        model.lstm.call((x4, (h0, randn(&[2, 5], 9)))),
+        "LSTM: For batched 3-D input, hx and cx should also be 3-D but got (3-D, 2-D) tensors",
     );
-    let err = model
-        .cell
-        .call((randn(&[2, 3], 10), randn(&[3, 4], 10)))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(
-        err,
-        "GRUCell: Input batch size 2 doesn't match hidden0 batch size 3"
+    assert_error(
+        model.cell.call((randn(&[2, 3], 10), randn(&[3, 4], 10))),
+        "GRUCell: Input batch size 2 doesn't match hidden0 batch size 3",
     );
-    let err = model
-        .cell
-        .call((randn(&[2, 3], 10), randn(&[2, 5], 10)))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(
-        err,
-        "GRUCell: hidden0 has inconsistent hidden_size: got 5, expected 4"
+    assert_error(
+        model.cell.call((randn(&[2, 3], 10), randn(&[2, 5], 10))),
+        "GRUCell: hidden0 has inconsistent hidden_size: got 5, expected 4",
     );
 }
