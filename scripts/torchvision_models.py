@@ -1,6 +1,7 @@
 """Writes the torchvision fixtures of tessera-nn's model tests (run once; the tests never need
 PyTorch): the ordered state-dict keys and shapes of torchvision's resnet18, resnet34,
-resnet50, vgg11_bn, mobilenet_v2 and vit_b_16 (default sizes), and the outputs of resnet34,
+resnet50, vgg11_bn, mobilenet_v2 and vit_b_16 (default sizes; one `key dim,dim,...` line per
+tensor in `torchvision_keys/<model>.txt`), and the outputs of resnet34,
 resnet50 and vgg11_bn (10 classes) in eval mode on a [1, 3, 32, 32] input, with every
 state-dict tensor filled by the formula below (so no weights are stored), in float32, plus
 the float32-vs-float64 discrepancy the tests derive their tolerance from.
@@ -16,7 +17,6 @@ pseudo-random value in (-1, 1) that both languages compute bit for bit;
 Input element j: the same s with p = 0.
 """
 
-import json
 import math
 import os
 
@@ -66,13 +66,14 @@ def main():
         "mobilenet_v2": lambda n: torchvision.models.mobilenet_v2(num_classes=n),
         "vit_b_16": lambda n: torchvision.models.vit_b_16(num_classes=n),
     }
-    keys = {}
+    os.makedirs(os.path.join(FIXTURES, "torchvision_keys"), exist_ok=True)
     for name, build in builders.items():
         model = build(1000)
-        keys[name] = [[k, list(t.shape)] for k, t in model.state_dict().items()]
-    with open(os.path.join(FIXTURES, "torchvision_keys.json"), "w") as f:
-        json.dump({"torchvision": torchvision.__version__, "models": keys}, f, indent=0)
-        f.write("\n")
+        lines = [
+            f"{k} {','.join(str(d) for d in t.shape)}\n" for k, t in model.state_dict().items()
+        ]
+        with open(os.path.join(FIXTURES, "torchvision_keys", f"{name}.txt"), "w") as f:
+            f.writelines(lines)
 
     numel = 3 * 32 * 32
     x = pseudo_random(numel, 0).reshape(1, 3, 32, 32)

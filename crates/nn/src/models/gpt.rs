@@ -67,7 +67,7 @@ impl Gpt {
         } = config;
         let tok_emb = Embedding::new(vocab_size, d_model)?;
         let pos_emb = Embedding::new(block_size, d_model)?;
-        for e in [&tok_emb, &pos_emb] {
+        for e in [&tok_emb, &pos_emb].into_iter().filter(|_| !init::is_init_skipped()) {
             init::normal_(&e.weight, 0.0, 0.02, None)?;
         }
         let options = TransformerOptions::default()

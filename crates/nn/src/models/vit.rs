@@ -83,7 +83,7 @@ impl EncoderBlock {
             Linear::new(mlp_dim, hidden_dim)?,
         );
         // torchvision's MLPBlock initialisation: Xavier-uniform weights, N(0, 1e-6) biases.
-        for fc in [&fc1, &fc2] {
+        for fc in [&fc1, &fc2].into_iter().filter(|_| !init::is_init_skipped()) {
             init::xavier_uniform_(&fc.weight, 1.0, None)?;
             if let Some(b) = &fc.bias {
                 init::normal_(b, 0.0, 1e-6, None)?;
@@ -140,7 +140,9 @@ impl Encoder {
     pub fn new(config: &VitConfig) -> Result<Self> {
         let pos = Tensor::zeros(&[1, config.seq_length(), config.hidden_dim], DType::F32)?;
         let pos_embedding = Parameter::new(pos);
-        init::normal_(&pos_embedding, 0.0, 0.02, None)?;
+        if !init::is_init_skipped() {
+            init::normal_(&pos_embedding, 0.0, 0.02, None)?;
+        }
         let mut layers = NamedSequential::new("Sequential");
         for i in 0..config.num_layers {
             let block = EncoderBlock::new(config.num_heads, config.hidden_dim, config.mlp_dim)?;
@@ -204,15 +206,14 @@ impl VisionTransformer {
             patch_size,
             Conv2dOptions::default().stride(patch_size),
         )?;
-        let std = (1.0 / (3 * patch_size * patch_size) as f64).sqrt();
-        init::trunc_normal_(&conv_proj.weight, 0.0, std, -2.0, 2.0, None)?;
-        if let Some(b) = &conv_proj.bias {
-            init::zeros_(b)?;
-        }
         let head = Linear::new(hidden_dim, config.num_classes)?;
-        init::zeros_(&head.weight)?;
-        if let Some(b) = &head.bias {
-            init::zeros_(b)?;
+        if !init::is_init_skipped() {
+            let std = (1.0 / (3 * patch_size * patch_size) as f64).sqrt();
+            init::trunc_normal_(&conv_proj.weight, 0.0, std, -2.0, 2.0, None)?;
+            let biases = [&conv_proj.bias, &head.bias];
+            for p in std::iter::once(&head.weight).chain(biases.into_iter().flatten()) {
+                init::zeros_(p)?;
+            }
         }
         Ok(VisionTransformer {
             core: ModuleCore::default(),
