@@ -11,15 +11,25 @@ use std::sync::{Arc, Mutex};
 use tessera_nn::models::{Gpt, GptConfig, MobileNetV2, VisionTransformer, VitConfig};
 use tessera_nn::optim::{Optimizer, SGD, SgdOptions};
 use tessera_nn::{Call, Layer, Module, ModuleExt, load_pt_state_dict};
-use tessera_tensor::functional as F;
 use tessera_tensor::Tensor;
+use tessera_tensor::functional as F;
 
 /// Loads the case's `state_dict.pt` strictly into `model` and checks its key order and repr.
 fn load_case(case: &Case, model: &dyn Module) {
     let dir = common::conformance_dir().join(&case.name);
     let state = load_pt_state_dict(dir.join("state_dict.pt")).unwrap();
-    assert!(model.load_state_dict(&state, true, false).unwrap().is_empty());
-    let keys: Vec<String> = model.state_dict().unwrap().keys().map(String::from).collect();
+    assert!(
+        model
+            .load_state_dict(&state, true, false)
+            .unwrap()
+            .is_empty()
+    );
+    let keys: Vec<String> = model
+        .state_dict()
+        .unwrap()
+        .keys()
+        .map(String::from)
+        .collect();
     let expected: Vec<String> = case.json["state_dict_keys"]
         .as_array()
         .unwrap()
@@ -40,7 +50,9 @@ fn capture_activations(case: &Case, model: &dyn Module) -> Arc<Mutex<HashMap<Str
             .get_submodule(&path)
             .unwrap()
             .register_forward_hook(move |_, _, outputs| {
-                sink.lock().unwrap().insert(path.clone(), outputs[0].clone());
+                sink.lock()
+                    .unwrap()
+                    .insert(path.clone(), outputs[0].clone());
                 Ok(None)
             });
     }
@@ -61,12 +73,17 @@ fn check_forward_and_backward(case: &Case, model: &dyn Layer) {
     let output = model.forward(input.clone()).unwrap();
     case.check_key("output", &output);
     let acts = acts.lock().unwrap();
-    assert_eq!(acts.len(), case.io.keys().filter(|k| k.starts_with("act/")).count());
+    assert_eq!(
+        acts.len(),
+        case.io.keys().filter(|k| k.starts_with("act/")).count()
+    );
     for (path, act) in acts.iter() {
         case.check_key(&format!("act/{path}"), act);
     }
     let classes = *output.shape().last().unwrap();
-    let logits = output.reshape(&[output.numel() / classes, classes]).unwrap();
+    let logits = output
+        .reshape(&[output.numel() / classes, classes])
+        .unwrap();
     let target = case.io("target");
     let target = target.reshape(&[target.numel()]).unwrap();
     let loss = F::cross_entropy(&logits, &target, Default::default()).unwrap();
@@ -111,8 +128,20 @@ fn tiny_gpt_matches_pytorch_with_the_head_tied_to_the_token_embedding() {
     let case = Case::load("r_models_gpt");
     let model = Gpt::new(GptConfig::tiny()).unwrap();
     load_case(&case, &model);
-    let names: Vec<String> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
-    assert_eq!(names, case.json["model"]["named_parameters"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect::<Vec<_>>());
+    let names: Vec<String> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        case.json["model"]["named_parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    );
     check_forward_and_backward(&case, &model);
 }
 
@@ -124,7 +153,14 @@ fn tiny_gpt_head_stays_tied_after_loading_and_an_optimizer_step() {
     assert!(model.head.weight.shares_storage(&model.tok_emb.weight));
     assert_eq!(model.head.weight.id(), model.tok_emb.weight.id());
     let before = model.tok_emb.weight.detach().deep_clone().unwrap();
-    let mut sgd = SGD::new(model.parameter_tensors(), SgdOptions { lr: 0.1, ..Default::default() }).unwrap();
+    let mut sgd = SGD::new(
+        model.parameter_tensors(),
+        SgdOptions {
+            lr: 0.1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let logits = model.call(case.io("input")).unwrap();
     let loss = F::cross_entropy(
         &logits.reshape(&[24, 50]).unwrap(),
@@ -134,13 +170,24 @@ fn tiny_gpt_head_stays_tied_after_loading_and_an_optimizer_step() {
     .unwrap();
     loss.backward().unwrap();
     sgd.step().unwrap();
-    let (token, head) = (model.tok_emb.weight.to_vec::<f32>().unwrap(), model.head.weight.to_vec::<f32>().unwrap());
+    let (token, head) = (
+        model.tok_emb.weight.to_vec::<f32>().unwrap(),
+        model.head.weight.to_vec::<f32>().unwrap(),
+    );
     assert_eq!(token, head);
     assert_ne!(token, before.to_vec::<f32>().unwrap());
     let state = model.state_dict().unwrap();
     assert_eq!(
         state.get("head.weight").unwrap().to_vec::<f32>().unwrap(),
-        state.get("tok_emb.weight").unwrap().to_vec::<f32>().unwrap()
+        state
+            .get("tok_emb.weight")
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
     );
-    assert_eq!(model.parameters().len(), 28, "the tied weight is one parameter");
+    assert_eq!(
+        model.parameters().len(),
+        28,
+        "the tied weight is one parameter"
+    );
 }

@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::{assert_close, read_safetensors};
+use common::{assert_close, formula_tensor, read_safetensors};
 use tessera_nn::models::{mobilenet_v2, resnet18, resnet34, resnet50, vgg11_bn, vit_b_16};
 use tessera_nn::{Layer, Module, ModuleExt, StateDict, init};
-use tessera_tensor::{DType, Tensor};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
@@ -37,14 +36,26 @@ fn built<M>(build: impl FnOnce() -> tessera_nn::Result<M>) -> M {
 
 #[test]
 fn resnets_have_torchvisions_keys_and_shapes() {
-    assert_eq!(keys_and_shapes(&built(|| resnet18(1000))), torchvision_keys("resnet18"));
-    assert_eq!(keys_and_shapes(&built(|| resnet34(1000))), torchvision_keys("resnet34"));
-    assert_eq!(keys_and_shapes(&built(|| resnet50(1000))), torchvision_keys("resnet50"));
+    assert_eq!(
+        keys_and_shapes(&built(|| resnet18(1000))),
+        torchvision_keys("resnet18")
+    );
+    assert_eq!(
+        keys_and_shapes(&built(|| resnet34(1000))),
+        torchvision_keys("resnet34")
+    );
+    assert_eq!(
+        keys_and_shapes(&built(|| resnet50(1000))),
+        torchvision_keys("resnet50")
+    );
 }
 
 #[test]
 fn vgg11_bn_has_torchvisions_keys_and_shapes() {
-    assert_eq!(keys_and_shapes(&built(|| vgg11_bn(1000))), torchvision_keys("vgg11_bn"));
+    assert_eq!(
+        keys_and_shapes(&built(|| vgg11_bn(1000))),
+        torchvision_keys("vgg11_bn")
+    );
 }
 
 #[test]
@@ -55,37 +66,17 @@ fn mobilenet_v2_has_torchvisions_keys_and_shapes() {
 
 #[test]
 fn vit_b_16_has_torchvisions_keys_and_shapes() {
-    assert_eq!(keys_and_shapes(&built(|| vit_b_16(1000))), torchvision_keys("vit_b_16"));
-}
-
-/// The script's pseudo-random value in (-1, 1) for element `j` of state-dict entry `p`.
-fn pseudo_random(j: u64, p: u64) -> f64 {
-    let k = (7 * j * j + 13 * j + 101 * p) % 1021;
-    (2 * k + 1) as f64 / 1021.0 - 1.0
+    assert_eq!(
+        keys_and_shapes(&built(|| vit_b_16(1000))),
+        torchvision_keys("vit_b_16")
+    );
 }
 
 /// The script's formula for every state-dict entry of `model`.
 fn formula_state(model: &dyn Module) -> StateDict {
     let mut state = StateDict::new();
     for (p, (key, t)) in model.state_dict().unwrap().iter().enumerate() {
-        let shape = t.shape();
-        let numel: usize = shape.iter().product();
-        let s = (0..numel as u64).map(|j| pseudo_random(j, p as u64));
-        let values: Vec<f64> = if key.ends_with("num_batches_tracked") {
-            state.insert(key, Tensor::zeros(&shape, DType::I64).unwrap());
-            continue;
-        } else if shape.len() >= 2 {
-            let scale = (3.0 / (numel / shape[0]) as f64).sqrt();
-            s.map(|s| s * scale).collect()
-        } else if key.ends_with("running_var") {
-            s.map(|s| 1.0 + 0.25 * (1.0 + s)).collect()
-        } else if key.ends_with("weight") {
-            s.map(|s| 1.0 + 0.1 * s).collect()
-        } else {
-            s.map(|s| 0.1 * s).collect()
-        };
-        let tensor = Tensor::from_vec(values, &shape).unwrap();
-        state.insert(key, tensor.to_dtype(DType::F32).unwrap());
+        state.insert(key, formula_tensor(key, &t.shape(), p));
     }
     state
 }
@@ -100,7 +91,12 @@ fn check_formula_output(name: &str, model: &dyn Layer) {
         .parse()
         .unwrap();
     let tensors = read_safetensors(&bytes);
-    assert!(model.load_state_dict(&formula_state(model), true, false).unwrap().is_empty());
+    assert!(
+        model
+            .load_state_dict(&formula_state(model), true, false)
+            .unwrap()
+            .is_empty()
+    );
     model.eval();
     let _guard = tessera_tensor::no_grad();
     let output = model.forward(tensors["input"].clone()).unwrap();

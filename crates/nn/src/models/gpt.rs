@@ -67,7 +67,10 @@ impl Gpt {
         } = config;
         let tok_emb = Embedding::new(vocab_size, d_model)?;
         let pos_emb = Embedding::new(block_size, d_model)?;
-        for e in [&tok_emb, &pos_emb].into_iter().filter(|_| !init::is_init_skipped()) {
+        for e in [&tok_emb, &pos_emb]
+            .into_iter()
+            .filter(|_| !init::is_init_skipped())
+        {
             init::normal_(&e.weight, 0.0, 0.02, None)?;
         }
         let options = TransformerOptions::default()
@@ -84,7 +87,8 @@ impl Gpt {
                 options.clone(),
             )?);
         }
-        let mut head = Linear::with_options(d_model, vocab_size, LinearOptions::default().bias(false))?;
+        let mut head =
+            Linear::with_options(d_model, vocab_size, LinearOptions::default().bias(false))?;
         head.weight = tok_emb.weight.clone();
         Ok(Gpt {
             core: ModuleCore::default(),

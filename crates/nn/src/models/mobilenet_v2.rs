@@ -126,7 +126,12 @@ impl MobileNetV2 {
         for (t, c, n, s) in INVERTED_RESIDUAL_SETTING {
             let cout = make_divisible(c as f64 * width_mult, 8);
             for i in 0..n {
-                features.append(InvertedResidual::new(cin, cout, if i == 0 { s } else { 1 }, t)?);
+                features.append(InvertedResidual::new(
+                    cin,
+                    cout,
+                    if i == 0 { s } else { 1 },
+                    t,
+                )?);
                 cin = cout;
             }
         }

@@ -18,7 +18,7 @@ pub use named::NamedSequential;
 pub use resnet::{BasicBlock, Bottleneck, ResNet, ResNet18, ResidualBlock};
 pub use small_cnn::SmallCnn;
 pub use vgg::{VGG11, Vgg, VggLayer};
-pub use vit::{EncoderBlock, Encoder, VisionTransformer, VitConfig};
+pub use vit::{Encoder, EncoderBlock, VisionTransformer, VitConfig};
 
 /// torchvision's `resnet18(num_classes=num_classes)`.
 pub fn resnet18(num_classes: usize) -> crate::Result<ResNet> {

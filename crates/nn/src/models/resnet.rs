@@ -36,7 +36,12 @@ fn downsample(cin: usize, cout: usize, stride: usize) -> Result<Option<Sequentia
 }
 
 /// `relu(out + shortcut(x))`, the end of every residual block.
-fn add_shortcut(relu: &ReLU, out: Tensor, x: Tensor, shortcut: &Option<Sequential>) -> Result<Tensor> {
+fn add_shortcut(
+    relu: &ReLU,
+    out: Tensor,
+    x: Tensor,
+    shortcut: &Option<Sequential>,
+) -> Result<Tensor> {
     let identity = match shortcut {
         Some(d) => d.call(x)?,
         None => x,
@@ -185,7 +190,11 @@ impl ResNet {
     }
 
     /// `layers[i]` blocks of kind `block` in stage `i`.
-    pub fn with_layers(block: ResidualBlock, layers: [usize; 4], num_classes: usize) -> Result<Self> {
+    pub fn with_layers(
+        block: ResidualBlock,
+        layers: [usize; 4],
+        num_classes: usize,
+    ) -> Result<Self> {
         let mut cin = 64;
         let mut stage = |planes: usize, blocks: usize, stride: usize| -> Result<Sequential> {
             let mut seq = Sequential::new();

@@ -83,7 +83,10 @@ impl EncoderBlock {
             Linear::new(mlp_dim, hidden_dim)?,
         );
         // torchvision's MLPBlock initialisation: Xavier-uniform weights, N(0, 1e-6) biases.
-        for fc in [&fc1, &fc2].into_iter().filter(|_| !init::is_init_skipped()) {
+        for fc in [&fc1, &fc2]
+            .into_iter()
+            .filter(|_| !init::is_init_skipped())
+        {
             init::xavier_uniform_(&fc.weight, 1.0, None)?;
             if let Some(b) = &fc.bias {
                 init::normal_(b, 0.0, 1e-6, None)?;
@@ -236,8 +239,7 @@ impl VisionTransformer {
         }
         let x = self.conv_proj.call(x)?;
         let (n, patches) = (shape[0], self.config.seq_length() - 1);
-        Ok(x
-            .reshape(&[n, self.config.hidden_dim, patches])?
+        Ok(x.reshape(&[n, self.config.hidden_dim, patches])?
             .permute(&[0, 2, 1])?)
     }
 }
