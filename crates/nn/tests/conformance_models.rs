@@ -5,38 +5,19 @@
 
 mod common;
 
-use common::Case;
+use common::{Case, check_state_dict_keys, load_strict};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tessera_nn::models::{Gpt, GptConfig, MobileNetV2, VisionTransformer, VitConfig};
 use tessera_nn::optim::{Optimizer, SGD, SgdOptions};
-use tessera_nn::{Call, Layer, Module, ModuleExt, load_pt_state_dict};
+use tessera_nn::{Call, Layer, Module, ModuleExt};
 use tessera_tensor::Tensor;
 use tessera_tensor::functional as F;
 
 /// Loads the case's `state_dict.pt` strictly into `model` and checks its key order and repr.
 fn load_case(case: &Case, model: &dyn Module) {
-    let dir = common::conformance_dir().join(&case.name);
-    let state = load_pt_state_dict(dir.join("state_dict.pt")).unwrap();
-    assert!(
-        model
-            .load_state_dict(&state, true, false)
-            .unwrap()
-            .is_empty()
-    );
-    let keys: Vec<String> = model
-        .state_dict()
-        .unwrap()
-        .keys()
-        .map(String::from)
-        .collect();
-    let expected: Vec<String> = case.json["state_dict_keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(keys, expected);
+    load_strict(case, model);
+    check_state_dict_keys(case, model);
     assert_eq!(model.repr(), case.json["model"]["repr"].as_str().unwrap());
 }
 
