@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::Instant;
 use tessera::fx::GraphModule;
 use tessera::fx::trace::{LeafPolicy, trace};
-use tessera::nn::models::{ResNet18, SmallCnn};
-use tessera::nn::{Forward, Layer, ModuleExt};
+use tessera::nn::models::{
+    Gpt, GptConfig, MobileNetV2, ResNet, SmallCnn, Vgg, VisionTransformer, VitConfig,
+};
+use tessera::nn::{Forward, Layer, ModuleExt, ModuleKind, init};
 use tessera::{CompileOptions, DType, Tensor, compile, manual_seed, no_grad};
 
 type Error = Box<dyn std::error::Error>;
@@ -23,6 +25,20 @@ enum Model {
     SmallCnn,
     /// torchvision's ResNet-18 layout, 1000 classes.
     Resnet18,
+    /// torchvision's ResNet-34, 1000 classes.
+    Resnet34,
+    /// torchvision's ResNet-50 (bottleneck blocks), 1000 classes.
+    Resnet50,
+    /// torchvision's MobileNetV2 (width 1.0), 1000 classes.
+    #[value(name = "mobilenet_v2")]
+    MobilenetV2,
+    /// torchvision's VGG-11 with batch norm, 1000 classes.
+    #[value(name = "vgg11_bn")]
+    Vgg11Bn,
+    /// A Vision Transformer in torchvision's layout: 8x8 patches, 2 layers of width 32.
+    Vit,
+    /// The tiny GPT decoder (vocabulary 50) on `--size` token ids (at most its context, 12).
+    Gpt,
 }
 
 #[derive(Parser)]
@@ -58,20 +74,53 @@ fn main() -> std::process::ExitCode {
 
 fn run(args: &Args) -> Result<(), Error> {
     manual_seed(0);
+    let image = Tensor::randn(&[args.batch, 3, args.size, args.size], DType::F32)?;
     match args.model {
-        Model::SmallCnn => compare(Arc::new(SmallCnn::new()?), args),
-        Model::Resnet18 => compare(Arc::new(ResNet18::new(1000)?), args),
+        Model::SmallCnn => compare(SmallCnn::new()?, image, args),
+        Model::Resnet18 => compare(ResNet::resnet18(1000)?, image, args),
+        Model::Resnet34 => compare(ResNet::resnet34(1000)?, image, args),
+        Model::Resnet50 => compare(ResNet::resnet50(1000)?, image, args),
+        Model::MobilenetV2 => compare(MobileNetV2::new(1000, 1.0)?, image, args),
+        Model::Vgg11Bn => compare(Vgg::vgg11_bn(1000)?, image, args),
+        Model::Vit => {
+            let config = VitConfig {
+                image_size: args.size,
+                ..VitConfig::tiny(1000)
+            };
+            let vit = VisionTransformer::new(config)?;
+            // torchvision starts the head at zero: a zero output would compare trivially.
+            init::normal_(
+                vit.get_parameter("heads.head.weight")?.tensor(),
+                0.0,
+                0.1,
+                None,
+            )?;
+            compare(vit, image, args)
+        }
+        Model::Gpt => {
+            let config = GptConfig::tiny();
+            let len = args.size.min(config.block_size);
+            let ids: Vec<i64> = (0..args.batch * len)
+                .map(|i| (i * 7 % config.vocab_size) as i64)
+                .collect();
+            let ids = Tensor::from_vec(ids, &[args.batch, len])?;
+            compare(Gpt::new(config)?, ids, args)
+        }
     }
 }
 
-/// Compiles `model` and compares its three execution modes.
-fn compare<M: Layer + 'static>(model: Arc<M>, args: &Args) -> Result<(), Error> {
+/// Compiles `model` and compares its three execution modes on input `x`.
+fn compare<M: Layer + 'static>(model: M, x: Tensor, args: &Args) -> Result<(), Error> {
+    let model = Arc::new(model);
     model.eval();
-    let x = Tensor::randn(&[args.batch, 3, args.size, args.size], DType::F32)?;
     let inputs = std::slice::from_ref(&x);
 
     let start = Instant::now();
-    let traced = trace(&*model, x.meta(), LeafPolicy::default())?;
+    // Attention and transformer layers are traced through, so the compiler sees their ops.
+    let policy = LeafPolicy::default()
+        .trace_kind(ModuleKind::MultiheadAttention)
+        .trace_kind(ModuleKind::TransformerEncoderLayer);
+    let traced = trace(&*model, x.meta(), policy)?;
     let gm = GraphModule::new(model.clone(), traced);
     let trace_ms = start.elapsed().as_secs_f64() * 1e3;
     let compiled = compile(&gm, inputs, CompileOptions::default())?;

@@ -21,7 +21,7 @@ use tessera::nn::models::{
     BasicBlock, Gpt, GptConfig, MobileNetV2, ResNet, Vgg, VisionTransformer, VitConfig,
 };
 use tessera::nn::optim::{Adam, AdamOptions, Optimizer};
-use tessera::nn::{Call, Forward, Layer, ModuleCore, ModuleExt, ModuleKind};
+use tessera::nn::{Call, Forward, Layer, ModuleCore, ModuleExt, ModuleKind, init};
 use tessera::passes::cost::{GraphCost, graph_cost};
 use tessera::passes::{
     DeadCodeElimination, FoldBatchNorm, Pass, QuantizeDynamic, Simplify, StructuredPrune,
@@ -214,11 +214,15 @@ pub fn run(args: &Args) -> Result<(), Error> {
         }
         ModelChoice::Vgg11Bn => return untrained(Vgg::vgg11_bn(classes)?, &mut g, args),
         ModelChoice::Vit => {
-            return untrained(
-                VisionTransformer::new(VitConfig::tiny(classes))?,
-                &mut g,
-                args,
-            );
+            let vit = VisionTransformer::new(VitConfig::tiny(classes))?;
+            // torchvision starts the head at zero: every prediction would be class 0.
+            init::normal_(
+                vit.get_parameter("heads.head.weight")?.tensor(),
+                0.0,
+                0.1,
+                None,
+            )?;
+            return untrained(vit, &mut g, args);
         }
         ModelChoice::Gpt => return untrained(Gpt::new(GptConfig::tiny())?, &mut g, args),
     }
