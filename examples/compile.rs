@@ -4,41 +4,23 @@
 //! after checking that all three agree.
 
 mod support;
+mod zoo;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use std::sync::Arc;
 use std::time::Instant;
 use tessera::fx::GraphModule;
 use tessera::fx::trace::{LeafPolicy, trace};
-use tessera::nn::models::{
-    Gpt, GptConfig, MobileNetV2, ResNet, SmallCnn, Vgg, VisionTransformer, VitConfig,
-};
-use tessera::nn::{Forward, Layer, ModuleExt, ModuleKind, init};
-use tessera::{CompileOptions, DType, Tensor, compile, manual_seed, no_grad};
+use tessera::nn::models::SmallCnn;
+use tessera::nn::{Forward, Layer, ModuleExt, ModuleKind};
+use tessera::{CompileOptions, DType, Generator, Tensor, compile, manual_seed, no_grad};
 
 type Error = Box<dyn std::error::Error>;
 
-/// The models this example can compile.
-#[derive(ValueEnum, Clone, Copy, Debug)]
-enum Model {
-    /// The conformance suite's small CNN (two conv blocks, 10 classes).
-    SmallCnn,
-    /// torchvision's ResNet-18 layout, 1000 classes.
-    Resnet18,
-    /// torchvision's ResNet-34, 1000 classes.
-    Resnet34,
-    /// torchvision's ResNet-50 (bottleneck blocks), 1000 classes.
-    Resnet50,
-    /// torchvision's MobileNetV2 (width 1.0), 1000 classes.
-    #[value(name = "mobilenet_v2")]
-    MobilenetV2,
-    /// torchvision's VGG-11 with batch norm, 1000 classes.
-    #[value(name = "vgg11_bn")]
-    Vgg11Bn,
-    /// A Vision Transformer in torchvision's layout: 8x8 patches, 2 layers of width 32.
-    Vit,
-    /// The tiny GPT decoder (vocabulary 50) on `--size` token ids (at most its context, 12).
-    Gpt,
+zoo::model_choice! {
+    /// The models this example can compile: the conformance suite's small CNN (two conv blocks,
+    /// 10 classes), then those of `tessera::nn::models` (1000 classes).
+    Model { SmallCnn => "small-cnn" }
 }
 
 #[derive(Parser)]
@@ -77,35 +59,25 @@ fn run(args: &Args) -> Result<(), Error> {
     let image = Tensor::randn(&[args.batch, 3, args.size, args.size], DType::F32)?;
     match args.model {
         Model::SmallCnn => compare(SmallCnn::new()?, image, args),
-        Model::Resnet18 => compare(ResNet::resnet18(1000)?, image, args),
-        Model::Resnet34 => compare(ResNet::resnet34(1000)?, image, args),
-        Model::Resnet50 => compare(ResNet::resnet50(1000)?, image, args),
-        Model::MobilenetV2 => compare(MobileNetV2::new(1000, 1.0)?, image, args),
-        Model::Vgg11Bn => compare(Vgg::vgg11_bn(1000)?, image, args),
-        Model::Vit => {
-            let config = VitConfig {
-                image_size: args.size,
-                ..VitConfig::tiny(1000)
+        Model::Zoo(model) => {
+            let x = match model {
+                zoo::Zoo::Gpt => zoo::token_ids(args.batch, args.size, &mut Generator::new(0))?,
+                _ => image,
             };
-            let vit = VisionTransformer::new(config)?;
-            // torchvision starts the head at zero: a zero output would compare trivially.
-            init::normal_(
-                vit.get_parameter("heads.head.weight")?.tensor(),
-                0.0,
-                0.1,
-                None,
-            )?;
-            compare(vit, image, args)
+            model.build(1000, args.size, Compare { x, args })
         }
-        Model::Gpt => {
-            let config = GptConfig::tiny();
-            let len = args.size.min(config.block_size);
-            let ids: Vec<i64> = (0..args.batch * len)
-                .map(|i| (i * 7 % config.vocab_size) as i64)
-                .collect();
-            let ids = Tensor::from_vec(ids, &[args.batch, len])?;
-            compare(Gpt::new(config)?, ids, args)
-        }
+    }
+}
+
+/// [`compare`] as a [`zoo::UseModel`].
+struct Compare<'a> {
+    x: Tensor,
+    args: &'a Args,
+}
+
+impl zoo::UseModel for Compare<'_> {
+    fn with<M: Layer + 'static>(self, model: M) -> Result<(), Error> {
+        compare(model, self.x, self.args)
     }
 }
 

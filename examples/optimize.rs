@@ -6,7 +6,10 @@
 //! `--model` runs the same pipeline on a model of `tessera::nn::models` instead (untrained, in
 //! eval mode), where "accuracy" is the top-1 agreement with the eager float model.
 
-use clap::{Parser, ValueEnum};
+#[path = "zoo.rs"]
+mod zoo;
+
+use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,11 +20,9 @@ use tessera::fx::trace::{LeafPolicy, trace};
 use tessera::nn::layers::{
     AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Conv2dOptions, Flatten, Linear, ReLU,
 };
-use tessera::nn::models::{
-    BasicBlock, Gpt, GptConfig, MobileNetV2, ResNet, Vgg, VisionTransformer, VitConfig,
-};
+use tessera::nn::models::BasicBlock;
 use tessera::nn::optim::{Adam, AdamOptions, Optimizer};
-use tessera::nn::{Call, Forward, Layer, ModuleCore, ModuleExt, ModuleKind, init};
+use tessera::nn::{Call, Forward, Layer, ModuleCore, ModuleExt, ModuleKind};
 use tessera::passes::cost::{GraphCost, graph_cost};
 use tessera::passes::{
     DeadCodeElimination, FoldBatchNorm, Pass, QuantizeDynamic, Simplify, StructuredPrune,
@@ -61,19 +62,9 @@ pub struct Args {
     model: ModelChoice,
 }
 
-/// The models `--model` names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum ModelChoice {
-    Residual,
-    Resnet18,
-    Resnet34,
-    Resnet50,
-    #[value(name = "mobilenet_v2")]
-    MobilenetV2,
-    #[value(name = "vgg11_bn")]
-    Vgg11Bn,
-    Vit,
-    Gpt,
+zoo::model_choice! {
+    /// The models `--model` names.
+    ModelChoice { Residual => "residual" }
 }
 
 /// A stem conv block, two residual blocks (the second downsampling), pooling and a classifier.
@@ -203,28 +194,13 @@ pub fn run(args: &Args) -> Result<(), Error> {
         return Err(format!("--prune must be in [0, 1), got {}", args.prune).into());
     }
     let mut g = Generator::new(args.seed);
-    let classes = CLASSES.len();
-    match args.model {
-        ModelChoice::Residual => {}
-        ModelChoice::Resnet18 => return untrained(ResNet::resnet18(classes)?, &mut g, args),
-        ModelChoice::Resnet34 => return untrained(ResNet::resnet34(classes)?, &mut g, args),
-        ModelChoice::Resnet50 => return untrained(ResNet::resnet50(classes)?, &mut g, args),
-        ModelChoice::MobilenetV2 => {
-            return untrained(MobileNetV2::new(classes, 1.0)?, &mut g, args);
-        }
-        ModelChoice::Vgg11Bn => return untrained(Vgg::vgg11_bn(classes)?, &mut g, args),
-        ModelChoice::Vit => {
-            let vit = VisionTransformer::new(VitConfig::tiny(classes))?;
-            // torchvision starts the head at zero: every prediction would be class 0.
-            init::normal_(
-                vit.get_parameter("heads.head.weight")?.tensor(),
-                0.0,
-                0.1,
-                None,
-            )?;
-            return untrained(vit, &mut g, args);
-        }
-        ModelChoice::Gpt => return untrained(Gpt::new(GptConfig::tiny())?, &mut g, args),
+    if let ModelChoice::Zoo(model) = args.model {
+        let untrained = Untrained {
+            model,
+            g: &mut g,
+            args,
+        };
+        return model.build(CLASSES.len(), 2 * SIDE, untrained);
     }
     let train_data = shapes(1500, &mut g)?;
     let test = shapes(600, &mut g)?;
@@ -238,32 +214,36 @@ pub fn run(args: &Args) -> Result<(), Error> {
     optimise(model, Some(&train_data), &test, &mut g, args)
 }
 
-/// 32 inputs for `model` (shapes upsampled to 3x32x32, or 12 random tokens for the GPT),
-/// labelled with the eager model's own predictions, through the pipeline.
-fn untrained<M: Layer + 'static>(model: M, g: &mut Generator, args: &Args) -> Result<(), Error> {
-    model.eval();
-    let inputs = if args.model == ModelChoice::Gpt {
-        let config = GptConfig::tiny();
-        let ids: Vec<i64> = (0..32 * config.block_size)
-            .map(|_| (g.uniform() * config.vocab_size as f64) as i64)
-            .collect();
-        Tensor::from_vec(ids, &[32, config.block_size])?
-    } else {
-        let (images, _) = shapes(32, g)?;
-        images
-            .reshape(&[32, 1, SIDE, 1, SIDE, 1])?
-            .expand(&[32, 3, SIDE, 2, SIDE, 2])?
-            .reshape(&[32, 3, 2 * SIDE, 2 * SIDE])?
-    };
-    let labels = {
-        let _guard = no_grad();
-        flat_logits(&model.forward(inputs.clone())?)?.argmax(Some(1), false)?
-    };
-    println!(
-        "{:?} with random weights in eval mode; accuracy = top-1 agreement with the eager model",
-        args.model
-    );
-    optimise(Arc::new(model), None, &(inputs, labels), g, args)
+/// 32 inputs for a model of the zoo (shapes upsampled to 3x32x32, or 12 random tokens for the
+/// GPT), labelled with the eager model's own predictions, through the pipeline.
+struct Untrained<'a> {
+    model: zoo::Zoo,
+    g: &'a mut Generator,
+    args: &'a Args,
+}
+
+impl zoo::UseModel for Untrained<'_> {
+    fn with<M: Layer + 'static>(self, model: M) -> Result<(), Error> {
+        model.eval();
+        let inputs = if self.model == zoo::Zoo::Gpt {
+            zoo::token_ids(32, 12, self.g)?
+        } else {
+            let (images, _) = shapes(32, self.g)?;
+            images
+                .reshape(&[32, 1, SIDE, 1, SIDE, 1])?
+                .expand(&[32, 3, SIDE, 2, SIDE, 2])?
+                .reshape(&[32, 3, 2 * SIDE, 2 * SIDE])?
+        };
+        let labels = {
+            let _guard = no_grad();
+            flat_logits(&model.forward(inputs.clone())?)?.argmax(Some(1), false)?
+        };
+        println!(
+            "{:?} with random weights in eval mode; accuracy = top-1 agreement with the eager model",
+            self.model
+        );
+        optimise(Arc::new(model), None, &(inputs, labels), self.g, self.args)
+    }
 }
 
 /// Traces `model` and runs the pipeline on it, measuring every stage on `test`; the pruned
