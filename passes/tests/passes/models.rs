@@ -20,8 +20,9 @@ use tessera_testkit::formula_tensor;
 /// The fraction of channels made dead, and pruned.
 const DEAD: f64 = 0.25;
 
-/// Fills `model` with the formula's weights, then zeroes the last [`DEAD`] of dim 0 of every parameter and `running_mean` buffer (dims of 4
-/// and more rows), so each such output channel is exactly zero after its layer.
+/// Fills `model` with the formula's weights, then zeroes the last [`DEAD`] of dim 0 of every
+/// parameter and `running_mean` buffer of 4 rows or more, so each such output channel is
+/// exactly zero after its layer.
 fn kill_last_channels(model: &dyn Module) {
     let _guard = no_grad();
     for (p, (key, t)) in model.state_dict().unwrap().iter().enumerate() {
@@ -59,8 +60,8 @@ fn assert_near(actual: &Tensor, expected: &Tensor, tolerance: f64, what: &str) {
 
 /// Traces `model`, then folds batch norm, prunes [`DEAD`] of the channels and quantizes the
 /// linear layers dynamically, checking the graph against eager after every step; returns the
-/// parameters before and after pruning (the same for the transformers: the pruner finds no
-/// channel group it may shrink across attention and layer norm).
+/// parameters before and after pruning (the same for the transformers, where the pruner finds
+/// no channel group to shrink).
 fn optimise<M: Layer + 'static>(model: M, input: Tensor) -> (usize, usize) {
     kill_last_channels(&model);
     model.eval();
