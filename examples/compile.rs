@@ -4,25 +4,23 @@
 //! after checking that all three agree.
 
 mod support;
+mod zoo;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use std::sync::Arc;
 use std::time::Instant;
 use tessera::fx::GraphModule;
 use tessera::fx::trace::{LeafPolicy, trace};
-use tessera::nn::models::{ResNet18, SmallCnn};
-use tessera::nn::{Forward, Layer, ModuleExt};
-use tessera::{CompileOptions, DType, Tensor, compile, manual_seed, no_grad};
+use tessera::nn::models::SmallCnn;
+use tessera::nn::{Forward, Layer, ModuleExt, ModuleKind};
+use tessera::{CompileOptions, DType, Generator, Tensor, compile, manual_seed, no_grad};
 
 type Error = Box<dyn std::error::Error>;
 
-/// The models this example can compile.
-#[derive(ValueEnum, Clone, Copy, Debug)]
-enum Model {
-    /// The conformance suite's small CNN (two conv blocks, 10 classes).
-    SmallCnn,
-    /// torchvision's ResNet-18 layout, 1000 classes.
-    Resnet18,
+zoo::model_choice! {
+    /// The models this example can compile: the conformance suite's small CNN (two conv blocks,
+    /// 10 classes), then those of `tessera::nn::models` (1000 classes).
+    Model { SmallCnn => "small-cnn" }
 }
 
 #[derive(Parser)]
@@ -58,20 +56,43 @@ fn main() -> std::process::ExitCode {
 
 fn run(args: &Args) -> Result<(), Error> {
     manual_seed(0);
+    let image = Tensor::randn(&[args.batch, 3, args.size, args.size], DType::F32)?;
     match args.model {
-        Model::SmallCnn => compare(Arc::new(SmallCnn::new()?), args),
-        Model::Resnet18 => compare(Arc::new(ResNet18::new(1000)?), args),
+        Model::SmallCnn => compare(SmallCnn::new()?, image, args),
+        Model::Zoo(model) => {
+            let x = match model {
+                zoo::Zoo::Gpt => zoo::token_ids(args.batch, args.size, &mut Generator::new(0))?,
+                _ => image,
+            };
+            model.build(1000, args.size, Compare { x, args })
+        }
     }
 }
 
-/// Compiles `model` and compares its three execution modes.
-fn compare<M: Layer + 'static>(model: Arc<M>, args: &Args) -> Result<(), Error> {
+/// [`compare`] as a [`zoo::UseModel`].
+struct Compare<'a> {
+    x: Tensor,
+    args: &'a Args,
+}
+
+impl zoo::UseModel for Compare<'_> {
+    fn with<M: Layer + 'static>(self, model: M) -> Result<(), Error> {
+        compare(model, self.x, self.args)
+    }
+}
+
+/// Compiles `model` and compares its three execution modes on input `x`.
+fn compare<M: Layer + 'static>(model: M, x: Tensor, args: &Args) -> Result<(), Error> {
+    let model = Arc::new(model);
     model.eval();
-    let x = Tensor::randn(&[args.batch, 3, args.size, args.size], DType::F32)?;
     let inputs = std::slice::from_ref(&x);
 
     let start = Instant::now();
-    let traced = trace(&*model, x.meta(), LeafPolicy::default())?;
+    // Attention and transformer layers are traced through, so the compiler sees their ops.
+    let policy = LeafPolicy::default()
+        .trace_kind(ModuleKind::MultiheadAttention)
+        .trace_kind(ModuleKind::TransformerEncoderLayer);
+    let traced = trace(&*model, x.meta(), policy)?;
     let gm = GraphModule::new(model.clone(), traced);
     let trace_ms = start.elapsed().as_secs_f64() * 1e3;
     let compiled = compile(&gm, inputs, CompileOptions::default())?;

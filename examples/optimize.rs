@@ -3,6 +3,11 @@
 //! graph briefly), quantize its linear layer to int8 (dynamic), simplify the elementwise and
 //! layout regions with the e-graph pass, then clean up. Prints the graph after every step with the pass's time, and
 //! compares accuracy, latency, parameters and FLOPs of every stage with the eager float model.
+//! `--model` runs the same pipeline on a model of `tessera::nn::models` instead (untrained, in
+//! eval mode), where "accuracy" is the top-1 agreement with the eager float model.
+
+#[path = "zoo.rs"]
+mod zoo;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,7 +22,7 @@ use tessera::nn::layers::{
 };
 use tessera::nn::models::BasicBlock;
 use tessera::nn::optim::{Adam, AdamOptions, Optimizer};
-use tessera::nn::{Call, Forward, Layer, ModuleCore, ModuleExt};
+use tessera::nn::{Call, Forward, Layer, ModuleCore, ModuleExt, ModuleKind};
 use tessera::passes::cost::{GraphCost, graph_cost};
 use tessera::passes::{
     DeadCodeElimination, FoldBatchNorm, Pass, QuantizeDynamic, Simplify, StructuredPrune,
@@ -32,7 +37,7 @@ type Error = Box<dyn std::error::Error>;
     about = "Train a ResNet-style CNN on generated shapes, then optimise its traced graph \
                    pass by pass and compare accuracy and speed"
 )]
-struct Args {
+pub struct Args {
     /// Training epochs of the float model.
     #[arg(long, default_value_t = 5)]
     epochs: usize,
@@ -51,6 +56,15 @@ struct Args {
     /// Also draw held-out accuracy and latency per stage as an SVG chart here.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
+    /// The model: `residual` trains the small ResNet-style CNN; the others are
+    /// `tessera::nn::models` with random weights (images 3x32x32, GPT 12 tokens).
+    #[arg(long, value_enum, default_value_t = ModelChoice::Residual)]
+    model: ModelChoice,
+}
+
+zoo::model_choice! {
+    /// The models `--model` names.
+    ModelChoice { Residual => "residual" }
 }
 
 /// A stem conv block, two residual blocks (the second downsampling), pooling and a classifier.
@@ -152,7 +166,7 @@ struct Stage {
 /// Held-out accuracy and the median latency of classifying the whole held-out set.
 fn measure(model: &dyn Layer, test: &(Tensor, Tensor)) -> Result<(f64, f64), Error> {
     let _guard = no_grad();
-    let logits = model.forward(test.0.clone())?;
+    let logits = flat_logits(&model.forward(test.0.clone())?)?;
     let mut times: Vec<f64> = (0..15)
         .map(|_| {
             let start = Instant::now();
@@ -165,15 +179,29 @@ fn measure(model: &dyn Layer, test: &(Tensor, Tensor)) -> Result<(f64, f64), Err
     Ok((accuracy(&logits, &test.1)?, times[times.len() / 2]))
 }
 
+/// `[..., C]` logits as `[rows, C]` (a language model's positions become rows).
+fn flat_logits(logits: &Tensor) -> Result<Tensor, Error> {
+    let classes = logits.shape().last().copied().unwrap_or(1).max(1);
+    Ok(logits.reshape(&[logits.numel() / classes, classes])?)
+}
+
 fn main() -> std::process::ExitCode {
     tessera::exit_code("optimize", run(&Args::parse()))
 }
 
-fn run(args: &Args) -> Result<(), Error> {
+pub fn run(args: &Args) -> Result<(), Error> {
     if !(0.0..1.0).contains(&args.prune) {
         return Err(format!("--prune must be in [0, 1), got {}", args.prune).into());
     }
     let mut g = Generator::new(args.seed);
+    if let ModelChoice::Zoo(model) = args.model {
+        let untrained = Untrained {
+            model,
+            g: &mut g,
+            args,
+        };
+        return model.build(CLASSES.len(), 2 * SIDE, untrained);
+    }
     let train_data = shapes(1500, &mut g)?;
     let test = shapes(600, &mut g)?;
     manual_seed(args.seed);
@@ -183,7 +211,51 @@ fn run(args: &Args) -> Result<(), Error> {
         args.epochs
     );
     train(&*model, &train_data, args.epochs, 1e-2, &mut g)?;
+    optimise(model, Some(&train_data), &test, &mut g, args)
+}
 
+/// 32 inputs for a model of the zoo (shapes upsampled to 3x32x32, or 12 random tokens for the
+/// GPT), labelled with the eager model's own predictions, through the pipeline.
+struct Untrained<'a> {
+    model: zoo::Zoo,
+    g: &'a mut Generator,
+    args: &'a Args,
+}
+
+impl zoo::UseModel for Untrained<'_> {
+    fn with<M: Layer + 'static>(self, model: M) -> Result<(), Error> {
+        model.eval();
+        let inputs = if self.model == zoo::Zoo::Gpt {
+            zoo::token_ids(32, 12, self.g)?
+        } else {
+            let (images, _) = shapes(32, self.g)?;
+            images
+                .reshape(&[32, 1, SIDE, 1, SIDE, 1])?
+                .expand(&[32, 3, SIDE, 2, SIDE, 2])?
+                .reshape(&[32, 3, 2 * SIDE, 2 * SIDE])?
+        };
+        let labels = {
+            let _guard = no_grad();
+            flat_logits(&model.forward(inputs.clone())?)?.argmax(Some(1), false)?
+        };
+        println!(
+            "{:?} with random weights in eval mode; accuracy = top-1 agreement with the eager model",
+            self.model
+        );
+        optimise(Arc::new(model), None, &(inputs, labels), self.g, self.args)
+    }
+}
+
+/// Traces `model` and runs the pipeline on it, measuring every stage on `test`; the pruned
+/// graph is fine-tuned on `train_data` when there is some.
+fn optimise<M: Layer + 'static>(
+    model: Arc<M>,
+    train_data: Option<&(Tensor, Tensor)>,
+    test: &(Tensor, Tensor),
+    g: &mut Generator,
+    args: &Args,
+) -> Result<(), Error> {
+    let test = test.clone();
     let mut stages = Vec::new();
     let (accuracy, latency_ms) = measure(&*model, &test)?;
     stages.push(Stage {
@@ -198,7 +270,10 @@ fn run(args: &Args) -> Result<(), Error> {
     let graph = trace(
         &*model,
         TensorMeta::new(test.0.shape(), test.0.dtype()),
-        LeafPolicy::default(),
+        // Attention and transformer layers are traced through, so the passes see their ops.
+        LeafPolicy::default()
+            .trace_kind(ModuleKind::MultiheadAttention)
+            .trace_kind(ModuleKind::TransformerEncoderLayer),
     )?;
     let mut gm = GraphModule::new(model.clone(), graph);
     let trace_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -221,8 +296,8 @@ fn run(args: &Args) -> Result<(), Error> {
             let pass_ms = start.elapsed().as_secs_f64() * 1e3;
             println!("\n{report}");
             record(&mut stages, "structured_prune", pass_ms, &gm, &test, args)?;
-            if args.finetune_epochs > 0 {
-                train(&gm, &train_data, args.finetune_epochs, 1e-3, &mut g)?;
+            if let (Some(train_data), true) = (train_data, args.finetune_epochs > 0) {
+                train(&gm, train_data, args.finetune_epochs, 1e-3, g)?;
                 let label = format!("fine-tuned {} epoch(s)", args.finetune_epochs);
                 record(&mut stages, &label, 0.0, &gm, &test, args)?;
             }

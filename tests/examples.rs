@@ -1,8 +1,9 @@
 //! The examples end to end, in one test binary: each example's source is a module here,
 //! run with small settings. An example returns an error (its non-zero exit) when its own
 //! check fails: `train_shapes` unless checkpoints reload into bit-identical models, `trace`
-//! unless the interpreter and the inlined graph equal eager execution. `optimize` and the
-//! benchmarks take a minute in a debug build: CI runs them in release (`.ci/run`).
+//! unless the interpreter and the inlined graph equal eager execution. `optimize` on its
+//! default CNN and the benchmarks take a minute in a debug build: CI runs them in release
+//! (`.ci/run`); here `optimize` runs on the two small transformers only.
 
 use clap::Parser;
 
@@ -18,6 +19,9 @@ mod modules_hooks;
 #[allow(dead_code)]
 #[path = "../examples/modules_training.rs"]
 mod modules_training;
+#[allow(dead_code)]
+#[path = "../examples/optimize.rs"]
+mod optimize;
 #[allow(dead_code)]
 #[path = "../examples/trace.rs"]
 mod trace;
@@ -71,5 +75,15 @@ fn train_shapes_checkpoints_reload_into_identical_models() -> Outcome {
     ]))?;
     assert!(dir.path().join("checkpoint.pt").is_file());
     assert!(dir.path().join("model.safetensors").is_file());
+    Ok(())
+}
+
+#[test]
+fn optimize_runs_its_pipeline_on_the_small_transformers() -> Outcome {
+    for model in ["vit", "gpt"] {
+        optimize::run(&optimize::Args::parse_from([
+            "optimize", "--model", model, "--quiet",
+        ]))?;
+    }
     Ok(())
 }

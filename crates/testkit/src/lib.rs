@@ -1,7 +1,10 @@
 //! Test helpers shared by the workspace: loading PyTorch conformance cases and comparing
 //! tensors with tolerances.
 
+mod formula;
 mod subcase;
+
+pub use formula::{formula_tensor, pseudo_random};
 
 use std::collections::HashMap;
 use std::path::PathBuf;

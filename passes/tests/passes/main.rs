@@ -8,6 +8,7 @@ mod dce;
 mod fold_batch_norm;
 mod fusion_groups;
 mod manager;
+mod models;
 mod quantize;
 mod random_graphs;
 mod remove_dropout_identity;

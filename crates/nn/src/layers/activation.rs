@@ -8,14 +8,15 @@ use tessera_tensor::{Tensor, is_grad_enabled, no_grad};
 /// Applies `f` in place when `inplace` and autograd allows it (grad mode off, or an input
 /// that does not require grad), returning the input; otherwise out of place. Autograd here
 /// refuses in-place writes on tensors that require grad, so `inplace` falls back to a new
-/// tensor there instead of failing as a PyTorch leaf would.
+/// tensor there instead of failing as a PyTorch leaf would. A traced (meta) input has no data
+/// to write, so tracing records the out-of-place op.
 fn maybe_inplace(
     inplace: bool,
     input: Tensor,
     f: impl Fn(&Tensor) -> tessera_tensor::Result<Tensor>,
 ) -> Result<Tensor> {
     let y = f(&input)?;
-    if inplace && !(is_grad_enabled() && input.requires_grad()) {
+    if inplace && !input.is_meta() && !(is_grad_enabled() && input.requires_grad()) {
         let _guard = no_grad();
         input.copy_(&y)?;
         return Ok(input);
