@@ -1,10 +1,10 @@
 //! Common subexpression elimination: duplicated pure ops merge (chains in one run), dropout
 //! and differing attributes do not, and results do not change.
 
-use crate::common::{assert_same, f32s, module_of, outputs, run_pass, snapshots};
+use crate::common::{assert_same, f32s, module_of, outputs, run_pass, snapshots, training_dropout};
 use tessera_fx::Graph;
 use tessera_passes::{Changed, CommonSubexpressionElimination};
-use tessera_tensor::op::{BinaryOp, DropoutOp, ScalarOp, UnaryOp};
+use tessera_tensor::op::{BinaryOp, ScalarOp, UnaryOp};
 use tessera_tensor::{DType, Op, Tensor};
 
 fn graph_with_duplicates() -> Graph {
@@ -57,10 +57,7 @@ fn cse_keeps_ops_whose_attributes_differ() {
 fn cse_never_merges_dropout() {
     let mut g = Graph::new();
     let x = g.placeholder("x", f32s(&[4]));
-    let drop = Op::Dropout(DropoutOp {
-        p: 0.5,
-        training: true,
-    });
+    let drop = training_dropout();
     let a = g.call_function(drop.clone(), &[&x]).unwrap();
     let b = g.call_function(drop, &[&x]).unwrap();
     let a0 = g.getitem(&a, 0).unwrap();

@@ -2,34 +2,19 @@
 //! PyTorch's outputs kept), a conv shared by two calls and a conv output with two users, the
 //! linear and transposed-conv pairs, f64, and the training-mode refusal.
 
-use crate::common::{Case, assert_same, conformance_dir, f32s, random, run_pass, snapshots};
+use crate::common::{
+    Case, assert_same, conformance_cnn, f32s, random, run_pass, snapshots, traced,
+};
 use std::sync::Arc;
-use tessera_fx::trace::{LeafPolicy, TracedGraph, trace};
+use tessera_fx::trace::{LeafPolicy, TracedGraph};
 use tessera_fx::{Graph, GraphModule, NodeId};
 use tessera_nn::layers::{
     BatchNorm1d, BatchNorm2d, Conv2d, ConvTranspose2d, ConvTranspose2dOptions, Linear,
 };
-use tessera_nn::models::SmallCnn;
-use tessera_nn::{Call, Forward, Layer, Module, ModuleExt, Sequential, load_pt_state_dict, repr};
+use tessera_nn::{Call, Forward, Module, ModuleExt, Sequential, repr};
 use tessera_passes::{Changed, FoldBatchNorm, PassError};
 use tessera_tensor::op::BinaryOp;
 use tessera_tensor::{DType, Op, Tensor, TensorMeta, no_grad};
-
-/// The conformance CNN with its PyTorch weights and running statistics, in eval mode.
-fn conformance_cnn() -> Arc<SmallCnn> {
-    let model = Arc::new(SmallCnn::new().unwrap());
-    let path = conformance_dir().join("d_cnn_eval").join("state_dict.pt");
-    model
-        .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
-        .unwrap();
-    model.eval();
-    model
-}
-
-fn traced<M: Layer + 'static>(model: Arc<M>, input: TensorMeta, policy: LeafPolicy) -> GraphModule {
-    let graph = trace(&*model, input, policy).unwrap();
-    GraphModule::new(model, graph)
-}
 
 fn values(t: &Tensor) -> Vec<f64> {
     t.detach().to_vec_f64().unwrap()
