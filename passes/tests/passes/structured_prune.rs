@@ -92,6 +92,20 @@ fn residual_layers_with_zero_channels() -> (Conv2d, BatchNorm2d, Conv2d, Conv2d)
     (conv_a, bn, conv_b, shortcut)
 }
 
+/// Prunes a quarter of the channels of the residual net `gm`, whose pruned channels are all
+/// zero; snapshots the report and the pruned graph under `snapshot`, and checks that the graph
+/// verifies and computes exactly what it did.
+fn prune_zero_channels_exactly(gm: &mut GraphModule, snapshot: &str) -> PruneReport {
+    let x = random(&[2, 3, 8, 8], 9);
+    let expected = gm.call_all(&x);
+    let report = StructuredPrune::new(0.25).run_with_report(gm).unwrap();
+    let text = format!("{report}\n\n{}", gm.graph);
+    snapshots().bind(|| insta::assert_snapshot!(snapshot, text));
+    gm.graph.verify().unwrap();
+    assert_same(&gm.call_all(&x), &expected, snapshot);
+    report
+}
+
 #[test]
 fn zero_channels_are_pruned_through_batch_norm_residual_add_and_flatten_exactly() {
     let (conv_a, bn, conv_b, shortcut) = residual_layers_with_zero_channels();
@@ -126,13 +140,7 @@ fn zero_channels_are_pruned_through_batch_norm_residual_add_and_flatten_exactly(
         let out = call(g, 7, &f, f32s(&[2, 4]));
         g.output(&[&out]).unwrap();
     });
-    let x = random(&[2, 3, 8, 8], 9);
-    let expected = gm.call_all(&x);
-    let report = StructuredPrune::new(0.25).run_with_report(&mut gm).unwrap();
-    let text = format!("{report}\n\n{}", gm.graph);
-    snapshots().bind(|| insta::assert_snapshot!("structured_prune_residual", text));
-    gm.graph.verify().unwrap();
-    assert_same(&gm.call_all(&x), &expected, "pruning zero channels");
+    let report = prune_zero_channels_exactly(&mut gm, "structured_prune_residual");
     assert!(report.after.parameters < report.before.parameters);
     assert!(report.after.flops < report.before.flops);
     // The traced model keeps its shapes.
@@ -251,13 +259,7 @@ fn op_level_residual_net() -> GraphModule {
 fn op_level_zero_channels_are_pruned_into_new_constants_exactly() {
     let mut gm = op_level_residual_net();
     assert!(!gm.graph.to_string().contains("call_module"));
-    let x = random(&[2, 3, 8, 8], 9);
-    let expected = gm.call_all(&x);
-    let report = StructuredPrune::new(0.25).run_with_report(&mut gm).unwrap();
-    let text = format!("{report}\n\n{}", gm.graph);
-    snapshots().bind(|| insta::assert_snapshot!("structured_prune_op_level_residual", text));
-    gm.graph.verify().unwrap();
-    assert_same(&gm.call_all(&x), &expected, "pruning zero channels of ops");
+    let report = prune_zero_channels_exactly(&mut gm, "structured_prune_op_level_residual");
     assert_eq!(report.groups.len(), 2, "{report}");
     assert!(report.after.parameters < report.before.parameters);
     assert!(report.after.flops < report.before.flops);
