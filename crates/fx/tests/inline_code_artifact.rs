@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_eager_gives, small_cnn, snapshots};
+use common::{assert_eager_gives, assert_interprets_as_eager, small_cnn, snapshots};
 use tessera_fx::NodeKind;
 use tessera_fx::artifact::{load, run_standalone, save};
 use tessera_fx::trace::{LeafPolicy, TracedGraph, inline, trace};
@@ -27,11 +27,7 @@ fn inlining_every_module_call_gives_an_op_graph_that_computes_the_same() {
     )));
     snapshots().bind(|| insta::assert_snapshot!("fx_inlined_small_cnn", traced.graph.to_string()));
     let x = Tensor::randn(&[2, 3, 16, 16], DType::F32).unwrap();
-    let out = traced
-        .interpret(&cnn, std::slice::from_ref(&x))
-        .unwrap()
-        .remove(0);
-    assert_eager_gives(&cnn, x, &out);
+    assert_interprets_as_eager(&traced, &cnn, x);
 }
 
 #[test]

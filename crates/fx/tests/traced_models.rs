@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_eager_gives, small_cnn, snapshots};
+use common::{assert_interprets_as_eager, small_cnn, snapshots};
 use tessera_fx::interpreter::GraphInterpreter;
 use tessera_fx::shape_prop::propagate_shapes;
 use tessera_fx::trace::{LeafPolicy, trace, trace_with};
@@ -152,9 +152,5 @@ fn resnet18_traces_like_torch_fx_and_its_graph_computes_the_same() {
     assert_eq!(traced.graph.len(), 71);
     snapshot("fx_trace_resnet18", traced.graph.to_string());
     let x = Tensor::randn(&[1, 3, 64, 64], DType::F32).unwrap();
-    let out = traced
-        .interpret(&resnet, std::slice::from_ref(&x))
-        .unwrap()
-        .remove(0);
-    assert_eager_gives(&resnet, x, &out);
+    assert_interprets_as_eager(&traced, &resnet, x);
 }

@@ -79,6 +79,21 @@ pub fn run_pass(pass: Box<dyn Pass>, gm: &mut GraphModule) -> (Changed, String) 
     )
 }
 
+/// Runs `pass` on `gm` and asserts that it changed the graph but not its outputs for
+/// `inputs`; the printed graph before and after is the snapshot `snapshot`.
+pub fn assert_pass_rewrites(
+    pass: Box<dyn Pass>,
+    gm: &mut GraphModule,
+    inputs: &[Tensor],
+    snapshot: &str,
+) {
+    let expected = outputs(gm, inputs);
+    let (changed, text) = run_pass(pass, gm);
+    assert_eq!(changed, Changed::Yes);
+    snapshots().bind(|| insta::assert_snapshot!(snapshot, text));
+    assert_same(&outputs(gm, inputs), &expected, snapshot);
+}
+
 /// Asserts that the interpreter gives the same outputs as `expected` (within f32 rounding).
 pub fn assert_same(actual: &[Tensor], expected: &[Tensor], what: &str) {
     assert_eq!(actual.len(), expected.len(), "{what}: output count");

@@ -2,7 +2,7 @@
 //! dropout stay, and results do not change.
 
 use crate::common::{
-    assert_same, f32s, module_of, one_op_graph, outputs, run_pass, snapshots, training_dropout,
+    assert_pass_rewrites, f32s, module_of, one_op_graph, run_pass, training_dropout,
 };
 use tessera_fx::Graph;
 use tessera_passes::{Changed, DeadCodeElimination};
@@ -30,11 +30,12 @@ fn dce_erases_dead_chains_and_keeps_results() {
         Tensor::randn(&[2, 3], DType::F32).unwrap(),
         Tensor::randn(&[2, 3], DType::F32).unwrap(),
     ];
-    let expected = outputs(&gm, &inputs);
-    let (changed, text) = run_pass(Box::new(DeadCodeElimination), &mut gm);
-    assert_eq!(changed, Changed::Yes);
-    snapshots().bind(|| insta::assert_snapshot!("dce_dead_chain", text));
-    assert_same(&outputs(&gm, &inputs), &expected, "after dce");
+    assert_pass_rewrites(
+        Box::new(DeadCodeElimination),
+        &mut gm,
+        &inputs,
+        "dce_dead_chain",
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! a graph with several inputs and outputs.
 #![allow(dead_code)]
 
+use tessera_fx::trace::TracedGraph;
 use tessera_fx::{Graph, Result};
 use tessera_nn::models::SmallCnn;
 use tessera_nn::{Call, Layer, ModuleExt, ModuleKind};
@@ -26,6 +27,15 @@ pub fn assert_eager_gives<M: Layer>(module: &M, x: Tensor, out: &Tensor) {
         out.to_vec::<f32>().unwrap(),
         module.call(x).unwrap().to_vec::<f32>().unwrap()
     );
+}
+
+/// Asserts that interpreting `traced` on `x` gives, bit for bit, what `module` gives eagerly.
+pub fn assert_interprets_as_eager<M: Layer>(traced: &TracedGraph, module: &M, x: Tensor) {
+    let out = traced
+        .interpret(module, std::slice::from_ref(&x))
+        .unwrap()
+        .remove(0);
+    assert_eager_gives(module, x, &out);
 }
 
 pub fn relu() -> Op {
