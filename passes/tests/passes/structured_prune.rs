@@ -20,11 +20,16 @@ use tessera_tensor::{Op, Tensor, no_grad};
 
 /// Zeroes output channels `channels` of a layer's weight and bias (dim 0 of both).
 fn zero_channels(module: &dyn Module, channels: &[usize]) {
-    let _guard = no_grad();
     for p in module.parameters() {
-        for &c in channels {
-            p.select(0, c).unwrap().fill_(0.0).unwrap();
-        }
+        zero_entries(&p, channels);
+    }
+}
+
+/// Zeroes the slices `channels` of `t` along dim 0.
+fn zero_entries(t: &Tensor, channels: &[usize]) {
+    let _guard = no_grad();
+    for &c in channels {
+        t.select(0, c).unwrap().fill_(0.0).unwrap();
     }
 }
 
@@ -68,25 +73,8 @@ fn residual_layers_with_zero_channels() -> (Conv2d, BatchNorm2d, Conv2d, Conv2d)
         bn.bias.as_ref().unwrap().copy_(&random(&[8], 3)).unwrap();
     }
     zero_channels(&conv_a, &[1, 5]);
-    {
-        let _guard = no_grad();
-        for c in [1, 5] {
-            bn.running_mean
-                .as_ref()
-                .unwrap()
-                .select(0, c)
-                .unwrap()
-                .fill_(0.0)
-                .unwrap();
-            bn.bias
-                .as_ref()
-                .unwrap()
-                .select(0, c)
-                .unwrap()
-                .fill_(0.0)
-                .unwrap();
-        }
-    }
+    zero_entries(bn.running_mean.as_ref().unwrap(), &[1, 5]);
+    zero_entries(bn.bias.as_ref().unwrap(), &[1, 5]);
     zero_channels(&conv_b, &[2, 6]);
     zero_channels(&shortcut, &[2, 6]);
     (conv_a, bn, conv_b, shortcut)
