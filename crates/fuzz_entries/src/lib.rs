@@ -11,6 +11,7 @@ mod corpus;
 mod graph_text;
 mod memory;
 mod pt;
+mod reload;
 mod run_graph;
 mod safetensors;
 mod same;

@@ -3,7 +3,8 @@
 
 use tessera_nn::{load_pt, load_pt_state_dict, save_pt, save_pt_state_dict};
 
-use crate::memory::{MemoryBound, measure};
+use crate::memory::MemoryBound;
+use crate::reload::Format;
 use crate::same::{same_state_dict, same_value};
 use crate::scratch::Scratch;
 
@@ -21,27 +22,21 @@ pub const PT_MEMORY: MemoryBound = MemoryBound {
 pub fn pt(data: &[u8]) -> usize {
     let scratch = Scratch::new();
     let path = scratch.file("input.pt", data);
-    let (value, value_peak) = measure(|| load_pt(&path));
-    PT_MEMORY.check("load_pt", data.len(), value_peak);
-    if let Ok(value) = value {
-        let again = scratch.path("value.pt");
-        save_pt(&value, &again).expect("a loaded checkpoint saves again");
-        let back = load_pt(&again).expect("a saved checkpoint loads back");
-        assert!(
-            same_value(&value, &back),
-            "load(save(x)) != x for a .pt value"
-        );
-    }
-    let (state, state_peak) = measure(|| load_pt_state_dict(&path));
-    PT_MEMORY.check("load_pt_state_dict", data.len(), state_peak);
-    if let Ok(state) = state {
-        let again = scratch.path("state.pt");
-        save_pt_state_dict(&state, &again).expect("a loaded state dict saves again");
-        let back = load_pt_state_dict(&again).expect("a saved state dict loads back");
-        assert!(
-            same_state_dict(&state, &back),
-            "load(save(x)) != x for a .pt state dict"
-        );
-    }
+    let value = Format {
+        name: "load_pt",
+        bound: PT_MEMORY,
+        load: |p| load_pt(p),
+        save: |v, p| save_pt(v, p),
+        same: same_value,
+    };
+    let state = Format {
+        name: "load_pt_state_dict",
+        bound: PT_MEMORY,
+        load: |p| load_pt_state_dict(p),
+        save: |s, p| save_pt_state_dict(s, p),
+        same: same_state_dict,
+    };
+    let value_peak = value.check_reload(&path, data.len(), &scratch.path("value.pt"));
+    let state_peak = state.check_reload(&path, data.len(), &scratch.path("state.pt"));
     value_peak.max(state_peak)
 }

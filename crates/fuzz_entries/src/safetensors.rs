@@ -3,7 +3,8 @@
 
 use tessera_nn::{load_safetensors, save_safetensors};
 
-use crate::memory::{MemoryBound, measure};
+use crate::memory::MemoryBound;
+use crate::reload::Format;
 use crate::same::same_state_dict;
 use crate::scratch::Scratch;
 
@@ -20,16 +21,12 @@ pub const SAFETENSORS_MEMORY: MemoryBound = MemoryBound {
 pub fn safetensors(data: &[u8]) -> usize {
     let scratch = Scratch::new();
     let path = scratch.file("input.safetensors", data);
-    let (state, peak) = measure(|| load_safetensors(&path));
-    SAFETENSORS_MEMORY.check("load_safetensors", data.len(), peak);
-    if let Ok(state) = state {
-        let again = scratch.path("again.safetensors");
-        save_safetensors(&state, &again).expect("a loaded state dict saves again");
-        let back = load_safetensors(&again).expect("a saved state dict loads back");
-        assert!(
-            same_state_dict(&state, &back),
-            "load(save(x)) != x for safetensors"
-        );
-    }
-    peak
+    let format = Format {
+        name: "load_safetensors",
+        bound: SAFETENSORS_MEMORY,
+        load: |p| load_safetensors(p),
+        save: |s, p| save_safetensors(s, p),
+        same: same_state_dict,
+    };
+    format.check_reload(&path, data.len(), &scratch.path("again.safetensors"))
 }

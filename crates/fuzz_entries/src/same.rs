@@ -2,61 +2,27 @@
 //! state dicts key by key in order, checkpoint values structurally.
 
 use tessera_nn::{StateDict, Value};
+use tessera_tensor::storage::StorageElement;
 use tessera_tensor::{DType, Tensor};
 
 /// Every element of `t` as its bit pattern, widened to `u64`.
 fn bits(t: &Tensor) -> Option<Vec<u64>> {
-    Some(match t.dtype() {
-        DType::Bool => t
-            .to_vec::<bool>()
-            .ok()?
-            .into_iter()
-            .map(u64::from)
-            .collect(),
-        DType::U8 => t.to_vec::<u8>().ok()?.into_iter().map(u64::from).collect(),
-        DType::I8 => t
-            .to_vec::<i8>()
-            .ok()?
-            .into_iter()
-            .map(|v| v as u64)
-            .collect(),
-        DType::I32 => t
-            .to_vec::<i32>()
-            .ok()?
-            .into_iter()
-            .map(|v| v as u64)
-            .collect(),
-        DType::I64 => t
-            .to_vec::<i64>()
-            .ok()?
-            .into_iter()
-            .map(|v| v as u64)
-            .collect(),
-        DType::F16 => t
-            .to_vec::<half::f16>()
-            .ok()?
-            .into_iter()
-            .map(|v| u64::from(v.to_bits()))
-            .collect(),
-        DType::BF16 => t
-            .to_vec::<half::bf16>()
-            .ok()?
-            .into_iter()
-            .map(|v| u64::from(v.to_bits()))
-            .collect(),
-        DType::F32 => t
-            .to_vec::<f32>()
-            .ok()?
-            .into_iter()
-            .map(|v| u64::from(v.to_bits()))
-            .collect(),
-        DType::F64 => t
-            .to_vec::<f64>()
-            .ok()?
-            .into_iter()
-            .map(f64::to_bits)
-            .collect(),
-    })
+    match t.dtype() {
+        DType::Bool => widened(t, |v: bool| u64::from(v)),
+        DType::U8 => widened(t, |v: u8| u64::from(v)),
+        DType::I8 => widened(t, |v: i8| v as u64),
+        DType::I32 => widened(t, |v: i32| v as u64),
+        DType::I64 => widened(t, |v: i64| v as u64),
+        DType::F16 => widened(t, |v: half::f16| u64::from(v.to_bits())),
+        DType::BF16 => widened(t, |v: half::bf16| u64::from(v.to_bits())),
+        DType::F32 => widened(t, |v: f32| u64::from(v.to_bits())),
+        DType::F64 => widened(t, f64::to_bits),
+    }
+}
+
+/// The elements of `t`, read as `T`, each mapped to a `u64` by `widen`.
+fn widened<T: StorageElement>(t: &Tensor, widen: impl Fn(T) -> u64) -> Option<Vec<u64>> {
+    Some(t.to_vec::<T>().ok()?.into_iter().map(widen).collect())
 }
 
 /// Same shape, dtype and bits.

@@ -242,21 +242,13 @@ impl Graph {
     /// The operands of a node, by position.
     pub fn operands(&self, id: &NodeId) -> Result<Vec<NodeId>> {
         let i = self.index(id)?;
-        Ok(self
-            .operand_indices(i)
-            .into_iter()
-            .map(|o| self.id(o))
-            .collect())
+        Ok(self.ids(self.operand_indices(i)))
     }
 
     /// The nodes that use a node, each once, in node order.
     pub fn users(&self, id: &NodeId) -> Result<Vec<NodeId>> {
         let i = self.index(id)?;
-        Ok(self
-            .user_indices(i)
-            .into_iter()
-            .map(|u| self.id(u))
-            .collect())
+        Ok(self.ids(self.user_indices(i)))
     }
 
     /// Whether `a` comes before `b` in the node order (in constant time; false when equal).
@@ -300,6 +292,11 @@ impl Graph {
             .filter(|&i| keep(&self.graph[i]))
             .map(|i| self.id(i))
             .collect()
+    }
+
+    /// The ids of `indices`, in order.
+    fn ids(&self, indices: Vec<NodeIndex<u32>>) -> Vec<NodeId> {
+        indices.into_iter().map(|i| self.id(i)).collect()
     }
 
     pub(crate) fn id(&self, index: NodeIndex<u32>) -> NodeId {

@@ -14,6 +14,15 @@ struct Recording<'i> {
     metas: HashMap<String, Vec<TensorMeta>>,
 }
 
+impl Recording<'_> {
+    /// Notes the metas of `node`'s outputs and passes them on.
+    fn record(&mut self, node: &Node, out: Vec<Tensor>) -> Vec<Tensor> {
+        self.metas
+            .insert(node.name.clone(), out.iter().map(Tensor::meta).collect());
+        out
+    }
+}
+
 impl Interpreter for Recording<'_> {
     fn root(&self) -> &dyn Module {
         self.inner.root()
@@ -42,9 +51,7 @@ impl Interpreter for Recording<'_> {
         args: Vec<Tensor>,
     ) -> Result<Vec<Tensor>, RunError> {
         let out = self.inner.call_module(node, target, args)?;
-        self.metas
-            .insert(node.name.clone(), out.iter().map(Tensor::meta).collect());
-        Ok(out)
+        Ok(self.record(node, out))
     }
 
     fn call_function(
@@ -54,9 +61,7 @@ impl Interpreter for Recording<'_> {
         args: Vec<Tensor>,
     ) -> Result<Vec<Tensor>, RunError> {
         let out = self.inner.call_function(node, op, args)?;
-        self.metas
-            .insert(node.name.clone(), out.iter().map(Tensor::meta).collect());
-        Ok(out)
+        Ok(self.record(node, out))
     }
 }
 

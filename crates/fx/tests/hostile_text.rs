@@ -1,27 +1,31 @@
 //! Hostile graph text: attribute values nested past any real op's (`[[[[...`, `{a: {a: ...`)
 //! are a parse error naming the limit, not a stack overflow (about 32k levels used to abort).
 
-use tessera_fx::Graph;
+use tessera_fx::{Graph, ParseError};
 
 fn graph_with_attrs(attrs: &str) -> String {
     format!("graph(x: f32[2]):\n    %r : f32[2] = call_function[relu]{attrs}(%x)\n    return %r\n")
+}
+
+/// The error parsing an op with the attributes `attrs`, checked to name the nesting limit.
+fn nesting_limit_error(attrs: &str) -> ParseError {
+    let e = Graph::parse_unverified(&graph_with_attrs(attrs)).unwrap_err();
+    assert!(e.message.contains("nest more than 64 levels"), "{e}");
+    e
 }
 
 #[test]
 fn deeply_nested_arrays_are_an_error() {
     let depth = 100_000;
     let attrs = format!("{{{}{}}}", "[".repeat(depth), "]".repeat(depth));
-    let e = Graph::parse_unverified(&graph_with_attrs(&attrs)).unwrap_err();
-    assert!(e.message.contains("nest more than 64 levels"), "{e}");
-    assert_eq!(e.line, 2);
+    assert_eq!(nesting_limit_error(&attrs).line, 2);
 }
 
 #[test]
 fn deeply_nested_objects_are_an_error() {
     let depth = 100_000;
     let attrs = format!("{}1{}", "{a: ".repeat(depth), "}".repeat(depth));
-    let e = Graph::parse_unverified(&graph_with_attrs(&attrs)).unwrap_err();
-    assert!(e.message.contains("nest more than 64 levels"), "{e}");
+    nesting_limit_error(&attrs);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Case;
+use common::{Case, small_cnn};
 use tessera_fx::interpreter::{GraphInterpreter, run};
 use tessera_fx::trace::{LeafPolicy, trace};
 use tessera_nn::models::SmallCnn;
@@ -63,8 +63,7 @@ fn op_level_graph_reproduces_pytorch_outputs_and_gradients() {
 
 #[test]
 fn errors_name_the_node_being_executed() {
-    let cnn = SmallCnn::new().unwrap();
-    cnn.eval();
+    let cnn = small_cnn();
     let traced = trace(
         &cnn,
         tessera_tensor::TensorMeta::new([1, 3, 16, 16], DType::F32),

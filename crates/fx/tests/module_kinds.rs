@@ -3,10 +3,12 @@
 //! the same kinds, and saved graphs keep them (also those saved when the field was
 //! `module_type`).
 
+mod common;
+
+use common::{f32s, small_cnn};
 use tessera_fx::trace::{LeafPolicy, trace};
 use tessera_fx::{FxError, Graph, NodeKind};
 use tessera_nn::layers::{Conv2d, Flatten, Linear, ReLU};
-use tessera_nn::models::SmallCnn;
 use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, ModuleKind, Parameter, Result};
 use tessera_tensor::{DType, Tensor, TensorMeta};
 
@@ -61,7 +63,7 @@ impl Forward for Mixed {
 }
 
 fn input() -> TensorMeta {
-    TensorMeta::new([1, 3, 4, 4], DType::F32)
+    f32s(&[1, 3, 4, 4])
 }
 
 /// Each `call_module` node's target and kind, in graph order.
@@ -84,13 +86,8 @@ fn named(pairs: &[(&str, ModuleKind)]) -> Vec<(String, ModuleKind)> {
 
 #[test]
 fn traced_builtin_layers_carry_their_kinds() -> tessera_fx::Result<()> {
-    let cnn = SmallCnn::new().unwrap();
-    cnn.eval();
-    let traced = trace(
-        &cnn,
-        TensorMeta::new([1, 3, 32, 32], DType::F32),
-        LeafPolicy::default(),
-    )?;
+    let cnn = small_cnn();
+    let traced = trace(&cnn, f32s(&[1, 3, 32, 32]), LeafPolicy::default())?;
     use ModuleKind::*;
     assert_eq!(
         module_kinds(&traced.graph),
@@ -271,11 +268,7 @@ fn a_transformer_encoder_layer_is_a_typed_leaf_that_prints_parses_and_interprets
         head: Linear::new(8, 3).unwrap(),
     };
     model.eval();
-    let traced = trace(
-        &model,
-        TensorMeta::new([2, 5, 8], DType::F32),
-        LeafPolicy::default(),
-    )?;
+    let traced = trace(&model, f32s(&[2, 5, 8]), LeafPolicy::default())?;
     assert_eq!(
         module_kinds(&traced.graph),
         named(&[

@@ -2,20 +2,17 @@
 //! traced through to ops with get_attr of their parameters, shapes are on every node, and
 //! reading a traced value is an error naming the module path.
 
+mod common;
+
+use common::{f32s, small_cnn};
 use tessera_fx::trace::{LeafPolicy, trace, trace_with};
-use tessera_nn::models::SmallCnn;
-use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, Result};
-use tessera_tensor::{DType, Tensor, TensorMeta};
+use tessera_nn::{Call, Forward, Module, ModuleCore, Result};
+use tessera_tensor::{DType, Tensor};
 
 #[test]
 fn the_small_cnn_traces_to_one_call_module_per_layer() -> tessera_fx::Result<()> {
-    let cnn = SmallCnn::new().unwrap();
-    cnn.eval();
-    let traced = trace(
-        &cnn,
-        TensorMeta::new([1, 3, 32, 32], DType::F32),
-        LeafPolicy::default(),
-    )?;
+    let cnn = small_cnn();
+    let traced = trace(&cnn, f32s(&[1, 3, 32, 32]), LeafPolicy::default())?;
     traced.graph.verify()?;
     assert_eq!(
         traced.graph.to_string(),
@@ -46,13 +43,8 @@ fn the_small_cnn_traces_to_one_call_module_per_layer() -> tessera_fx::Result<()>
 
 #[test]
 fn with_no_leaves_layers_expand_into_ops_reading_their_parameters() -> tessera_fx::Result<()> {
-    let cnn = SmallCnn::new().unwrap();
-    cnn.eval();
-    let traced = trace(
-        &cnn,
-        TensorMeta::new([2, 3, 16, 16], DType::F32),
-        LeafPolicy::none(),
-    )?;
+    let cnn = small_cnn();
+    let traced = trace(&cnn, f32s(&[2, 3, 16, 16]), LeafPolicy::none())?;
     traced.graph.verify()?;
     let text = traced.graph.to_string();
     assert!(text.contains("get_attr[conv1.weight]"), "{text}");
@@ -77,11 +69,7 @@ fn my_linear(i: usize, o: usize) -> MyLinear {
 #[test]
 fn custom_modules_are_traced_through_and_leaves_can_be_chosen_by_path() -> tessera_fx::Result<()> {
     let net = Net::new().unwrap();
-    let traced = trace(
-        &net,
-        TensorMeta::new([8, 4], DType::F32),
-        LeafPolicy::default(),
-    )?;
+    let traced = trace(&net, f32s(&[8, 4]), LeafPolicy::default())?;
     assert_eq!(
         traced.graph.to_string(),
         "graph(x: f32[8, 4]):
@@ -97,11 +85,7 @@ fn custom_modules_are_traced_through_and_leaves_can_be_chosen_by_path() -> tesse
     return %add_1
 "
     );
-    let by_path = trace(
-        &net,
-        TensorMeta::new([8, 4], DType::F32),
-        LeafPolicy::default().leaf_path("l1"),
-    )?;
+    let by_path = trace(&net, f32s(&[8, 4]), LeafPolicy::default().leaf_path("l1"))?;
     assert!(
         by_path
             .graph
@@ -116,10 +100,7 @@ fn custom_modules_are_traced_through_and_leaves_can_be_chosen_by_path() -> tesse
 #[test]
 fn several_inputs_and_outputs_and_fixed_non_tensor_arguments() -> tessera_fx::Result<()> {
     let net = Net::new().unwrap();
-    let inputs = [
-        ("a", TensorMeta::new([2, 4], DType::F32)),
-        ("b", TensorMeta::new([2, 4], DType::F32)),
-    ];
+    let inputs = [("a", f32s(&[2, 4])), ("b", f32s(&[2, 4]))];
     let traced = trace_with(&net, &inputs, LeafPolicy::default(), |t| {
         let sum = t[0].add(&t[1])?;
         Ok(vec![net.call(sum.clone())?, sum])
@@ -184,14 +165,10 @@ fn reading_a_traced_value_is_a_trace_error_naming_the_module_and_op() {
             core: ModuleCore::default(),
         },
     };
-    let err = trace(
-        &outer,
-        TensorMeta::new([3], DType::F32),
-        LeafPolicy::default(),
-    )
-    .err()
-    .unwrap()
-    .to_string();
+    let err = trace(&outer, f32s(&[3]), LeafPolicy::default())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(
         err.contains("branchy (MyLinearWithBranch)") && err.contains("meta device"),
         "{err}"
@@ -201,7 +178,7 @@ fn reading_a_traced_value_is_a_trace_error_naming_the_module_and_op() {
             core: ModuleCore::default(),
             inner: my_linear(4, 3),
         },
-        TensorMeta::new([2, 5], DType::F32),
+        f32s(&[2, 5]),
         LeafPolicy::default(),
     )
     .err()
@@ -217,8 +194,7 @@ fn reading_a_traced_value_is_a_trace_error_naming_the_module_and_op() {
 
 #[test]
 fn an_example_tensor_stands_for_its_shape_and_dtype() -> tessera_fx::Result<()> {
-    let cnn = SmallCnn::new().unwrap();
-    cnn.eval();
+    let cnn = small_cnn();
     let example = Tensor::zeros(&[2, 3, 8, 8], DType::F32).unwrap();
     let traced = trace(&cnn, &example, LeafPolicy::default())?;
     assert!(

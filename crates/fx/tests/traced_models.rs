@@ -5,14 +5,14 @@
 
 mod common;
 
-use common::snapshots;
+use common::{assert_interprets_as_eager, small_cnn, snapshots};
 use tessera_fx::interpreter::GraphInterpreter;
 use tessera_fx::shape_prop::propagate_shapes;
 use tessera_fx::trace::{LeafPolicy, trace, trace_with};
 use tessera_nn::layers::Linear;
+use tessera_nn::models::BasicBlock;
 use tessera_nn::models::note::{BigNet, DynamicNet, Net, StatefulModule};
-use tessera_nn::models::{BasicBlock, SmallCnn};
-use tessera_nn::{Call, Module, ModuleCore, ModuleExt};
+use tessera_nn::{Call, Layer, Module, ModuleCore, ModuleExt};
 use tessera_tensor::{DType, Tensor, TensorMeta};
 
 fn f32s(shape: &[usize]) -> TensorMeta {
@@ -28,6 +28,11 @@ struct TwoHeads {
     right: Linear,
 }
 
+/// The printed graph of `module` traced for `input` with `policy`.
+fn printed<M: Layer>(module: &M, input: TensorMeta, policy: LeafPolicy) -> String {
+    trace(module, input, policy).unwrap().graph.to_string()
+}
+
 fn snapshot(name: &str, text: String) {
     snapshots().bind(|| insta::assert_snapshot!(name, text));
 }
@@ -36,18 +41,12 @@ fn snapshot(name: &str, text: String) {
 fn note_models_trace_to_their_snapshots() {
     snapshot(
         "fx_trace_net",
-        trace(&Net::new().unwrap(), f32s(&[8, 4]), LeafPolicy::default())
-            .unwrap()
-            .graph
-            .to_string(),
+        printed(&Net::new().unwrap(), f32s(&[8, 4]), LeafPolicy::default()),
     );
     let big = BigNet::new().unwrap();
     snapshot(
         "fx_trace_bignet",
-        trace(&big, f32s(&[2, 5]), LeafPolicy::default())
-            .unwrap()
-            .graph
-            .to_string(),
+        printed(&big, f32s(&[2, 5]), LeafPolicy::default()),
     );
     let dynamic = DynamicNet::new(3).unwrap();
     for act in ["relu", "lrelu"] {
@@ -66,30 +65,20 @@ fn note_models_trace_to_their_snapshots() {
     let stateful = StatefulModule::new().unwrap();
     snapshot(
         "fx_trace_stateful_module",
-        trace(&stateful, f32s(&[4, 2]), LeafPolicy::default())
-            .unwrap()
-            .graph
-            .to_string(),
+        printed(&stateful, f32s(&[4, 2]), LeafPolicy::default()),
     );
 }
 
 #[test]
 fn the_cnn_at_module_and_at_op_level() {
-    let cnn = SmallCnn::new().unwrap();
-    cnn.eval();
+    let cnn = small_cnn();
     snapshot(
         "fx_trace_small_cnn",
-        trace(&cnn, f32s(&[4, 3, 16, 16]), LeafPolicy::default())
-            .unwrap()
-            .graph
-            .to_string(),
+        printed(&cnn, f32s(&[4, 3, 16, 16]), LeafPolicy::default()),
     );
     snapshot(
         "fx_trace_small_cnn_inlined",
-        trace(&cnn, f32s(&[4, 3, 16, 16]), LeafPolicy::none())
-            .unwrap()
-            .graph
-            .to_string(),
+        printed(&cnn, f32s(&[4, 3, 16, 16]), LeafPolicy::none()),
     );
 }
 
@@ -99,10 +88,7 @@ fn a_residual_block_and_a_two_headed_module() {
     block.eval();
     snapshot(
         "fx_trace_basic_block",
-        trace(&block, f32s(&[1, 8, 8, 8]), LeafPolicy::default())
-            .unwrap()
-            .graph
-            .to_string(),
+        printed(&block, f32s(&[1, 8, 8, 8]), LeafPolicy::default()),
     );
     let heads = TwoHeads {
         core: ModuleCore::default(),
@@ -125,8 +111,7 @@ fn a_residual_block_and_a_two_headed_module() {
 
 #[test]
 fn shape_propagation_reshapes_a_traced_graph_for_a_new_input_size() {
-    let cnn = SmallCnn::new().unwrap();
-    cnn.eval();
+    let cnn = small_cnn();
     let mut traced = trace(&cnn, f32s(&[1, 3, 32, 32]), LeafPolicy::default()).unwrap();
     let mut interpreter = GraphInterpreter {
         root: &cnn,
@@ -167,12 +152,5 @@ fn resnet18_traces_like_torch_fx_and_its_graph_computes_the_same() {
     assert_eq!(traced.graph.len(), 71);
     snapshot("fx_trace_resnet18", traced.graph.to_string());
     let x = Tensor::randn(&[1, 3, 64, 64], DType::F32).unwrap();
-    let out = traced
-        .interpret(&resnet, std::slice::from_ref(&x))
-        .unwrap()
-        .remove(0);
-    assert_eq!(
-        out.to_vec::<f32>().unwrap(),
-        resnet.call(x).unwrap().to_vec::<f32>().unwrap()
-    );
+    assert_interprets_as_eager(&traced, &resnet, x);
 }

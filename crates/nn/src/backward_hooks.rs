@@ -77,13 +77,7 @@ impl BackwardWiring {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .inputs_wrapped = true;
-        wrap(
-            tensors,
-            InputHook {
-                captured: self.captured.clone(),
-                full: self.full.clone(),
-            },
-        )
+        wrap(tensors, self.identity(Side::Inputs))
     }
 
     /// Routes the outputs that require grad through the identity that captures their gradients.
@@ -91,23 +85,17 @@ impl BackwardWiring {
         if !is_grad_enabled() || !tensors.iter().any(Tensor::requires_grad) {
             return Ok(tensors.to_vec());
         }
-        wrap(
-            tensors,
-            OutputHook {
-                captured: self.captured.clone(),
-                full: self.full.clone(),
-                pre: self.pre.clone(),
-            },
-        )
+        wrap(tensors, self.identity(Side::Outputs))
     }
-}
 
-fn identity_meta(inputs: &[TensorMeta]) -> tessera_tensor::Result<Vec<TensorMeta>> {
-    Ok(inputs.to_vec())
-}
-
-fn identity(inputs: &[&Tensor]) -> tessera_tensor::Result<Vec<Tensor>> {
-    Ok(inputs.iter().map(|t| t.detach()).collect())
+    fn identity(&self, side: Side) -> HookIdentity {
+        HookIdentity {
+            side,
+            captured: self.captured.clone(),
+            full: self.full.clone(),
+            pre: self.pre.clone(),
+        }
+    }
 }
 
 /// A hook failing inside backward surfaces as an autograd error carrying its message.
@@ -118,53 +106,64 @@ fn to_tensor_error(e: NnError) -> tessera_tensor::TensorError {
     }
 }
 
-struct InputHook {
-    captured: Arc<Mutex<Captured>>,
-    full: Arc<Vec<FullBackwardHook>>,
+/// Which side of the module call an identity hook sits on.
+#[derive(Clone, Copy)]
+enum Side {
+    /// Calls the full hooks with the input gradients and the captured output gradients.
+    Inputs,
+    /// Runs the pre-hooks on the output gradients and captures them for the input side.
+    Outputs,
 }
 
-impl CustomFunction for InputHook {
-    fn name(&self) -> String {
-        "backward_hook_inputs".into()
-    }
-    fn meta(&self, inputs: &[TensorMeta]) -> tessera_tensor::Result<Vec<TensorMeta>> {
-        identity_meta(inputs)
-    }
-    fn forward(&self, inputs: &[&Tensor]) -> tessera_tensor::Result<Vec<Tensor>> {
-        identity(inputs)
-    }
-    fn backward(
-        &self,
-        _inputs: &[Tensor],
-        _outputs: &[Tensor],
-        grads: &[Option<Tensor>],
-    ) -> tessera_tensor::Result<Vec<Option<Tensor>>> {
-        let grad_outputs = std::mem::take(
-            &mut self
-                .captured
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .grad_outputs,
-        );
-        run_full_hooks(&self.full, grads.to_vec(), &grad_outputs).map_err(to_tensor_error)
-    }
-}
-
-struct OutputHook {
+/// The identity op whose backward runs one side's hooks.
+struct HookIdentity {
+    side: Side,
     captured: Arc<Mutex<Captured>>,
     full: Arc<Vec<FullBackwardHook>>,
     pre: Arc<Vec<BackwardPreHook>>,
 }
 
-impl CustomFunction for OutputHook {
+impl HookIdentity {
+    fn inputs_backward(&self, grads: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
+        let grad_outputs = std::mem::take(&mut self.captured().grad_outputs);
+        run_full_hooks(&self.full, grads.to_vec(), &grad_outputs)
+    }
+
+    fn outputs_backward(&self, grads: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
+        let mut grads = grads.to_vec();
+        for hook in self.pre.iter() {
+            if let Some(replaced) = hook(&grads)? {
+                grads = replaced;
+            }
+        }
+        let mut captured = self.captured();
+        if captured.inputs_wrapped {
+            captured.grad_outputs = grads.clone();
+        } else {
+            // No input needs a gradient: PyTorch calls the hooks now, with no input gradients.
+            drop(captured);
+            run_full_hooks(&self.full, Vec::new(), &grads)?;
+        }
+        Ok(grads)
+    }
+
+    fn captured(&self) -> std::sync::MutexGuard<'_, Captured> {
+        self.captured.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl CustomFunction for HookIdentity {
     fn name(&self) -> String {
-        "backward_hook_outputs".into()
+        match self.side {
+            Side::Inputs => "backward_hook_inputs".into(),
+            Side::Outputs => "backward_hook_outputs".into(),
+        }
     }
     fn meta(&self, inputs: &[TensorMeta]) -> tessera_tensor::Result<Vec<TensorMeta>> {
-        identity_meta(inputs)
+        Ok(inputs.to_vec())
     }
     fn forward(&self, inputs: &[&Tensor]) -> tessera_tensor::Result<Vec<Tensor>> {
-        identity(inputs)
+        Ok(inputs.iter().map(|t| t.detach()).collect())
     }
     fn backward(
         &self,
@@ -172,20 +171,10 @@ impl CustomFunction for OutputHook {
         _outputs: &[Tensor],
         grads: &[Option<Tensor>],
     ) -> tessera_tensor::Result<Vec<Option<Tensor>>> {
-        let mut grads = grads.to_vec();
-        for hook in self.pre.iter() {
-            if let Some(replaced) = hook(&grads).map_err(to_tensor_error)? {
-                grads = replaced;
-            }
+        match self.side {
+            Side::Inputs => self.inputs_backward(grads),
+            Side::Outputs => self.outputs_backward(grads),
         }
-        let mut captured = self.captured.lock().unwrap_or_else(|e| e.into_inner());
-        if captured.inputs_wrapped {
-            captured.grad_outputs = grads.clone();
-        } else {
-            // No input needs a gradient: PyTorch calls the hooks now, with no input gradients.
-            drop(captured);
-            run_full_hooks(&self.full, Vec::new(), &grads).map_err(to_tensor_error)?;
-        }
-        Ok(grads)
+        .map_err(to_tensor_error)
     }
 }

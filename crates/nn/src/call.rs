@@ -135,31 +135,12 @@ where
 
         let global = crate::hooks::global();
         let (global_table, local_table) = (global.lock(), module.core().hooks.lock());
-        let pre: Vec<_> = global_table
-            .forward_pre
-            .iter()
-            .chain(&local_table.forward_pre)
-            .map(|(_, h)| h.clone())
-            .collect();
-        let post: Vec<_> = global_table
-            .forward
-            .iter()
-            .chain(&local_table.forward)
-            .map(|(_, h)| h.clone())
-            .collect();
+        let pre = global_then_local(&global_table.forward_pre, &local_table.forward_pre);
+        let post = global_then_local(&global_table.forward, &local_table.forward);
         let backward_hooks = global_table.has_backward_hooks() || local_table.has_backward_hooks();
-        let full_backward: Vec<_> = global_table
-            .full_backward
-            .iter()
-            .chain(&local_table.full_backward)
-            .map(|(_, h)| h.clone())
-            .collect();
-        let backward_pre: Vec<_> = global_table
-            .backward_pre
-            .iter()
-            .chain(&local_table.backward_pre)
-            .map(|(_, h)| h.clone())
-            .collect();
+        let full_backward =
+            global_then_local(&global_table.full_backward, &local_table.full_backward);
+        let backward_pre = global_then_local(&global_table.backward_pre, &local_table.backward_pre);
         drop((global_table, local_table));
 
         let mut input = input;
@@ -203,4 +184,9 @@ where
         }
         Ok(output)
     }
+}
+
+/// The hooks of one kind, global ones first (as PyTorch runs them), without their ids.
+fn global_then_local<H: Clone>(global: &[(u64, H)], local: &[(u64, H)]) -> Vec<H> {
+    global.iter().chain(local).map(|(_, h)| h.clone()).collect()
 }

@@ -1,6 +1,7 @@
 //! Module state: gradients, dtype and device moves, `state_dict` and `load_state_dict` with
 //! PyTorch's key order, metadata, error texts and missing/unexpected key reports.
 
+use crate::hooks::HookTable;
 use crate::walk::{named_modules, own};
 use crate::{Module, NnError, Result, StateDict};
 use std::collections::HashSet;
@@ -168,15 +169,7 @@ pub(crate) fn load_state_dict(
         missing: &mut Vec<String>,
         errors: &mut Vec<String>,
     ) -> Result<()> {
-        let pre_hooks: Vec<_> = m
-            .core()
-            .hooks
-            .lock()
-            .load_pre
-            .iter()
-            .map(|(_, h)| h.clone())
-            .collect();
-        for hook in pre_hooks {
+        for hook in hooks_of(m, |t| &t.load_pre) {
             hook(incoming, prefix)?;
         }
         let own = own(m);
@@ -282,17 +275,15 @@ pub(crate) fn load_state_dict(
         });
     }
     for (_, m) in named_modules(module, "", true) {
-        let post_hooks: Vec<_> = m
-            .core()
-            .hooks
-            .lock()
-            .load_post
-            .iter()
-            .map(|(_, h)| h.clone())
-            .collect();
-        for hook in post_hooks {
+        for hook in hooks_of(m, |t| &t.load_post) {
             hook(m, &keys)?;
         }
     }
     Ok(keys)
+}
+
+/// A copy of one kind of `m`'s hooks, so that they run without its hook table locked.
+fn hooks_of<H: Clone>(m: &dyn Module, kind: impl FnOnce(&HookTable) -> &[(u64, H)]) -> Vec<H> {
+    let table = m.core().hooks.lock();
+    kind(&table).iter().map(|(_, h)| h.clone()).collect()
 }

@@ -24,25 +24,7 @@ impl StateDict {
         self.entries.insert(key.into(), tensor);
     }
 
-    pub fn get(&self, key: &str) -> Option<&Tensor> {
-        self.entries.get(key)
-    }
-
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.entries.keys().map(String::as_str)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), v))
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
+    crate::containers::ordered_map_reads!(entries: Tensor);
 }
 
 impl FromIterator<(String, Tensor)> for StateDict {

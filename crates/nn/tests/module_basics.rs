@@ -30,27 +30,19 @@ fn derive_registers_fields_in_declaration_order() -> Result<()> {
         ["", "l1", "net", "net.l0", "net.l1"]
     );
     assert_eq!(names(big.named_children()), ["l1", "net"]);
-    assert_eq!(
-        names(big.named_parameters()),
-        [
-            "l1.weight",
-            "l1.bias",
-            "net.l0.weight",
-            "net.l0.bias",
-            "net.l1.weight",
-            "net.l1.bias"
-        ]
-    );
+    // The state dict holds exactly the parameters, under the same names and in the same order.
+    let parameter_names = [
+        "l1.weight",
+        "l1.bias",
+        "net.l0.weight",
+        "net.l0.bias",
+        "net.l1.weight",
+        "net.l1.bias",
+    ];
+    assert_eq!(names(big.named_parameters()), parameter_names);
     assert_eq!(
         big.state_dict()?.keys().collect::<Vec<_>>(),
-        [
-            "l1.weight",
-            "l1.bias",
-            "net.l0.weight",
-            "net.l0.bias",
-            "net.l1.weight",
-            "net.l1.bias"
-        ]
+        parameter_names
     );
     assert_eq!(
         big.repr(),

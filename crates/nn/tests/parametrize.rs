@@ -109,6 +109,13 @@ impl Parametrization for Flatten {
     }
 }
 
+/// A 3x3 `Lin` of `dtype` whose weight is parametrized as symmetric.
+fn symmetric_lin(dtype: DType) -> Result<Lin> {
+    let mut m = Lin::new(3, 3, dtype)?;
+    register_parametrization(&mut m, "weight", Symmetric, false)?;
+    Ok(m)
+}
+
 /// `m.call(x)` for `gradcheck`, which takes tensor-crate results.
 fn call(m: &Lin, x: &Tensor) -> tessera_tensor::Result<Tensor> {
     m.call(x.clone())
@@ -192,8 +199,7 @@ fn registration_moves_the_parameter_under_parametrizations() -> Result<()> {
 
 #[test]
 fn parametrized_module_prints_as_pytorch_does() -> Result<()> {
-    let mut m = Lin::new(3, 3, DType::F32)?;
-    register_parametrization(&mut m, "weight", Symmetric, false)?;
+    let mut m = symmetric_lin(DType::F32)?;
     assert_eq!(
         m.repr(),
         "ParametrizedLin(\n  (parametrizations): ModuleDict(\n    (weight): ParametrizationList(\n      (0): Symmetric()\n    )\n  )\n)"
@@ -225,8 +231,7 @@ fn a_second_parametrization_chains_and_keeps_original() -> Result<()> {
 
 #[test]
 fn forward_uses_the_parametrized_weight() -> Result<()> {
-    let mut m = Lin::new(3, 3, DType::F32)?;
-    register_parametrization(&mut m, "weight", Symmetric, false)?;
+    let m = symmetric_lin(DType::F32)?;
     let x = Tensor::randn(&[4, 3], DType::F32)?;
     let expected = x.matmul(&symmetric(&original(&m))?.t()?)?.add(&m.bias)?;
     assert_close(&m.call(x)?, &expected, 1e-5);
@@ -236,8 +241,7 @@ fn forward_uses_the_parametrized_weight() -> Result<()> {
 
 #[test]
 fn gradients_reach_original_and_match_finite_differences() -> Result<()> {
-    let mut m = Lin::new(3, 3, DType::F64)?;
-    register_parametrization(&mut m, "weight", Symmetric, false)?;
+    let m = symmetric_lin(DType::F64)?;
     let x = Tensor::randn(&[4, 3], DType::F64)?;
     let original = original(&m);
 

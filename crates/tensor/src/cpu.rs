@@ -10,21 +10,28 @@ use rayon::prelude::*;
 /// Elements per parallel task; below this a map runs on the calling thread.
 pub(crate) const PAR_CHUNK: usize = 1 << 15;
 
+/// A `match` on `$dtype` with one arm per listed `DType` variant, each running `$body` with
+/// `$T` bound to that variant's Rust type; any further arms follow the list.
+macro_rules! dtype_match {
+    ($dtype:expr, $T:ident => $body:expr, [$($variant:ident => $ty:ty),+ $(,)?] $($rest:tt)*) => {
+        match $dtype {
+            $($crate::DType::$variant => {
+                type $T = $ty;
+                $body
+            })+
+            $($rest)*
+        }
+    };
+}
+pub(crate) use dtype_match;
+
 /// Runs `$body` with `$T` bound to the Rust type of a float dtype (f32 or f64); other dtypes
 /// give an unsupported-dtype error naming `$op`. f16/bf16 are widened by dispatch before this.
 macro_rules! float_dispatch {
     ($dtype:expr, $op:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            $crate::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $T = f64;
-                $body
-            }
+        $crate::cpu::dtype_match!($dtype, $T => $body, [F32 => f32, F64 => f64]
             other => return Err($crate::TensorError::dtype($op, other)),
-        }
+        )
     };
 }
 pub(crate) use float_dispatch;
@@ -32,44 +39,17 @@ pub(crate) use float_dispatch;
 /// Runs `$body` with `$T` bound to the Rust type of any dtype.
 macro_rules! any_dispatch {
     ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            $crate::DType::Bool => {
-                type $T = bool;
-                $body
-            }
-            $crate::DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            $crate::DType::I8 => {
-                type $T = i8;
-                $body
-            }
-            $crate::DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            $crate::DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            $crate::DType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            $crate::DType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            $crate::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-        }
+        $crate::cpu::dtype_match!($dtype, $T => $body, [
+            Bool => bool,
+            U8 => u8,
+            I8 => i8,
+            I32 => i32,
+            I64 => i64,
+            F16 => half::f16,
+            BF16 => half::bf16,
+            F32 => f32,
+            F64 => f64,
+        ])
     };
 }
 pub(crate) use any_dispatch;

@@ -109,24 +109,21 @@ impl Tensor {
             "storage length vs shape {shape:?}"
         );
         let dtype = storage.dtype();
-        Tensor::from_data(TensorData {
-            storage: Arc::new(StorageCell {
-                buffer: RwLock::new(Storage::Cpu(storage)),
-                version: AtomicU64::new(0),
-            }),
-            layout: Layout::contiguous(shape),
-            dtype,
-            device: Device::Cpu,
-        })
+        Tensor::contiguous_over(Storage::Cpu(storage), shape, dtype, Device::Cpu)
     }
 
     /// A contiguous tensor of `shape` in memory a device crate owns (checked to hold exactly
     /// `shape.product()` elements by [`DeviceBuffer::new`]).
     pub(crate) fn from_device(buffer: DeviceBuffer, shape: &[usize]) -> Tensor {
         let (dtype, device) = (buffer.memory.dtype(), buffer.memory.device());
+        Tensor::contiguous_over(Storage::Device(buffer), shape, dtype, device)
+    }
+
+    /// A contiguous tensor of `shape` over fresh `storage` (version 0).
+    fn contiguous_over(storage: Storage, shape: &[usize], dtype: DType, device: Device) -> Tensor {
         Tensor::from_data(TensorData {
             storage: Arc::new(StorageCell {
-                buffer: RwLock::new(Storage::Device(buffer)),
+                buffer: RwLock::new(storage),
                 version: AtomicU64::new(0),
             }),
             layout: Layout::contiguous(shape),
@@ -138,15 +135,7 @@ impl Tensor {
     /// A tensor with a shape and dtype but no data, on the meta device: ops on it compute
     /// output shapes and dtypes only (this is what tracing runs modules on).
     pub fn new_meta(shape: &[usize], dtype: DType) -> Tensor {
-        Tensor::from_data(TensorData {
-            storage: Arc::new(StorageCell {
-                buffer: RwLock::new(Storage::Meta),
-                version: AtomicU64::new(0),
-            }),
-            layout: Layout::contiguous(shape),
-            dtype,
-            device: Device::Meta,
-        })
+        Tensor::contiguous_over(Storage::Meta, shape, dtype, Device::Meta)
     }
 
     /// True for tensors on the meta device (shapes and dtypes only).

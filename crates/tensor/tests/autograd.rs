@@ -1,18 +1,13 @@
 //! The autograd engine's behaviour: accumulation, shared subgraphs, retain_graph, no_grad,
 //! detach, explicit gradients, and the errors PyTorch gives for misuse.
 
+mod common;
+use common::f32_leaf;
 use tessera_tensor::{DType, Result, Tensor, no_grad};
-
-fn vec_leaf(values: &[f32]) -> Tensor {
-    Tensor::from_slice(values, &[values.len()])
-        .unwrap()
-        .requires_grad_(true)
-        .unwrap()
-}
 
 #[test]
 fn gradients_accumulate_across_backward_calls() -> Result<()> {
-    let x = vec_leaf(&[1.0, 2.0]);
+    let x = f32_leaf(&[1.0, 2.0]);
     x.mul_scalar(3.0)?.sum_all()?.backward()?;
     x.mul_scalar(3.0)?.sum_all()?.backward()?;
     assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![6.0, 6.0]);
@@ -21,7 +16,7 @@ fn gradients_accumulate_across_backward_calls() -> Result<()> {
 
 #[test]
 fn a_value_used_twice_gets_both_gradients() -> Result<()> {
-    let x = vec_leaf(&[1.0, 2.0]);
+    let x = f32_leaf(&[1.0, 2.0]);
     let y = x.mul(&x)?.add(&x)?; // x^2 + x
     y.sum_all()?.backward()?;
     assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![3.0, 5.0]);
@@ -30,7 +25,7 @@ fn a_value_used_twice_gets_both_gradients() -> Result<()> {
 
 #[test]
 fn second_backward_without_retain_graph_is_an_error() -> Result<()> {
-    let x = vec_leaf(&[1.0, 2.0]);
+    let x = f32_leaf(&[1.0, 2.0]);
     let y = x.exp()?.sum_all()?;
     y.backward()?;
     let err = y.backward().unwrap_err().to_string();
@@ -43,7 +38,7 @@ fn second_backward_without_retain_graph_is_an_error() -> Result<()> {
 
 #[test]
 fn retain_graph_allows_a_second_backward() -> Result<()> {
-    let x = vec_leaf(&[0.0]);
+    let x = f32_leaf(&[0.0]);
     let y = x.exp()?.sum_all()?;
     y.backward_with(None, true)?;
     y.backward_with(None, false)?;
@@ -53,7 +48,7 @@ fn retain_graph_allows_a_second_backward() -> Result<()> {
 
 #[test]
 fn no_grad_records_nothing() -> Result<()> {
-    let x = vec_leaf(&[1.0]);
+    let x = f32_leaf(&[1.0]);
     let y = {
         let _guard = no_grad();
         x.mul_scalar(2.0)?
@@ -68,7 +63,7 @@ fn no_grad_records_nothing() -> Result<()> {
 
 #[test]
 fn detach_cuts_the_graph_but_shares_storage() -> Result<()> {
-    let x = vec_leaf(&[1.0, 2.0]);
+    let x = f32_leaf(&[1.0, 2.0]);
     let d = x.detach();
     assert!(!d.requires_grad());
     assert!(d.shares_storage(&x));
@@ -77,7 +72,7 @@ fn detach_cuts_the_graph_but_shares_storage() -> Result<()> {
 
 #[test]
 fn backward_with_an_explicit_gradient() -> Result<()> {
-    let x = vec_leaf(&[1.0, 2.0, 3.0]);
+    let x = f32_leaf(&[1.0, 2.0, 3.0]);
     let y = x.mul_scalar(2.0)?;
     y.backward_with(
         Some(&Tensor::from_vec(vec![1.0f32, 0.5, -1.0], &[3])?),
@@ -89,7 +84,7 @@ fn backward_with_an_explicit_gradient() -> Result<()> {
 
 #[test]
 fn non_scalar_backward_needs_a_gradient() {
-    let x = vec_leaf(&[1.0, 2.0]);
+    let x = f32_leaf(&[1.0, 2.0]);
     let err = x
         .mul_scalar(2.0)
         .unwrap()
@@ -112,7 +107,7 @@ fn backward_of_a_tensor_without_grad_is_an_error() {
 
 #[test]
 fn in_place_on_a_leaf_requiring_grad_is_refused() {
-    let x = vec_leaf(&[1.0]);
+    let x = f32_leaf(&[1.0]);
     let err = x.add_scalar_(1.0).unwrap_err().to_string();
     assert!(err.contains("leaf tensor that requires grad"), "{err}");
     let _guard = no_grad();
@@ -122,7 +117,7 @@ fn in_place_on_a_leaf_requiring_grad_is_refused() {
 
 #[test]
 fn modifying_a_saved_value_in_place_fails_backward() -> Result<()> {
-    let x = vec_leaf(&[1.0, 2.0]);
+    let x = f32_leaf(&[1.0, 2.0]);
     let w = Tensor::from_vec(vec![3.0f32, 4.0], &[2])?;
     let y = x.mul(&w)?.sum_all()?;
     w.add_scalar_(1.0)?;
@@ -151,7 +146,7 @@ fn gradient_of_a_shared_view_chain() -> Result<()> {
 
 #[test]
 fn grad_fn_names_the_op() -> Result<()> {
-    let x = vec_leaf(&[1.0]);
+    let x = f32_leaf(&[1.0]);
     assert_eq!(
         x.mul_scalar(2.0)?.grad_fn_name().as_deref(),
         Some("mulBackward")
@@ -162,7 +157,7 @@ fn grad_fn_names_the_op() -> Result<()> {
 
 #[test]
 fn abs_gradient_at_zero_is_zero() -> Result<()> {
-    let x = vec_leaf(&[0.0, -2.0, 3.0]);
+    let x = f32_leaf(&[0.0, -2.0, 3.0]);
     x.abs()?.sum_all()?.backward()?;
     assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![0.0, -1.0, 1.0]);
     Ok(())

@@ -58,29 +58,26 @@ impl SmallCnn {
         )
     }
 
-    /// The forward, returning every activation by module name.
-    fn forward(&self, x: &Tensor, training: bool) -> Result<Vec<(&'static str, Tensor)>> {
-        let conv1 = F::conv2d(
+    /// The 3x3 convolution `name` (padding 1) with `stride`.
+    fn conv(&self, x: &Tensor, name: &str, stride: [usize; 2]) -> Result<Tensor> {
+        F::conv2d(
             x,
-            self.get("conv1.weight"),
-            Some(self.get("conv1.bias")),
-            [1, 1],
+            self.get(&format!("{name}.weight")),
+            Some(self.get(&format!("{name}.bias"))),
+            stride,
             [1, 1],
             [1, 1],
             1,
-        )?;
+        )
+    }
+
+    /// The forward, returning every activation by module name.
+    fn forward(&self, x: &Tensor, training: bool) -> Result<Vec<(&'static str, Tensor)>> {
+        let conv1 = self.conv(x, "conv1", [1, 1])?;
         let bn1 = self.bn(&conv1, "bn1", training)?;
         let relu1 = bn1.relu()?;
         let pool1 = F::max_pool2d(&relu1, [2, 2], [2, 2], [0, 0], [1, 1], false)?;
-        let conv2 = F::conv2d(
-            &pool1,
-            self.get("conv2.weight"),
-            Some(self.get("conv2.bias")),
-            [2, 2],
-            [1, 1],
-            [1, 1],
-            1,
-        )?;
+        let conv2 = self.conv(&pool1, "conv2", [2, 2])?;
         let bn2 = self.bn(&conv2, "bn2", training)?;
         let relu2 = bn2.relu()?;
         let gap = F::adaptive_avg_pool2d(&relu2, [1, 1])?;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Case, assert_close, leaf, tensor};
+use common::{Case, assert_close, iota, leaf, tensor};
 use tessera_tensor::functional as F;
 use tessera_tensor::{DType, GradcheckOptions, Result, Tensor, gradcheck};
 
@@ -15,20 +15,11 @@ fn values(t: &Tensor) -> Vec<f64> {
     t.to_vec_f64().unwrap()
 }
 
-/// `0, 1, 2, ...` as an f64 tensor of `shape`.
-fn iota(shape: &[usize]) -> Tensor {
-    let n: usize = shape.iter().product();
-    Tensor::arange(0.0, n as f64, 1.0, DType::F64)
-        .unwrap()
-        .reshape(shape)
-        .unwrap()
-}
-
 // ----- hand-computed cases -----
 
 #[test]
 fn conv2d_sums_each_window_with_ones_kernel() -> Result<()> {
-    let x = iota(&[1, 1, 3, 3]);
+    let x = iota(&[1, 1, 3, 3], DType::F64);
     let w = Tensor::ones(&[1, 1, 2, 2], DType::F64)?;
     let y = F::conv2d(&x, &w, None, [1, 1], [0, 0], [1, 1], 1)?;
     assert_eq!(y.shape(), vec![1, 1, 2, 2]);
@@ -38,7 +29,7 @@ fn conv2d_sums_each_window_with_ones_kernel() -> Result<()> {
 
 #[test]
 fn conv2d_padding_stride_and_bias() -> Result<()> {
-    let x = iota(&[1, 1, 3, 3]);
+    let x = iota(&[1, 1, 3, 3], DType::F64);
     let w = Tensor::ones(&[1, 1, 3, 3], DType::F64)?;
     let b = tensor(&[10.0], &[1], DType::F64)?;
     let y = F::conv2d(&x, &w, Some(&b), [2, 2], [1, 1], [1, 1], 1)?;
@@ -49,7 +40,7 @@ fn conv2d_padding_stride_and_bias() -> Result<()> {
 
 #[test]
 fn conv2d_dilation_reads_spread_taps() -> Result<()> {
-    let x = iota(&[1, 1, 3, 3]);
+    let x = iota(&[1, 1, 3, 3], DType::F64);
     let w = Tensor::ones(&[1, 1, 2, 2], DType::F64)?;
     let y = F::conv2d(&x, &w, None, [1, 1], [0, 0], [2, 2], 1)?;
     assert_eq!(values(&y), vec![0.0 + 2.0 + 6.0 + 8.0]);
@@ -58,7 +49,7 @@ fn conv2d_dilation_reads_spread_taps() -> Result<()> {
 
 #[test]
 fn conv2d_groups_keep_channels_apart() -> Result<()> {
-    let x = iota(&[1, 2, 2, 2]);
+    let x = iota(&[1, 2, 2, 2], DType::F64);
     let w = tensor(&[1.0, 10.0], &[2, 1, 1, 1], DType::F64)?;
     let y = F::conv2d(&x, &w, None, [1, 1], [0, 0], [1, 1], 2)?;
     assert_eq!(values(&y), vec![0.0, 1.0, 2.0, 3.0, 40.0, 50.0, 60.0, 70.0]);
@@ -67,7 +58,7 @@ fn conv2d_groups_keep_channels_apart() -> Result<()> {
 
 #[test]
 fn conv2d_accepts_unbatched_input_and_f32() -> Result<()> {
-    let x = iota(&[1, 3, 3]).to_dtype(DType::F32)?;
+    let x = iota(&[1, 3, 3], DType::F64).to_dtype(DType::F32)?;
     let w = Tensor::ones(&[1, 1, 2, 2], DType::F32)?;
     let y = F::conv2d(&x, &w, None, [1, 1], [0, 0], [1, 1], 1)?;
     assert_eq!(y.shape(), vec![1, 2, 2]);
@@ -77,7 +68,7 @@ fn conv2d_accepts_unbatched_input_and_f32() -> Result<()> {
 
 #[test]
 fn conv2d_half_input_computes_in_f32() -> Result<()> {
-    let x = iota(&[1, 1, 3, 3]).to_dtype(DType::F16)?;
+    let x = iota(&[1, 1, 3, 3], DType::F64).to_dtype(DType::F16)?;
     let w = Tensor::ones(&[1, 1, 2, 2], DType::F16)?;
     let y = F::conv2d(&x, &w, None, [1, 1], [0, 0], [1, 1], 1)?;
     assert_eq!(y.dtype(), DType::F16);
@@ -87,7 +78,7 @@ fn conv2d_half_input_computes_in_f32() -> Result<()> {
 
 #[test]
 fn conv1d_slides_along_the_last_dimension() -> Result<()> {
-    let x = iota(&[1, 1, 5]);
+    let x = iota(&[1, 1, 5], DType::F64);
     let w = tensor(&[1.0, -1.0], &[1, 1, 2], DType::F64)?;
     let y = F::conv1d(&x, &w, None, 1, 1, 1, 1)?;
     assert_eq!(y.shape(), vec![1, 1, 6]);
@@ -129,7 +120,7 @@ fn max_pool2d_returns_values_and_plane_indices() -> Result<()> {
 
 #[test]
 fn max_pool2d_ceil_mode_keeps_the_partial_window() -> Result<()> {
-    let x = iota(&[1, 5, 5]);
+    let x = iota(&[1, 5, 5], DType::F64);
     let floor = F::max_pool2d(&x, [2, 2], [2, 2], [0, 0], [1, 1], false)?;
     assert_eq!(floor.shape(), vec![1, 2, 2]);
     let ceil = F::max_pool2d(&x, [2, 2], [2, 2], [0, 0], [1, 1], true)?;
@@ -183,7 +174,7 @@ fn avg_pool2d_count_include_pad_sets_the_divisor() -> Result<()> {
 
 #[test]
 fn avg_pool2d_ceil_mode_divides_by_the_clipped_window() -> Result<()> {
-    let x = iota(&[1, 1, 3, 3]);
+    let x = iota(&[1, 1, 3, 3], DType::F64);
     let y = F::avg_pool2d(&x, [2, 2], [2, 2], [0, 0], true, true)?;
     // The last windows hang over the edge: divisors 2 and 1, not 4 (no padding to include).
     assert_eq!(values(&y), vec![2.0, 3.5, 6.5, 8.0]);
@@ -192,11 +183,11 @@ fn avg_pool2d_ceil_mode_divides_by_the_clipped_window() -> Result<()> {
 
 #[test]
 fn adaptive_avg_pool2d_uses_overlapping_bins() -> Result<()> {
-    let x = iota(&[1, 1, 1, 5]);
+    let x = iota(&[1, 1, 1, 5], DType::F64);
     let y = F::adaptive_avg_pool2d(&x, [1, 3])?;
     // Bins [0, 2), [1, 4), [3, 5).
     assert_eq!(values(&y), vec![0.5, 2.0, 3.5]);
-    let gap = F::adaptive_avg_pool2d(&iota(&[2, 3, 3]), [1, 1])?;
+    let gap = F::adaptive_avg_pool2d(&iota(&[2, 3, 3], DType::F64), [1, 1])?;
     assert_eq!(gap.shape(), vec![2, 1, 1]);
     assert_eq!(values(&gap), vec![4.0, 13.0]);
     Ok(())

@@ -36,6 +36,28 @@ fn classes(values: &[i64], shape: &[usize]) -> Tensor {
 
 // ----- batch norm -----
 
+/// Affine batch norm with running statistics and PyTorch's default momentum (0.1) and eps
+/// (1e-5).
+fn affine_batch_norm(
+    x: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    training: bool,
+) -> Result<Tensor> {
+    batch_norm(
+        x,
+        Some(running_mean),
+        Some(running_var),
+        Some(weight),
+        Some(bias),
+        training,
+        0.1,
+        1e-5,
+    )
+}
+
 #[test]
 fn batch_norm_train_gradcheck_affine() {
     for shape in [vec![5, 3], vec![4, 3, 5], vec![2, 3, 2, 3]] {
@@ -45,18 +67,7 @@ fn batch_norm_train_gradcheck_affine() {
             Tensor::ones(&[3], DType::F64).unwrap(),
         );
         check(
-            |t| {
-                batch_norm(
-                    &t[0],
-                    Some(&rm),
-                    Some(&rv),
-                    Some(&t[1]),
-                    Some(&t[2]),
-                    true,
-                    0.1,
-                    1e-5,
-                )
-            },
+            |t| affine_batch_norm(&t[0], &rm, &rv, &t[1], &t[2], true),
             &[x, w, b],
         );
     }
@@ -75,18 +86,7 @@ fn batch_norm_eval_gradcheck_affine_and_plain() {
     let (rm, rv) = (constant(&[3], 5), positive(&[3], 6));
     let (x, w, b) = (leaf(&[4, 3, 2, 2], 7), leaf(&[3], 8), leaf(&[3], 9));
     check(
-        |t| {
-            batch_norm(
-                &t[0],
-                Some(&rm),
-                Some(&rv),
-                Some(&t[1]),
-                Some(&t[2]),
-                false,
-                0.1,
-                1e-5,
-            )
-        },
+        |t| affine_batch_norm(&t[0], &rm, &rv, &t[1], &t[2], false),
         &[x.clone(), w, b],
     );
     check(
@@ -620,8 +620,10 @@ fn affine(case: &Case, layer: &str) -> (Tensor, Tensor) {
 }
 
 /// `bn2 -> relu -> global average pool -> fc -> cross_entropy` from a leaf `act/conv2`, with
-/// bn2's weight and bias as leaves; gradients are then comparable with PyTorch's.
-fn cnn_tail(case: &Case, training: bool) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+/// bn2's weight and bias as leaves, checked against PyTorch forward and backward: the gradients
+/// of bn2's weight and bias, and conv2's bias gradient, which is the sum of the gradient at
+/// conv2's output.
+fn check_cnn_tail(case: &Case, training: bool) -> Result<()> {
     // d_cnn_train stores activations in f64; the model runs in f32.
     let x = case
         .io("act/conv2")
@@ -633,16 +635,7 @@ fn cnn_tail(case: &Case, training: bool) -> Result<(Tensor, Tensor, Tensor, Tens
         case.weight("bn2.running_mean"),
         case.weight("bn2.running_var"),
     );
-    let bn = batch_norm(
-        &x,
-        Some(&rm),
-        Some(&rv),
-        Some(&w),
-        Some(&b),
-        training,
-        0.1,
-        1e-5,
-    )?;
+    let bn = affine_batch_norm(&x, &rm, &rv, &w, &b, training)?;
     case.check("act/bn2", &bn);
     let pooled = bn.relu()?.mean(&[2, 3], false)?;
     let output = pooled.linear(&case.weight("fc.weight"), Some(&case.weight("fc.bias")))?;
@@ -650,7 +643,13 @@ fn cnn_tail(case: &Case, training: bool) -> Result<(Tensor, Tensor, Tensor, Tens
     let loss = cross_entropy(&output, &case.io("target"), CrossEntropyOptions::default())?;
     case.check("loss", &loss);
     loss.backward()?;
-    Ok((x, w, b, loss))
+    case.check("grad/bn2.weight", &w.grad().unwrap());
+    case.check("grad/bn2.bias", &b.grad().unwrap());
+    case.check(
+        "grad/conv2.bias",
+        &x.grad().unwrap().sum(&[0, 2, 3], false)?,
+    );
+    Ok(())
 }
 
 #[test]
@@ -661,16 +660,7 @@ fn cnn_eval_batch_norm_and_cross_entropy_match_pytorch() -> Result<()> {
         case.weight("bn1.running_mean"),
         case.weight("bn1.running_var"),
     );
-    let bn1 = batch_norm(
-        &case.io("act/conv1"),
-        Some(&rm),
-        Some(&rv),
-        Some(&w),
-        Some(&b),
-        false,
-        0.1,
-        1e-5,
-    )?;
+    let bn1 = affine_batch_norm(&case.io("act/conv1"), &rm, &rv, &w, &b, false)?;
     case.check("act/bn1", &bn1);
     let loss = cross_entropy(
         &case.io("output"),
@@ -679,15 +669,7 @@ fn cnn_eval_batch_norm_and_cross_entropy_match_pytorch() -> Result<()> {
     )?;
     case.check("loss", &loss);
 
-    let (x, w, b, _) = cnn_tail(&case, false)?;
-    case.check("grad/bn2.weight", &w.grad().unwrap());
-    case.check("grad/bn2.bias", &b.grad().unwrap());
-    // conv2's bias gradient is the sum of the gradient at conv2's output.
-    case.check(
-        "grad/conv2.bias",
-        &x.grad().unwrap().sum(&[0, 2, 3], false)?,
-    );
-    Ok(())
+    check_cnn_tail(&case, false)
 }
 
 #[test]
@@ -709,28 +691,12 @@ fn cnn_train_batch_norm_statistics_and_running_update_match_pytorch() -> Result<
         case.weight("bn1.running_mean"),
         case.weight("bn1.running_var"),
     );
-    let bn1 = batch_norm(
-        &x,
-        Some(&rm),
-        Some(&rv),
-        Some(&w),
-        Some(&b),
-        true,
-        0.1,
-        1e-5,
-    )?;
+    let bn1 = affine_batch_norm(&x, &rm, &rv, &w, &b, true)?;
     case.check("act/bn1", &bn1);
     case.check("after/bn1.running_mean", &rm);
     case.check("after/bn1.running_var", &rv);
 
-    let (x, w, b, _) = cnn_tail(&case, true)?;
-    case.check("grad/bn2.weight", &w.grad().unwrap());
-    case.check("grad/bn2.bias", &b.grad().unwrap());
-    case.check(
-        "grad/conv2.bias",
-        &x.grad().unwrap().sum(&[0, 2, 3], false)?,
-    );
-    Ok(())
+    check_cnn_tail(&case, true)
 }
 
 #[test]

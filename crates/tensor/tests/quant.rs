@@ -333,24 +333,19 @@ fn bad_shapes_dtypes_and_parameters_are_errors_naming_the_op() {
     );
     assert!(err.to_string().contains("do not fit 3 channels"), "{err}");
     // Parameters out of range.
-    let q = QuantOp::QuantizePerTensor {
-        scale: 0.0,
-        zero_point: 0,
-        dtype: DType::U8,
-    };
-    assert!(run(q, &[&x]).to_string().contains("scale must be positive"));
-    let q = QuantOp::QuantizePerTensor {
-        scale: 1.0,
-        zero_point: 300,
-        dtype: DType::U8,
-    };
-    assert!(run(q, &[&x]).to_string().contains("outside u8's range"));
-    let q = QuantOp::QuantizePerTensor {
-        scale: 1.0,
-        zero_point: 0,
-        dtype: DType::F32,
-    };
-    assert!(run(q, &[&x]).to_string().contains("must be u8, i8 or i32"));
+    for (scale, zero_point, dtype, expected) in [
+        (0.0, 0, DType::U8, "scale must be positive"),
+        (1.0, 300, DType::U8, "outside u8's range"),
+        (1.0, 0, DType::F32, "must be u8, i8 or i32"),
+    ] {
+        let q = QuantOp::QuantizePerTensor {
+            scale,
+            zero_point,
+            dtype,
+        };
+        let err = run(q, &[&x]).to_string();
+        assert!(err.contains(expected), "{err}");
+    }
     // Dequantizing a float tensor.
     let d = QuantOp::DequantizePerTensor {
         scale: 1.0,

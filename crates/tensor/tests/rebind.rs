@@ -1,20 +1,15 @@
 //! `Tensor::rebind` and `Tensor::detach_`: a handle that takes another tensor's data and
 //! autograd identity, as rebinding a Python attribute does.
 
-use tessera_tensor::{Result, Tensor, no_grad};
-
-fn leaf(values: &[f32]) -> Tensor {
-    Tensor::from_slice(values, &[values.len()])
-        .unwrap()
-        .requires_grad_(true)
-        .unwrap()
-}
+mod common;
+use common::f32_leaf;
+use tessera_tensor::{Result, no_grad};
 
 #[test]
 fn rebind_to_a_computed_value_passes_gradients_to_its_leaf() -> Result<()> {
-    let w = leaf(&[5.0, 5.0]);
+    let w = f32_leaf(&[5.0, 5.0]);
     let holder = w.clone();
-    let x = leaf(&[1.0, 2.0]);
+    let x = f32_leaf(&[1.0, 2.0]);
     w.rebind(&x.mul_scalar(2.0)?);
     assert_eq!(holder.to_vec::<f32>()?, vec![2.0, 4.0]);
     assert!(!holder.is_leaf());
@@ -28,8 +23,8 @@ fn rebind_to_a_computed_value_passes_gradients_to_its_leaf() -> Result<()> {
 
 #[test]
 fn rebind_to_a_leaf_aliases_it_for_gradients() -> Result<()> {
-    let w = leaf(&[0.0, 0.0]);
-    let x = leaf(&[1.0, 2.0]);
+    let w = f32_leaf(&[0.0, 0.0]);
+    let x = f32_leaf(&[1.0, 2.0]);
     w.rebind(&x);
     assert!(w.shares_storage(&x));
     assert!(w.requires_grad() && !w.is_leaf());
@@ -40,8 +35,8 @@ fn rebind_to_a_leaf_aliases_it_for_gradients() -> Result<()> {
 
 #[test]
 fn rebind_under_no_grad_gives_a_leaf_without_grad() -> Result<()> {
-    let w = leaf(&[0.0]);
-    let x = leaf(&[1.0]);
+    let w = f32_leaf(&[0.0]);
+    let x = f32_leaf(&[1.0]);
     {
         let _guard = no_grad();
         w.rebind(&x.mul_scalar(2.0)?);
@@ -53,7 +48,7 @@ fn rebind_under_no_grad_gives_a_leaf_without_grad() -> Result<()> {
 
 #[test]
 fn rebind_to_itself_changes_nothing() -> Result<()> {
-    let w = leaf(&[1.0]);
+    let w = f32_leaf(&[1.0]);
     w.rebind(&w.clone());
     assert!(w.is_leaf() && w.requires_grad());
     Ok(())
@@ -61,7 +56,7 @@ fn rebind_to_itself_changes_nothing() -> Result<()> {
 
 #[test]
 fn detach_in_place_makes_a_leaf_keeping_the_data() -> Result<()> {
-    let x = leaf(&[1.0, 2.0]);
+    let x = f32_leaf(&[1.0, 2.0]);
     let y = x.mul_scalar(2.0)?;
     y.detach_();
     assert!(y.is_leaf() && !y.requires_grad());

@@ -1,19 +1,14 @@
 //! Tensors as shared handles: views share storage, in-place updates reach every holder,
 //! broadcasting and promotion follow PyTorch, dtype conversions, devices and creation.
 
+mod common;
+use common::iota;
 use half::{bf16, f16};
 use tessera_tensor::{DType, Device, Generator, Result, Tensor, TensorError};
 
-fn range(n: usize, shape: &[usize]) -> Tensor {
-    Tensor::arange(0.0, n as f64, 1.0, DType::F32)
-        .unwrap()
-        .reshape(shape)
-        .unwrap()
-}
-
 #[test]
 fn views_share_storage_and_see_in_place_writes() -> Result<()> {
-    let x = range(6, &[2, 3]);
+    let x = iota(&[2, 3], DType::F32);
     let t = x.t()?;
     let row = x.narrow(0, 1, 1)?;
     let holder = x.clone();
@@ -26,7 +21,7 @@ fn views_share_storage_and_see_in_place_writes() -> Result<()> {
 
 #[test]
 fn in_place_arithmetic_is_visible_to_every_handle() -> Result<()> {
-    let x = range(3, &[3]);
+    let x = iota(&[3], DType::F32);
     let other = x.clone();
     x.add_(&Tensor::ones(&[3], DType::F32)?)?;
     x.mul_scalar_(2.0)?;
@@ -49,7 +44,7 @@ fn copy_into_a_strided_view_broadcasts_and_casts() -> Result<()> {
 
 #[test]
 fn reshape_of_a_transpose_copies_and_view_refuses() -> Result<()> {
-    let t = range(6, &[2, 3]).t()?;
+    let t = iota(&[2, 3], DType::F32).t()?;
     assert_eq!(
         t.reshape(&[6])?.to_vec::<f32>()?,
         vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
@@ -57,7 +52,7 @@ fn reshape_of_a_transpose_copies_and_view_refuses() -> Result<()> {
     let err = t.view(&[6]).unwrap_err().to_string();
     assert!(err.contains("view size [6] is not compatible"), "{err}");
     assert_eq!(
-        range(6, &[2, 3]).reshape_infer(&[-1, 2])?.shape(),
+        iota(&[2, 3], DType::F32).reshape_infer(&[-1, 2])?.shape(),
         vec![3, 2]
     );
     Ok(())
@@ -65,13 +60,13 @@ fn reshape_of_a_transpose_copies_and_view_refuses() -> Result<()> {
 
 #[test]
 fn broadcasting_follows_pytorch_and_mismatches_name_the_op() -> Result<()> {
-    let a = range(6, &[2, 3]);
+    let a = iota(&[2, 3], DType::F32);
     let b = Tensor::from_vec(vec![10.0f32, 20.0], &[2, 1])?;
     assert_eq!(
         a.add(&b)?.to_vec::<f32>()?,
         vec![10.0, 11.0, 12.0, 23.0, 24.0, 25.0]
     );
-    let err = a.mul(&range(4, &[4])).unwrap_err();
+    let err = a.mul(&iota(&[4], DType::F32)).unwrap_err();
     assert!(matches!(err, TensorError::ShapeMismatch { .. }));
     assert!(
         err.to_string()
@@ -202,16 +197,23 @@ fn reductions_compute_pytorch_values() -> Result<()> {
 
 #[test]
 fn matmul_follows_pytorch_shape_rules_and_errors() -> Result<()> {
-    let a = range(24, &[2, 3, 4]);
-    let b = range(8, &[4, 2]);
+    let a = iota(&[2, 3, 4], DType::F32);
+    let b = iota(&[4, 2], DType::F32);
     assert_eq!(a.matmul(&b)?.shape(), vec![2, 3, 2]);
-    assert_eq!(range(4, &[4]).matmul(&range(4, &[4]))?.item::<f32>()?, 14.0);
     assert_eq!(
-        range(3, &[3]).matmul(&range(24, &[2, 3, 4]))?.shape(),
+        iota(&[4], DType::F32)
+            .matmul(&iota(&[4], DType::F32))?
+            .item::<f32>()?,
+        14.0
+    );
+    assert_eq!(
+        iota(&[3], DType::F32)
+            .matmul(&iota(&[2, 3, 4], DType::F32))?
+            .shape(),
         vec![2, 4]
     );
-    let err = range(6, &[2, 3])
-        .matmul(&range(8, &[4, 2]))
+    let err = iota(&[2, 3], DType::F32)
+        .matmul(&iota(&[4, 2], DType::F32))
         .unwrap_err()
         .to_string();
     assert!(

@@ -2,10 +2,14 @@
 //! a pass with its before/after text, and comparing interpreter results.
 #![allow(dead_code)]
 
+use std::sync::Arc;
+use tessera_fx::trace::{LeafPolicy, trace};
 use tessera_fx::{Graph, GraphModule};
-use tessera_nn::Forward;
+use tessera_nn::models::SmallCnn;
+use tessera_nn::{Forward, Layer, ModuleExt, load_pt_state_dict};
 use tessera_passes::{Changed, Pass, PassManager};
-use tessera_tensor::{DType, Tensor};
+use tessera_tensor::op::DropoutOp;
+use tessera_tensor::{DType, Op, Tensor, TensorMeta};
 use tessera_testkit::assert_close;
 pub use tessera_testkit::{Case, conformance_dir};
 
@@ -15,6 +19,44 @@ pub use tessera_testkit::{f32s, snapshots};
 /// A hand-built graph as a module; its root has no state, so it may only read constants.
 pub fn module_of(graph: Graph) -> GraphModule {
     GraphModule::from_graph(graph)
+}
+
+/// A graph of one `op` applied to the f32 input `x` of `shape`, its result the output.
+pub fn one_op_graph(op: Op, shape: &[usize]) -> Graph {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(shape));
+    let y = g.call_function(op, &[&x]).unwrap();
+    g.output(&[&y]).unwrap();
+    g
+}
+
+/// Dropout in training mode: random, so no pass may erase or merge it.
+pub fn training_dropout() -> Op {
+    Op::Dropout(DropoutOp {
+        p: 0.5,
+        training: true,
+    })
+}
+
+/// `model` traced for `input` with `policy`, as a module owning it.
+pub fn traced<M: Layer + 'static>(
+    model: Arc<M>,
+    input: TensorMeta,
+    policy: LeafPolicy,
+) -> GraphModule {
+    let graph = trace(&*model, input, policy).unwrap();
+    GraphModule::new(model, graph)
+}
+
+/// The conformance CNN with its PyTorch weights and running statistics, in eval mode.
+pub fn conformance_cnn() -> Arc<SmallCnn> {
+    let model = Arc::new(SmallCnn::new().unwrap());
+    let path = conformance_dir().join("d_cnn_eval").join("state_dict.pt");
+    model
+        .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
+        .unwrap();
+    model.eval();
+    model
 }
 
 /// The graph's outputs for `inputs`.
@@ -35,6 +77,21 @@ pub fn run_pass(pass: Box<dyn Pass>, gm: &mut GraphModule) -> (Changed, String) 
         report.timings[0].changed,
         format!("before:\n{before}\nafter:\n{after}"),
     )
+}
+
+/// Runs `pass` on `gm` and asserts that it changed the graph but not its outputs for
+/// `inputs`; the printed graph before and after is the snapshot `snapshot`.
+pub fn assert_pass_rewrites(
+    pass: Box<dyn Pass>,
+    gm: &mut GraphModule,
+    inputs: &[Tensor],
+    snapshot: &str,
+) {
+    let expected = outputs(gm, inputs);
+    let (changed, text) = run_pass(pass, gm);
+    assert_eq!(changed, Changed::Yes);
+    snapshots().bind(|| insta::assert_snapshot!(snapshot, text));
+    assert_same(&outputs(gm, inputs), &expected, snapshot);
 }
 
 /// Asserts that the interpreter gives the same outputs as `expected` (within f32 rounding).

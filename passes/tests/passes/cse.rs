@@ -1,10 +1,10 @@
 //! Common subexpression elimination: duplicated pure ops merge (chains in one run), dropout
 //! and differing attributes do not, and results do not change.
 
-use crate::common::{assert_same, f32s, module_of, outputs, run_pass, snapshots};
+use crate::common::{assert_pass_rewrites, f32s, module_of, run_pass, training_dropout};
 use tessera_fx::Graph;
 use tessera_passes::{Changed, CommonSubexpressionElimination};
-use tessera_tensor::op::{BinaryOp, DropoutOp, ScalarOp, UnaryOp};
+use tessera_tensor::op::{BinaryOp, ScalarOp, UnaryOp};
 use tessera_tensor::{DType, Op, Tensor};
 
 fn graph_with_duplicates() -> Graph {
@@ -26,11 +26,12 @@ fn graph_with_duplicates() -> Graph {
 fn cse_merges_duplicate_chains_and_keeps_results() {
     let mut gm = module_of(graph_with_duplicates());
     let inputs = [Tensor::randn(&[2, 3], DType::F32).unwrap()];
-    let expected = outputs(&gm, &inputs);
-    let (changed, text) = run_pass(Box::new(CommonSubexpressionElimination), &mut gm);
-    assert_eq!(changed, Changed::Yes);
-    snapshots().bind(|| insta::assert_snapshot!("cse_duplicate_chains", text));
-    assert_same(&outputs(&gm, &inputs), &expected, "after cse");
+    assert_pass_rewrites(
+        Box::new(CommonSubexpressionElimination),
+        &mut gm,
+        &inputs,
+        "cse_duplicate_chains",
+    );
 }
 
 fn scale(value: f64) -> Op {
@@ -57,10 +58,7 @@ fn cse_keeps_ops_whose_attributes_differ() {
 fn cse_never_merges_dropout() {
     let mut g = Graph::new();
     let x = g.placeholder("x", f32s(&[4]));
-    let drop = Op::Dropout(DropoutOp {
-        p: 0.5,
-        training: true,
-    });
+    let drop = training_dropout();
     let a = g.call_function(drop.clone(), &[&x]).unwrap();
     let b = g.call_function(drop, &[&x]).unwrap();
     let a0 = g.getitem(&a, 0).unwrap();

@@ -1,10 +1,12 @@
 //! Dead code elimination: dead chains go, used values, outputs, placeholders and training
 //! dropout stay, and results do not change.
 
-use crate::common::{assert_same, f32s, module_of, outputs, run_pass, snapshots};
+use crate::common::{
+    assert_pass_rewrites, f32s, module_of, one_op_graph, run_pass, training_dropout,
+};
 use tessera_fx::Graph;
 use tessera_passes::{Changed, DeadCodeElimination};
-use tessera_tensor::op::{BinaryOp, DropoutOp, UnaryOp};
+use tessera_tensor::op::{BinaryOp, UnaryOp};
 use tessera_tensor::{DType, Op, Tensor};
 
 fn graph_with_dead_chain() -> Graph {
@@ -28,20 +30,17 @@ fn dce_erases_dead_chains_and_keeps_results() {
         Tensor::randn(&[2, 3], DType::F32).unwrap(),
         Tensor::randn(&[2, 3], DType::F32).unwrap(),
     ];
-    let expected = outputs(&gm, &inputs);
-    let (changed, text) = run_pass(Box::new(DeadCodeElimination), &mut gm);
-    assert_eq!(changed, Changed::Yes);
-    snapshots().bind(|| insta::assert_snapshot!("dce_dead_chain", text));
-    assert_same(&outputs(&gm, &inputs), &expected, "after dce");
+    assert_pass_rewrites(
+        Box::new(DeadCodeElimination),
+        &mut gm,
+        &inputs,
+        "dce_dead_chain",
+    );
 }
 
 #[test]
 fn dce_of_a_clean_graph_changes_nothing() {
-    let mut g = Graph::new();
-    let x = g.placeholder("x", f32s(&[2]));
-    let relu = g.call_function(Op::Unary(UnaryOp::Relu), &[&x]).unwrap();
-    g.output(&[&relu]).unwrap();
-    let mut gm = module_of(g);
+    let mut gm = module_of(one_op_graph(Op::Unary(UnaryOp::Relu), &[2]));
     let (changed, _) = run_pass(Box::new(DeadCodeElimination), &mut gm);
     assert_eq!(changed, Changed::No);
 }
@@ -50,10 +49,7 @@ fn dce_of_a_clean_graph_changes_nothing() {
 fn dce_keeps_unused_training_dropout() {
     let mut g = Graph::new();
     let x = g.placeholder("x", f32s(&[4]));
-    let drop = Op::Dropout(DropoutOp {
-        p: 0.5,
-        training: true,
-    });
+    let drop = training_dropout();
     g.call_function(drop, &[&x]).unwrap();
     g.output(&[&x]).unwrap();
     let mut gm = module_of(g);

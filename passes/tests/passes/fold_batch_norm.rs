@@ -2,33 +2,27 @@
 //! PyTorch's outputs kept), a conv shared by two calls and a conv output with two users, the
 //! linear and transposed-conv pairs, f64, and the training-mode refusal.
 
-use crate::common::{Case, assert_same, conformance_dir, f32s, random, run_pass, snapshots};
+use crate::common::{
+    Case, assert_same, conformance_cnn, f32s, random, run_pass, snapshots, traced,
+};
 use std::sync::Arc;
-use tessera_fx::trace::{LeafPolicy, TracedGraph, trace};
+use tessera_fx::trace::{LeafPolicy, TracedGraph};
 use tessera_fx::{Graph, GraphModule, NodeId};
 use tessera_nn::layers::{
     BatchNorm1d, BatchNorm2d, Conv2d, ConvTranspose2d, ConvTranspose2dOptions, Linear,
 };
 use tessera_nn::models::SmallCnn;
-use tessera_nn::{Call, Forward, Layer, Module, ModuleExt, Sequential, load_pt_state_dict, repr};
+use tessera_nn::{Call, Forward, Module, ModuleExt, Sequential, repr};
 use tessera_passes::{Changed, FoldBatchNorm, PassError};
 use tessera_tensor::op::BinaryOp;
 use tessera_tensor::{DType, Op, Tensor, TensorMeta, no_grad};
 
-/// The conformance CNN with its PyTorch weights and running statistics, in eval mode.
-fn conformance_cnn() -> Arc<SmallCnn> {
-    let model = Arc::new(SmallCnn::new().unwrap());
-    let path = conformance_dir().join("d_cnn_eval").join("state_dict.pt");
-    model
-        .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
-        .unwrap();
-    model.eval();
-    model
-}
-
-fn traced<M: Layer + 'static>(model: Arc<M>, input: TensorMeta, policy: LeafPolicy) -> GraphModule {
-    let graph = trace(&*model, input, policy).unwrap();
-    GraphModule::new(model, graph)
+/// The conformance CNN case, its model, and the model traced for the case's input.
+fn traced_conformance_cnn(policy: LeafPolicy) -> (Case, Arc<SmallCnn>, GraphModule) {
+    let case = Case::load("d_cnn_eval");
+    let model = conformance_cnn();
+    let gm = traced(model.clone(), case.io("input").meta(), policy);
+    (case, model, gm)
 }
 
 fn values(t: &Tensor) -> Vec<f64> {
@@ -75,13 +69,7 @@ fn assert_values(actual: &Tensor, expected: &[f64], what: &str) {
 
 #[test]
 fn conformance_cnn_module_level_folds_by_the_formula_and_keeps_pytorch_outputs() {
-    let case = Case::load("d_cnn_eval");
-    let model = conformance_cnn();
-    let mut gm = traced(
-        model.clone(),
-        case.io("input").meta(),
-        LeafPolicy::default(),
-    );
+    let (case, model, mut gm) = traced_conformance_cnn(LeafPolicy::default());
     let (changed, text) = run_pass(Box::new(FoldBatchNorm), &mut gm);
     assert_eq!(changed, Changed::Yes);
     snapshots().bind(|| insta::assert_snapshot!("fold_batch_norm_cnn_module_level", text));
@@ -110,9 +98,7 @@ fn conformance_cnn_module_level_folds_by_the_formula_and_keeps_pytorch_outputs()
 
 #[test]
 fn conformance_cnn_op_level_folds_into_new_constants() {
-    let case = Case::load("d_cnn_eval");
-    let model = conformance_cnn();
-    let mut gm = traced(model, case.io("input").meta(), LeafPolicy::none());
+    let (case, _, mut gm) = traced_conformance_cnn(LeafPolicy::none());
     let (changed, text) = run_pass(Box::new(FoldBatchNorm), &mut gm);
     assert_eq!(changed, Changed::Yes);
     assert!(!text.split("after:").nth(1).unwrap().contains("batch_norm"));
@@ -129,13 +115,7 @@ fn conformance_cnn_op_level_folds_into_new_constants() {
 
 #[test]
 fn a_training_mode_graph_is_refused_with_the_reason() {
-    let case = Case::load("d_cnn_eval");
-    let model = conformance_cnn();
-    let mut gm = traced(
-        model.clone(),
-        case.io("input").meta(),
-        LeafPolicy::default(),
-    );
+    let (case, model, mut gm) = traced_conformance_cnn(LeafPolicy::default());
     model.train(true);
     let err = tessera_passes::Pass::run(&FoldBatchNorm, &mut gm).unwrap_err();
     assert!(matches!(err, PassError::TrainingMode { .. }), "{err}");

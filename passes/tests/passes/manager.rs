@@ -2,7 +2,7 @@
 //! named, the timing table lists every pass, dumps are recorded on request, and the clean-up
 //! pipeline keeps the results of traced models.
 
-use crate::common::{assert_same, f32s, module_of, outputs, snapshots};
+use crate::common::{assert_same, f32s, module_of, one_op_graph, outputs, snapshots};
 use crate::remove_dropout_identity::drop_net;
 use std::sync::Arc;
 use tessera_fx::trace::{LeafPolicy, trace};
@@ -51,11 +51,7 @@ fn small_cnn(policy: LeafPolicy) -> GraphModule {
 
 #[test]
 fn verify_failure_names_the_pass() {
-    let mut g = Graph::new();
-    let x = g.placeholder("x", f32s(&[2]));
-    let relu = g.call_function(Op::Unary(UnaryOp::Relu), &[&x]).unwrap();
-    g.output(&[&relu]).unwrap();
-    let mut gm = module_of(g);
+    let mut gm = module_of(one_op_graph(Op::Unary(UnaryOp::Relu), &[2]));
     let mut pm = PassManager::new();
     pm.verify = true;
     pm.add(Box::new(BreakShapes));

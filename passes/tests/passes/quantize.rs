@@ -4,16 +4,16 @@
 //! against the float round trip it replaces) and of a linear/ReLU chain, which pools share
 //! quantization parameters, and the error for converting without calibration.
 
-use crate::common::{Case, conformance_dir, run_pass, snapshots};
+use crate::common::{Case, conformance_cnn, run_pass, snapshots, traced};
 use std::sync::Arc;
 use tessera_fx::GraphModule;
-use tessera_fx::trace::{LeafPolicy, trace};
+use tessera_fx::trace::LeafPolicy;
 use tessera_nn::layers::{AvgPool2d, AvgPool2dOptions, Conv2d, Conv2dOptions, Linear, ReLU};
 use tessera_nn::models::SmallCnn;
 use tessera_nn::quantized::{
     DynamicQuantizedLinear, MinMaxObserver, QuantizedConvReLU2d, QuantizedLinear,
 };
-use tessera_nn::{Call, Layer, ModuleExt, Sequential, load_pt_state_dict, repr};
+use tessera_nn::{Call, ModuleExt, Sequential, repr};
 use tessera_passes::{
     Changed, ConvertStatic, FoldBatchNorm, InsertObservers, Pass, PassError, QuantizeDynamic,
     calibrate,
@@ -32,11 +32,6 @@ fn values(t: &Tensor) -> Vec<f32> {
         .unwrap()
         .to_vec::<f32>()
         .unwrap()
-}
-
-fn traced<M: Layer + 'static>(model: Arc<M>, input: TensorMeta) -> GraphModule {
-    let graph = trace(&*model, input, LeafPolicy::default()).unwrap();
-    GraphModule::new(model, graph)
 }
 
 fn mlp() -> Arc<Sequential> {
@@ -89,7 +84,11 @@ fn compare(actual: &Tensor, expected: &Tensor) -> (f32, f32) {
 #[test]
 fn quantize_dynamic_swaps_every_linear_for_an_owned_int8_module() {
     let model = mlp();
-    let mut gm = traced(model.clone(), TensorMeta::new(vec![8, 32], DType::F32));
+    let mut gm = traced(
+        model.clone(),
+        TensorMeta::new(vec![8, 32], DType::F32),
+        LeafPolicy::default(),
+    );
     let x = randn(&[8, 32], 1);
     let expected = model.call(x.clone()).unwrap();
     let (changed, text) = run_pass(Box::new(QuantizeDynamic::new(true)), &mut gm);
@@ -129,7 +128,11 @@ fn rounding_bound(x: &[f32], w: &[f32], x_step: f32, w_step: f32) -> f32 {
 fn dynamic_linear_output_is_within_the_rounding_bound_per_tensor_and_per_channel() {
     for per_channel in [false, true] {
         let model = Arc::new(Sequential::new().add(Linear::new(48, 12).unwrap()));
-        let mut gm = traced(model.clone(), TensorMeta::new(vec![16, 48], DType::F32));
+        let mut gm = traced(
+            model.clone(),
+            TensorMeta::new(vec![16, 48], DType::F32),
+            LeafPolicy::default(),
+        );
         QuantizeDynamic::new(per_channel).run(&mut gm).unwrap();
         let x = randn(&[16, 48], 4);
         let (y, expected) = (
@@ -163,15 +166,11 @@ fn dynamic_linear_output_is_within_the_rounding_bound_per_tensor_and_per_channel
 
 /// The conformance CNN with its PyTorch weights, in eval mode, traced and batch-norm folded.
 fn folded_cnn(batch: usize) -> (Arc<SmallCnn>, GraphModule) {
-    let model = Arc::new(SmallCnn::new().unwrap());
-    let path = conformance_dir().join("d_cnn_eval").join("state_dict.pt");
-    model
-        .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
-        .unwrap();
-    model.eval();
+    let model = conformance_cnn();
     let mut gm = traced(
         model.clone(),
         TensorMeta::new(vec![batch, 3, 16, 16], DType::F32),
+        LeafPolicy::default(),
     );
     FoldBatchNorm.run(&mut gm).unwrap();
     (model, gm)
@@ -336,7 +335,11 @@ fn convert_around(
             .add(Conv2d::with_options(8, 4, 3, padded()).unwrap()),
     );
     model.eval();
-    let mut gm = traced(model.clone(), TensorMeta::new(vec![2, 3, 8, 8], DType::F32));
+    let mut gm = traced(
+        model.clone(),
+        TensorMeta::new(vec![2, 3, 8, 8], DType::F32),
+        LeafPolicy::default(),
+    );
     edit(&mut gm);
     InsertObservers.run(&mut gm).unwrap();
     calibrate(&gm, &[vec![randn(&[16, 3, 8, 8], 21)]]).unwrap();
@@ -406,7 +409,11 @@ fn a_linear_relu_chain_shares_the_observer_between_blocks() {
             .add(ReLU::new())
             .add(Linear::new(32, 8).unwrap()),
     );
-    let mut gm = traced(model.clone(), TensorMeta::new(vec![4, 16], DType::F32));
+    let mut gm = traced(
+        model.clone(),
+        TensorMeta::new(vec![4, 16], DType::F32),
+        LeafPolicy::default(),
+    );
     let (_, observed) = run_pass(Box::new(InsertObservers), &mut gm);
     assert_eq!(observed.matches("MinMaxObserver").count(), 3, "{observed}");
     calibrate(&gm, &[vec![randn(&[64, 16], 6)]]).unwrap();
@@ -441,7 +448,11 @@ fn converting_without_calibration_names_the_observer() {
 fn a_float64_linear_stays_float() {
     let model = Arc::new(Sequential::new().add(Linear::new(4, 3).unwrap()));
     model.double().unwrap();
-    let mut gm = traced(model, TensorMeta::new(vec![2, 4], DType::F64));
+    let mut gm = traced(
+        model,
+        TensorMeta::new(vec![2, 4], DType::F64),
+        LeafPolicy::default(),
+    );
     let changed = QuantizeDynamic::new(true).run(&mut gm).unwrap();
     assert_eq!(changed, Changed::No);
     assert!(gm.owned_modules().is_empty());
@@ -450,7 +461,11 @@ fn a_float64_linear_stays_float() {
 #[test]
 fn quantized_graph_outputs_carry_no_gradient() {
     let model = mlp();
-    let mut gm = traced(model, TensorMeta::new(vec![2, 32], DType::F32));
+    let mut gm = traced(
+        model,
+        TensorMeta::new(vec![2, 32], DType::F32),
+        LeafPolicy::default(),
+    );
     QuantizeDynamic::new(false).run(&mut gm).unwrap();
     let y = gm
         .call(randn(&[2, 32], 9).requires_grad_(true).unwrap())

@@ -20,11 +20,16 @@ use tessera_tensor::{Op, Tensor, no_grad};
 
 /// Zeroes output channels `channels` of a layer's weight and bias (dim 0 of both).
 fn zero_channels(module: &dyn Module, channels: &[usize]) {
-    let _guard = no_grad();
     for p in module.parameters() {
-        for &c in channels {
-            p.select(0, c).unwrap().fill_(0.0).unwrap();
-        }
+        zero_entries(&p, channels);
+    }
+}
+
+/// Zeroes the slices `channels` of `t` along dim 0.
+fn zero_entries(t: &Tensor, channels: &[usize]) {
+    let _guard = no_grad();
+    for &c in channels {
+        t.select(0, c).unwrap().fill_(0.0).unwrap();
     }
 }
 
@@ -68,28 +73,25 @@ fn residual_layers_with_zero_channels() -> (Conv2d, BatchNorm2d, Conv2d, Conv2d)
         bn.bias.as_ref().unwrap().copy_(&random(&[8], 3)).unwrap();
     }
     zero_channels(&conv_a, &[1, 5]);
-    {
-        let _guard = no_grad();
-        for c in [1, 5] {
-            bn.running_mean
-                .as_ref()
-                .unwrap()
-                .select(0, c)
-                .unwrap()
-                .fill_(0.0)
-                .unwrap();
-            bn.bias
-                .as_ref()
-                .unwrap()
-                .select(0, c)
-                .unwrap()
-                .fill_(0.0)
-                .unwrap();
-        }
-    }
+    zero_entries(bn.running_mean.as_ref().unwrap(), &[1, 5]);
+    zero_entries(bn.bias.as_ref().unwrap(), &[1, 5]);
     zero_channels(&conv_b, &[2, 6]);
     zero_channels(&shortcut, &[2, 6]);
     (conv_a, bn, conv_b, shortcut)
+}
+
+/// Prunes a quarter of the channels of the residual net `gm`, whose pruned channels are all
+/// zero; snapshots the report and the pruned graph under `snapshot`, and checks that the graph
+/// verifies and computes exactly what it did.
+fn prune_zero_channels_exactly(gm: &mut GraphModule, snapshot: &str) -> PruneReport {
+    let x = random(&[2, 3, 8, 8], 9);
+    let expected = gm.call_all(&x);
+    let report = StructuredPrune::new(0.25).run_with_report(gm).unwrap();
+    let text = format!("{report}\n\n{}", gm.graph);
+    snapshots().bind(|| insta::assert_snapshot!(snapshot, text));
+    gm.graph.verify().unwrap();
+    assert_same(&gm.call_all(&x), &expected, snapshot);
+    report
 }
 
 #[test]
@@ -126,13 +128,7 @@ fn zero_channels_are_pruned_through_batch_norm_residual_add_and_flatten_exactly(
         let out = call(g, 7, &f, f32s(&[2, 4]));
         g.output(&[&out]).unwrap();
     });
-    let x = random(&[2, 3, 8, 8], 9);
-    let expected = gm.call_all(&x);
-    let report = StructuredPrune::new(0.25).run_with_report(&mut gm).unwrap();
-    let text = format!("{report}\n\n{}", gm.graph);
-    snapshots().bind(|| insta::assert_snapshot!("structured_prune_residual", text));
-    gm.graph.verify().unwrap();
-    assert_same(&gm.call_all(&x), &expected, "pruning zero channels");
+    let report = prune_zero_channels_exactly(&mut gm, "structured_prune_residual");
     assert!(report.after.parameters < report.before.parameters);
     assert!(report.after.flops < report.before.flops);
     // The traced model keeps its shapes.
@@ -251,13 +247,7 @@ fn op_level_residual_net() -> GraphModule {
 fn op_level_zero_channels_are_pruned_into_new_constants_exactly() {
     let mut gm = op_level_residual_net();
     assert!(!gm.graph.to_string().contains("call_module"));
-    let x = random(&[2, 3, 8, 8], 9);
-    let expected = gm.call_all(&x);
-    let report = StructuredPrune::new(0.25).run_with_report(&mut gm).unwrap();
-    let text = format!("{report}\n\n{}", gm.graph);
-    snapshots().bind(|| insta::assert_snapshot!("structured_prune_op_level_residual", text));
-    gm.graph.verify().unwrap();
-    assert_same(&gm.call_all(&x), &expected, "pruning zero channels of ops");
+    let report = prune_zero_channels_exactly(&mut gm, "structured_prune_op_level_residual");
     assert_eq!(report.groups.len(), 2, "{report}");
     assert!(report.after.parameters < report.before.parameters);
     assert!(report.after.flops < report.before.flops);

@@ -2,15 +2,41 @@
 //! a graph with several inputs and outputs.
 #![allow(dead_code)]
 
+use tessera_fx::trace::TracedGraph;
 use tessera_fx::{Graph, Result};
-use tessera_nn::ModuleKind;
-use tessera_tensor::Op;
+use tessera_nn::models::SmallCnn;
+use tessera_nn::{Call, Layer, ModuleExt, ModuleKind};
 use tessera_tensor::op::{
     BinaryOp, ConvOp, ConvParams, NormOp, ReduceKind, ReduceOp, UnaryOp, ViewOp,
 };
+use tessera_tensor::{Op, Tensor};
 
 #[allow(unused_imports)]
 pub use tessera_testkit::{f32s, snapshots};
+
+/// The small CNN with its initial weights, in eval mode.
+pub fn small_cnn() -> SmallCnn {
+    let cnn = SmallCnn::new().unwrap();
+    cnn.eval();
+    cnn
+}
+
+/// Asserts that `out` equals, bit for bit, what calling `module` on `x` gives eagerly.
+pub fn assert_eager_gives<M: Layer>(module: &M, x: Tensor, out: &Tensor) {
+    assert_eq!(
+        out.to_vec::<f32>().unwrap(),
+        module.call(x).unwrap().to_vec::<f32>().unwrap()
+    );
+}
+
+/// Asserts that interpreting `traced` on `x` gives, bit for bit, what `module` gives eagerly.
+pub fn assert_interprets_as_eager<M: Layer>(traced: &TracedGraph, module: &M, x: Tensor) {
+    let out = traced
+        .interpret(module, std::slice::from_ref(&x))
+        .unwrap()
+        .remove(0);
+    assert_eager_gives(module, x, &out);
+}
 
 pub fn relu() -> Op {
     Op::Unary(UnaryOp::Relu)

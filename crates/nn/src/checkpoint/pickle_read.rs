@@ -313,12 +313,8 @@ impl Machine<'_> {
                 self.extend_dict(items)?;
             }
 
-            op::BINPUT => {
-                let index = self.byte()?;
-                self.put(index.into())?;
-            }
-            op::LONG_BINPUT => {
-                let index = u32::from_le_bytes(self.array()?);
+            op::BINPUT | op::LONG_BINPUT => {
+                let index = self.memo_index(code == op::LONG_BINPUT)?;
                 self.put(index)?;
             }
             op::MEMOIZE => {
@@ -326,12 +322,8 @@ impl Machine<'_> {
                     u32::try_from(self.memo.len()).map_err(|_| self.malformed("memo full"))?;
                 self.put(index)?;
             }
-            op::BINGET => {
-                let index = self.byte()?;
-                self.get(index.into())?;
-            }
-            op::LONG_BINGET => {
-                let index = u32::from_le_bytes(self.array()?);
+            op::BINGET | op::LONG_BINGET => {
+                let index = self.memo_index(code == op::LONG_BINGET)?;
                 self.get(index)?;
             }
 
@@ -383,6 +375,16 @@ impl Machine<'_> {
         let bytes = &self.input[self.pos..end];
         self.pos = end;
         Ok(bytes)
+    }
+
+    /// The memo index operand of a `*PUT`/`*GET`: one byte, or four little-endian for
+    /// the `LONG_` forms.
+    fn memo_index(&mut self, long: bool) -> Result<u32, CheckpointError> {
+        if long {
+            Ok(u32::from_le_bytes(self.array()?))
+        } else {
+            Ok(self.byte()?.into())
+        }
     }
 
     fn byte(&mut self) -> Result<u8, CheckpointError> {

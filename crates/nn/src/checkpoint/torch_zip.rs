@@ -22,21 +22,13 @@ use crate::{Result, StateDict, Value};
 /// Reads a `.pt` file written by `torch.save` (or [`save_pt`]) as a value. Dicts and
 /// `OrderedDict`s both become [`Value::Dict`]; tensors are contiguous copies.
 pub fn load_pt(path: impl AsRef<Path>) -> Result<Value> {
-    let path = path.as_ref();
-    let (pickle, mut storages) = open(path)?;
-    Rebuilder::new(&pickle, &mut storages)
-        .value()
-        .map_err(|e| checkpoint_error(path, e))
+    rebuild(path.as_ref(), |r| r.value())
 }
 
 /// Reads a `.pt` file holding a state dict (`torch.save(model.state_dict(), path)`), with
 /// its `_metadata` versions.
 pub fn load_pt_state_dict(path: impl AsRef<Path>) -> Result<StateDict> {
-    let path = path.as_ref();
-    let (pickle, mut storages) = open(path)?;
-    Rebuilder::new(&pickle, &mut storages)
-        .state_dict()
-        .map_err(|e| checkpoint_error(path, e))
+    rebuild(path.as_ref(), |r| r.state_dict())
 }
 
 /// Writes `value` as `torch.save(value, path)` would, atomically. Dicts are written as
@@ -63,6 +55,15 @@ struct ZipStorages {
     prefix: String,
     file_len: u64,
     cache: HashMap<String, Vec<u8>>,
+}
+
+/// Opens the archive at `path` and rebuilds what `read` takes from its pickle.
+fn rebuild<T>(
+    path: &Path,
+    read: impl FnOnce(&mut Rebuilder<'_, ZipStorages>) -> std::result::Result<T, CheckpointError>,
+) -> Result<T> {
+    let (pickle, mut storages) = open(path)?;
+    read(&mut Rebuilder::new(&pickle, &mut storages)).map_err(|e| checkpoint_error(path, e))
 }
 
 fn open(path: &Path) -> Result<(Pickle, ZipStorages)> {

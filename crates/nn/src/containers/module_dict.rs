@@ -1,6 +1,6 @@
 //! `ModuleDict`: modules by name, kept in insertion order and registered under their keys.
 
-use crate::{Module, ModuleCore, NnError, Result, Visitor};
+use crate::{Module, ModuleCore, Result, Visitor};
 use indexmap::IndexMap;
 
 /// Named modules in insertion order (`ModuleDict<Box<dyn Layer>>` for mixed kinds).
@@ -25,19 +25,10 @@ impl<M: Module> ModuleDict<M> {
 
     /// Adds or replaces `name` (a replaced entry keeps its position, as in PyTorch).
     pub fn insert(&mut self, name: impl Into<String>, module: M) -> Result<()> {
-        let name = name.into();
-        if name.is_empty() || name.contains('.') {
-            return Err(NnError::Invalid(format!(
-                "module name \"{name}\" can't be empty or contain \".\""
-            )));
-        }
-        self.items.insert(name, module);
-        Ok(())
+        super::insert_named(&mut self.items, "module", name.into(), module)
     }
 
-    pub fn get(&self, name: &str) -> Option<&M> {
-        self.items.get(name)
-    }
+    super::ordered_map_reads!(items: M);
 
     pub fn get_mut(&mut self, name: &str) -> Option<&mut M> {
         self.items.get_mut(name)
@@ -49,22 +40,6 @@ impl<M: Module> ModuleDict<M> {
 
     pub fn contains_key(&self, name: &str) -> bool {
         self.items.contains_key(name)
-    }
-
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.items.keys().map(String::as_str)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &M)> {
-        self.items.iter().map(|(k, v)| (k.as_str(), v))
-    }
-
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
     }
 }
 

@@ -73,20 +73,7 @@ impl<M: Module> std::ops::Index<usize> for ModuleList<M> {
 
 impl<M: Module> Module for ModuleList<M> {
     crate::module_core_methods!();
-    fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
-        for (i, m) in self.items.iter().enumerate() {
-            visitor.child(&i.to_string(), m.as_module());
-        }
-    }
-    /// Children `0`, `1`, ... by index, without a scan.
-    fn child_module(&self, name: &str) -> Option<&dyn Module> {
-        match name.parse::<usize>() {
-            Ok(i) if i < self.items.len() && i.to_string() == name => {
-                Some(self.items[i].as_module())
-            }
-            _ => crate::walk::find_child(self.as_module(), name),
-        }
-    }
+    super::indexed_children!(items);
     fn type_name(&self) -> String {
         "ModuleList".into()
     }

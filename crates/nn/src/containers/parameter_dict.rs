@@ -1,6 +1,6 @@
 //! `ParameterDict`: parameters by name, in insertion order, registered under their keys.
 
-use crate::{Module, ModuleCore, NnError, Parameter, Result, Visitor};
+use crate::{Module, ModuleCore, Parameter, Result, Visitor};
 use indexmap::IndexMap;
 use tessera_tensor::DType;
 
@@ -33,31 +33,10 @@ impl ParameterDict {
     }
 
     pub fn insert(&mut self, name: impl Into<String>, param: Parameter) -> Result<()> {
-        let name = name.into();
-        if name.is_empty() || name.contains('.') {
-            return Err(NnError::Invalid(format!(
-                "parameter name \"{name}\" can't be empty or contain \".\""
-            )));
-        }
-        self.items.insert(name, param);
-        Ok(())
+        super::insert_named(&mut self.items, "parameter", name.into(), param)
     }
 
-    pub fn get(&self, name: &str) -> Option<&Parameter> {
-        self.items.get(name)
-    }
-
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.items.keys().map(String::as_str)
-    }
-
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
+    super::ordered_map_reads!(items: Parameter);
 }
 
 impl std::ops::Index<&str> for ParameterDict {

@@ -64,20 +64,7 @@ impl std::ops::Index<usize> for Sequential {
 
 impl Module for Sequential {
     crate::module_core_methods!();
-    fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
-        for (i, layer) in self.layers.iter().enumerate() {
-            visitor.child(&i.to_string(), layer.as_module());
-        }
-    }
-    /// Children `0`, `1`, ... by index, without a scan.
-    fn child_module(&self, name: &str) -> Option<&dyn Module> {
-        match name.parse::<usize>() {
-            Ok(i) if i < self.layers.len() && i.to_string() == name => {
-                Some(self.layers[i].as_module())
-            }
-            _ => crate::walk::find_child(self.as_module(), name),
-        }
-    }
+    super::indexed_children!(layers);
     fn type_name(&self) -> String {
         "Sequential".into()
     }

@@ -134,26 +134,13 @@ impl ParamState for AdamState {
     }
 }
 
-/// `torch.optim.Adam`.
-#[derive(Debug)]
-pub struct Adam {
-    inner: Groups<AdamState>,
-}
-
-impl Adam {
-    /// One group of `params` with `options`.
-    pub fn new(params: Vec<Tensor>, options: AdamOptions) -> Result<Self> {
-        Ok(Adam {
-            inner: Groups::new("Adam", params, GroupOptions::Adam(options))?,
-        })
-    }
-
-    /// Adds a group with its own options.
-    pub fn add_param_group(&mut self, params: Vec<Tensor>, options: AdamOptions) -> Result<()> {
-        self.inner
-            .add_param_group(params, GroupOptions::Adam(options))
-    }
-}
+super::optimizer_over_groups!(
+    /// `torch.optim.Adam`.
+    Adam,
+    AdamState,
+    AdamOptions,
+    Adam
+);
 
 /// One Adam step over every group: moments, bias correction, then the update.
 pub(crate) fn adam_step(inner: &mut Groups<AdamState>) -> Result<()> {

@@ -45,26 +45,13 @@ impl From<AdamWOptions> for AdamOptions {
     }
 }
 
-/// `torch.optim.AdamW`; its groups hold [`AdamOptions`] with `decoupled_weight_decay` set.
-#[derive(Debug)]
-pub struct AdamW {
-    inner: Groups<AdamState>,
-}
-
-impl AdamW {
-    /// One group of `params` with `options`.
-    pub fn new(params: Vec<Tensor>, options: AdamWOptions) -> Result<Self> {
-        Ok(AdamW {
-            inner: Groups::new("AdamW", params, GroupOptions::Adam(options.into()))?,
-        })
-    }
-
-    /// Adds a group with its own options.
-    pub fn add_param_group(&mut self, params: Vec<Tensor>, options: AdamWOptions) -> Result<()> {
-        self.inner
-            .add_param_group(params, GroupOptions::Adam(options.into()))
-    }
-}
+super::optimizer_over_groups!(
+    /// `torch.optim.AdamW`; its groups hold [`AdamOptions`] with `decoupled_weight_decay` set.
+    AdamW,
+    AdamState,
+    AdamWOptions,
+    Adam
+);
 
 impl Optimizer for AdamW {
     fn step(&mut self) -> Result<()> {

@@ -2,9 +2,8 @@
 //! over `t_max` epochs and back, with PyTorch 2.x's chainable recurrence.
 
 use super::Optimizer;
-use super::lr_scheduler::{LrScheduler, SchedulerBase, as_dict};
-use super::state::Dict;
-use crate::{Key, NnError, Result, Value};
+use super::lr_scheduler::{LrScheduler, SchedulerBase};
+use crate::{NnError, Result, Value};
 use std::f64::consts::PI;
 
 /// `torch.optim.lr_scheduler.CosineAnnealingLR`; its closed form is
@@ -76,26 +75,17 @@ impl LrScheduler for CosineAnnealingLR {
     }
 
     fn state_dict(&self) -> Value {
-        let mut d = Dict::new();
-        d.insert("T_max".into(), Value::Int(self.t_max as i64));
-        d.insert("eta_min".into(), Value::Float(self.eta_min));
-        self.base.write(&mut d);
-        Value::Dict(d)
+        self.base.state_dict([
+            ("T_max", Value::Int(self.t_max as i64)),
+            ("eta_min", Value::Float(self.eta_min)),
+        ])
     }
 
     fn load_state_dict(&mut self, state_dict: &Value) -> Result<()> {
-        let d = as_dict("CosineAnnealingLR", state_dict)?;
-        let mut t_max = self.t_max;
-        let mut eta_min = self.eta_min;
-        if let Some(v) = d.get(&Key::from("T_max")) {
-            t_max = self.base.positive(v, "T_max")?;
-        }
-        if let Some(v) = d.get(&Key::from("eta_min")) {
-            eta_min = self.base.number(v, "eta_min")?;
-        }
-        self.base.read(d)?;
-        self.t_max = t_max;
-        self.eta_min = eta_min;
-        Ok(())
+        self.base.load_period_and_number(
+            state_dict,
+            ("T_max", &mut self.t_max),
+            ("eta_min", &mut self.eta_min),
+        )
     }
 }

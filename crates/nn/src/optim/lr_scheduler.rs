@@ -78,7 +78,41 @@ impl SchedulerBase {
         Ok(())
     }
 
-    pub fn write(&self, d: &mut Dict) {
+    /// The scheduler's state dict: its own settings, then the shared fields.
+    pub fn state_dict<const N: usize>(&self, own: [(&str, Value); N]) -> Value {
+        let mut d = Dict::new();
+        for (key, value) in own {
+            d.insert(key.into(), value);
+        }
+        self.write(&mut d);
+        Value::Dict(d)
+    }
+
+    /// Loads the shared fields and a scheduler's two settings, a positive period
+    /// (`step_size`, `T_max`) and a number (`gamma`, `eta_min`), each under its key;
+    /// nothing changes when any value is invalid, and absent keys keep their values.
+    pub fn load_period_and_number(
+        &mut self,
+        state_dict: &Value,
+        (period_key, period): (&str, &mut usize),
+        (number_key, number): (&str, &mut f64),
+    ) -> Result<()> {
+        let d = as_dict(self.name, state_dict)?;
+        let new_period = d
+            .get(&Key::from(period_key))
+            .map(|v| self.positive(v, period_key))
+            .transpose()?;
+        let new_number = d
+            .get(&Key::from(number_key))
+            .map(|v| self.number(v, number_key))
+            .transpose()?;
+        self.read(d)?;
+        *period = new_period.unwrap_or(*period);
+        *number = new_number.unwrap_or(*number);
+        Ok(())
+    }
+
+    fn write(&self, d: &mut Dict) {
         let floats = |v: &[f64]| Value::List(v.iter().map(|&x| Value::Float(x)).collect());
         d.insert("base_lrs".into(), floats(&self.base_lrs));
         d.insert("last_epoch".into(), Value::Int(self.last_epoch));
@@ -88,7 +122,7 @@ impl SchedulerBase {
     }
 
     /// Reads the shared fields, checking list lengths against this scheduler's groups.
-    pub fn read(&mut self, d: &Dict) -> Result<()> {
+    fn read(&mut self, d: &Dict) -> Result<()> {
         let mut next = self.clone();
         if let Some(v) = d.get(&Key::from("base_lrs")) {
             next.base_lrs = self.floats(v, "base_lrs")?;
@@ -129,14 +163,14 @@ impl SchedulerBase {
     }
 
     /// A positive integer setting (`step_size`, `T_max`).
-    pub fn positive(&self, v: &Value, key: &str) -> Result<usize> {
+    fn positive(&self, v: &Value, key: &str) -> Result<usize> {
         match self.int(v, key)? {
             n if n > 0 => Ok(n as usize),
             n => Err(self.invalid(format!("\"{key}\" must be positive, got {n}"))),
         }
     }
 
-    pub fn number(&self, v: &Value, key: &str) -> Result<f64> {
+    fn number(&self, v: &Value, key: &str) -> Result<f64> {
         v.as_f64()
             .ok_or_else(|| self.invalid(format!("\"{key}\" must be a number, got {v:?}")))
     }
@@ -148,7 +182,7 @@ impl SchedulerBase {
 }
 
 /// The dict a `load_state_dict` argument must be.
-pub(crate) fn as_dict<'a>(name: &str, v: &'a Value) -> Result<&'a Dict> {
+fn as_dict<'a>(name: &str, v: &'a Value) -> Result<&'a Dict> {
     v.as_dict().ok_or_else(|| {
         NnError::Invalid(format!(
             "{name}.load_state_dict: expected a dict, got {v:?}"

@@ -68,6 +68,37 @@ macro_rules! forward_to_groups {
 }
 pub(crate) use forward_to_groups;
 
+/// Declares an optimizer: a struct over its param groups (`Groups<$state>`), with `new` and
+/// `add_param_group`, which store each group's options as `GroupOptions::$variant`.
+macro_rules! optimizer_over_groups {
+    ($(#[$doc:meta])* $name:ident, $state:ty, $options:ty, $variant:ident) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name {
+            inner: Groups<$state>,
+        }
+
+        impl $name {
+            /// One group of `params` with `options`.
+            #[allow(clippy::useless_conversion)]
+            pub fn new(params: Vec<Tensor>, options: $options) -> Result<Self> {
+                let options = GroupOptions::$variant(options.into());
+                Ok($name {
+                    inner: Groups::new(stringify!($name), params, options)?,
+                })
+            }
+
+            /// Adds a group with its own options (e.g. `lr: 0.1, ..Default::default()`).
+            #[allow(clippy::useless_conversion)]
+            pub fn add_param_group(&mut self, params: Vec<Tensor>, options: $options) -> Result<()> {
+                self.inner
+                    .add_param_group(params, GroupOptions::$variant(options.into()))
+            }
+        }
+    };
+}
+pub(crate) use optimizer_over_groups;
+
 pub trait Optimizer {
     /// Applies one update to every parameter that has a gradient (others are skipped).
     fn step(&mut self) -> Result<()>;

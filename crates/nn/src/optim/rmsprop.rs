@@ -105,26 +105,13 @@ impl ParamState for RmsPropState {
     }
 }
 
-/// `torch.optim.RMSprop`.
-#[derive(Debug)]
-pub struct RMSprop {
-    inner: Groups<RmsPropState>,
-}
-
-impl RMSprop {
-    /// One group of `params` with `options`.
-    pub fn new(params: Vec<Tensor>, options: RmsPropOptions) -> Result<Self> {
-        Ok(RMSprop {
-            inner: Groups::new("RMSprop", params, GroupOptions::RmsProp(options))?,
-        })
-    }
-
-    /// Adds a group with its own options.
-    pub fn add_param_group(&mut self, params: Vec<Tensor>, options: RmsPropOptions) -> Result<()> {
-        self.inner
-            .add_param_group(params, GroupOptions::RmsProp(options))
-    }
-}
+super::optimizer_over_groups!(
+    /// `torch.optim.RMSprop`.
+    RMSprop,
+    RmsPropState,
+    RmsPropOptions,
+    RmsProp
+);
 
 impl Optimizer for RMSprop {
     fn step(&mut self) -> Result<()> {

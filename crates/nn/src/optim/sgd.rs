@@ -89,26 +89,13 @@ impl ParamState for SgdState {
     }
 }
 
-/// `torch.optim.SGD`.
-#[derive(Debug)]
-pub struct SGD {
-    inner: Groups<SgdState>,
-}
-
-impl SGD {
-    /// One group of `params` with `options`.
-    pub fn new(params: Vec<Tensor>, options: SgdOptions) -> Result<Self> {
-        Ok(SGD {
-            inner: Groups::new("SGD", params, GroupOptions::Sgd(options))?,
-        })
-    }
-
-    /// Adds a group with its own options (e.g. `SgdOptions { lr: 0.1, ..defaults }`).
-    pub fn add_param_group(&mut self, params: Vec<Tensor>, options: SgdOptions) -> Result<()> {
-        self.inner
-            .add_param_group(params, GroupOptions::Sgd(options))
-    }
-}
+super::optimizer_over_groups!(
+    /// `torch.optim.SGD`.
+    SGD,
+    SgdState,
+    SgdOptions,
+    Sgd
+);
 
 impl Optimizer for SGD {
     fn step(&mut self) -> Result<()> {

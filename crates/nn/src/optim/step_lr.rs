@@ -2,9 +2,8 @@
 //! `torch.optim.lr_scheduler.StepLR` (chainable form, closed form `base * gamma^(e / step_size)`).
 
 use super::Optimizer;
-use super::lr_scheduler::{LrScheduler, SchedulerBase, as_dict};
-use super::state::Dict;
-use crate::{Key, NnError, Result, Value};
+use super::lr_scheduler::{LrScheduler, SchedulerBase};
+use crate::{NnError, Result, Value};
 
 /// `torch.optim.lr_scheduler.StepLR`.
 #[derive(Debug, Clone)]
@@ -53,26 +52,17 @@ impl LrScheduler for StepLR {
     }
 
     fn state_dict(&self) -> Value {
-        let mut d = Dict::new();
-        d.insert("step_size".into(), Value::Int(self.step_size as i64));
-        d.insert("gamma".into(), Value::Float(self.gamma));
-        self.base.write(&mut d);
-        Value::Dict(d)
+        self.base.state_dict([
+            ("step_size", Value::Int(self.step_size as i64)),
+            ("gamma", Value::Float(self.gamma)),
+        ])
     }
 
     fn load_state_dict(&mut self, state_dict: &Value) -> Result<()> {
-        let d = as_dict("StepLR", state_dict)?;
-        let mut step_size = self.step_size;
-        let mut gamma = self.gamma;
-        if let Some(v) = d.get(&Key::from("step_size")) {
-            step_size = self.base.positive(v, "step_size")?;
-        }
-        if let Some(v) = d.get(&Key::from("gamma")) {
-            gamma = self.base.number(v, "gamma")?;
-        }
-        self.base.read(d)?;
-        self.step_size = step_size;
-        self.gamma = gamma;
-        Ok(())
+        self.base.load_period_and_number(
+            state_dict,
+            ("step_size", &mut self.step_size),
+            ("gamma", &mut self.gamma),
+        )
     }
 }

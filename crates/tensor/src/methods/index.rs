@@ -109,30 +109,57 @@ impl Tensor {
         self.split(n.div_ceil(chunks), d as isize)
     }
 
+    /// The index op `op(dim)` on `self` and `operands`, with `dim` normalized (negative
+    /// counts from the end); `name` is the method's name in errors.
+    fn index_along(
+        &self,
+        name: &str,
+        dim: isize,
+        op: fn(usize) -> IndexOp,
+        operands: &[&Tensor],
+    ) -> Result<Tensor> {
+        let dim = normalize_dim(name, dim, self.ndim())?;
+        let inputs: Vec<&Tensor> = std::iter::once(self)
+            .chain(operands.iter().copied())
+            .collect();
+        Op::Index(op(dim)).apply1(&inputs)
+    }
+
     /// The slices `index` (1-D, i64 or i32) of `dim`, copied (PyTorch's `index_select`).
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
-        let dim = normalize_dim("index_select", dim, self.ndim())?;
-        Op::Index(IndexOp::IndexSelect { dim }).apply1(&[self, index])
+        self.index_along(
+            "index_select",
+            dim,
+            |dim| IndexOp::IndexSelect { dim },
+            &[index],
+        )
     }
 
     /// A copy of `self` with slice `j` of `src` along `dim` added to slice `index[j]`.
     pub fn index_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        let dim = normalize_dim("index_add", dim, self.ndim())?;
-        Op::Index(IndexOp::IndexAdd { dim }).apply1(&[self, index, src])
+        self.index_along(
+            "index_add",
+            dim,
+            |dim| IndexOp::IndexAdd { dim },
+            &[index, src],
+        )
     }
 
     /// Values picked along `dim` by `index` (PyTorch's `gather`): for `dim = 0`,
     /// `out[i][j] = self[index[i][j]][j]`. The output has the shape of `index`.
     pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
-        let dim = normalize_dim("gather", dim, self.ndim())?;
-        Op::Index(IndexOp::Gather { dim }).apply1(&[self, index])
+        self.index_along("gather", dim, |dim| IndexOp::Gather { dim }, &[index])
     }
 
     /// A copy of `self` with `src` added where `index` points along `dim` (PyTorch's
     /// `scatter_add`): for `dim = 0`, `out[index[i][j]][j] += src[i][j]`.
     pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        let dim = normalize_dim("scatter_add", dim, self.ndim())?;
-        Op::Index(IndexOp::ScatterAdd { dim }).apply1(&[self, index, src])
+        self.index_along(
+            "scatter_add",
+            dim,
+            |dim| IndexOp::ScatterAdd { dim },
+            &[index, src],
+        )
     }
 
     /// One i64 row per class value with a 1 at the class (PyTorch's `F.one_hot`), with

@@ -78,26 +78,6 @@ impl Tensor {
         self.fill_(0.0)
     }
 
-    pub fn add_(&self, other: &Tensor) -> Result<&Tensor> {
-        self.check_inplace("add_")?;
-        self.copy_(&self.detach().add(other)?)
-    }
-
-    pub fn sub_(&self, other: &Tensor) -> Result<&Tensor> {
-        self.check_inplace("sub_")?;
-        self.copy_(&self.detach().sub(other)?)
-    }
-
-    pub fn mul_(&self, other: &Tensor) -> Result<&Tensor> {
-        self.check_inplace("mul_")?;
-        self.copy_(&self.detach().mul(other)?)
-    }
-
-    pub fn div_(&self, other: &Tensor) -> Result<&Tensor> {
-        self.check_inplace("div_")?;
-        self.copy_(&self.detach().div(other)?)
-    }
-
     pub fn add_scalar_(&self, value: f64) -> Result<&Tensor> {
         self.check_inplace("add_")?;
         self.copy_(&self.detach().add_scalar(value)?)
@@ -112,4 +92,26 @@ impl Tensor {
         self.check_inplace("clamp_")?;
         self.copy_(&self.detach().clamp(min, max)?)
     }
+}
+
+/// In-place forms of binary methods: `self.name_(other)` writes `self.name(other)` into `self`.
+macro_rules! inplace_binary_methods {
+    ($($inplace:ident => $name:ident;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("In-place `", stringify!($name), "` (with broadcasting of `other`).")]
+                pub fn $inplace(&self, other: &Tensor) -> Result<&Tensor> {
+                    self.check_inplace(stringify!($inplace))?;
+                    self.copy_(&self.detach().$name(other)?)
+                }
+            )*
+        }
+    };
+}
+
+inplace_binary_methods! {
+    add_ => add;
+    sub_ => sub;
+    mul_ => mul;
+    div_ => div;
 }

@@ -17,6 +17,38 @@ impl Tensor {
         .apply(&[self])
     }
 
+    /// A reduction with one output.
+    fn reduce_one(&self, kind: ReduceKind, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        Ok(self.reduce(kind, dims, keepdim)?.remove(0))
+    }
+
+    /// A reduction along one dimension giving values and their indices.
+    fn reduce_with_indices(
+        &self,
+        kind: ReduceKind,
+        op: &str,
+        dim: isize,
+        keepdim: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        let mut out = self.reduce(kind, &self.dim_of(op, dim)?, keepdim)?;
+        let indices = out.pop().expect("two outputs");
+        Ok((out.pop().expect("two outputs"), indices))
+    }
+
+    /// An index reduction along `dim`, or over the flattened tensor when `None`.
+    fn arg_reduce(
+        &self,
+        kind: ReduceKind,
+        op: &str,
+        dim: Option<isize>,
+        keepdim: bool,
+    ) -> Result<Tensor> {
+        match dim {
+            Some(d) => self.reduce_one(kind, &self.dim_of(op, d)?, keepdim),
+            None => self.reshape(&[self.numel()])?.reduce_one(kind, &[0], false),
+        }
+    }
+
     fn all_dims(&self) -> Vec<usize> {
         (0..self.ndim()).collect()
     }
@@ -27,6 +59,15 @@ impl Tensor {
             .collect()
     }
 
+    /// `dims` normalized, or every dimension when empty.
+    fn dims_or_all(&self, op: &str, dims: &[isize]) -> Result<Vec<usize>> {
+        if dims.is_empty() {
+            Ok(self.all_dims())
+        } else {
+            self.dims_of(op, dims)
+        }
+    }
+
     fn dim_of(&self, op: &str, dim: isize) -> Result<Vec<usize>> {
         if self.ndim() == 0 {
             normalize_dim(op, dim, 0).map(|_| vec![])
@@ -35,156 +76,62 @@ impl Tensor {
         }
     }
 
-    /// Sum of all elements (0-dim).
-    pub fn sum_all(&self) -> Result<Tensor> {
-        Ok(self
-            .reduce(ReduceKind::Sum, &self.all_dims(), false)?
-            .remove(0))
-    }
-
-    /// Sum over `dims` (already non-negative).
-    pub fn sum_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
-        Ok(self.reduce(ReduceKind::Sum, dims, keepdim)?.remove(0))
-    }
-
-    /// Sum over `dims` (negative counts from the end).
-    pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        self.sum_dims(&self.dims_of("sum", dims)?, keepdim)
-    }
-
-    pub fn mean_all(&self) -> Result<Tensor> {
-        Ok(self
-            .reduce(ReduceKind::Mean, &self.all_dims(), false)?
-            .remove(0))
-    }
-
-    pub fn mean_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
-        Ok(self.reduce(ReduceKind::Mean, dims, keepdim)?.remove(0))
-    }
-
-    pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        self.mean_dims(&self.dims_of("mean", dims)?, keepdim)
-    }
-
     /// Largest element (0-dim).
     pub fn max_all(&self) -> Result<Tensor> {
-        Ok(self
-            .reduce(ReduceKind::Amax, &self.all_dims(), false)?
-            .remove(0))
+        self.reduce_one(ReduceKind::Amax, &self.all_dims(), false)
     }
 
     /// Smallest element (0-dim).
     pub fn min_all(&self) -> Result<Tensor> {
-        Ok(self
-            .reduce(ReduceKind::Amin, &self.all_dims(), false)?
-            .remove(0))
+        self.reduce_one(ReduceKind::Amin, &self.all_dims(), false)
     }
 
     /// Largest values over `dims`; ties share the gradient evenly.
     pub fn amax(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        Ok(self
-            .reduce(ReduceKind::Amax, &self.dims_of("amax", dims)?, keepdim)?
-            .remove(0))
+        self.reduce_one(ReduceKind::Amax, &self.dims_of("amax", dims)?, keepdim)
     }
 
     pub fn amin(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        Ok(self
-            .reduce(ReduceKind::Amin, &self.dims_of("amin", dims)?, keepdim)?
-            .remove(0))
+        self.reduce_one(ReduceKind::Amin, &self.dims_of("amin", dims)?, keepdim)
     }
 
     /// Largest values along `dim` and their indices (i64), as `torch.max(x, dim)`.
     pub fn max_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        let mut out = self.reduce(
-            ReduceKind::MaxWithIndices,
-            &self.dim_of("max", dim)?,
-            keepdim,
-        )?;
-        let indices = out.pop().expect("two outputs");
-        Ok((out.pop().expect("two outputs"), indices))
+        self.reduce_with_indices(ReduceKind::MaxWithIndices, "max", dim, keepdim)
     }
 
     /// Smallest values along `dim` and their indices (i64).
     pub fn min_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        let mut out = self.reduce(
-            ReduceKind::MinWithIndices,
-            &self.dim_of("min", dim)?,
-            keepdim,
-        )?;
-        let indices = out.pop().expect("two outputs");
-        Ok((out.pop().expect("two outputs"), indices))
+        self.reduce_with_indices(ReduceKind::MinWithIndices, "min", dim, keepdim)
     }
 
     /// Index of the largest element along `dim`, or of the flattened tensor when `None`.
     pub fn argmax(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
-        match dim {
-            Some(d) => Ok(self
-                .reduce(ReduceKind::ArgMax, &self.dim_of("argmax", d)?, keepdim)?
-                .remove(0)),
-            None => Ok(self
-                .reshape(&[self.numel()])?
-                .reduce(ReduceKind::ArgMax, &[0], false)?
-                .remove(0)),
-        }
+        self.arg_reduce(ReduceKind::ArgMax, "argmax", dim, keepdim)
     }
 
     pub fn argmin(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
-        match dim {
-            Some(d) => Ok(self
-                .reduce(ReduceKind::ArgMin, &self.dim_of("argmin", d)?, keepdim)?
-                .remove(0)),
-            None => Ok(self
-                .reshape(&[self.numel()])?
-                .reduce(ReduceKind::ArgMin, &[0], false)?
-                .remove(0)),
-        }
+        self.arg_reduce(ReduceKind::ArgMin, "argmin", dim, keepdim)
     }
 
     /// Variance over `dims` (all when empty); `unbiased` divides by `n - 1`.
     pub fn var(&self, dims: &[isize], unbiased: bool, keepdim: bool) -> Result<Tensor> {
-        let dims = if dims.is_empty() {
-            self.all_dims()
-        } else {
-            self.dims_of("var", dims)?
-        };
-        Ok(self
-            .reduce(
-                ReduceKind::Var {
-                    correction: unbiased as usize,
-                },
-                &dims,
-                keepdim,
-            )?
-            .remove(0))
+        let correction = unbiased as usize;
+        let dims = self.dims_or_all("var", dims)?;
+        self.reduce_one(ReduceKind::Var { correction }, &dims, keepdim)
     }
 
     /// Standard deviation over `dims` (all when empty).
     pub fn std(&self, dims: &[isize], unbiased: bool, keepdim: bool) -> Result<Tensor> {
-        let dims = if dims.is_empty() {
-            self.all_dims()
-        } else {
-            self.dims_of("std", dims)?
-        };
-        Ok(self
-            .reduce(
-                ReduceKind::Std {
-                    correction: unbiased as usize,
-                },
-                &dims,
-                keepdim,
-            )?
-            .remove(0))
+        let correction = unbiased as usize;
+        let dims = self.dims_or_all("std", dims)?;
+        self.reduce_one(ReduceKind::Std { correction }, &dims, keepdim)
     }
 
     /// `log(sum(exp(x)))` over `dims`, computed stably.
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        Ok(self
-            .reduce(
-                ReduceKind::LogSumExp,
-                &self.dims_of("logsumexp", dims)?,
-                keepdim,
-            )?
-            .remove(0))
+        let dims = self.dims_of("logsumexp", dims)?;
+        self.reduce_one(ReduceKind::LogSumExp, &dims, keepdim)
     }
 
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
@@ -227,4 +174,34 @@ impl Tensor {
     pub fn backward_with(&self, gradient: Option<&Tensor>, retain_graph: bool) -> Result<()> {
         crate::autograd::backward(self, gradient, retain_graph)
     }
+}
+
+/// For each reduction, three methods: `$all` over every element (0-dim result), `$dims` over
+/// non-negative `dims`, and `$name` over `dims` that may count from the end.
+macro_rules! reductions_over_dims {
+    ($($name:ident, $all:ident, $dims:ident => $kind:ident;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("`", stringify!($name), "` of all elements (0-dim).")]
+                pub fn $all(&self) -> Result<Tensor> {
+                    self.reduce_one(ReduceKind::$kind, &self.all_dims(), false)
+                }
+
+                #[doc = concat!("`", stringify!($name), "` over `dims` (already non-negative).")]
+                pub fn $dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+                    self.reduce_one(ReduceKind::$kind, dims, keepdim)
+                }
+
+                #[doc = concat!("`", stringify!($name), "` over `dims` (negative counts from the end).")]
+                pub fn $name(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+                    self.$dims(&self.dims_of(stringify!($name), dims)?, keepdim)
+                }
+            )*
+        }
+    };
+}
+
+reductions_over_dims! {
+    sum, sum_all, sum_dims => Sum;
+    mean, mean_all, mean_dims => Mean;
 }

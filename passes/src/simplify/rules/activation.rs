@@ -1,9 +1,22 @@
 //! Activation identities: idempotent activations and merges of clamps. Each holds for NaN
 //! inputs too (which is why `relu(|x|) = |x|` is absent: `relu(NaN)` is 0).
 
-use super::{Rule, bound, fill, num, rule, rule_fn};
+use super::{Rule, bound, fill, num, rule, rule_fn, with_scalar};
 use crate::Result;
+use crate::simplify::analysis::TensorGraph;
 use crate::simplify::language::TensorLang;
+use egg::{Id, Subst};
+
+/// `clamp(x, merge(a, b))` with the bounds `?a` and `?b` of two nested one-sided clamps.
+fn merge_bounds(
+    egraph: &mut TensorGraph,
+    subst: &Subst,
+    merge: fn(f64, f64) -> f64,
+    node: fn([Id; 2]) -> TensorLang,
+) -> Option<Id> {
+    let (a, b) = (fill(egraph, subst, "?a")?, fill(egraph, subst, "?b")?);
+    with_scalar(egraph, subst, node, merge(a, b))
+}
 
 pub fn rules() -> Result<Vec<Rule>> {
     Ok(vec![
@@ -17,23 +30,13 @@ pub fn rules() -> Result<Vec<Rule>> {
         rule_fn(
             "clamp-min-min",
             "(clamp_min (clamp_min ?x ?a) ?b)",
-            |egraph, subst| {
-                let (a, b) = (fill(egraph, subst, "?a")?, fill(egraph, subst, "?b")?);
-                let x = bound(subst, "?x")?;
-                let c = num(egraph, a.max(b));
-                Some(egraph.add(TensorLang::ClampMin([x, c])))
-            },
+            |egraph, subst| merge_bounds(egraph, subst, f64::max, TensorLang::ClampMin),
         )?,
         // clamp(clamp(x, max=a), max=b) = clamp(x, max=min(a, b))
         rule_fn(
             "clamp-max-max",
             "(clamp_max (clamp_max ?x ?a) ?b)",
-            |egraph, subst| {
-                let (a, b) = (fill(egraph, subst, "?a")?, fill(egraph, subst, "?b")?);
-                let x = bound(subst, "?x")?;
-                let c = num(egraph, a.min(b));
-                Some(egraph.add(TensorLang::ClampMax([x, c])))
-            },
+            |egraph, subst| merge_bounds(egraph, subst, f64::min, TensorLang::ClampMax),
         )?,
         // clamp(clamp(x, min=a), max=b) = clamp(x, a, b), when a <= b
         rule_fn(

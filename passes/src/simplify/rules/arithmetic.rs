@@ -3,7 +3,7 @@
 //! Floating-point folds (`(x * a) * b = x * (a * b)`) are exact up to rounding; the others are
 //! exact, except `x + 0 = x`, which may differ in the sign of a zero.
 
-use super::{Rule, bound, fill, num, rule, rule_fn, rule_if};
+use super::{Rule, fill, rule, rule_fn, rule_if, with_scalar};
 use crate::Result;
 use crate::simplify::analysis::TensorGraph;
 use crate::simplify::language::TensorLang;
@@ -11,6 +11,16 @@ use egg::{Id, Subst};
 
 fn is_uniform(egraph: &TensorGraph, subst: &Subst, var: &str, value: f64) -> bool {
     fill(egraph, subst, var) == Some(value)
+}
+
+/// Whether the constant tensor `?y` is all ones.
+fn y_is_ones(egraph: &TensorGraph, _: Id, subst: &Subst) -> bool {
+    is_uniform(egraph, subst, "?y", 1.0)
+}
+
+/// Whether the constant tensor `?y` is all zeros.
+fn y_is_zeros(egraph: &TensorGraph, _: Id, subst: &Subst) -> bool {
+    is_uniform(egraph, subst, "?y", 0.0)
 }
 
 /// `x op' folded`, where `folded` is computed from the match; declines non-finite results.
@@ -25,9 +35,7 @@ fn fold(
     if !folded.is_finite() {
         return None;
     }
-    let x = bound(subst, "?x")?;
-    let c = num(egraph, folded);
-    Some(egraph.add(node([x, c])))
+    with_scalar(egraph, subst, node, folded)
 }
 
 /// `x op c`, where `c` is the uniform value of the constant tensor `?y`.
@@ -37,9 +45,7 @@ fn scalar_of_uniform(
     node: fn([Id; 2]) -> TensorLang,
 ) -> Option<Id> {
     let value = fill(egraph, subst, "?y")?;
-    let x = bound(subst, "?x")?;
-    let c = num(egraph, value);
-    Some(egraph.add(node([x, c])))
+    with_scalar(egraph, subst, node, value)
 }
 
 pub fn rules() -> Result<Vec<Rule>> {
@@ -61,9 +67,7 @@ pub fn rules() -> Result<Vec<Rule>> {
         // x - a = x + (-a), so subtraction chains fold like addition chains
         rule_fn("sub-to-add", "(sub_s ?x ?a)", |egraph, subst| {
             let a = fill(egraph, subst, "?a")?;
-            let x = bound(subst, "?x")?;
-            let c = num(egraph, -a);
-            Some(egraph.add(TensorLang::AddS([x, c])))
+            with_scalar(egraph, subst, TensorLang::AddS, -a)
         })?,
         // (x * a) * b = x * (a * b), for scalars a and b
         rule_fn(
@@ -80,9 +84,7 @@ pub fn rules() -> Result<Vec<Rule>> {
         // (-x) * a = x * (-a)
         rule_fn("neg-mul-fold", "(mul_s (neg ?x) ?a)", |egraph, subst| {
             let a = fill(egraph, subst, "?a")?;
-            let x = bound(subst, "?x")?;
-            let c = num(egraph, -a);
-            Some(egraph.add(TensorLang::MulS([x, c])))
+            with_scalar(egraph, subst, TensorLang::MulS, -a)
         })?,
         // x / a = x * (1 / a), when a is a power of two (so 1 / a is exact)
         rule_fn("div-pow2-to-mul", "(div_s ?x ?a)", |egraph, subst| {
@@ -93,34 +95,20 @@ pub fn rules() -> Result<Vec<Rule>> {
             if !(exact && power_of_two) {
                 return None;
             }
-            let x = bound(subst, "?x")?;
-            let c = num(egraph, inverse);
-            Some(egraph.add(TensorLang::MulS([x, c])))
+            with_scalar(egraph, subst, TensorLang::MulS, inverse)
         })?,
         // x * y = x, when y is all ones (and broadcasting leaves x's shape, as every rule checks)
-        rule_if("mul-ones", "(mul ?x ?y)", "?x", |g, _, s| {
-            is_uniform(g, s, "?y", 1.0)
-        })?,
+        rule_if("mul-ones", "(mul ?x ?y)", "?x", y_is_ones)?,
         // y * x = x, when y is all ones
-        rule_if("ones-mul", "(mul ?y ?x)", "?x", |g, _, s| {
-            is_uniform(g, s, "?y", 1.0)
-        })?,
+        rule_if("ones-mul", "(mul ?y ?x)", "?x", y_is_ones)?,
         // x + y = x, when y is all zeros
-        rule_if("add-zeros", "(add ?x ?y)", "?x", |g, _, s| {
-            is_uniform(g, s, "?y", 0.0)
-        })?,
+        rule_if("add-zeros", "(add ?x ?y)", "?x", y_is_zeros)?,
         // y + x = x, when y is all zeros
-        rule_if("zeros-add", "(add ?y ?x)", "?x", |g, _, s| {
-            is_uniform(g, s, "?y", 0.0)
-        })?,
+        rule_if("zeros-add", "(add ?y ?x)", "?x", y_is_zeros)?,
         // x - y = x, when y is all zeros
-        rule_if("sub-zeros", "(sub ?x ?y)", "?x", |g, _, s| {
-            is_uniform(g, s, "?y", 0.0)
-        })?,
+        rule_if("sub-zeros", "(sub ?x ?y)", "?x", y_is_zeros)?,
         // x / y = x, when y is all ones
-        rule_if("div-ones", "(div ?x ?y)", "?x", |g, _, s| {
-            is_uniform(g, s, "?y", 1.0)
-        })?,
+        rule_if("div-ones", "(div ?x ?y)", "?x", y_is_ones)?,
         // x * y = x * c, when every element of the constant tensor y is c
         rule_fn("mul-uniform", "(mul ?x ?y)", |egraph, subst| {
             scalar_of_uniform(egraph, subst, TensorLang::MulS)

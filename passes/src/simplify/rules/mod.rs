@@ -136,6 +136,18 @@ pub fn num(egraph: &mut TensorGraph, value: f64) -> Id {
     egraph.add(TensorLang::Num(Scalar::new(value)))
 }
 
+/// Adds `node([x, c])`: the class bound to `?x` with the scalar attribute `c`.
+pub fn with_scalar(
+    egraph: &mut TensorGraph,
+    subst: &Subst,
+    node: fn([Id; 2]) -> TensorLang,
+    c: f64,
+) -> Option<Id> {
+    let x = bound(subst, "?x")?;
+    let c = num(egraph, c);
+    Some(egraph.add(node([x, c])))
+}
+
 /// Adds a dims attribute.
 pub fn dims_node(egraph: &mut TensorGraph, dims: Vec<usize>) -> Id {
     egraph.add(TensorLang::Dims(Dims(dims)))
