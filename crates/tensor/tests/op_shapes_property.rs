@@ -329,6 +329,11 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
             .boxed(),
     );
     all.push(
+        reduction()
+            .prop_map(|reduction| Op::Loss(LossOp::Bce { reduction }))
+            .boxed(),
+    );
+    all.push(
         (reduction(), prop::sample::select(vec![-100i64, 0, 1]))
             .prop_map(|(reduction, ignore_index)| {
                 Op::Loss(LossOp::Nll {
@@ -442,6 +447,11 @@ fn variant(op: &Op) -> &'static str {
             UnaryOp::LeakyRelu { .. } => "unary.leaky_relu",
             UnaryOp::Gelu { .. } => "unary.gelu",
             UnaryOp::Silu => "unary.silu",
+            UnaryOp::Elu { .. } => "unary.elu",
+            UnaryOp::Hardswish => "unary.hardswish",
+            UnaryOp::Hardsigmoid => "unary.hardsigmoid",
+            UnaryOp::Relu6 => "unary.relu6",
+            UnaryOp::Softplus { .. } => "unary.softplus",
         },
         Op::Binary(b) => match b {
             BinaryOp::Add => "binary.add",
@@ -511,6 +521,7 @@ fn variant(op: &Op) -> &'static str {
             LossOp::L1 { .. } => "loss.l1",
             LossOp::Nll { .. } => "loss.nll",
             LossOp::BceWithLogits { .. } => "loss.bce_with_logits",
+            LossOp::Bce { .. } => "loss.bce",
         },
         Op::Quant(q) => match q {
             QuantOp::QuantizePerTensor { .. } => "quant.quantize_per_tensor",
@@ -544,6 +555,11 @@ const VARIANTS: &[&str] = &[
     "unary.leaky_relu",
     "unary.gelu",
     "unary.silu",
+    "unary.elu",
+    "unary.hardswish",
+    "unary.hardsigmoid",
+    "unary.relu6",
+    "unary.softplus",
     "binary.add",
     "binary.sub",
     "binary.mul",
@@ -597,6 +613,7 @@ const VARIANTS: &[&str] = &[
     "loss.l1",
     "loss.nll",
     "loss.bce_with_logits",
+    "loss.bce",
     "quant.quantize_per_tensor",
     "quant.quantize_per_channel",
     "quant.dequantize_per_tensor",

@@ -9,7 +9,7 @@ use tessera_tensor::{Tensor, is_grad_enabled, no_grad};
 /// that does not require grad), returning the input; otherwise out of place. Autograd here
 /// refuses in-place writes on tensors that require grad, so `inplace` falls back to a new
 /// tensor there instead of failing as a PyTorch leaf would.
-fn maybe_inplace(
+pub(super) fn maybe_inplace(
     inplace: bool,
     input: Tensor,
     f: impl Fn(&Tensor) -> tessera_tensor::Result<Tensor>,
@@ -23,7 +23,7 @@ fn maybe_inplace(
     Ok(y)
 }
 
-fn inplace_repr(inplace: bool, leading: &str) -> String {
+pub(super) fn inplace_repr(inplace: bool, leading: &str) -> String {
     if inplace {
         format!("{leading}inplace=True")
     } else {

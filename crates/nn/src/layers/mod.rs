@@ -3,6 +3,7 @@
 //! PyTorch's defaults and chainable setters) for everything past the required sizes.
 
 mod activation;
+mod activation_more;
 mod attention;
 mod conv;
 mod dropout;
@@ -10,6 +11,7 @@ mod embedding;
 mod instance_norm;
 mod linear;
 mod loss;
+mod loss_more;
 mod norm;
 mod options;
 mod pool;
@@ -19,6 +21,9 @@ mod shape;
 mod transformer;
 
 pub use activation::{GELU, LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh};
+pub use activation_more::{
+    ELU, Hardsigmoid, Hardswish, Mish, PReLU, PReLUOptions, ReLU6, Softplus,
+};
 pub use attention::{
     AttentionInput, AttentionOutput, MultiheadAttention, MultiheadAttentionOptions,
 };
@@ -29,7 +34,8 @@ pub use dropout::Dropout;
 pub use embedding::{Embedding, EmbeddingOptions};
 pub use instance_norm::{InstanceNorm1d, InstanceNorm2d, InstanceNormOptions};
 pub use linear::{Bilinear, Identity, Linear, LinearOptions, NonDynamicallyQuantizableLinear};
-pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss};
+pub use loss::{BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss};
+pub use loss_more::{HuberLoss, KLDivLoss, MarginRankingLoss, SmoothL1Loss};
 pub use norm::{
     BatchNorm1d, BatchNorm2d, BatchNormOptions, GroupNorm, GroupNormOptions, LayerNorm,
     LayerNormOptions,

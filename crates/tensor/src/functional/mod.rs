@@ -2,7 +2,9 @@
 //! (convolution, pooling, normalisation, dropout, embedding, losses, attention).
 
 mod attention;
+mod composed_loss;
 mod conv;
+mod distance;
 mod dropout;
 mod embedding;
 mod loss;
@@ -10,7 +12,9 @@ mod norm;
 mod pool;
 
 pub use attention::*;
+pub use composed_loss::*;
 pub use conv::*;
+pub use distance::*;
 pub use dropout::*;
 pub use embedding::*;
 pub use loss::*;

@@ -1,0 +1,116 @@
+//! The layers of issue 14 against PyTorch (`q_layers_misc`, every sub-case but the RMSNorm
+//! ones, which `conformance_norm_layers` checks): reprs as PyTorch prints them, state dicts
+//! loaded strictly from `state_dict.pt`, outputs and the gradients of inputs and parameters.
+
+mod common;
+
+use common::Case;
+use tessera_nn::layers::{
+    BCELoss, ELU, Hardsigmoid, Hardswish, HuberLoss, KLDivLoss, Mish, PReLU, ReLU6, SmoothL1Loss,
+    Softplus,
+};
+use tessera_nn::{Call, Forward, Module, ModuleExt, StateDict, load_pt_state_dict};
+use tessera_tensor::Tensor;
+use tessera_tensor::functional::{KlDivReduction, Reduction};
+
+/// Loads `layer`'s own keys (`<name>.*`) of the case's `state_dict.pt`, strictly.
+fn load_strictly(name: &str, layer: &dyn Module) {
+    let dir = common::conformance_dir().join("q_layers_misc");
+    let all = load_pt_state_dict(dir.join("state_dict.pt")).unwrap();
+    let mut own = StateDict::new();
+    let prefix = format!("{name}.");
+    for (key, tensor) in all.iter() {
+        if let Some(rest) = key.strip_prefix(&prefix) {
+            own.insert(rest, tensor.clone());
+        }
+    }
+    assert!(layer.load_state_dict(&own, true, false).unwrap().is_empty());
+}
+
+/// Asserts `layer` prints as PyTorch printed module `name`.
+fn check_repr(case: &Case, name: &str, layer: &dyn Module) {
+    let expected = case.json["modules"][name]["repr"].as_str().unwrap();
+    assert_eq!(layer.repr(), expected, "{name}");
+}
+
+/// Runs the one-input sub-case `name` on `layer`: repr, state, output and gradients.
+fn run_unary<M: Forward<Output = Tensor>>(case: &Case, name: &str, layer: &M) {
+    check_repr(case, name, layer);
+    load_strictly(name, layer);
+    let input = case.input(name, "input");
+    let output = layer.call(input.clone()).unwrap();
+    let params: Vec<(String, Tensor)> = layer
+        .named_parameters()
+        .into_iter()
+        .map(|(n, p)| (n, p.tensor().clone()))
+        .collect();
+    case.check_subcase(name, &[("output", output)], &[("input", input)], &params);
+}
+
+#[test]
+fn activations_match_pytorch_at_their_kinks() {
+    let case = Case::load("q_layers_misc");
+    run_unary(&case, "relu6", &ReLU6::new());
+    run_unary(&case, "hardswish", &Hardswish::new());
+    run_unary(&case, "hardsigmoid", &Hardsigmoid::new());
+    run_unary(&case, "elu", &ELU::default());
+    run_unary(&case, "elu_alpha05", &ELU::new(0.5));
+    run_unary(&case, "prelu", &PReLU::new(3).unwrap());
+    run_unary(&case, "softplus", &Softplus::default());
+    run_unary(&case, "softplus_beta2", &Softplus::new(2.0, 5.0));
+    run_unary(&case, "mish", &Mish::new());
+}
+
+/// Runs loss sub-case `name`: `loss` with the layer's reduction, `loss_none` with none, and
+/// the gradient of the input through `loss`.
+fn run_loss<M, F>(case: &Case, name: &str, layer: &M, unreduced: F)
+where
+    M: Forward<(Tensor, Tensor), Output = Tensor>,
+    F: Fn(&Tensor, &Tensor) -> Tensor,
+{
+    check_repr(case, name, layer);
+    let input = case.input(name, "input");
+    let target = case.io(&format!("{name}/target"));
+    case.check_key(&format!("{name}/loss_none"), &unreduced(&input, &target));
+    let loss = layer.call((input.clone(), target)).unwrap();
+    case.check_key(&format!("{name}/loss"), &loss);
+    loss.backward().unwrap();
+    case.check_key(&format!("{name}/grad/input"), &input.grad().unwrap());
+}
+
+#[test]
+fn regression_losses_match_pytorch() {
+    use tessera_tensor::functional::{huber_loss, smooth_l1_loss};
+    let case = Case::load("q_layers_misc");
+    for (name, beta) in [("smooth_l1", 1.0), ("smooth_l1_beta05", 0.5)] {
+        let layer = SmoothL1Loss::new(Reduction::Mean, beta);
+        run_loss(&case, name, &layer, |x, t| {
+            smooth_l1_loss(x, t, Reduction::None, beta).unwrap()
+        });
+    }
+    for (name, delta) in [("huber", 1.0), ("huber_delta05", 0.5)] {
+        let layer = HuberLoss::new(Reduction::Mean, delta);
+        run_loss(&case, name, &layer, |x, t| {
+            huber_loss(x, t, Reduction::None, delta).unwrap()
+        });
+    }
+}
+
+#[test]
+fn kl_div_with_a_zero_target_and_batchmean_matches_pytorch() {
+    let case = Case::load("q_layers_misc");
+    let layer = KLDivLoss::new(KlDivReduction::BatchMean, false);
+    run_loss(&case, "kl_div", &layer, |x, t| {
+        tessera_tensor::functional::kl_div(x, t, KlDivReduction::None, false).unwrap()
+    });
+}
+
+#[test]
+fn bce_matches_pytorch_including_its_clamped_edges() {
+    let case = Case::load("q_layers_misc");
+    for name in ["bce", "bce_edge"] {
+        run_loss(&case, name, &BCELoss::new(), |x, t| {
+            tessera_tensor::functional::binary_cross_entropy(x, t, Reduction::None).unwrap()
+        });
+    }
+}
