@@ -124,6 +124,11 @@ module_kinds! {
         KLDivLoss,
         BCELoss,
         MarginRankingLoss,
+        MaxPool1d,
+        AvgPool1d,
+        AdaptiveMaxPool2d,
+        Upsample,
+        PixelShuffle,
     ],
     quantized: [
         QuantizedLinear,

@@ -6,11 +6,13 @@ mod common;
 
 use common::Case;
 use tessera_nn::layers::{
-    BCELoss, ELU, Hardsigmoid, Hardswish, HuberLoss, KLDivLoss, Mish, PReLU, ReLU6, SmoothL1Loss,
-    Softplus,
+    AdaptiveMaxPool2d, AvgPool1d, AvgPool1dOptions, BCELoss, ELU, Hardsigmoid, Hardswish,
+    HuberLoss, KLDivLoss, MaxPool1d, MaxPool1dOptions, Mish, PReLU, PixelShuffle, ReLU6,
+    SmoothL1Loss, Softplus, Upsample,
 };
 use tessera_nn::{Call, Forward, Module, ModuleExt, StateDict, load_pt_state_dict};
 use tessera_tensor::Tensor;
+use tessera_tensor::functional::InterpolateMode;
 use tessera_tensor::functional::{KlDivReduction, Reduction};
 
 /// Loads `layer`'s own keys (`<name>.*`) of the case's `state_dict.pt`, strictly.
@@ -113,4 +115,71 @@ fn bce_matches_pytorch_including_its_clamped_edges() {
             tessera_tensor::functional::binary_cross_entropy(x, t, Reduction::None).unwrap()
         });
     }
+}
+
+#[test]
+fn pooling_1d_matches_pytorch_with_ties_padding_and_ceil_mode() {
+    let case = Case::load("q_layers_misc");
+    let max = MaxPool1d::with_options(3, MaxPool1dOptions::default().stride(2).padding(1));
+    run_unary(&case, "maxpool1d", &max);
+    let (_, indices) = max
+        .forward_with_indices(&case.io("maxpool1d/input"))
+        .unwrap();
+    case.check_key("maxpool1d/indices", &indices);
+    let ceil = MaxPool1d::with_options(2, MaxPool1dOptions::default().ceil_mode(true));
+    run_unary(&case, "maxpool1d_ceil", &ceil);
+    let avg = AvgPool1dOptions::default().stride(2).padding(1);
+    run_unary(&case, "avgpool1d", &AvgPool1d::with_options(3, avg.clone()));
+    let exclude = AvgPool1d::with_options(3, avg.count_include_pad(false));
+    run_unary(&case, "avgpool1d_exclude_pad", &exclude);
+}
+
+#[test]
+fn adaptive_max_pool2d_with_overlapping_bins_matches_pytorch() {
+    let case = Case::load("q_layers_misc");
+    let pool = AdaptiveMaxPool2d::new((3, 4));
+    run_unary(&case, "adaptive_maxpool2d", &pool);
+    let (_, indices) = pool
+        .forward_with_indices(&case.io("adaptive_maxpool2d/input"))
+        .unwrap();
+    case.check_key("adaptive_maxpool2d/indices", &indices);
+}
+
+#[test]
+fn upsample_and_pixel_shuffle_match_pytorch() {
+    let case = Case::load("q_layers_misc");
+    use InterpolateMode::{Bilinear, Nearest};
+    run_unary(
+        &case,
+        "upsample_nearest",
+        &Upsample::with_scale_factor(2.0, Nearest),
+    );
+    run_unary(
+        &case,
+        "upsample_nearest_size",
+        &Upsample::with_size((5, 7), Nearest),
+    );
+    run_unary(
+        &case,
+        "upsample_nearest_sf1p7",
+        &Upsample::with_scale_factor(1.7, Nearest),
+    );
+    run_unary(
+        &case,
+        "upsample_bilinear",
+        &Upsample::with_scale_factor(2.0, Bilinear),
+    );
+    let corners = Upsample::with_scale_factor(2.0, Bilinear).align_corners(true);
+    run_unary(&case, "upsample_bilinear_ac", &corners);
+    run_unary(
+        &case,
+        "upsample_bilinear_size",
+        &Upsample::with_size((5, 7), Bilinear),
+    );
+    run_unary(
+        &case,
+        "upsample_bilinear_sf1p7",
+        &Upsample::with_scale_factor(1.7, Bilinear),
+    );
+    run_unary(&case, "pixel_shuffle", &PixelShuffle::new(2));
 }

@@ -217,6 +217,11 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
     );
     all.push(
         [dim(), dim()]
+            .prop_map(|output_size| Op::Pool(PoolOp::AdaptiveMaxPool2d { output_size }))
+            .boxed(),
+    );
+    all.push(
+        [dim(), dim()]
             .prop_map(|input_size| Op::Pool(PoolOp::AdaptiveAvgPool2dBackward { input_size }))
             .boxed(),
     );
@@ -498,6 +503,7 @@ fn variant(op: &Op) -> &'static str {
             PoolOp::AvgPool2dBackward { .. } => "pool.avg_backward",
             PoolOp::AdaptiveAvgPool2d { .. } => "pool.adaptive_avg",
             PoolOp::AdaptiveAvgPool2dBackward { .. } => "pool.adaptive_avg_backward",
+            PoolOp::AdaptiveMaxPool2d { .. } => "pool.adaptive_max",
         },
         Op::Norm(n) => match n {
             NormOp::BatchNorm { .. } => "norm.batch",
@@ -596,6 +602,7 @@ const VARIANTS: &[&str] = &[
     "pool.avg_backward",
     "pool.adaptive_avg",
     "pool.adaptive_avg_backward",
+    "pool.adaptive_max",
     "norm.batch",
     "norm.layer",
     "norm.group",

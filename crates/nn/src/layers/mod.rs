@@ -15,7 +15,9 @@ mod loss_more;
 mod norm;
 mod options;
 mod pool;
+mod pool_more;
 mod python;
+mod resample;
 mod rms_norm;
 mod shape;
 mod transformer;
@@ -42,7 +44,9 @@ pub use norm::{
 };
 pub use options::{Setting, Size2};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, AvgPool2dOptions, MaxPool2d, MaxPool2dOptions};
+pub use pool_more::{AdaptiveMaxPool2d, AvgPool1d, AvgPool1dOptions, MaxPool1d, MaxPool1dOptions};
 pub use python::{py_bool, py_float, py_opt_float, py_tuple};
+pub use resample::{PixelShuffle, Upsample};
 pub use rms_norm::{RMSNorm, RMSNormOptions};
 pub use shape::Flatten;
 pub use transformer::{

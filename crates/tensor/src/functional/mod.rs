@@ -10,6 +10,7 @@ mod embedding;
 mod loss;
 mod norm;
 mod pool;
+mod resample;
 
 pub use attention::*;
 pub use composed_loss::*;
@@ -20,3 +21,4 @@ pub use embedding::*;
 pub use loss::*;
 pub use norm::*;
 pub use pool::*;
+pub use resample::*;
