@@ -129,6 +129,9 @@ module_kinds! {
         AdaptiveMaxPool2d,
         Upsample,
         PixelShuffle,
+        Conv3d,
+        ConvTranspose1d,
+        EmbeddingBag,
     ],
     quantized: [
         QuantizedLinear,

@@ -6,27 +6,100 @@ mod common;
 
 use common::Case;
 use tessera_nn::layers::{
-    AdaptiveMaxPool2d, AvgPool1d, AvgPool1dOptions, BCELoss, ELU, Hardsigmoid, Hardswish,
-    HuberLoss, KLDivLoss, MaxPool1d, MaxPool1dOptions, Mish, PReLU, PixelShuffle, ReLU6,
-    SmoothL1Loss, Softplus, Upsample,
+    AdaptiveMaxPool2d, AvgPool1d, AvgPool1dOptions, BCELoss, Conv3d, Conv3dOptions,
+    ConvTranspose1d, ConvTranspose1dOptions, ELU, EmbeddingBag, EmbeddingBagOptions, Hardsigmoid,
+    Hardswish, HuberLoss, KLDivLoss, MaxPool1d, MaxPool1dOptions, Mish, PReLU, PixelShuffle,
+    RMSNorm, RMSNormOptions, ReLU6, SmoothL1Loss, Softplus, Upsample,
 };
-use tessera_nn::{Call, Forward, Module, ModuleExt, StateDict, load_pt_state_dict};
+use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, load_pt_state_dict};
 use tessera_tensor::Tensor;
 use tessera_tensor::functional::InterpolateMode;
-use tessera_tensor::functional::{KlDivReduction, Reduction};
+use tessera_tensor::functional::{EmbeddingBagMode, KlDivReduction, Reduction};
 
-/// Loads `layer`'s own keys (`<name>.*`) of the case's `state_dict.pt`, strictly.
-fn load_strictly(name: &str, layer: &dyn Module) {
+/// Every stateful module of the case, children in PyTorch's order (the holder module whose
+/// `state_dict.pt` the case stores).
+#[derive(Module)]
+struct Holder {
+    core: ModuleCore,
+    conv3d: Conv3d,
+    conv_transpose1d: ConvTranspose1d,
+    conv_transpose1d_groups: ConvTranspose1d,
+    prelu: PReLU,
+    embedding_bag_sum: EmbeddingBag,
+    embedding_bag_mean: EmbeddingBag,
+    rmsnorm: RMSNorm,
+    rmsnorm_2d: RMSNorm,
+}
+
+/// A fresh holder with the case's stored state, loaded strictly (every sub-case starts from
+/// it).
+fn holder() -> Holder {
+    let bag = |mode| EmbeddingBag::with_options(10, 4, EmbeddingBagOptions::default().mode(mode));
+    let model = Holder {
+        core: ModuleCore::default(),
+        conv3d: Conv3d::with_options(
+            2,
+            3,
+            [2, 3, 3],
+            Conv3dOptions::default()
+                .stride([1, 2, 1])
+                .padding([1, 1, 0]),
+        )
+        .unwrap(),
+        conv_transpose1d: ConvTranspose1d::with_options(
+            3,
+            4,
+            3,
+            ConvTranspose1dOptions::default()
+                .stride(2)
+                .padding(1)
+                .output_padding(1),
+        )
+        .unwrap(),
+        conv_transpose1d_groups: ConvTranspose1d::with_options(
+            4,
+            6,
+            3,
+            ConvTranspose1dOptions::default().dilation(2).groups(2),
+        )
+        .unwrap(),
+        prelu: PReLU::new(3).unwrap(),
+        embedding_bag_sum: bag(EmbeddingBagMode::Sum).unwrap(),
+        embedding_bag_mean: bag(EmbeddingBagMode::Mean).unwrap(),
+        rmsnorm: RMSNorm::new(&[6]).unwrap(),
+        rmsnorm_2d: RMSNorm::with_options(&[3, 6], RMSNormOptions::default().eps(1e-5)).unwrap(),
+    };
     let dir = common::conformance_dir().join("q_layers_misc");
-    let all = load_pt_state_dict(dir.join("state_dict.pt")).unwrap();
-    let mut own = StateDict::new();
-    let prefix = format!("{name}.");
-    for (key, tensor) in all.iter() {
-        if let Some(rest) = key.strip_prefix(&prefix) {
-            own.insert(rest, tensor.clone());
-        }
+    let state = load_pt_state_dict(dir.join("state_dict.pt")).unwrap();
+    assert!(
+        model
+            .load_state_dict(&state, true, false)
+            .unwrap()
+            .is_empty()
+    );
+    model
+}
+
+#[test]
+fn the_holder_loads_the_whole_state_dict_strictly_with_pytorchs_keys() {
+    let case = Case::load("q_layers_misc");
+    let model = holder();
+    let keys: Vec<String> = model
+        .state_dict()
+        .unwrap()
+        .keys()
+        .map(String::from)
+        .collect();
+    let expected: Vec<String> = case.json["state_dict_keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys, expected);
+    for (name, child) in model.named_children() {
+        check_repr(&case, &name, child);
     }
-    assert!(layer.load_state_dict(&own, true, false).unwrap().is_empty());
 }
 
 /// Asserts `layer` prints as PyTorch printed module `name`.
@@ -38,7 +111,6 @@ fn check_repr(case: &Case, name: &str, layer: &dyn Module) {
 /// Runs the one-input sub-case `name` on `layer`: repr, state, output and gradients.
 fn run_unary<M: Forward<Output = Tensor>>(case: &Case, name: &str, layer: &M) {
     check_repr(case, name, layer);
-    load_strictly(name, layer);
     let input = case.input(name, "input");
     let output = layer.call(input.clone()).unwrap();
     let params: Vec<(String, Tensor)> = layer
@@ -57,7 +129,7 @@ fn activations_match_pytorch_at_their_kinks() {
     run_unary(&case, "hardsigmoid", &Hardsigmoid::new());
     run_unary(&case, "elu", &ELU::default());
     run_unary(&case, "elu_alpha05", &ELU::new(0.5));
-    run_unary(&case, "prelu", &PReLU::new(3).unwrap());
+    run_unary(&case, "prelu", &holder().prelu);
     run_unary(&case, "softplus", &Softplus::default());
     run_unary(&case, "softplus_beta2", &Softplus::new(2.0, 5.0));
     run_unary(&case, "mish", &Mish::new());
@@ -182,4 +254,38 @@ fn upsample_and_pixel_shuffle_match_pytorch() {
         &Upsample::with_scale_factor(1.7, Bilinear),
     );
     run_unary(&case, "pixel_shuffle", &PixelShuffle::new(2));
+}
+
+#[test]
+fn conv3d_and_conv_transpose1d_match_pytorch() {
+    let case = Case::load("q_layers_misc");
+    let model = holder();
+    run_unary(&case, "conv3d", &model.conv3d);
+    run_unary(&case, "conv_transpose1d", &model.conv_transpose1d);
+    run_unary(
+        &case,
+        "conv_transpose1d_groups",
+        &model.conv_transpose1d_groups,
+    );
+}
+
+#[test]
+fn embedding_bag_with_an_empty_bag_and_repeated_indices_matches_pytorch() {
+    let case = Case::load("q_layers_misc");
+    let model = holder();
+    for (name, layer) in [
+        ("embedding_bag_sum", &model.embedding_bag_sum),
+        ("embedding_bag_mean", &model.embedding_bag_mean),
+    ] {
+        let input = case.io(&format!("{name}/input"));
+        let offsets = case.io(&format!("{name}/offsets"));
+        let output = layer.call((input, offsets)).unwrap();
+        let weight = layer.weight.tensor().clone();
+        case.check_subcase(
+            name,
+            &[("output", output)],
+            &[],
+            &[("weight".into(), weight)],
+        );
+    }
 }

@@ -6,8 +6,10 @@ mod activation;
 mod activation_more;
 mod attention;
 mod conv;
+mod conv_more;
 mod dropout;
 mod embedding;
+mod embedding_bag;
 mod instance_norm;
 mod linear;
 mod loss;
@@ -32,8 +34,10 @@ pub use attention::{
 pub use conv::{
     Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvTranspose2d, ConvTranspose2dOptions,
 };
+pub use conv_more::{Conv3d, Conv3dOptions, ConvTranspose1d, ConvTranspose1dOptions};
 pub use dropout::Dropout;
 pub use embedding::{Embedding, EmbeddingOptions};
+pub use embedding_bag::{EmbeddingBag, EmbeddingBagOptions};
 pub use instance_norm::{InstanceNorm1d, InstanceNorm2d, InstanceNormOptions};
 pub use linear::{Bilinear, Identity, Linear, LinearOptions, NonDynamicallyQuantizableLinear};
 pub use loss::{BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss};
