@@ -132,6 +132,10 @@ module_kinds! {
         Conv3d,
         ConvTranspose1d,
         EmbeddingBag,
+        Unflatten,
+        ZeroPad2d,
+        Dropout2d,
+        CosineSimilarity,
     ],
     quantized: [
         QuantizedLinear,

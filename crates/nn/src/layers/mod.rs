@@ -7,6 +7,7 @@ mod activation_more;
 mod attention;
 mod conv;
 mod conv_more;
+mod distance;
 mod dropout;
 mod embedding;
 mod embedding_bag;
@@ -16,6 +17,7 @@ mod loss;
 mod loss_more;
 mod norm;
 mod options;
+mod padding;
 mod pool;
 mod pool_more;
 mod python;
@@ -35,7 +37,8 @@ pub use conv::{
     Conv1d, Conv1dOptions, Conv2d, Conv2dOptions, ConvTranspose2d, ConvTranspose2dOptions,
 };
 pub use conv_more::{Conv3d, Conv3dOptions, ConvTranspose1d, ConvTranspose1dOptions};
-pub use dropout::Dropout;
+pub use distance::CosineSimilarity;
+pub use dropout::{Dropout, Dropout2d};
 pub use embedding::{Embedding, EmbeddingOptions};
 pub use embedding_bag::{EmbeddingBag, EmbeddingBagOptions};
 pub use instance_norm::{InstanceNorm1d, InstanceNorm2d, InstanceNormOptions};
@@ -47,12 +50,13 @@ pub use norm::{
     LayerNormOptions,
 };
 pub use options::{Setting, Size2};
+pub use padding::ZeroPad2d;
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, AvgPool2dOptions, MaxPool2d, MaxPool2dOptions};
 pub use pool_more::{AdaptiveMaxPool2d, AvgPool1d, AvgPool1dOptions, MaxPool1d, MaxPool1dOptions};
 pub use python::{py_bool, py_float, py_opt_float, py_tuple};
 pub use resample::{PixelShuffle, Upsample};
 pub use rms_norm::{RMSNorm, RMSNormOptions};
-pub use shape::Flatten;
+pub use shape::{Flatten, Unflatten};
 pub use transformer::{
     Activation, DecoderInput, EncoderInput, Transformer, TransformerDecoder,
     TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer, TransformerInput,
