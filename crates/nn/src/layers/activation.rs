@@ -185,6 +185,7 @@ macro_rules! simple_activation {
         }
     };
 }
+pub(super) use simple_activation;
 
 simple_activation! {
     /// `x * sigmoid(x)`.

@@ -2,7 +2,7 @@
 //! unary op of the op table), `Mish` (composed as `x * tanh(softplus(x))`) and `PReLU` (a
 //! learned slope per channel, composed from `where`).
 
-use super::activation::{inplace_repr, maybe_inplace};
+use super::activation::{inplace_repr, maybe_inplace, simple_activation};
 use super::options::{initialized, options, parameter};
 use super::python::py_float;
 use crate::{Forward, ModuleCore, NnError, Parameter, Result};
@@ -41,41 +41,15 @@ impl Forward for ReLU6 {
     }
 }
 
-/// Declares a parameter-free activation that applies one tensor method and prints no
-/// arguments (PyTorch's `Hardswish()`, `Hardsigmoid()`, `Mish()`, whose `inplace` flag is not
-/// printed and not offered here).
-macro_rules! plain_activation {
-    ($(#[$doc:meta])* $name:ident => $method:ident) => {
-        $(#[$doc])*
-        #[derive(crate::Module, Default)]
-        pub struct $name {
-            core: ModuleCore,
-        }
-
-        impl $name {
-            pub fn new() -> Self {
-                Self::default()
-            }
-        }
-
-        impl Forward for $name {
-            type Output = Tensor;
-            fn forward(&self, input: Tensor) -> Result<Tensor> {
-                Ok(input.$method()?)
-            }
-        }
-    };
-}
-
-plain_activation! {
+simple_activation! {
     /// `x * relu6(x + 3) / 6`; the gradient is 0 at -3 and 1 at 3, as PyTorch's.
     Hardswish => hardswish
 }
-plain_activation! {
+simple_activation! {
     /// `relu6(x + 3) / 6`; the gradient is 1/6 strictly between -3 and 3.
     Hardsigmoid => hardsigmoid
 }
-plain_activation! {
+simple_activation! {
     /// `x * tanh(softplus(x))`.
     Mish => mish
 }

@@ -3,7 +3,8 @@
 //! with indices); each prints as PyTorch's.
 
 use super::options::{Size2, options};
-use super::python::{py_bool, py_tuple};
+use super::pool::max_pool_repr;
+use super::python::py_tuple;
 use crate::{Forward, ModuleCore, Result};
 use tessera_tensor::{Tensor, functional};
 
@@ -60,13 +61,9 @@ impl MaxPool1d {
     }
 
     fn repr_args(&self) -> String {
-        format!(
-            "kernel_size={}, stride={}, padding={}, dilation={}, ceil_mode={}",
-            self.kernel_size,
-            self.stride,
-            self.padding,
-            self.dilation,
-            py_bool(self.ceil_mode)
+        max_pool_repr(
+            [self.kernel_size, self.stride, self.padding, self.dilation],
+            self.ceil_mode,
         )
     }
 }

@@ -7,16 +7,26 @@ use crate::{Result, Tensor, TensorError};
 /// Runs a convolution, treating an input with one dimension fewer than the weight as one
 /// unbatched sample.
 fn convolve(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, op: ConvOp) -> Result<Tensor> {
-    let unbatched = input.ndim() + 1 == weight.ndim();
-    let x = if unbatched {
-        input.unsqueeze(0)?
-    } else {
-        input.clone()
-    };
+    let (x, unbatched) = batched(input, weight.ndim().saturating_sub(1))?;
     let y = match bias {
         Some(b) => Op::Conv(op).apply1(&[&x, weight, b])?,
         None => Op::Conv(op).apply1(&[&x, weight])?,
     };
+    unbatch(y, unbatched)
+}
+
+/// `input` with a batch dimension, and whether it gained one: an input of `unbatched_rank`
+/// dimensions is one sample.
+pub(super) fn batched(input: &Tensor, unbatched_rank: usize) -> Result<(Tensor, bool)> {
+    if input.ndim() == unbatched_rank {
+        Ok((input.unsqueeze(0)?, true))
+    } else {
+        Ok((input.clone(), false))
+    }
+}
+
+/// Removes the batch dimension [`batched`] added.
+pub(super) fn unbatch(y: Tensor, unbatched: bool) -> Result<Tensor> {
     if unbatched { y.squeeze_dim(0) } else { Ok(y) }
 }
 
@@ -66,12 +76,7 @@ pub fn conv_transpose1d(
     groups: usize,
     dilation: usize,
 ) -> Result<Tensor> {
-    let unbatched = input.ndim() == 2;
-    let x = if unbatched {
-        input.unsqueeze(0)?
-    } else {
-        input.clone()
-    };
+    let (x, unbatched) = batched(input, 2)?;
     let (shape, kernel) = (x.shape(), weight.shape());
     if shape.len() != 3 || kernel.len() != 3 {
         return Err(TensorError::invalid(
@@ -114,5 +119,5 @@ pub fn conv_transpose1d(
         let channels = y.shape()[1];
         y = y.add(&b.reshape(&[1, channels, 1])?)?;
     }
-    if unbatched { y.squeeze_dim(0) } else { Ok(y) }
+    unbatch(y, unbatched)
 }

@@ -2,6 +2,7 @@
 //! input depths it reads (gathered with `index_select`, batched as `N * D_out` images), and
 //! the slices' results are summed, so autograd, graphs and compilers see ordinary ops.
 
+use super::conv::{batched, unbatch};
 use super::conv2d;
 use crate::{Result, Tensor, TensorError};
 
@@ -18,12 +19,7 @@ pub fn conv3d(
     groups: usize,
 ) -> Result<Tensor> {
     let invalid = |msg: String| Err(TensorError::invalid("conv3d", msg));
-    let unbatched = input.ndim() == 4;
-    let x = if unbatched {
-        input.unsqueeze(0)?
-    } else {
-        input.clone()
-    };
+    let (x, unbatched) = batched(input, 4)?;
     let (shape, kernel) = (x.shape(), weight.shape());
     if shape.len() != 5 || kernel.len() != 5 {
         return invalid(format!(
@@ -88,5 +84,5 @@ pub fn conv3d(
         .reshape(&[n, depth_out, out_channels, ho, wo])?
         .permute(&[0, 2, 1, 3, 4])?
         .contiguous()?;
-    if unbatched { y.squeeze_dim(0) } else { Ok(y) }
+    unbatch(y, unbatched)
 }

@@ -29,11 +29,17 @@ pub fn max_pool2d_with_indices(
     ceil_mode: bool,
 ) -> Result<(Tensor, Tensor)> {
     let op = PoolOp::max_pool2d(kernel_size, stride, padding, dilation, ceil_mode);
-    let outs = Op::Pool(op).apply(&[input])?;
+    values_and_indices(op, input)
+}
+
+/// Runs a max pooling op that gives its values and their indices.
+fn values_and_indices(op: PoolOp, input: &Tensor) -> Result<(Tensor, Tensor)> {
+    let op = Op::Pool(op);
+    let outs = op.apply(&[input])?;
     match <[Tensor; 2]>::try_from(outs) {
         Ok([values, indices]) => Ok((values, indices)),
         Err(_) => Err(TensorError::invalid(
-            "max_pool2d",
+            op.name(),
             "expected values and indices",
         )),
     }
@@ -64,14 +70,7 @@ pub fn adaptive_max_pool2d_with_indices(
     input: &Tensor,
     output_size: [usize; 2],
 ) -> Result<(Tensor, Tensor)> {
-    let outs = Op::Pool(PoolOp::AdaptiveMaxPool2d { output_size }).apply(&[input])?;
-    match <[Tensor; 2]>::try_from(outs) {
-        Ok([values, indices]) => Ok((values, indices)),
-        Err(_) => Err(TensorError::invalid(
-            "adaptive_max_pool2d",
-            "expected values and indices",
-        )),
-    }
+    values_and_indices(PoolOp::AdaptiveMaxPool2d { output_size }, input)
 }
 
 /// Largest value over PyTorch's adaptive bins (the values of
