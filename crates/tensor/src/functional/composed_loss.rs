@@ -51,7 +51,7 @@ pub fn smooth_l1_loss(
     beta: f64,
 ) -> Result<Tensor> {
     check_same_shape("smooth_l1_loss", input, target)?;
-    if !(beta >= 0.0) {
+    if beta.is_nan() || beta < 0.0 {
         return Err(TensorError::invalid(
             "smooth_l1_loss",
             format!("beta must be non-negative, got {beta}"),
@@ -75,7 +75,7 @@ pub fn huber_loss(
     delta: f64,
 ) -> Result<Tensor> {
     check_same_shape("huber_loss", input, target)?;
-    if !(delta > 0.0) {
+    if delta.is_nan() || delta <= 0.0 {
         return Err(TensorError::invalid(
             "huber_loss",
             format!("delta must be positive, got {delta}"),

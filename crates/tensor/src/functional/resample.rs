@@ -174,7 +174,8 @@ pub fn interpolate(
             InterpolateSize::Size(s) => s[axis],
             InterpolateSize::ScaleFactor(f) => {
                 let scaled = plane[axis] as f64 * f[axis];
-                if !(f[axis] > 0.0) || !(scaled < (1u64 << 40) as f64) {
+                let finite = f[axis] > 0.0 && scaled < (1u64 << 40) as f64;
+                if !finite {
                     return invalid(format!("scale_factor {f:?} must be positive and finite"));
                 }
                 factors[axis] = Some(f[axis]);
