@@ -99,6 +99,13 @@ fn resampling_refuses_shapes_it_cannot_take() {
         .is_err()
     );
     assert!(interpolate(&x, InterpolateSize::Size([2, 2]), nearest, true).is_err());
+    for mode in [nearest, InterpolateMode::Bilinear] {
+        let huge = InterpolateSize::Size([1 << 60, 1]);
+        assert!(
+            interpolate(&x, huge, mode, false).is_err(),
+            "a 2^60-row output"
+        );
+    }
     let flat = Tensor::zeros(&[3, 2], DType::F32).unwrap();
     assert!(interpolate(&flat, InterpolateSize::Size([2, 2]), nearest, false).is_err());
     assert!(max_pool1d(&Tensor::zeros(&[4], DType::F32).unwrap(), 2, 2, 0, 1, false).is_err());

@@ -86,38 +86,50 @@ fn coordinate_scale(input: usize, output: usize, factor: Option<f64>, align_corn
 }
 
 /// The bilinear taps along one axis (PyTorch's `area_pixel_compute_source_index`).
-fn bilinear_taps(input: usize, output: usize, scale: f64, align_corners: bool) -> Vec<Tap> {
-    (0..output)
-        .map(|dst| {
-            let src = if align_corners {
-                dst as f64 * scale
-            } else {
-                (scale * (dst as f64 + 0.5) - 0.5).max(0.0)
-            };
-            let lower = (src.floor() as i64).min(input as i64 - 1);
-            let upper = if lower < input as i64 - 1 {
-                lower + 1
-            } else {
-                lower
-            };
-            Tap {
-                lower,
-                upper,
-                upper_weight: src - lower as f64,
-            }
-        })
-        .collect()
+fn bilinear_taps(input: usize, output: usize, scale: f64, align_corners: bool) -> Result<Vec<Tap>> {
+    let mut taps = reserve(output)?;
+    taps.extend((0..output).map(|dst| {
+        let src = if align_corners {
+            dst as f64 * scale
+        } else {
+            (scale * (dst as f64 + 0.5) - 0.5).max(0.0)
+        };
+        let lower = (src.floor() as i64).min(input as i64 - 1);
+        let upper = if lower < input as i64 - 1 {
+            lower + 1
+        } else {
+            lower
+        };
+        Tap {
+            lower,
+            upper,
+            upper_weight: src - lower as f64,
+        }
+    }));
+    Ok(taps)
 }
 
 /// The nearest input position of each output position along one axis, computed in f32 as
 /// PyTorch's CPU kernel does.
-fn nearest_positions(input: usize, output: usize, scale: f64) -> Vec<i64> {
-    (0..output)
-        .map(|dst| {
-            let src = (dst as f32 * scale as f32).floor() as i64;
-            src.min(input as i64 - 1)
-        })
-        .collect()
+fn nearest_positions(input: usize, output: usize, scale: f64) -> Result<Vec<i64>> {
+    let mut positions = reserve(output)?;
+    positions.extend((0..output).map(|dst| {
+        let src = (dst as f32 * scale as f32).floor() as i64;
+        src.min(input as i64 - 1)
+    }));
+    Ok(positions)
+}
+
+/// Room for `len` per-position entries, or `OutOfMemory` (a hostile output size).
+fn reserve<T>(len: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| TensorError::OutOfMemory {
+            op: "interpolate".into(),
+            shape: vec![len],
+            bytes: len.saturating_mul(std::mem::size_of::<T>()),
+        })?;
+    Ok(v)
 }
 
 fn index(positions: Vec<i64>) -> Result<Tensor> {
@@ -195,10 +207,10 @@ pub fn interpolate(
         y = match mode {
             InterpolateMode::Nearest => y.index_select(
                 dim,
-                &index(nearest_positions(plane[axis], out[axis], scale))?,
+                &index(nearest_positions(plane[axis], out[axis], scale)?)?,
             )?,
             InterpolateMode::Bilinear => {
-                let taps = bilinear_taps(plane[axis], out[axis], scale, align_corners);
+                let taps = bilinear_taps(plane[axis], out[axis], scale, align_corners)?;
                 bilinear_axis(&y, dim, &taps)?
             }
         };
