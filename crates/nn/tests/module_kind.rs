@@ -61,6 +61,30 @@ fn builtin_types_have_their_variant_as_kind() {
         CrossEntropyLoss,
         NLLLoss,
         BCEWithLogitsLoss,
+        ReLU6,
+        Hardswish,
+        Hardsigmoid,
+        ELU,
+        Softplus,
+        Mish,
+        PReLU,
+        SmoothL1Loss,
+        HuberLoss,
+        KLDivLoss,
+        BCELoss,
+        MarginRankingLoss,
+        MaxPool1d,
+        AvgPool1d,
+        AdaptiveMaxPool2d,
+        Upsample,
+        PixelShuffle,
+        Conv3d,
+        ConvTranspose1d,
+        EmbeddingBag,
+        Unflatten,
+        ZeroPad2d,
+        Dropout2d,
+        CosineSimilarity,
         QuantizedLinear,
         QuantizedLinearReLU,
         QuantizedConv2d,
@@ -68,7 +92,7 @@ fn builtin_types_have_their_variant_as_kind() {
         DynamicQuantizedLinear,
         MinMaxObserver,
     );
-    assert_eq!(ModuleKind::LAYERS.len(), 45);
+    assert_eq!(ModuleKind::LAYERS.len(), 69);
     assert_eq!(ModuleKind::QUANTIZED.len(), 6);
 }
 

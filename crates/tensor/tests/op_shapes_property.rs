@@ -217,6 +217,11 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
     );
     all.push(
         [dim(), dim()]
+            .prop_map(|output_size| Op::Pool(PoolOp::AdaptiveMaxPool2d { output_size }))
+            .boxed(),
+    );
+    all.push(
+        [dim(), dim()]
             .prop_map(|input_size| Op::Pool(PoolOp::AdaptiveAvgPool2dBackward { input_size }))
             .boxed(),
     );
@@ -326,6 +331,11 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
     all.push(
         reduction()
             .prop_map(|reduction| Op::Loss(LossOp::L1 { reduction }))
+            .boxed(),
+    );
+    all.push(
+        reduction()
+            .prop_map(|reduction| Op::Loss(LossOp::Bce { reduction }))
             .boxed(),
     );
     all.push(
@@ -442,6 +452,11 @@ fn variant(op: &Op) -> &'static str {
             UnaryOp::LeakyRelu { .. } => "unary.leaky_relu",
             UnaryOp::Gelu { .. } => "unary.gelu",
             UnaryOp::Silu => "unary.silu",
+            UnaryOp::Elu { .. } => "unary.elu",
+            UnaryOp::Hardswish => "unary.hardswish",
+            UnaryOp::Hardsigmoid => "unary.hardsigmoid",
+            UnaryOp::Relu6 => "unary.relu6",
+            UnaryOp::Softplus { .. } => "unary.softplus",
         },
         Op::Binary(b) => match b {
             BinaryOp::Add => "binary.add",
@@ -488,6 +503,7 @@ fn variant(op: &Op) -> &'static str {
             PoolOp::AvgPool2dBackward { .. } => "pool.avg_backward",
             PoolOp::AdaptiveAvgPool2d { .. } => "pool.adaptive_avg",
             PoolOp::AdaptiveAvgPool2dBackward { .. } => "pool.adaptive_avg_backward",
+            PoolOp::AdaptiveMaxPool2d { .. } => "pool.adaptive_max",
         },
         Op::Norm(n) => match n {
             NormOp::BatchNorm { .. } => "norm.batch",
@@ -511,6 +527,7 @@ fn variant(op: &Op) -> &'static str {
             LossOp::L1 { .. } => "loss.l1",
             LossOp::Nll { .. } => "loss.nll",
             LossOp::BceWithLogits { .. } => "loss.bce_with_logits",
+            LossOp::Bce { .. } => "loss.bce",
         },
         Op::Quant(q) => match q {
             QuantOp::QuantizePerTensor { .. } => "quant.quantize_per_tensor",
@@ -544,6 +561,11 @@ const VARIANTS: &[&str] = &[
     "unary.leaky_relu",
     "unary.gelu",
     "unary.silu",
+    "unary.elu",
+    "unary.hardswish",
+    "unary.hardsigmoid",
+    "unary.relu6",
+    "unary.softplus",
     "binary.add",
     "binary.sub",
     "binary.mul",
@@ -580,6 +602,7 @@ const VARIANTS: &[&str] = &[
     "pool.avg_backward",
     "pool.adaptive_avg",
     "pool.adaptive_avg_backward",
+    "pool.adaptive_max",
     "norm.batch",
     "norm.layer",
     "norm.group",
@@ -597,6 +620,7 @@ const VARIANTS: &[&str] = &[
     "loss.l1",
     "loss.nll",
     "loss.bce_with_logits",
+    "loss.bce",
     "quant.quantize_per_tensor",
     "quant.quantize_per_channel",
     "quant.dequantize_per_tensor",

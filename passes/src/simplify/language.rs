@@ -187,7 +187,12 @@ fn unary(op: UnaryOp, x: Id) -> Option<TensorLang> {
         UnaryOp::Silu => T::Silu(x),
         UnaryOp::Gelu { tanh: false } => T::Gelu(x),
         UnaryOp::Gelu { tanh: true } => T::GeluTanh(x),
-        UnaryOp::LeakyRelu { .. } => return None,
+        UnaryOp::LeakyRelu { .. }
+        | UnaryOp::Elu { .. }
+        | UnaryOp::Hardswish
+        | UnaryOp::Hardsigmoid
+        | UnaryOp::Relu6
+        | UnaryOp::Softplus { .. } => return None,
     })
 }
 

@@ -247,6 +247,52 @@ impl Emit<'_> {
                 let hx = self.bin(BinaryFn::Mul, half, x);
                 self.bin(BinaryFn::Mul, hx, onet)
             }
+            UnaryOp::Elu { alpha } => {
+                // x > 0 ? x : alpha * (exp(x) - 1).
+                let a = self.c(alpha, ty);
+                let e = self.un(UnaryFn::Exp, x);
+                let em1 = self.bin(BinaryFn::Sub, e, one);
+                let neg = self.bin(BinaryFn::Mul, a, em1);
+                let positive = self.cmp(CompareFn::Gt, x, zero);
+                self.select(positive, x, neg)
+            }
+            UnaryOp::Relu6 => self.relu6(x),
+            UnaryOp::Hardsigmoid | UnaryOp::Hardswish => {
+                // relu6(x + 3) / 6, times x for hardswish.
+                let three = self.c(3.0, ty);
+                let six = self.c(6.0, ty);
+                let shifted = self.bin(BinaryFn::Add, x, three);
+                let r = self.relu6(shifted);
+                if op == UnaryOp::Hardswish {
+                    let xr = self.bin(BinaryFn::Mul, x, r);
+                    self.bin(BinaryFn::Div, xr, six)
+                } else {
+                    self.bin(BinaryFn::Div, r, six)
+                }
+            }
+            UnaryOp::Softplus { beta, threshold } => {
+                // beta * x > threshold ? x : log(1 + exp(beta * x)) / beta.
+                let b = self.c(beta, ty);
+                let t = self.c(threshold, ty);
+                let bx = self.bin(BinaryFn::Mul, x, b);
+                let e = self.un(UnaryFn::Exp, bx);
+                let onee = self.bin(BinaryFn::Add, one, e);
+                let l = self.un(UnaryFn::Log, onee);
+                let soft = self.bin(BinaryFn::Div, l, b);
+                let linear = self.cmp(CompareFn::Gt, bx, t);
+                self.select(linear, x, soft)
+            }
         }
+    }
+
+    /// `UnaryOp::Relu6`: `x < 0 ? 0 : (x > 6 ? 6 : x)`, so NaN passes through.
+    fn relu6(&mut self, x: ValueId) -> ValueId {
+        let ty = self.b.ty(x);
+        let zero = self.c(0.0, ty);
+        let six = self.c(6.0, ty);
+        let above = self.cmp(CompareFn::Gt, x, six);
+        let upper = self.select(above, six, x);
+        let below = self.cmp(CompareFn::Lt, x, zero);
+        self.select(below, zero, upper)
     }
 }

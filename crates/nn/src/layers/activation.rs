@@ -10,7 +10,7 @@ use tessera_tensor::{Tensor, is_grad_enabled, no_grad};
 /// refuses in-place writes on tensors that require grad, so `inplace` falls back to a new
 /// tensor there instead of failing as a PyTorch leaf would. A traced (meta) input has no data
 /// to write, so tracing records the out-of-place op.
-fn maybe_inplace(
+pub(super) fn maybe_inplace(
     inplace: bool,
     input: Tensor,
     f: impl Fn(&Tensor) -> tessera_tensor::Result<Tensor>,
@@ -24,7 +24,7 @@ fn maybe_inplace(
     Ok(y)
 }
 
-fn inplace_repr(inplace: bool, leading: &str) -> String {
+pub(super) fn inplace_repr(inplace: bool, leading: &str) -> String {
     if inplace {
         format!("{leading}inplace=True")
     } else {
@@ -186,6 +186,7 @@ macro_rules! simple_activation {
         }
     };
 }
+pub(super) use simple_activation;
 
 simple_activation! {
     /// `x * sigmoid(x)`.

@@ -51,20 +51,20 @@ options! {
 
 /// Hyper-parameters every convolution prints, as tuples (PyTorch's `_ConvNd`).
 #[derive(Debug, Clone, PartialEq)]
-struct ConvConfig {
-    in_channels: usize,
-    out_channels: usize,
-    kernel_size: Vec<usize>,
-    stride: Vec<usize>,
-    padding: Vec<usize>,
-    dilation: Vec<usize>,
-    output_padding: Vec<usize>,
-    groups: usize,
+pub(super) struct ConvConfig {
+    pub(super) in_channels: usize,
+    pub(super) out_channels: usize,
+    pub(super) kernel_size: Vec<usize>,
+    pub(super) stride: Vec<usize>,
+    pub(super) padding: Vec<usize>,
+    pub(super) dilation: Vec<usize>,
+    pub(super) output_padding: Vec<usize>,
+    pub(super) groups: usize,
 }
 
 impl ConvConfig {
     /// Checks channels against groups and that no size is zero; `layer` names the error.
-    fn check(&self, layer: &str) -> Result<()> {
+    pub(super) fn check(&self, layer: &str) -> Result<()> {
         let invalid = |msg: String| Err(NnError::Invalid(format!("{layer}: {msg}")));
         if self.groups == 0 {
             return invalid("groups must be a positive integer".into());
@@ -91,7 +91,7 @@ impl ConvConfig {
     }
 
     /// PyTorch's `_ConvNd.extra_repr`: defaults other than kernel size and stride are omitted.
-    fn repr(&self, has_bias: bool) -> String {
+    pub(super) fn repr(&self, has_bias: bool) -> String {
         let mut s = format!(
             "{}, {}, kernel_size={}, stride={}",
             self.in_channels,
@@ -119,7 +119,7 @@ impl ConvConfig {
 }
 
 /// The input rank a layer accepts, batched or not; otherwise an error naming the layer.
-fn check_rank(layer: &str, input: &Tensor, batched: usize) -> Result<()> {
+pub(super) fn check_rank(layer: &str, input: &Tensor, batched: usize) -> Result<()> {
     let rank = input.ndim();
     if rank == batched || rank + 1 == batched {
         return Ok(());

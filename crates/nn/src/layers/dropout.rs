@@ -1,5 +1,5 @@
-//! `Dropout`: zeroes elements with probability `p` in training (scaling the rest by
-//! `1 / (1 - p)`) and is the identity in eval mode.
+//! `Dropout` and `Dropout2d`: zero elements (or whole channels) with probability `p` in
+//! training, scaling the rest by `1 / (1 - p)`, and are the identity in eval mode.
 
 use super::python::{py_bool, py_float};
 use crate::{Forward, ModuleCore, ModuleExt, NnError, Result};
@@ -22,12 +22,7 @@ impl Dropout {
     }
 
     pub fn with_inplace(p: f64, inplace: bool) -> Result<Self> {
-        if !(0.0..=1.0).contains(&p) {
-            return Err(NnError::Invalid(format!(
-                "Dropout: dropout probability has to be between 0 and 1, but got {}",
-                py_float(p)
-            )));
-        }
+        check_probability("Dropout", p)?;
         Ok(Dropout {
             core: ModuleCore::default(),
             p,
@@ -36,7 +31,70 @@ impl Dropout {
     }
 
     fn repr_args(&self) -> String {
-        format!("p={}, inplace={}", py_float(self.p), py_bool(self.inplace))
+        repr(self.p, self.inplace)
+    }
+}
+
+/// PyTorch's error for a probability outside `[0, 1]`.
+fn check_probability(layer: &str, p: f64) -> Result<()> {
+    if (0.0..=1.0).contains(&p) {
+        return Ok(());
+    }
+    Err(NnError::Invalid(format!(
+        "{layer}: dropout probability has to be between 0 and 1, but got {}",
+        py_float(p)
+    )))
+}
+
+fn repr(p: f64, inplace: bool) -> String {
+    format!("p={}, inplace={}", py_float(p), py_bool(inplace))
+}
+
+/// Zeroes whole channels of `[N, C, H, W]` (or unbatched `[C, H, W]`) input with probability
+/// `p` in training, scaling the kept ones by `1 / (1 - p)`: the dropout op draws a mask of
+/// shape `[N, C, 1, 1]` from the global generator.
+#[derive(crate::Module)]
+#[module(extra_repr = "repr_args")]
+pub struct Dropout2d {
+    core: ModuleCore,
+    pub p: f64,
+    /// Kept for the repr; the result is always a new tensor.
+    pub inplace: bool,
+}
+
+impl Dropout2d {
+    /// `p` must lie in `[0, 1]` (PyTorch's default is 0.5).
+    pub fn new(p: f64) -> Result<Self> {
+        check_probability("Dropout2d", p)?;
+        Ok(Dropout2d {
+            core: ModuleCore::default(),
+            p,
+            inplace: false,
+        })
+    }
+
+    fn repr_args(&self) -> String {
+        repr(self.p, self.inplace)
+    }
+}
+
+impl Forward for Dropout2d {
+    type Output = Tensor;
+    fn forward(&self, input: Tensor) -> Result<Tensor> {
+        let shape = input.shape();
+        if !matches!(shape.len(), 3 | 4) {
+            return Err(NnError::Invalid(format!(
+                "Dropout2d: expected 3D (unbatched) or 4D (batched) input, but got input of size {shape:?}"
+            )));
+        }
+        if !self.is_training() {
+            return Ok(input);
+        }
+        let mut mask_shape = shape[..shape.len() - 2].to_vec();
+        mask_shape.extend([1, 1]);
+        let ones = Tensor::ones(&mask_shape, input.dtype())?;
+        let mask = functional::dropout(&ones, self.p, true)?;
+        Ok(input.mul(&mask)?)
     }
 }
 

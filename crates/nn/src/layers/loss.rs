@@ -1,4 +1,4 @@
-//! Loss layers: `MSELoss`, `L1Loss`, `CrossEntropyLoss`, `NLLLoss` and `BCEWithLogitsLoss`,
+//! Loss layers: `MSELoss`, `L1Loss`, `BCELoss`, `CrossEntropyLoss`, `NLLLoss` and `BCEWithLogitsLoss`,
 //! called with `(input, target)`; they print as PyTorch's, with no arguments (`MSELoss()`).
 
 use crate::{Forward, ModuleCore, NnError, Result};
@@ -46,6 +46,11 @@ reduction_loss! {
 reduction_loss! {
     /// `|input - target|`, reduced.
     L1Loss => l1_loss
+}
+reduction_loss! {
+    /// Binary cross entropy of probabilities against float targets of the same shape; each
+    /// log term is floored at -100 as PyTorch's.
+    BCELoss => binary_cross_entropy
 }
 
 /// Declares a class-index loss configured by `CrossEntropyOptions`.

@@ -60,15 +60,20 @@ impl MaxPool2d {
     }
 
     fn repr_args(&self) -> String {
-        format!(
-            "kernel_size={}, stride={}, padding={}, dilation={}, ceil_mode={}",
-            self.kernel_size,
-            self.stride,
-            self.padding,
-            self.dilation,
-            py_bool(self.ceil_mode)
+        max_pool_repr(
+            [self.kernel_size, self.stride, self.padding, self.dilation],
+            self.ceil_mode,
         )
     }
+}
+
+/// PyTorch's `_MaxPoolNd.extra_repr`; `sizes` are kernel, stride, padding and dilation.
+pub(super) fn max_pool_repr(sizes: [impl std::fmt::Display; 4], ceil_mode: bool) -> String {
+    let [kernel, stride, padding, dilation] = sizes;
+    format!(
+        "kernel_size={kernel}, stride={stride}, padding={padding}, dilation={dilation}, ceil_mode={}",
+        py_bool(ceil_mode)
+    )
 }
 
 impl Forward for MaxPool2d {

@@ -73,3 +73,14 @@ pub fn binary_cross_entropy_with_logits(
     inputs.extend(pos_weight);
     op.apply1(&inputs)
 }
+
+/// Binary cross entropy of probabilities `input` against float `target` (same shape); each
+/// log term is floored at -100 and the gradient divides by `max(p * (1 - p), 1e-12)`, as
+/// PyTorch's.
+pub fn binary_cross_entropy(
+    input: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    Op::Loss(LossOp::Bce { reduction }).apply1(&[input, target])
+}

@@ -33,6 +33,12 @@ unary_methods! {
     gelu => UnaryOp::Gelu { tanh: false };
     /// GELU with the tanh approximation (`approximate="tanh"`).
     gelu_tanh => UnaryOp::Gelu { tanh: true };
+    /// `min(max(x, 0), 6)`.
+    relu6 => UnaryOp::Relu6;
+    /// `x * relu6(x + 3) / 6`.
+    hardswish => UnaryOp::Hardswish;
+    /// `relu6(x + 3) / 6`.
+    hardsigmoid => UnaryOp::Hardsigmoid;
 }
 
 macro_rules! binary_methods {
@@ -113,6 +119,22 @@ impl Tensor {
     /// `x` where `x > 0`, `negative_slope * x` elsewhere.
     pub fn leaky_relu(&self, negative_slope: f64) -> Result<Tensor> {
         Op::Unary(UnaryOp::LeakyRelu { negative_slope }).apply1(&[self])
+    }
+
+    /// `x` where `x > 0`, `alpha * (exp(x) - 1)` elsewhere.
+    pub fn elu(&self, alpha: f64) -> Result<Tensor> {
+        Op::Unary(UnaryOp::Elu { alpha }).apply1(&[self])
+    }
+
+    /// `log(1 + exp(beta * x)) / beta`, and `x` itself where `beta * x > threshold`
+    /// (PyTorch's defaults are `beta = 1`, `threshold = 20`).
+    pub fn softplus(&self, beta: f64, threshold: f64) -> Result<Tensor> {
+        Op::Unary(UnaryOp::Softplus { beta, threshold }).apply1(&[self])
+    }
+
+    /// `x * tanh(softplus(x))`, composed from the op table's softplus, tanh and mul.
+    pub fn mish(&self) -> Result<Tensor> {
+        self.mul(&self.softplus(1.0, 20.0)?.tanh()?)
     }
 
     /// `a` where `cond` holds, `b` elsewhere (PyTorch's `torch.where`), all broadcast.

@@ -1,4 +1,4 @@
-//! Loss functions: elementwise losses (mse, l1, binary_cross_entropy_with_logits) and the
+//! Loss functions: elementwise losses (mse, l1, binary_cross_entropy and its with_logits form) and the
 //! negative log-likelihood over class indices that cross_entropy composes with log_softmax.
 
 use super::binary::reduce_grad;
@@ -37,7 +37,15 @@ pub enum LossOp {
         reduction: Reduction,
         pos_weight: bool,
     },
+    /// `-(y * max(log x, -100) + (1 - y) * max(log(1 - x), -100))` over probabilities `x`;
+    /// the gradient divides by `max(x * (1 - x), 1e-12)`, as PyTorch's.
+    Bce { reduction: Reduction },
 }
+
+/// PyTorch's floor on each log term of `binary_cross_entropy`.
+const BCE_LOG_FLOOR: f64 = -100.0;
+/// PyTorch's floor on `x * (1 - x)` in the gradient of `binary_cross_entropy`.
+const BCE_GRAD_EPS: f64 = 1e-12;
 
 /// Input `[N, C, d...]` (or `[C]`) as `(N, C, D)` with `D` the product of the extra dims.
 fn class_layout(shape: &[usize]) -> (usize, usize, usize) {
@@ -63,7 +71,8 @@ impl LossOp {
             LossOp::Mse { reduction }
             | LossOp::L1 { reduction }
             | LossOp::Nll { reduction, .. }
-            | LossOp::BceWithLogits { reduction, .. } => reduction,
+            | LossOp::BceWithLogits { reduction, .. }
+            | LossOp::Bce { reduction } => reduction,
         }
     }
 
@@ -96,6 +105,17 @@ impl LossOp {
                     .map(|((&a, &b), &w)| {
                         let l = T::one() + (w - T::one()) * b;
                         (T::one() - b) * a + l * softplus(-a)
+                    })
+                    .collect()
+            }
+            LossOp::Bce { .. } => {
+                let floor = T::from_f64(BCE_LOG_FLOOR);
+                x.iter()
+                    .zip(&y)
+                    .map(|(&p, &t)| {
+                        let log_p = p.ln().max(floor);
+                        let log_q = (T::one() - p).ln().max(floor);
+                        -(t * log_p + (T::one() - t) * log_q)
                     })
                     .collect()
             }
@@ -266,6 +286,7 @@ impl OpDef for LossOp {
             LossOp::L1 { .. } => "l1_loss",
             LossOp::Nll { .. } => "nll_loss",
             LossOp::BceWithLogits { .. } => "binary_cross_entropy_with_logits",
+            LossOp::Bce { .. } => "binary_cross_entropy",
         }
         .into()
     }
@@ -368,6 +389,26 @@ impl OpDef for LossOp {
                     grads[1] = reduce_grad(Some(dx.neg()?), y)?;
                 }
                 grads[0] = reduce_grad(Some(dx), x)?;
+            }
+            LossOp::Bce { .. } => {
+                let up = up()?;
+                if cx.needs[0] {
+                    // dL/dx = (x - y) / max(x * (1 - x), eps).
+                    let denom = x
+                        .mul(&x.rsub_scalar(1.0)?)?
+                        .clamp(Some(BCE_GRAD_EPS), None)?;
+                    let dx = x.sub(y)?.div(&denom)?;
+                    grads[0] = reduce_grad(Some(dx.mul(&up)?), x)?;
+                }
+                if cx.needs[1] {
+                    // dL/dy = max(log(1 - x), -100) - max(log x, -100).
+                    let log_p = x.log()?.clamp(Some(BCE_LOG_FLOOR), None)?;
+                    let log_q = x
+                        .rsub_scalar(1.0)?
+                        .log()?
+                        .clamp(Some(BCE_LOG_FLOOR), None)?;
+                    grads[1] = reduce_grad(Some(log_q.sub(&log_p)?.mul(&up)?), y)?;
+                }
             }
             LossOp::BceWithLogits { pos_weight, .. } => {
                 let up = up()?;

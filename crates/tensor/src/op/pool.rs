@@ -1,5 +1,5 @@
 //! Pooling over the last two dimensions of `[C, H, W]` or `[N, C, H, W]` tensors (max with
-//! indices, average, adaptive average) and the backward ops that scatter gradients back; the
+//! indices, average, adaptive average and max) and the backward ops that scatter gradients back; the
 //! window arithmetic and kernels live in [`windows`]. The forward ops also take u8 (static
 //! int8 activations, whose scale and zero point the output keeps); they have no backward.
 
@@ -46,6 +46,9 @@ pub enum PoolOp {
     AdaptiveAvgPool2d { output_size: [usize; 2] },
     /// Spreads `grad_out` evenly over each adaptive bin; input `grad_out`.
     AdaptiveAvgPool2dBackward { input_size: [usize; 2] },
+    /// Largest value over PyTorch's adaptive bins (which overlap when the sizes do not
+    /// divide), and its i64 index into the input's `H * W` plane; the first maximum wins.
+    AdaptiveMaxPool2d { output_size: [usize; 2] },
 }
 
 /// The `[H, W]` of a 3-D or 4-D tensor, or an error naming the op and shape.
@@ -138,7 +141,8 @@ impl PoolOp {
                 PoolOp::AvgPool2d { params, .. } | PoolOp::AvgPool2dBackward { params, .. } => {
                     Window::strided_len(op, params, a, size, false)
                 }
-                PoolOp::AdaptiveAvgPool2d { output_size } => Ok(output_size[a]),
+                PoolOp::AdaptiveAvgPool2d { output_size }
+                | PoolOp::AdaptiveMaxPool2d { output_size } => Ok(output_size[a]),
                 PoolOp::MaxPool2dBackward { .. } | PoolOp::AdaptiveAvgPool2dBackward { .. } => Err(
                     TensorError::invalid(op, "backward ops take their windows from the forward op"),
                 ),
@@ -157,7 +161,8 @@ impl PoolOp {
                 PoolOp::AvgPool2d { params, .. } | PoolOp::AvgPool2dBackward { params, .. } => {
                     Window::strided(op, params, a, size, false)
                 }
-                PoolOp::AdaptiveAvgPool2d { output_size } => {
+                PoolOp::AdaptiveAvgPool2d { output_size }
+                | PoolOp::AdaptiveMaxPool2d { output_size } => {
                     Window::adaptive(op, size[a], output_size[a])
                 }
                 PoolOp::MaxPool2dBackward { .. } | PoolOp::AdaptiveAvgPool2dBackward { .. } => Err(
@@ -195,7 +200,8 @@ impl PoolOp {
             PoolOp::MaxPool2d(_)
             | PoolOp::MaxPool2dValues(_)
             | PoolOp::AvgPool2d { .. }
-            | PoolOp::AdaptiveAvgPool2d { .. } => {
+            | PoolOp::AdaptiveAvgPool2d { .. }
+            | PoolOp::AdaptiveMaxPool2d { .. } => {
                 Ok(with_plane(shape, self.output_plane(&op, size)?))
             }
             PoolOp::MaxPool2dBackward { input_size } => {
@@ -322,6 +328,7 @@ impl OpDef for PoolOp {
             PoolOp::AvgPool2dBackward { .. } => "avg_pool2d_backward",
             PoolOp::AdaptiveAvgPool2d { .. } => "adaptive_avg_pool2d",
             PoolOp::AdaptiveAvgPool2dBackward { .. } => "adaptive_avg_pool2d_backward",
+            PoolOp::AdaptiveMaxPool2d { .. } => "adaptive_max_pool2d",
         }
         .into()
     }
@@ -330,7 +337,10 @@ impl OpDef for PoolOp {
         let shape = self.output_shape(inputs)?;
         let dtype = inputs[0].dtype;
         let mut metas = vec![TensorMeta::new(shape.clone(), dtype)];
-        if matches!(self, PoolOp::MaxPool2d(_)) {
+        if matches!(
+            self,
+            PoolOp::MaxPool2d(_) | PoolOp::AdaptiveMaxPool2d { .. }
+        ) {
             metas.push(TensorMeta::new(shape, DType::I64));
         }
         Ok(metas)
@@ -363,7 +373,7 @@ impl OpDef for PoolOp {
         float_dispatch!(inputs[0].dtype(), &op, T => {
             let x = inputs[0].to_vec::<T>()?;
             Ok(match self {
-                PoolOp::MaxPool2d(_) => {
+                PoolOp::MaxPool2d(_) | PoolOp::AdaptiveMaxPool2d { .. } => {
                     let [rows, cols] = self.windows(&op, in_size)?;
                     let (values, indices) = windows::max_forward(&planes, &rows, &cols, &x)?;
                     vec![tensor_from(values, &out_shape), tensor_from(indices, &out_shape)]
@@ -421,8 +431,10 @@ impl OpDef for PoolOp {
         let size = plane_size(&self.name(), &x.shape())?;
         let pool = |op: PoolOp| Op::Pool(op).apply1(&[&grad]);
         let dx = match self {
-            PoolOp::MaxPool2d(_) => Op::Pool(PoolOp::MaxPool2dBackward { input_size: size })
-                .apply1(&[&grad, &cx.outputs[1]])?,
+            PoolOp::MaxPool2d(_) | PoolOp::AdaptiveMaxPool2d { .. } => {
+                Op::Pool(PoolOp::MaxPool2dBackward { input_size: size })
+                    .apply1(&[&grad, &cx.outputs[1]])?
+            }
             PoolOp::MaxPool2dValues(params) => {
                 let indices = Op::Pool(PoolOp::MaxPool2d(*params)).apply(&[x])?.remove(1);
                 Op::Pool(PoolOp::MaxPool2dBackward { input_size: size })

@@ -28,6 +28,21 @@ pub enum UnaryOp {
         tanh: bool,
     },
     Silu,
+    /// `x` where `x > 0`, `alpha * (exp(x) - 1)` elsewhere.
+    Elu {
+        alpha: f64,
+    },
+    /// `x * relu6(x + 3) / 6`.
+    Hardswish,
+    /// `relu6(x + 3) / 6`.
+    Hardsigmoid,
+    /// `min(max(x, 0), 6)`.
+    Relu6,
+    /// `log(1 + exp(beta * x)) / beta`, or `x` where `beta * x > threshold`.
+    Softplus {
+        beta: f64,
+        threshold: f64,
+    },
 }
 
 /// Whether a derivative is a function of the input `x` or of the output `y`.
@@ -46,7 +61,7 @@ fn erf<T: Float>(x: T) -> T {
 impl UnaryOp {
     /// One op of every variant, with representative attributes (for tests that cover them
     /// all: a variant added to the enum belongs here too).
-    pub const EVERY: [UnaryOp; 16] = [
+    pub const EVERY: [UnaryOp; 21] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Sign,
@@ -65,6 +80,14 @@ impl UnaryOp {
         UnaryOp::Gelu { tanh: false },
         UnaryOp::Gelu { tanh: true },
         UnaryOp::Silu,
+        UnaryOp::Elu { alpha: 0.5 },
+        UnaryOp::Hardswish,
+        UnaryOp::Hardsigmoid,
+        UnaryOp::Relu6,
+        UnaryOp::Softplus {
+            beta: 2.0,
+            threshold: 5.0,
+        },
     ];
 
     #[inline(always)]
@@ -112,6 +135,33 @@ impl UnaryOp {
                 c(0.5) * x * (T::one() + inner.tanh())
             }
             UnaryOp::Silu => x / (T::one() + (-x).exp()),
+            UnaryOp::Elu { alpha } => {
+                if x > T::zero() {
+                    x
+                } else {
+                    c(alpha) * (x.exp() - T::one())
+                }
+            }
+            UnaryOp::Hardswish => x * UnaryOp::Relu6.eval(x + c(3.0)) / c(6.0),
+            UnaryOp::Hardsigmoid => UnaryOp::Relu6.eval(x + c(3.0)) / c(6.0),
+            UnaryOp::Relu6 => {
+                // NaN passes through both comparisons, as PyTorch's hardtanh.
+                if x < T::zero() {
+                    T::zero()
+                } else if x > c(6.0) {
+                    c(6.0)
+                } else {
+                    x
+                }
+            }
+            UnaryOp::Softplus { beta, threshold } => {
+                let bx = x * c(beta);
+                if bx > c(threshold) {
+                    x
+                } else {
+                    (T::one() + bx.exp()).ln() / c(beta)
+                }
+            }
         }
     }
 
@@ -171,6 +221,48 @@ impl UnaryOp {
             UnaryOp::Silu => {
                 let s = T::one() / (T::one() + (-v).exp());
                 s * (T::one() + v * (T::one() - s))
+            }
+            UnaryOp::Elu { alpha } => {
+                if v > T::zero() {
+                    T::one()
+                } else {
+                    c(alpha) * v.exp()
+                }
+            }
+            // PyTorch's subgradients: 0 at x = -3, 1 at x = 3.
+            UnaryOp::Hardswish => {
+                if v <= c(-3.0) {
+                    T::zero()
+                } else if v < c(3.0) {
+                    v / c(3.0) + c(0.5)
+                } else {
+                    T::one()
+                }
+            }
+            // 1/6 strictly inside (-3, 3), 0 at the kinks.
+            UnaryOp::Hardsigmoid => {
+                if v > c(-3.0) && v < c(3.0) {
+                    c(1.0 / 6.0)
+                } else {
+                    T::zero()
+                }
+            }
+            // 1 strictly inside (0, 6), 0 at the kinks.
+            UnaryOp::Relu6 => {
+                if v > T::zero() && v < c(6.0) {
+                    T::one()
+                } else {
+                    T::zero()
+                }
+            }
+            UnaryOp::Softplus { beta, threshold } => {
+                let bx = v * c(beta);
+                if bx > c(threshold) {
+                    T::one()
+                } else {
+                    let z = bx.exp();
+                    z / (z + T::one())
+                }
             }
         }
     }
@@ -247,6 +339,23 @@ macro_rules! specialize_unary {
                 const $op: UnaryOp = UnaryOp::Silu;
                 $body
             }
+            UnaryOp::Hardswish => {
+                const $op: UnaryOp = UnaryOp::Hardswish;
+                $body
+            }
+            UnaryOp::Hardsigmoid => {
+                const $op: UnaryOp = UnaryOp::Hardsigmoid;
+                $body
+            }
+            UnaryOp::Relu6 => {
+                const $op: UnaryOp = UnaryOp::Relu6;
+                $body
+            }
+            // Ops with attributes capture them as values.
+            op @ (UnaryOp::Elu { .. } | UnaryOp::Softplus { .. }) => {
+                let $op = op;
+                $body
+            }
         }
     };
 }
@@ -297,6 +406,11 @@ impl OpDef for UnaryOp {
             UnaryOp::LeakyRelu { .. } => "leaky_relu",
             UnaryOp::Gelu { .. } => "gelu",
             UnaryOp::Silu => "silu",
+            UnaryOp::Elu { .. } => "elu",
+            UnaryOp::Hardswish => "hardswish",
+            UnaryOp::Hardsigmoid => "hardsigmoid",
+            UnaryOp::Relu6 => "relu6",
+            UnaryOp::Softplus { .. } => "softplus",
         }
         .into()
     }
