@@ -4,7 +4,7 @@
 //! (`features.<i>.conv.<j>...`), so its state dicts load unchanged.
 
 use super::named::NamedSequential;
-use super::relu6::ReLU6;
+use crate::layers::ReLU6;
 use crate::layers::{BatchNorm2d, Conv2d, Conv2dOptions, Dropout, Linear};
 use crate::{Call, Forward, Layer, Module, ModuleCore, NnError, Result, Sequential};
 use tessera_tensor::Tensor;

@@ -6,7 +6,6 @@ mod gpt;
 mod mobilenet_v2;
 mod named;
 pub mod note;
-mod relu6;
 mod resnet;
 mod small_cnn;
 mod vgg;

@@ -10,6 +10,7 @@ macro_rules! op_identity {
             $name.into()
         }
         op_identity!(attributes: $form, kind: $kind);
+
     };
     (attributes: $form:ident, kind: $kind:ident) => {
         fn attributes(&self) -> Option<String> {
