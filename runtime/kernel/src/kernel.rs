@@ -91,8 +91,12 @@ impl Schedule {
 pub struct Kernel {
     pub name: String,
     pub buffers: Vec<BufferParam>,
-    /// Loop extents, outermost first; the nest visits points in row-major order.
+    /// Output loop extents, outermost first; the nest visits points in row-major order.
     pub domain: Vec<usize>,
+    /// Reduction loop extents, inside the output loops: for each output point, the kernel
+    /// sweeps them once per accumulation stage ([`crate::Stages`]). Empty for elementwise
+    /// kernels.
+    pub reduce: Vec<usize>,
     /// The DAG in topological order; `ValueId(i)` is `values[i]`.
     pub values: Vec<Value>,
     pub stores: Vec<Store>,
@@ -108,9 +112,50 @@ impl Kernel {
         &self.buffers[id.index()]
     }
 
-    /// The number of points of the nest.
+    /// The number of points of the output loops.
     pub fn points(&self) -> usize {
         self.domain.iter().product()
+    }
+
+    /// The number of points of the reduction loops (1 when there are none).
+    pub fn reduce_points(&self) -> usize {
+        self.reduce.iter().product()
+    }
+
+    /// Every loop's extent: the output loops, then the reduction loops. Index expressions
+    /// have one stride per entry.
+    pub fn extents(&self) -> Vec<usize> {
+        self.domain.iter().chain(&self.reduce).copied().collect()
+    }
+
+    /// One past the largest index `index` reaches while the kernel runs (0 when it is never
+    /// used): no point is visited when an output loop is empty, and an access that walks an
+    /// empty reduction loop is never made, but one that does not walk it is (once per output
+    /// point, outside the sweeps).
+    pub fn reach(&self, index: &IndexExpr) -> usize {
+        let outer = self.domain.len();
+        let never = self.domain.contains(&0)
+            || self
+                .reduce
+                .iter()
+                .zip(&index.strides[outer.min(index.strides.len())..])
+                .any(|(&n, &s)| n == 0 && s != 0);
+        if never {
+            return 0;
+        }
+        index.offset
+            + index
+                .strides
+                .iter()
+                .zip(self.extents())
+                .map(|(s, n)| s * n.saturating_sub(1))
+                .sum::<usize>()
+            + 1
+    }
+
+    /// Whether `index` moves along a reduction loop.
+    pub fn walks_reduction(&self, index: &IndexExpr) -> bool {
+        index.strides[self.domain.len()..].iter().any(|&s| s != 0)
     }
 
     /// Every index expression of the kernel, loads then stores.
@@ -132,6 +177,7 @@ impl Kernel {
             kernel: self.name.clone(),
             message,
         };
+        let extents = self.extents();
         let check_index = |b: BufferId, index: &IndexExpr, role: BufferRole| -> Result<()> {
             let param = self
                 .buffers
@@ -143,17 +189,17 @@ impl Kernel {
                     param.role
                 )));
             }
-            if index.strides.len() != self.domain.len() {
+            if index.strides.len() != extents.len() {
                 return Err(fail(format!(
                     "an index of {b} has {} strides for {} loops",
                     index.strides.len(),
-                    self.domain.len()
+                    extents.len()
                 )));
             }
-            if index.extent(&self.domain) > param.len {
+            if self.reach(index) > param.len {
                 return Err(fail(format!(
                     "an index of {b} reaches {} past its length {}",
-                    index.extent(&self.domain),
+                    self.reach(index),
                     param.len
                 )));
             }
@@ -214,6 +260,15 @@ impl Kernel {
                 Expr::Cast(a) => {
                     operand(*a, None)?;
                 }
+                Expr::Reduce(_, a) => {
+                    float(v.ty)?;
+                    operand(*a, Some(v.ty))?;
+                    if self.reduce.is_empty() {
+                        return Err(fail(format!(
+                            "{here} reduces, the kernel has no reduction loops"
+                        )));
+                    }
+                }
             }
         }
         for s in &self.stores {
@@ -228,6 +283,18 @@ impl Kernel {
                     s.buffer,
                     value.ty,
                     self.buffers[s.buffer.index()].ty
+                )));
+            }
+        }
+        let stages = crate::Stages::of(self);
+        for s in &self.stores {
+            if stages.is_inner(s.value)
+                && !self.walks_reduction(&s.index)
+                && self.reduce_points() > 1
+            {
+                return Err(fail(format!(
+                    "{} is stored into {} once per reduction point at one index",
+                    s.value, s.buffer
                 )));
             }
         }
@@ -250,11 +317,17 @@ pub struct KernelBuilder {
 impl KernelBuilder {
     /// A kernel called `name` over the nest `domain`, scalar schedule, no buffers yet.
     pub fn new(name: impl Into<String>, domain: Vec<usize>) -> Self {
+        Self::reduction(name, domain, Vec::new())
+    }
+
+    /// A kernel called `name` over the output loops `domain` and reduction loops `reduce`.
+    pub fn reduction(name: impl Into<String>, domain: Vec<usize>, reduce: Vec<usize>) -> Self {
         KernelBuilder {
             kernel: Kernel {
                 name: name.into(),
                 buffers: Vec::new(),
                 domain,
+                reduce,
                 values: Vec::new(),
                 stores: Vec::new(),
                 schedule: Schedule::SCALAR,
@@ -264,6 +337,11 @@ impl KernelBuilder {
 
     pub fn domain(&self) -> &[usize] {
         &self.kernel.domain
+    }
+
+    /// The number of loops (output and reduction) an index expression has strides for.
+    pub fn loop_count(&self) -> usize {
+        self.kernel.domain.len() + self.kernel.reduce.len()
     }
 
     pub fn buffer(&mut self, role: BufferRole, ty: ScalarType, len: usize) -> BufferId {
@@ -332,7 +410,7 @@ impl KernelBuilder {
 pub fn operands(expr: &Expr) -> Vec<ValueId> {
     match expr {
         Expr::Load { .. } | Expr::Const(_) => vec![],
-        Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
+        Expr::Unary(_, a) | Expr::Cast(a) | Expr::Reduce(_, a) => vec![*a],
         Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![*a, *b],
         Expr::Select { cond, a, b } => vec![*cond, *a, *b],
     }
@@ -341,7 +419,7 @@ pub fn operands(expr: &Expr) -> Vec<ValueId> {
 fn operands_mut(expr: &mut Expr) -> Vec<&mut ValueId> {
     match expr {
         Expr::Load { .. } | Expr::Const(_) => vec![],
-        Expr::Unary(_, a) | Expr::Cast(a) => vec![a],
+        Expr::Unary(_, a) | Expr::Cast(a) | Expr::Reduce(_, a) => vec![a],
         Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![a, b],
         Expr::Select { cond, a, b } => vec![cond, a, b],
     }

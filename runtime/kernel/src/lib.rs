@@ -70,9 +70,11 @@ mod lower;
 pub mod math;
 mod print;
 mod program;
+mod reduce_table;
 mod run;
 mod scalar;
 pub mod schedule;
+mod stages;
 mod table;
 
 pub use error::{KernelError, Result};
@@ -83,7 +85,9 @@ pub use kernel::{
 };
 pub use lower::lower;
 pub use program::{ExternalCall, Fallback, Program, Slot, SlotSource, SlotView, Step};
+pub use reduce_table::lower_reduction;
 pub use run::{BoxError, BufferPtr, Environment, KernelExecutor, NoEnvironment, run_program};
-pub use scalar::{BinaryFn, CompareFn, Expr, ScalarType, UnaryFn, Value};
+pub use scalar::{BinaryFn, CompareFn, Expr, ReduceFn, ScalarType, UnaryFn, Value};
 pub use schedule::schedule;
+pub use stages::Stages;
 pub use table::lower_elementwise;

@@ -1,8 +1,11 @@
 //! Lowering: an op-level graph (module calls inlined) and its fusion groups become a
 //! [`Program`]. The elementwise members of each fusion group become one kernel whose loads
-//! read their operands through the views before them (folded into index arithmetic); views
-//! become layouts, never steps; every other node runs its eager kernel as an external step and
-//! is reported as a fallback with the reason.
+//! read their operands through the views before them (folded into index arithmetic); a
+//! reduction becomes one kernel with its group's prologue and its epilogue partition
+//! ([`reduce`]); views become layouts, never steps; every other node runs its eager kernel as
+//! an external step and is reported as a fallback with the reason.
+
+mod reduce;
 
 use crate::schedule::schedule;
 use crate::table::lower_elementwise;
@@ -10,6 +13,7 @@ use crate::{
     BufferId, BufferRole, ExternalCall, Fallback, IndexExpr, KernelBuilder, KernelError, Program,
     Result, ScalarType, Slot, SlotId, SlotSource, SlotView, Step, ValueId,
 };
+use reduce::ReductionGroup;
 use std::collections::{HashMap, HashSet};
 use tessera_fx::{Graph, NodeId, NodeKind};
 use tessera_passes::fusion_groups;
@@ -41,6 +45,8 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
     })?;
     let mut partition_of: HashMap<NodeId, usize> = HashMap::new();
     let mut partitions: Vec<Vec<NodeId>> = Vec::new();
+    // The elementwise prologue of each group that ends in a reduction, lowered with it.
+    let mut prologue_of: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
     for g in &grouping.groups {
         let members: Vec<NodeId> = g
             .nodes
@@ -48,11 +54,26 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
             .copied()
             .filter(|n| is_elementwise(graph, n))
             .collect();
+        if let Some(last) = g
+            .nodes
+            .last()
+            .filter(|l| g.reduction && !is_elementwise(graph, l))
+        {
+            prologue_of.insert(*last, members);
+            continue;
+        }
+        // A group feeding only the input of a softmax or norm (which grouping leaves alone)
+        // is its prologue too.
+        if let Some(r) = members.last().and_then(|l| sole_reduction_user(graph, l)) {
+            prologue_of.insert(r, members);
+            continue;
+        }
         for n in &members {
             partition_of.insert(*n, partitions.len());
         }
         partitions.push(members);
     }
+    let in_prologue: HashSet<NodeId> = prologue_of.values().flatten().copied().collect();
     let mut lowering = Lowering {
         graph,
         program: Program {
@@ -65,24 +86,75 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
         inputs: 0,
         input_layouts,
     };
+    // Reductions (and the getitem after a norm) waiting for their epilogue partition.
+    let mut epilogue_for: HashMap<usize, (NodeId, Option<NodeId>)> = HashMap::new();
+    let mut deferred: HashSet<NodeId> = HashSet::new();
+    let no_prologue: Vec<NodeId> = Vec::new();
     for id in graph.nodes().collect::<Vec<_>>() {
+        if in_prologue.contains(&id) || deferred.contains(&id) {
+            continue;
+        }
         let node = graph.node(&id).map_err(|e| graph_error(graph, &id, e))?;
         match &node.kind {
             NodeKind::CallFunction { op } if is_elementwise(graph, &id) => {
-                let members = match partition_of.get(&id) {
-                    Some(&p) => partitions[p].clone(),
+                let part = partition_of.get(&id).copied();
+                let members = match part {
+                    Some(p) => partitions[p].clone(),
                     None => vec![id],
                 };
                 if members.last() == Some(&id) {
-                    lowering.partition(&members)?;
+                    match part.and_then(|p| epilogue_for.remove(&p)) {
+                        Some((r, bridge)) => lowering.reduction(&ReductionGroup {
+                            prologue: prologue_of.get(&r).unwrap_or(&no_prologue),
+                            reduction: r,
+                            bridge,
+                            epilogue: &members,
+                        })?,
+                        None => lowering.partition(&members)?,
+                    }
                 } else if !members.contains(&id) {
                     lowering.external(&id, ExternalCall::Op(op.clone()), None)?;
                 }
+            }
+            NodeKind::CallFunction { .. }
+                if prologue_of.contains_key(&id) || lowering.reduction_spec(&id)?.is_some() =>
+            {
+                if let Some((p, bridge)) = lowering.epilogue_of(&id, &partition_of, &partitions)?
+                    && !epilogue_for.contains_key(&p)
+                {
+                    epilogue_for.insert(p, (id, bridge));
+                    deferred.extend(bridge);
+                    continue;
+                }
+                lowering.reduction(&ReductionGroup {
+                    prologue: prologue_of.get(&id).unwrap_or(&no_prologue),
+                    reduction: id,
+                    bridge: None,
+                    epilogue: &[],
+                })?;
             }
             _ => lowering.node(&id)?,
         }
     }
     Ok(lowering.program)
+}
+
+/// The reduction the kernel IR expresses that is the only user of `id`, reading it as its
+/// input (operand 0) only.
+fn sole_reduction_user(graph: &Graph, id: &NodeId) -> Option<NodeId> {
+    let users = graph.users(id).ok()?;
+    let [user] = users.as_slice() else {
+        return None;
+    };
+    let operands = graph.operands(user).ok()?;
+    if operands.first() != Some(id) || operands[1..].contains(id) {
+        return None;
+    }
+    let shape = &graph.node(id).ok()?.meta.first()?.shape;
+    match &graph.node(user).ok()?.kind {
+        NodeKind::CallFunction { op } => reduce::reducible(op, shape).map(|_| *user),
+        _ => None,
+    }
 }
 
 /// Whether `id` is a single-output elementwise call_function node.

@@ -57,14 +57,25 @@ impl fmt::Display for Kernel {
             .enumerate()
             .map(|(l, n)| format!("{} < {n}", LoopId::from_index(l)))
             .collect();
+        let reduce: Vec<String> = self
+            .reduce
+            .iter()
+            .enumerate()
+            .map(|(l, n)| format!("{} < {n}", LoopId::from_index(self.domain.len() + l)))
+            .collect();
         let s = &self.schedule;
         writeln!(
             f,
-            "  for {} ; vector {} unroll {} parallel {}",
+            "  for {}{} ; vector {} unroll {} parallel {}",
             if loops.is_empty() {
                 "()".into()
             } else {
                 loops.join(", ")
+            },
+            if reduce.is_empty() {
+                String::new()
+            } else {
+                format!(" reduce {}", reduce.join(", "))
             },
             s.vector_width,
             s.unroll,
@@ -79,6 +90,7 @@ impl fmt::Display for Kernel {
                 Expr::Compare(op, a, b) => format!("{} {a}, {b}", op.name()),
                 Expr::Select { cond, a, b } => format!("select {cond}, {a}, {b}"),
                 Expr::Cast(a) => format!("cast {a}"),
+                Expr::Reduce(op, a) => format!("reduce_{} {a}", op.name()),
             };
             writeln!(f, "    v{i}: {} = {rhs}", v.ty)?;
         }
