@@ -100,6 +100,9 @@ pub fn render(
         flags,
         indices: Vec::new(),
     };
+    if let Some(g) = &kernel.gemm {
+        r.gemm_call(&mut b, g, begin, end);
+    }
     if !kernel.reduce.is_empty() {
         crate::render_reduce::reduction(&mut r, &mut b, begin, end);
     } else if kernel.domain.is_empty() {
@@ -122,8 +125,8 @@ pub fn render(
 
 pub(crate) struct Renderer<'k> {
     pub(crate) kernel: &'k Kernel,
-    imports: Imports,
-    bases: Vec<Value>,
+    pub(crate) imports: Imports,
+    pub(crate) bases: Vec<Value>,
     flags: MemFlagsData,
     /// The index value of each enclosing loop.
     pub(crate) indices: Vec<Value>,

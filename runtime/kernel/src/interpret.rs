@@ -115,6 +115,10 @@ fn advance(point: &mut [usize], extents: &[usize]) {
 /// # Safety
 /// As [`KernelExecutor::execute`]; the kernel must pass [`Kernel::verify`].
 pub unsafe fn interpret(kernel: &Kernel, buffers: &[BufferPtr]) {
+    if let Some(&rows) = kernel.domain.first() {
+        // SAFETY: forwarded from the caller.
+        unsafe { crate::gemm::run_gemm(kernel, buffers, 0, rows) };
+    }
     let stages = Stages::of(kernel);
     let outer = kernel.domain.len();
     let mut point = vec![0usize; outer + kernel.reduce.len()];

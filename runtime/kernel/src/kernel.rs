@@ -2,7 +2,7 @@
 //! expression DAG evaluated once per point of the nest, the stores of its results, and the
 //! schedule a backend follows. [`KernelBuilder`] makes one; [`Kernel::verify`] checks one.
 
-use crate::{BufferId, Expr, KernelError, LoopId, Result, ScalarType, Value, ValueId};
+use crate::{BufferId, Expr, GemmCall, KernelError, LoopId, Result, ScalarType, Value, ValueId};
 
 /// A storage position as an affine function of the loop indices:
 /// `offset + sum(strides[l] * i_l)`. A stride of 0 broadcasts along its loop; views (narrow,
@@ -48,6 +48,8 @@ impl IndexExpr {
 pub enum BufferRole {
     Input,
     Output,
+    /// Written by the kernel's external call, read by its loads; allocated by the runner.
+    Scratch,
 }
 
 /// A buffer parameter: its role, element type and length in elements.
@@ -101,9 +103,19 @@ pub struct Kernel {
     pub values: Vec<Value>,
     pub stores: Vec<Store>,
     pub schedule: Schedule,
+    /// A GEMM computed block by block before the nest reads it (see [`crate::gemm`]).
+    pub gemm: Option<GemmCall>,
 }
 
 impl Kernel {
+    /// With a GEMM call: the product's rows, its columns, and the rows of one iteration of
+    /// the outermost loop (the block a call computes per iteration).
+    pub fn gemm_shape(&self) -> Option<(usize, usize, usize)> {
+        let (&n, rows) = self.domain.split_last()?;
+        let per_step = rows.get(1..).map_or(1, |r| r.iter().product());
+        Some((rows.iter().product(), n, per_step))
+    }
+
     pub fn value(&self, id: ValueId) -> &Value {
         &self.values[id.index()]
     }
@@ -183,7 +195,8 @@ impl Kernel {
                 .buffers
                 .get(b.index())
                 .ok_or_else(|| fail(format!("{b} is not a parameter")))?;
-            if param.role != role {
+            let readable = role == BufferRole::Input && param.role == BufferRole::Scratch;
+            if param.role != role && !readable {
                 return Err(fail(format!(
                     "{b} is accessed as {role:?} but is {:?}",
                     param.role
@@ -286,6 +299,9 @@ impl Kernel {
                 )));
             }
         }
+        if let Some(g) = &self.gemm {
+            self.verify_gemm(g).map_err(fail)?;
+        }
         let stages = crate::Stages::of(self);
         for s in &self.stores {
             if stages.is_inner(s.value)
@@ -302,6 +318,38 @@ impl Kernel {
             return Err(fail(
                 "the schedule has a zero vector width or unroll".into(),
             ));
+        }
+        Ok(())
+    }
+}
+
+impl Kernel {
+    /// The GEMM call's buffers have the roles, types and lengths its shape needs.
+    fn verify_gemm(&self, g: &GemmCall) -> std::result::Result<(), String> {
+        if self.domain.len() < 2 || !self.reduce.is_empty() {
+            return Err("a GEMM kernel has 2 or more output loops and no reduction".into());
+        }
+        let (rows, n, _) = self.gemm_shape().unwrap_or((0, 0, 1));
+        let param = |b: BufferId| {
+            self.buffers
+                .get(b.index())
+                .ok_or_else(|| format!("the GEMM's {b} is not a parameter"))
+        };
+        let (a, b, out) = (param(g.a)?, param(g.b)?, param(g.out)?);
+        if a.role != BufferRole::Input || b.role != BufferRole::Input {
+            return Err("the GEMM's operands are not inputs".into());
+        }
+        if out.role != BufferRole::Scratch || out.len < rows * n {
+            return Err(format!(
+                "the GEMM's {} is not a scratch of {rows}x{n}",
+                g.out
+            ));
+        }
+        if a.ty != out.ty || b.ty != out.ty || !out.ty.is_float() {
+            return Err("the GEMM's buffers differ in type".into());
+        }
+        if g.a_index.reach(rows, g.k) > a.len || g.b_index.reach(g.k, n) > b.len {
+            return Err("a GEMM operand reaches past its buffer".into());
         }
         Ok(())
     }
@@ -331,6 +379,7 @@ impl KernelBuilder {
                 values: Vec::new(),
                 stores: Vec::new(),
                 schedule: Schedule::SCALAR,
+                gemm: None,
             },
         }
     }
@@ -361,6 +410,11 @@ impl KernelBuilder {
         }
         self.kernel.values.push(value);
         ValueId::from_index(self.kernel.values.len() - 1)
+    }
+
+    /// Makes the kernel start with `call` (see [`crate::gemm`]).
+    pub fn gemm(&mut self, call: GemmCall) {
+        self.kernel.gemm = Some(call);
     }
 
     pub fn store(&mut self, buffer: BufferId, index: IndexExpr, value: ValueId) {

@@ -63,6 +63,7 @@
 //!   become a run-time parameter of the kernel (one symbol per program).
 
 mod error;
+pub mod gemm;
 mod ids;
 mod interpret;
 mod kernel;
@@ -78,6 +79,7 @@ mod stages;
 mod table;
 
 pub use error::{KernelError, Result};
+pub use gemm::{GemmCall, MatrixIndex};
 pub use ids::{BufferId, LoopId, SlotId, ValueId};
 pub use interpret::{Interpreter, interpret};
 pub use kernel::{

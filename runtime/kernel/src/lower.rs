@@ -5,6 +5,8 @@
 //! ([`reduce`]); views become layouts, never steps; every other node runs its eager kernel as
 //! an external step and is reported as a fallback with the reason.
 
+mod frame;
+mod gemm;
 mod reduce;
 
 use crate::schedule::schedule;
@@ -89,6 +91,8 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
     // Reductions (and the getitem after a norm) waiting for their epilogue partition.
     let mut epilogue_for: HashMap<usize, (NodeId, Option<NodeId>)> = HashMap::new();
     let mut deferred: HashSet<NodeId> = HashSet::new();
+    // GEMMs waiting for their epilogue partition.
+    let mut gemm_for: HashMap<usize, NodeId> = HashMap::new();
     let no_prologue: Vec<NodeId> = Vec::new();
     for id in graph.nodes().collect::<Vec<_>>() {
         if in_prologue.contains(&id) || deferred.contains(&id) {
@@ -103,6 +107,10 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
                     None => vec![id],
                 };
                 if members.last() == Some(&id) {
+                    if let Some(g) = part.and_then(|p| gemm_for.remove(&p)) {
+                        lowering.gemm(&g, &members)?;
+                        continue;
+                    }
                     match part.and_then(|p| epilogue_for.remove(&p)) {
                         Some((r, bridge)) => lowering.reduction(&ReductionGroup {
                             prologue: prologue_of.get(&r).unwrap_or(&no_prologue),
@@ -116,11 +124,20 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
                     lowering.external(&id, ExternalCall::Op(op.clone()), None)?;
                 }
             }
+            NodeKind::CallFunction { op } if gemm::is_gemm(op) => {
+                match lowering.gemm_epilogue(&id, &partition_of, &partitions)? {
+                    Some(p) if !gemm_for.contains_key(&p) && !epilogue_for.contains_key(&p) => {
+                        gemm_for.insert(p, id);
+                    }
+                    _ => lowering.node(&id)?,
+                }
+            }
             NodeKind::CallFunction { .. }
                 if prologue_of.contains_key(&id) || lowering.reduction_spec(&id)?.is_some() =>
             {
                 if let Some((p, bridge)) = lowering.epilogue_of(&id, &partition_of, &partitions)?
                     && !epilogue_for.contains_key(&p)
+                    && !gemm_for.contains_key(&p)
                 {
                     epilogue_for.insert(p, (id, bridge));
                     deferred.extend(bridge);
@@ -179,7 +196,7 @@ fn fallback_reason(op: &Op) -> String {
     match op.kind() {
         OpKind::Reduction => "reductions are not lowered yet".into(),
         OpKind::Normalization => "normalizations (softmax, norms) are not lowered yet".into(),
-        OpKind::Gemm => "GEMM with fused epilogues is not lowered yet".into(),
+        OpKind::Gemm => "a GEMM with no elementwise epilogue to fuse runs its eager kernel".into(),
         OpKind::Convolution => "convolution is not lowered yet".into(),
         OpKind::Pooling => "pooling is not lowered yet".into(),
         OpKind::Indexing => "indexing ops are not lowered yet".into(),

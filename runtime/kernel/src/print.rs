@@ -46,6 +46,7 @@ impl fmt::Display for Kernel {
                 let role = match b.role {
                     BufferRole::Input => "in",
                     BufferRole::Output => "out",
+                    BufferRole::Scratch => "scratch",
                 };
                 format!("buf{i}: {role} {}[{}]", b.ty, b.len)
             })
@@ -81,6 +82,21 @@ impl fmt::Display for Kernel {
             s.unroll,
             s.parallel.map_or("none".into(), |l| l.to_string())
         )?;
+        if let Some(g) = &self.gemm {
+            let m = |x: &crate::MatrixIndex| {
+                format!("[{} + {}*r + {}*c]", x.offset, x.row_stride, x.col_stride)
+            };
+            writeln!(
+                f,
+                "    gemm {} = {}{} x {}{} ; k {}, per block of i0",
+                g.out,
+                g.a,
+                m(&g.a_index),
+                g.b,
+                m(&g.b_index),
+                g.k
+            )?;
+        }
         for (i, v) in self.values.iter().enumerate() {
             let rhs = match &v.expr {
                 Expr::Load { buffer, index } => format!("load {buffer}{index}"),

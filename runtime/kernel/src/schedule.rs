@@ -11,7 +11,10 @@ pub const UNROLL: usize = 4;
 
 /// Simplifies `kernel`'s nest and picks its schedule.
 pub fn schedule(kernel: &mut Kernel) {
-    coalesce_loops(kernel);
+    // A GEMM kernel's rows are blocks of its outermost loop: its nest stays as it is.
+    if kernel.gemm.is_none() {
+        coalesce_loops(kernel);
+    }
     kernel.schedule = choose(kernel);
 }
 

@@ -5,19 +5,13 @@
 //! dims; every tensor a member reads or writes is indexed through a *frame map* from its
 //! dims to those loops, so broadcasting a statistic back over the input is a zero stride.
 
-use super::{Lowering, graph_error, is_elementwise};
-use crate::{
-    BufferId, BufferRole, Expr, IndexExpr, KernelBuilder, Result, ScalarType, SlotId, SlotSource,
-    Step, ValueId, lower_elementwise, lower_reduction, schedule::schedule,
-};
+use super::frame::{Frame, FrameMap, Local};
+use super::{Lowering, graph_error};
+use crate::{Expr, KernelBuilder, Result, ScalarType, lower_reduction};
 use std::collections::{HashMap, HashSet};
 use tessera_fx::{NodeId, NodeKind};
-use tessera_tensor::layout::{Layout, broadcast_layout};
+use tessera_tensor::Op;
 use tessera_tensor::op::{NormOp, PoolOp, ReduceKind};
-use tessera_tensor::{Op, TensorMeta};
-
-/// For each dim of a tensor, the kernel loop it walks (`None`: a size-1 dim of a statistic).
-type FrameMap = Vec<Option<usize>>;
 
 /// What a reducible op reduces: the reduced dims of its input, and the frame map of each of
 /// its outputs (`None` for a flat per-row statistic, packed over the output loops).
@@ -104,15 +98,6 @@ fn input_map(reduced: &[usize], nd: usize) -> FrameMap {
         .collect()
 }
 
-/// A value of the kernel being built, with its shape and frame map (`None`: flat over the
-/// output loops).
-#[derive(Debug, Clone)]
-struct Local {
-    value: ValueId,
-    shape: Vec<usize>,
-    map: Option<FrameMap>,
-}
-
 /// The fused set of one reduction kernel.
 pub(super) struct ReductionGroup<'a> {
     pub prologue: &'a [NodeId],
@@ -123,20 +108,6 @@ pub(super) struct ReductionGroup<'a> {
 }
 
 impl Lowering<'_> {
-    fn op_of(&self, id: &NodeId) -> Result<Option<Op>> {
-        Ok(
-            match &self
-                .graph
-                .node(id)
-                .map_err(|e| graph_error(self.graph, id, e))?
-                .kind
-            {
-                NodeKind::CallFunction { op } => Some(op.clone()),
-                _ => None,
-            },
-        )
-    }
-
     /// The reduction's spec and its input's shape, if the kernel IR expresses it.
     pub(super) fn reduction_spec(&self, id: &NodeId) -> Result<Option<(ReduceSpec, Vec<usize>)>> {
         let Some(op) = self.op_of(id)? else {
@@ -178,23 +149,11 @@ impl Lowering<'_> {
         } else {
             (*id, None)
         };
-        let users = self
-            .graph
-            .users(&target)
-            .map_err(|e| graph_error(self.graph, &target, e))?;
-        let mut parts = users.iter().map(|u| partition_of.get(u).copied());
-        let Some(Some(p)) = parts.next() else {
+        let Some((p, shape)) = self.users_partition(&target, partition_of, partitions)? else {
             return Ok(None);
         };
-        if !parts.all(|q| q == Some(p)) {
-            return Ok(None);
-        }
         let out_shape = self.meta(&target)?.first().map(|m| m.shape.clone());
-        let shape = partitions[p]
-            .last()
-            .map(|l| self.meta(l))
-            .transpose()?
-            .and_then(|m| m.first().map(|m| m.shape.clone()));
+        let shape = Some(shape);
         let fits = shape.is_some() && (shape == Some(input_shape) || shape == out_shape);
         Ok(fits.then_some((p, bridge)))
     }
@@ -226,12 +185,11 @@ impl Lowering<'_> {
             .filter_map(|m| self.op_of(m).ok().flatten().map(|o| o.name()))
             .collect();
         let name = format!("k{}_{}", self.kernel_count(), names.join("_"));
-        let mut k = Frame {
-            b: KernelBuilder::reduction(name, domain.clone(), reduce.clone()),
-            locals: HashMap::new(),
-            buffers: HashMap::new(),
-            inputs: Vec::new(),
-        };
+        let mut k = Frame::new(KernelBuilder::reduction(
+            name,
+            domain.clone(),
+            reduce.clone(),
+        ));
         let in_map = input_map(&spec.reduced, input_shape.len());
         let fused: HashSet<NodeId> = group
             .prologue
@@ -304,184 +262,14 @@ impl Lowering<'_> {
                 }
             }
         }
-        // The fused nodes whose values leave the kernel are its outputs.
-        let mut outputs: Vec<(NodeId, Vec<(Local, TensorMeta)>)> = Vec::new();
-        for id in group
+        let members: Vec<NodeId> = group
             .prologue
             .iter()
             .chain(std::iter::once(&r))
             .chain(group.epilogue)
-        {
-            let users = self
-                .graph
-                .users(id)
-                .map_err(|e| graph_error(self.graph, id, e))?;
-            if users.iter().all(|u| fused.contains(u)) {
-                continue;
-            }
-            let mut stored = Vec::new();
-            for (local, meta) in k.locals[id].iter().zip(self.meta(id)?) {
-                if ScalarType::of_buffer(meta.dtype).is_none() {
-                    return Ok(Err(format!(
-                        "writing {:?} tensors is not lowered",
-                        meta.dtype
-                    )));
-                }
-                stored.push((local.clone(), meta));
-            }
-            outputs.push((*id, stored));
-        }
-        let loops = domain.len() + reduce.len();
-        let mut out_buffers = Vec::new();
-        for (_, stored) in &outputs {
-            for (local, meta) in stored {
-                let ty = ScalarType::of_buffer(meta.dtype).unwrap_or(ScalarType::F32);
-                let numel: usize = meta.shape.iter().product();
-                let buffer = k.b.buffer(BufferRole::Output, ty, numel);
-                let index = match &local.map {
-                    Some(map) => frame_index(&Layout::contiguous(&meta.shape), map, loops),
-                    None if numel != domain.iter().product::<usize>() => {
-                        // A norm over no elements has no statistics, however many rows.
-                        return Ok(Err(format!(
-                            "{:?} statistics for {domain:?} rows",
-                            meta.shape
-                        )));
-                    }
-                    None => {
-                        let mut strides = Layout::contiguous(&domain).strides;
-                        strides.resize(loops, 0);
-                        IndexExpr { offset: 0, strides }
-                    }
-                };
-                k.b.store(buffer, index, local.value);
-                out_buffers.push(buffer);
-            }
-        }
-        let mut kernel = k.b.finish();
-        for buffer in k.buffers.values() {
-            let extent = kernel
-                .accesses()
-                .filter(|(b, _)| b == buffer)
-                .map(|(_, ix)| kernel.reach(ix))
-                .max()
-                .unwrap_or(0);
-            kernel.buffers[buffer.index()].len = extent;
-        }
-        schedule(&mut kernel);
-        kernel.verify()?;
-        let mut out_slots = Vec::new();
-        for (id, stored) in outputs {
-            let mut vals = Vec::new();
-            for (_, meta) in stored {
-                let layout = Layout::contiguous(&meta.shape);
-                let v = self.slot(&id, meta, SlotSource::Step, layout);
-                out_slots.push(v.slot);
-                vals.push(v);
-            }
-            self.values.insert(id, vals);
-        }
-        self.program.steps.push(Step::Kernel {
-            kernel,
-            inputs: k.inputs,
-            outputs: out_slots,
-        });
-        Ok(Ok(()))
-    }
-
-    /// Lowers the elementwise node `id`, of shape `shape` with frame map `map`, into `k`.
-    fn elementwise_member(
-        &mut self,
-        k: &mut Frame,
-        id: &NodeId,
-        shape: &[usize],
-        map: &FrameMap,
-    ) -> Result<std::result::Result<(), String>> {
-        if !is_elementwise(self.graph, id) {
-            return Ok(Err("a fused member is not elementwise".into()));
-        }
-        let Some(out) = self.meta(id)?.first().cloned() else {
-            return Ok(Err("the node has no value".into()));
-        };
-        if out.shape != shape {
-            return Ok(Err(format!("{:?} differs from {shape:?}", out.shape)));
-        }
-        let Some(out_ty) = ScalarType::of_value(out.dtype) else {
-            return Ok(Err(format!("{:?} values are not lowered", out.dtype)));
-        };
-        let mut operands = Vec::new();
-        for o in self.operands(id)? {
-            match self.operand(k, &o, shape, map)? {
-                Ok(v) => operands.push(v),
-                Err(why) => return Ok(Err(why)),
-            }
-        }
-        let Some(op) = self.op_of(id)? else {
-            return Ok(Err("not an op".into()));
-        };
-        match lower_elementwise(&op, &mut k.b, &operands, out_ty) {
-            Ok(v) => {
-                k.locals.insert(
-                    *id,
-                    vec![Local {
-                        value: v,
-                        shape: shape.to_vec(),
-                        map: Some(map.clone()),
-                    }],
-                );
-                Ok(Ok(()))
-            }
-            Err(why) => Ok(Err(format!("{}: {why}", op.name()))),
-        }
-    }
-
-    /// The value of node `o` broadcast to `shape` with frame map `map`: a fused value whose
-    /// frame agrees, or a load of its slot.
-    fn operand(
-        &mut self,
-        k: &mut Frame,
-        o: &NodeId,
-        shape: &[usize],
-        map: &FrameMap,
-    ) -> Result<std::result::Result<ValueId, String>> {
-        if let Some(local) = k.locals.get(o).and_then(|l| l.first()) {
-            let lead = shape.len().checked_sub(local.shape.len());
-            let agrees = match (&local.map, lead) {
-                (Some(m), Some(lead)) => (0..local.shape.len())
-                    .all(|d| local.shape[d] == 1 || (m[d].is_some() && m[d] == map[lead + d])),
-                _ => false,
-            };
-            return Ok(if agrees {
-                Ok(local.value)
-            } else {
-                Err(format!(
-                    "a fused value of shape {:?} is read at shape {shape:?}",
-                    local.shape
-                ))
-            });
-        }
-        let val = self.value(o)?;
-        let dtype = self.program.slot(val.slot).meta.dtype;
-        let Some(ty) = ScalarType::of_buffer(dtype) else {
-            return Ok(Err(format!("reading {dtype:?} tensors is not lowered")));
-        };
-        let Ok(view) = broadcast_layout("load", &val.layout, shape) else {
-            return Ok(Err(format!(
-                "{:?} does not broadcast to {shape:?}",
-                val.layout.shape
-            )));
-        };
-        let loops = k.b.loop_count();
-        let buffer = match k.buffers.get(&val.slot) {
-            Some(b) => *b,
-            None => {
-                let b = k.b.buffer(BufferRole::Input, ty, 0);
-                k.buffers.insert(val.slot, b);
-                k.inputs.push(val.slot);
-                b
-            }
-        };
-        let index = frame_index(&view, map, loops);
-        Ok(Ok(k.b.push(ty, Expr::Load { buffer, index })))
+            .copied()
+            .collect();
+        self.emit_frame(k, &members, &fused)
     }
 
     /// Lowers reduction `id` with its prologue, falling back (the prologue as an elementwise
@@ -519,28 +307,5 @@ impl Lowering<'_> {
                 }
             }
         }
-    }
-}
-
-/// The kernel being built and what it reads.
-struct Frame {
-    b: KernelBuilder,
-    locals: HashMap<NodeId, Vec<Local>>,
-    buffers: HashMap<SlotId, BufferId>,
-    inputs: Vec<SlotId>,
-}
-
-/// The index of `view` (already broadcast to the frame's shape) through `map`, over `loops`
-/// loops.
-fn frame_index(view: &Layout, map: &FrameMap, loops: usize) -> IndexExpr {
-    let mut strides = vec![0usize; loops];
-    for (d, l) in map.iter().enumerate() {
-        if let Some(l) = l {
-            strides[*l] += view.strides[d];
-        }
-    }
-    IndexExpr {
-        offset: view.offset,
-        strides,
     }
 }
