@@ -317,3 +317,27 @@ fn amax_of_an_empty_dimension_falls_back_to_the_eager_error() {
     assert_eq!(program.fallbacks.len(), 1, "{program}");
     assert!(run_program(&program, &NoEnvironment, &Interpreter, &inputs).is_err());
 }
+
+#[test]
+fn norm_of_an_empty_input_runs_eagerly_and_writes_no_statistics() {
+    let (graph, inputs) = reduction_chain(
+        DType::F32,
+        vec![0],
+        false,
+        &[],
+        &Reduction::Norm(0, false, false, true),
+        false,
+        &[],
+    );
+    let program = lower(&graph, &[]).unwrap();
+    let expected = try_eager(&graph, &inputs).unwrap();
+    let interpreted = run_program(&program, &NoEnvironment, &Interpreter, &inputs).unwrap();
+    assert_within("interpreter", &expected[0], &interpreted[0], 0.0, &program);
+    assert_within(
+        "jit",
+        &expected[0],
+        &jit_run(&program, &inputs)[0],
+        0.0,
+        &program,
+    );
+}

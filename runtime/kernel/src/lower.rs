@@ -65,8 +65,12 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
             continue;
         }
         // A group feeding only the input of a softmax or norm (which grouping leaves alone)
-        // is its prologue too.
-        if let Some(r) = members.last().and_then(|l| sole_reduction_user(graph, l)) {
+        // is its prologue too, unless it is the epilogue of a GEMM, which fuses it.
+        if let Some(r) = members
+            .last()
+            .filter(|_| g.producer != Some(tessera_tensor::op::Producer::Gemm))
+            .and_then(|l| sole_reduction_user(graph, l))
+        {
             prologue_of.insert(r, members);
             continue;
         }
