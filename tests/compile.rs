@@ -184,5 +184,18 @@ fn attention_like_block_compiles_norms_softmax_and_gemm_epilogues_to_kernels() {
         assert_eq!(report.kernels, 3, "{}", compiled.kernels());
         let out = compiled.run(&inputs).unwrap().remove(0);
         assert_close(&out, &expected, 1e-5, 1e-6, "compiled vs eager");
+        // Each kernel's IR, and its CLIF with the JIT, can be written out for reading.
+        let dir =
+            std::env::temp_dir().join(format!("tessera_dump_{backend:?}_{}", std::process::id()));
+        compiled.dump_kernels(&dir).unwrap();
+        let files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let count = |ext: &str| files.iter().filter(|f| f.ends_with(ext)).count();
+        assert_eq!(count(".kir"), 3, "{files:?}");
+        let clif = if backend == Backend::Jit { 3 } else { 0 };
+        assert_eq!(count(".clif"), clif, "{files:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
