@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{Builder, Link, assert_close, dims, eager, jit_run, kernels_text, link, snapshots};
+use common::{
+    Builder, Link, assert_close, dims, eager, jit_run, kernels_text, link, lowered, snapshots,
+};
 use proptest::prelude::*;
 use tessera_fx::Graph;
 use tessera_kernel::{Interpreter, NoEnvironment, lower, run_program};
@@ -13,13 +15,7 @@ use tessera_tensor::op::{BinaryOp, UnaryOp};
 use tessera_tensor::{DType, Tensor};
 
 fn chain(dtype: DType, shape: Vec<usize>, strided: bool, links: &[Link]) -> (Graph, Vec<Tensor>) {
-    let mut b = Builder {
-        graph: Graph::new(),
-        inputs: Vec::new(),
-        dtype,
-        seed: 0,
-        strided,
-    };
+    let mut b = Builder::new(dtype, strided);
     let mut x = b.input(&shape, strided);
     for l in links {
         x = b.apply(x, l);
@@ -65,8 +61,7 @@ fn elementwise_chain_is_one_vectorised_kernel() {
             Link::Unary(UnaryOp::Exp),
         ],
     );
-    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph, &layouts).unwrap();
+    let program = lowered(&graph, &inputs);
     assert_eq!(program.kernels().count(), 1);
     assert_eq!(program.kernels().next().unwrap().schedule.vector_width, 4);
     snapshots()
@@ -84,8 +79,7 @@ fn broadcast_add_reads_the_row_with_stride_zero() {
             Link::Unary(UnaryOp::Tanh),
         ],
     );
-    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph, &layouts).unwrap();
+    let program = lowered(&graph, &inputs);
     assert_eq!(program.kernels().count(), 1);
     snapshots().bind(|| insta::assert_snapshot!("compile_broadcast", kernels_text(&program)));
     let expected = eager(&graph, &inputs);
@@ -101,8 +95,7 @@ fn broadcast_add_reads_the_row_with_stride_zero() {
 fn transposed_input_is_read_in_place() {
     let (graph, inputs) = chain(DType::F64, vec![3, 4], true, &[Link::Unary(UnaryOp::Sin)]);
     assert!(!inputs[0].is_contiguous());
-    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph, &layouts).unwrap();
+    let program = lowered(&graph, &inputs);
     let kernel = program.kernels().next().unwrap();
     assert_eq!(kernel.domain, vec![3, 4]);
     assert_eq!(

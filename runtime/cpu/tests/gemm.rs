@@ -6,10 +6,10 @@
 
 mod common;
 
-use common::{Builder, Link, assert_within, jit_run, kernels_text, snapshots, try_eager};
+use common::{Builder, Link, check_backends, kernels_text, lowered, snapshots, try_eager};
 use proptest::prelude::*;
 use tessera_fx::Graph;
-use tessera_kernel::{Interpreter, NoEnvironment, lower, run_program};
+use tessera_kernel::lower;
 use tessera_tensor::op::{BinaryOp, UnaryOp};
 use tessera_tensor::{DType, Op, Tensor};
 
@@ -22,13 +22,7 @@ fn gemm_chain(
     bias: bool,
     epilogue: &[Link],
 ) -> (Graph, Vec<Tensor>) {
-    let mut b = Builder {
-        graph: Graph::new(),
-        inputs: Vec::new(),
-        dtype,
-        seed: 0,
-        strided: false,
-    };
+    let mut b = Builder::new(dtype, false);
     let mut xs = lead.to_vec();
     xs.extend([m, k]);
     let x = b.input(&xs, false);
@@ -83,16 +77,9 @@ proptest! {
         let lead = if matmul { Vec::new() } else { lead };
         let (graph, inputs) = gemm_chain(dtype, &lead, (m, k, n), matmul, bias, &epilogue);
         let expected = try_eager(&graph, &inputs).unwrap();
-        let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-        let program = lower(&graph, &layouts).unwrap();
+        let program = lowered(&graph, &inputs);
         prop_assert!(program.fallbacks.is_empty(), "fell back:\n{program}");
-        let tol = if f64_dtype { 1e-9 } else { 1e-4 };
-        let interpreted = run_program(&program, &NoEnvironment, &Interpreter, &inputs).unwrap();
-        let jitted = jit_run(&program, &inputs);
-        for ((e, i), j) in expected.iter().zip(&interpreted).zip(&jitted) {
-            assert_within("interpreter", e, i, tol, &program);
-            assert_within("jit", e, j, tol, &program);
-        }
+        check_backends(&program, &inputs, &expected, if f64_dtype { 1e-9 } else { 1e-4 });
     }
 }
 
@@ -106,18 +93,15 @@ fn linear_bias_relu_is_one_kernel_calling_the_gemm() {
         true,
         &[Link::Unary(UnaryOp::Relu)],
     );
-    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph, &layouts).unwrap();
+    let program = lowered(&graph, &inputs);
     assert!(program.fallbacks.is_empty(), "{program}");
     assert_eq!(program.kernels().count(), 1, "{program}");
     assert!(program.kernels().next().unwrap().gemm.is_some());
-    let expected = try_eager(&graph, &inputs).unwrap();
-    assert_within(
-        "jit",
-        &expected[0],
-        &jit_run(&program, &inputs)[0],
-        1e-5,
+    check_backends(
         &program,
+        &inputs,
+        &try_eager(&graph, &inputs).unwrap(),
+        1e-5,
     );
     snapshots().bind(|| insta::assert_snapshot!("compile_gemm_epilogue", kernels_text(&program)));
 }
@@ -141,15 +125,12 @@ fn linear_epilogue_over_several_row_blocks_agrees() {
         true,
         &[Link::Unary(UnaryOp::Tanh)],
     );
-    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph, &layouts).unwrap();
+    let program = lowered(&graph, &inputs);
     assert_eq!(program.kernels().count(), 1, "{program}");
-    let expected = try_eager(&graph, &inputs).unwrap();
-    assert_within(
-        "jit",
-        &expected[0],
-        &jit_run(&program, &inputs)[0],
-        1e-5,
+    check_backends(
         &program,
+        &inputs,
+        &try_eager(&graph, &inputs).unwrap(),
+        1e-5,
     );
 }

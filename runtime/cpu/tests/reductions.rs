@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Builder, Link, assert_within, jit_run, kernels_text, snapshots, try_eager};
+use common::{Builder, Link, check_backends, kernels_text, lowered, snapshots, try_eager};
 use proptest::prelude::*;
 use tessera_fx::{Graph, NodeId};
 use tessera_kernel::{Interpreter, NoEnvironment, lower, run_program};
@@ -158,13 +158,7 @@ fn reduction_chain(
     residual: bool,
     epilogue: &[Link],
 ) -> (Graph, Vec<Tensor>) {
-    let mut b = Builder {
-        graph: Graph::new(),
-        inputs: Vec::new(),
-        dtype,
-        seed: 0,
-        strided,
-    };
+    let mut b = Builder::new(dtype, strided);
     let mut x = b.input(&shape, strided);
     for l in prologue {
         x = b.apply(x, l);
@@ -209,16 +203,9 @@ proptest! {
         let Ok(expected) = try_eager(&graph, &inputs) else {
             return Ok(());
         };
-        let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-        let program = lower(&graph, &layouts).unwrap();
+        let program = lowered(&graph, &inputs);
         prop_assert!(program.fallbacks.is_empty() || empty, "fell back:\n{program}");
-        let tol = if f64_dtype { 1e-9 } else { 1e-3 };
-        let interpreted = run_program(&program, &NoEnvironment, &Interpreter, &inputs).unwrap();
-        let jitted = jit_run(&program, &inputs);
-        for ((e, i), j) in expected.iter().zip(&interpreted).zip(&jitted) {
-            assert_within("interpreter", e, i, tol, &program);
-            assert_within("jit", e, j, tol, &program);
-        }
+        check_backends(&program, &inputs, &expected, if f64_dtype { 1e-9 } else { 1e-3 });
     }
 }
 
@@ -233,20 +220,17 @@ fn softmax_with_prologue_and_epilogue_is_one_vectorised_kernel() {
         false,
         &[Link::Scalar(BinaryOp::Add, 1.0, false)],
     );
-    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph, &layouts).unwrap();
+    let program = lowered(&graph, &inputs);
     assert!(program.fallbacks.is_empty(), "{program}");
     assert_eq!(program.kernels().count(), 1, "{program}");
     let kernel = program.kernels().next().unwrap();
     assert_eq!(kernel.schedule.vector_width, 4, "{program}");
     assert_eq!(tessera_kernel::Stages::of(kernel).sweeps, 3, "{program}");
-    let expected = try_eager(&graph, &inputs).unwrap();
-    assert_within(
-        "jit",
-        &expected[0],
-        &jit_run(&program, &inputs)[0],
-        1e-6,
+    check_backends(
         &program,
+        &inputs,
+        &try_eager(&graph, &inputs).unwrap(),
+        1e-6,
     );
 }
 
@@ -261,16 +245,13 @@ fn layer_norm_then_relu_is_one_kernel_with_its_statistics_broadcast() {
         false,
         &[Link::Unary(UnaryOp::Relu)],
     );
-    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph, &layouts).unwrap();
+    let program = lowered(&graph, &inputs);
     assert_eq!(program.kernels().count(), 1, "{program}");
-    let expected = try_eager(&graph, &inputs).unwrap();
-    assert_within(
-        "jit",
-        &expected[0],
-        &jit_run(&program, &inputs)[0],
-        1e-5,
+    check_backends(
         &program,
+        &inputs,
+        &try_eager(&graph, &inputs).unwrap(),
+        1e-5,
     );
     snapshots()
         .bind(|| insta::assert_snapshot!("compile_reduction_epilogue", kernels_text(&program)));
@@ -287,19 +268,14 @@ fn sum_over_a_leading_dim_runs_as_scalar_code_and_agrees() {
         false,
         &[],
     );
-    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph, &layouts).unwrap();
+    let program = lowered(&graph, &inputs);
     assert_eq!(program.kernels().count(), 1, "{program}");
-    let expected = try_eager(&graph, &inputs).unwrap();
-    assert_within(
-        "jit",
-        &expected[0],
-        &jit_run(&program, &inputs)[0],
-        1e-5,
+    check_backends(
         &program,
+        &inputs,
+        &try_eager(&graph, &inputs).unwrap(),
+        1e-5,
     );
-    let interpreted = run_program(&program, &NoEnvironment, &Interpreter, &inputs).unwrap();
-    assert_within("interpreter", &expected[0], &interpreted[0], 1e-5, &program);
 }
 
 #[test]
@@ -330,14 +306,5 @@ fn norm_of_an_empty_input_runs_eagerly_and_writes_no_statistics() {
         &[],
     );
     let program = lower(&graph, &[]).unwrap();
-    let expected = try_eager(&graph, &inputs).unwrap();
-    let interpreted = run_program(&program, &NoEnvironment, &Interpreter, &inputs).unwrap();
-    assert_within("interpreter", &expected[0], &interpreted[0], 0.0, &program);
-    assert_within(
-        "jit",
-        &expected[0],
-        &jit_run(&program, &inputs)[0],
-        0.0,
-        &program,
-    );
+    check_backends(&program, &inputs, &try_eager(&graph, &inputs).unwrap(), 0.0);
 }

@@ -49,6 +49,29 @@ pub fn jit_run(program: &Program, inputs: &[Tensor]) -> Vec<Tensor> {
     run_program(program, &NoEnvironment, &jit, inputs).unwrap()
 }
 
+/// `graph` lowered for the layouts of `inputs`.
+pub fn lowered(graph: &Graph, inputs: &[Tensor]) -> Program {
+    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
+    tessera_kernel::lower(graph, &layouts).unwrap()
+}
+
+/// Runs `program` with the kernel-IR interpreter and with the JIT, and checks both against
+/// `expected` within `tol`.
+pub fn check_backends(program: &Program, inputs: &[Tensor], expected: &[Tensor], tol: f64) {
+    let interpreted = run_program(
+        program,
+        &NoEnvironment,
+        &tessera_kernel::Interpreter,
+        inputs,
+    )
+    .unwrap();
+    let jitted = jit_run(program, inputs);
+    for ((e, i), j) in expected.iter().zip(&interpreted).zip(&jitted) {
+        assert_within("interpreter", e, i, tol, program);
+        assert_within("jit", e, j, tol, program);
+    }
+}
+
 /// Exact agreement up to a relative `1e-6` (elementwise kernels round as eager ones do).
 pub fn assert_close(what: &str, expected: &Tensor, got: &Tensor, program: &Program) {
     assert_within(what, expected, got, 1e-6, program);
@@ -79,6 +102,17 @@ pub struct Builder {
 }
 
 impl Builder {
+    /// An empty graph whose inputs are of `dtype`.
+    pub fn new(dtype: DType, strided: bool) -> Builder {
+        Builder {
+            graph: Graph::new(),
+            inputs: Vec::new(),
+            dtype,
+            seed: 0,
+            strided,
+        }
+    }
+
     pub fn input(&mut self, shape: &[usize], strided: bool) -> NodeId {
         self.seed += 1;
         let numel: usize = shape.iter().product();
