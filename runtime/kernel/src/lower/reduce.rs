@@ -295,10 +295,9 @@ impl Lowering<'_> {
                     self.partition(group.prologue)?;
                 }
                 let op = self.op_of(&group.reduction)?;
-                let reason = match self.reduction_spec(&group.reduction)? {
-                    Some(_) => Some(format!("not generated: {why}")),
-                    None => None,
-                };
+                let reason = self
+                    .reduction_spec(&group.reduction)?
+                    .map(|_| format!("not generated: {why}"));
                 match op {
                     Some(op) => {
                         self.external(&group.reduction, crate::ExternalCall::Op(op), reason)
