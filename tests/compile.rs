@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use tessera::fx::GraphModule;
 use tessera::fx::trace::{LeafPolicy, trace};
-use tessera::nn::models::SmallCnn;
+use tessera::nn::models::{BasicBlock, SmallCnn};
 use tessera::nn::{Call, ModuleExt, load_pt_state_dict};
 use tessera::tensor::{DType, Tensor};
 use tessera::{Backend, CompileOptions, compile};
@@ -197,5 +197,34 @@ fn attention_like_block_compiles_norms_softmax_and_gemm_epilogues_to_kernels() {
         let clif = if backend == Backend::Jit { 3 } else { 0 };
         assert_eq!(count(".clif"), clif, "{files:?}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn residual_block_whose_relu_feeds_a_convolution_and_a_later_add_compiles() {
+    // The block input's ReLU, the residual add and the final ReLU form one fusion group, but
+    // the first convolution reads the ReLU before the add: the lowering must emit the ReLU's
+    // kernel before the convolution (this failed with "has no value yet" on ResNet-18).
+    tessera::manual_seed(0);
+    let stem = Arc::new(
+        tessera::nn::Sequential::new()
+            .add(tessera::nn::layers::ReLU::new())
+            .add(BasicBlock::new(4, 4, 1).unwrap()),
+    );
+    stem.train(false);
+    let x = Tensor::randn(&[2, 4, 6, 6], DType::F32).unwrap();
+    let gm = GraphModule::new(
+        stem.clone(),
+        trace(&*stem, &x, LeafPolicy::default()).unwrap(),
+    );
+    let expected = gm.call(x.clone()).unwrap();
+    for backend in [Backend::Jit, Backend::Interpreter] {
+        let options = CompileOptions {
+            backend,
+            ..CompileOptions::default()
+        };
+        let compiled = compile(&gm, std::slice::from_ref(&x), options).unwrap();
+        let out = compiled.run(std::slice::from_ref(&x)).unwrap().remove(0);
+        assert_close(&out, &expected, 1e-5, 1e-5, "compiled residual block");
     }
 }

@@ -98,39 +98,77 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
     // GEMMs waiting for their epilogue partition.
     let mut gemm_for: HashMap<usize, NodeId> = HashMap::new();
     let no_prologue: Vec<NodeId> = Vec::new();
+    // How many members of each partition are lowered already, and each member's place.
+    let mut lowered = vec![0usize; partitions.len()];
+    let place: HashMap<NodeId, usize> = partitions
+        .iter()
+        .flat_map(|members| members.iter().enumerate().map(|(i, id)| (*id, i)))
+        .collect();
     for id in graph.nodes().collect::<Vec<_>>() {
         if in_prologue.contains(&id) || deferred.contains(&id) {
             continue;
         }
+        // A node outside a partition that reads one of its members before the partition's
+        // last member (a residual branch reading a ReLU whose group ends at a later add) needs
+        // that value now: the members up to it become a kernel of their own, after the GEMM
+        // or reduction waiting to fuse them, which then runs unfused.
+        let own = partition_of.get(&id).copied();
+        for o in graph
+            .operands(&id)
+            .map_err(|e| graph_error(graph, &id, e))?
+        {
+            if let (Some(&p), Some(&at)) = (partition_of.get(&o), place.get(&o))
+                && own != Some(p)
+                && at >= lowered[p]
+            {
+                if let Some(g) = gemm_for.remove(&p) {
+                    lowering.node(&g)?;
+                }
+                if let Some((r, bridge)) = epilogue_for.remove(&p) {
+                    lowering.reduction(&ReductionGroup {
+                        prologue: prologue_of.get(&r).unwrap_or(&no_prologue),
+                        reduction: r,
+                        bridge: None,
+                        epilogue: &[],
+                    })?;
+                    if let Some(g) = bridge {
+                        lowering.node(&g)?;
+                    }
+                }
+                lowering.partition(&partitions[p][lowered[p]..=at])?;
+                lowered[p] = at + 1;
+            }
+        }
         let node = graph.node(&id).map_err(|e| graph_error(graph, &id, e))?;
         match &node.kind {
-            NodeKind::CallFunction { op } if is_elementwise(graph, &id) => {
-                let part = partition_of.get(&id).copied();
-                let members = match part {
-                    Some(p) => partitions[p].clone(),
-                    None => vec![id],
-                };
-                if members.last() == Some(&id) {
-                    if let Some(g) = part.and_then(|p| gemm_for.remove(&p)) {
-                        lowering.gemm(&g, &members)?;
-                        continue;
+            NodeKind::CallFunction { .. } if is_elementwise(graph, &id) => match own {
+                Some(p) => {
+                    if partitions[p].last() == Some(&id) && lowered[p] < partitions[p].len() {
+                        let members = &partitions[p][lowered[p]..];
+                        if let Some(g) = gemm_for.remove(&p) {
+                            lowering.gemm(&g, members)?;
+                        } else if let Some((r, bridge)) = epilogue_for.remove(&p) {
+                            lowering.reduction(&ReductionGroup {
+                                prologue: prologue_of.get(&r).unwrap_or(&no_prologue),
+                                reduction: r,
+                                bridge,
+                                epilogue: members,
+                            })?;
+                        } else {
+                            lowering.partition(members)?;
+                        }
+                        lowered[p] = partitions[p].len();
                     }
-                    match part.and_then(|p| epilogue_for.remove(&p)) {
-                        Some((r, bridge)) => lowering.reduction(&ReductionGroup {
-                            prologue: prologue_of.get(&r).unwrap_or(&no_prologue),
-                            reduction: r,
-                            bridge,
-                            epilogue: &members,
-                        })?,
-                        None => lowering.partition(&members)?,
-                    }
-                } else if !members.contains(&id) {
-                    lowering.external(&id, ExternalCall::Op(op.clone()), None)?;
                 }
-            }
+                None => lowering.partition(&[id])?,
+            },
             NodeKind::CallFunction { op } if gemm::is_gemm(op) => {
                 match lowering.gemm_epilogue(&id, &partition_of, &partitions)? {
-                    Some(p) if !gemm_for.contains_key(&p) && !epilogue_for.contains_key(&p) => {
+                    Some(p)
+                        if lowered[p] == 0
+                            && !gemm_for.contains_key(&p)
+                            && !epilogue_for.contains_key(&p) =>
+                    {
                         gemm_for.insert(p, id);
                     }
                     _ => lowering.node(&id)?,
@@ -140,6 +178,7 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
                 if prologue_of.contains_key(&id) || lowering.reduction_spec(&id)?.is_some() =>
             {
                 if let Some((p, bridge)) = lowering.epilogue_of(&id, &partition_of, &partitions)?
+                    && lowered[p] == 0
                     && !epilogue_for.contains_key(&p)
                     && !gemm_for.contains_key(&p)
                 {
