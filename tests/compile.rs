@@ -129,6 +129,78 @@ fn elementwise_module_compiles_to_kernels_only() {
 }
 
 #[test]
+fn attention_like_block_compiles_norms_softmax_and_gemm_epilogues_to_kernels() {
+    use tessera::fx::Graph;
+    use tessera::tensor::op::{NormOp, UnaryOp};
+    use tessera::tensor::{Op, TensorMeta};
+    let mut g = Graph::new();
+    let x = g.placeholder("x", TensorMeta::new([4, 16], DType::F32));
+    let w = g.placeholder("w", TensorMeta::new([8, 16], DType::F32));
+    let b = g.placeholder("b", TensorMeta::new([8], DType::F32));
+    let layer_norm = Op::Norm(NormOp::LayerNorm {
+        normalized_ndim: 1,
+        eps: 1e-5,
+        weight: false,
+        bias: false,
+    });
+    let norm = g.call_function(layer_norm.clone(), &[&x]).unwrap();
+    let y = g.getitem(&norm, 0).unwrap();
+    let h = g
+        .call_function(Op::Linear { bias: true }, &[&y, &w, &b])
+        .unwrap();
+    let h = g
+        .call_function(Op::Unary(UnaryOp::Gelu { tanh: false }), &[&h])
+        .unwrap();
+    let p = g
+        .call_function(Op::Softmax { dim: 1, log: false }, &[&h])
+        .unwrap();
+    g.output(&[&p]).unwrap();
+    let gm = GraphModule::new(
+        Arc::new(tessera::nn::Sequential::new()),
+        tessera::fx::trace::TracedGraph {
+            graph: g,
+            attributes: Default::default(),
+        },
+    );
+    let inputs = [
+        Tensor::randn(&[4, 16], DType::F32).unwrap(),
+        Tensor::randn(&[8, 16], DType::F32).unwrap(),
+        Tensor::randn(&[8], DType::F32).unwrap(),
+    ];
+    let y = layer_norm.apply(&[&inputs[0]]).unwrap().remove(0);
+    let h = Op::Linear { bias: true }
+        .apply1(&[&y, &inputs[1], &inputs[2]])
+        .unwrap();
+    let expected = h.gelu().unwrap().softmax(1).unwrap();
+    for backend in [Backend::Jit, Backend::Interpreter] {
+        let options = CompileOptions {
+            backend,
+            ..CompileOptions::default()
+        };
+        let compiled = compile(&gm, &inputs, options).unwrap();
+        let report = compiled.report();
+        assert!(report.fallbacks.is_empty(), "{report}");
+        // The norm, the GEMM with its bias and GELU, the softmax.
+        assert_eq!(report.kernels, 3, "{}", compiled.kernels());
+        let out = compiled.run(&inputs).unwrap().remove(0);
+        assert_close(&out, &expected, 1e-5, 1e-6, "compiled vs eager");
+        // Each kernel's IR, and its CLIF with the JIT, can be written out for reading.
+        let dir =
+            std::env::temp_dir().join(format!("tessera_dump_{backend:?}_{}", std::process::id()));
+        compiled.dump_kernels(&dir).unwrap();
+        let files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let count = |ext: &str| files.iter().filter(|f| f.ends_with(ext)).count();
+        assert_eq!(count(".kir"), 3, "{files:?}");
+        let clif = if backend == Backend::Jit { 3 } else { 0 };
+        assert_eq!(count(".clif"), clif, "{files:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
 fn residual_block_whose_relu_feeds_a_convolution_and_a_later_add_compiles() {
     // The block input's ReLU, the residual add and the final ReLU form one fusion group, but
     // the first convolution reads the ReLU before the add: the lowering must emit the ReLU's

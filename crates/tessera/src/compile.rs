@@ -4,6 +4,10 @@
 //! cover runs its eager kernel inside the compiled program, so compiling never fails on an
 //! op; [`CompiledModule::report`] lists every node that fell back and why.
 
+mod dump;
+
+pub use dump::DUMP_KERNELS_ENV;
+
 use crate::fx::trace::{TracedGraph, inline, trace};
 use crate::fx::{FxError, GraphModule};
 use crate::nn::{Layer, Module, ModuleExt, Sequential};
@@ -73,6 +77,13 @@ pub enum CompileError {
     /// The CPU backend failed (a cranelift verifier error is a bug of the renderer).
     #[error(transparent)]
     Cpu(#[from] CpuError),
+    /// Writing the kernels into a folder failed.
+    #[error("writing the kernels into {dir}: {source}")]
+    Dump {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What compiling did: the passes run (and those skipped because they failed), the kernels
@@ -264,6 +275,9 @@ impl CompiledModule {
         report.fallbacks = program.fallbacks.clone();
         report.compiles += 1;
         let compiled = Arc::new(Compiled { program, jit });
+        if let Some(dir) = std::env::var_os(DUMP_KERNELS_ENV) {
+            dump_compiled(std::path::Path::new(&dir), &compiled)?;
+        }
         programs.insert(key, compiled.clone());
         Ok(compiled)
     }
@@ -303,10 +317,31 @@ impl CompiledModule {
         text
     }
 
+    /// Writes every compiled program's kernels into `dir` (what `TESSERA_DUMP_KERNELS=DIR`
+    /// does as programs are compiled): `program.txt`, and per kernel `NAME.kir` (kernel IR)
+    /// and `NAME.clif` (with the JIT backend). Programs for several input signatures share the
+    /// folder; the last written wins for equal names.
+    pub fn dump_kernels(&self, dir: impl AsRef<std::path::Path>) -> Result<(), CompileError> {
+        let programs = self.programs.lock().unwrap_or_else(|e| e.into_inner());
+        for compiled in programs.values() {
+            dump_compiled(dir.as_ref(), compiled)?;
+        }
+        Ok(())
+    }
+
     /// The optimised op-level graph that was lowered.
     pub fn graph(&self) -> &tessera_fx::Graph {
         &self.gm.graph
     }
+}
+
+fn dump_compiled(dir: &std::path::Path, compiled: &Compiled) -> Result<(), CompileError> {
+    dump::dump_program(dir, &compiled.program, compiled.jit.as_ref()).map_err(|source| {
+        CompileError::Dump {
+            dir: dir.display().to_string(),
+            source,
+        }
+    })
 }
 
 /// The compiled module's attributes, frozen at compile time.

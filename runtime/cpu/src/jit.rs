@@ -10,10 +10,16 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::FunctionBuilderContext;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module, default_libcall_names};
+use tessera_kernel::gemm::{tessera_gemm_f32, tessera_gemm_f64};
 use tessera_kernel::math::{self, tessera_pow_f32, tessera_pow_f64};
 use tessera_kernel::{
     BufferPtr, Kernel, KernelError, KernelExecutor, Program, ScalarType, UnaryFn,
 };
+
+/// Product elements per GEMM block (256 KiB of f32: the block stays in L2 for its epilogue).
+const GEMM_BLOCK_ELEMENTS: usize = 64 * 1024;
+/// Rows per GEMM block at least, so that each call amortises packing its right operand.
+const GEMM_MIN_ROWS: usize = 64;
 
 /// The entry point of a compiled kernel.
 type KernelFn = unsafe extern "C" fn(*const *mut u8, i64, i64);
@@ -52,6 +58,8 @@ fn symbol_table() -> Vec<(String, *const u8)> {
     let pow64: extern "C" fn(f64, f64) -> f64 = tessera_pow_f64;
     table.push((math::symbol("pow", ScalarType::F32), pow32 as *const u8));
     table.push((math::symbol("pow", ScalarType::F64), pow64 as *const u8));
+    table.push(("tessera_gemm_f32".into(), tessera_gemm_f32 as *const u8));
+    table.push(("tessera_gemm_f64".into(), tessera_gemm_f64 as *const u8));
     table
 }
 
@@ -118,6 +126,16 @@ impl JitProgram {
                         &symbol,
                         Linkage::Import,
                         &math_signature(call_conv, t, arity),
+                    )
+                    .map_err(module_error)?;
+                imports.push((symbol, f));
+            }
+            if let Some(symbol) = crate::render_gemm::gemm_symbol(kernel) {
+                let f = module
+                    .declare_function(
+                        &symbol,
+                        Linkage::Import,
+                        &crate::render_gemm::gemm_signature(call_conv),
                     )
                     .map_err(module_error)?;
                 imports.push((symbol, f));
@@ -207,9 +225,24 @@ impl KernelExecutor for JitProgram {
         } else {
             kernel.domain[0] as i64
         };
-        // SAFETY: the caller guarantees the buffers match the kernel's parameters, and the
-        // kernel (verified) only indexes within their lengths.
-        unsafe { (compiled.entry)(ptrs.as_ptr(), 0, end) };
+        // A GEMM kernel runs in blocks of its outermost loop, so that the epilogue reads each
+        // block of the product right after the call computed it, while it is in cache.
+        let block = match kernel.gemm_shape() {
+            Some((_, n, per_step)) if kernel.gemm.is_some() => {
+                let rows = (GEMM_BLOCK_ELEMENTS / n.max(1)).max(GEMM_MIN_ROWS);
+                rows.div_ceil(per_step.max(1)).max(1) as i64
+            }
+            _ => end.max(1),
+        };
+        let mut begin = 0;
+        while begin < end {
+            let stop = (begin + block).min(end);
+            // SAFETY: the caller guarantees the buffers match the kernel's parameters, and the
+            // kernel (verified) only indexes within their lengths for any range of its
+            // outermost loop.
+            unsafe { (compiled.entry)(ptrs.as_ptr(), begin, stop) };
+            begin = stop;
+        }
         Ok(())
     }
 }

@@ -6,6 +6,8 @@
 mod error;
 mod jit;
 pub mod render;
+mod render_gemm;
+mod render_reduce;
 
 pub use error::{CpuError, Result};
 pub use jit::{CompiledKernel, JitProgram};

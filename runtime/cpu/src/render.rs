@@ -2,7 +2,8 @@
 //! instructions. The function's signature is `fn(buffers: *const *mut u8, begin: i64, end:
 //! i64)`: the buffer pointers in parameter order, and the range of the outermost loop to run
 //! (so a parallel split only changes the caller). Along the innermost loop, a schedule with
-//! vector width 4 gives an F32X4 body unrolled `unroll` times and a scalar tail.
+//! vector width 4 gives an F32X4 body unrolled `unroll` times and a scalar tail. Kernels with
+//! reduction loops are rendered by [`crate::render_reduce`] with the same per-value table.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
@@ -52,7 +53,7 @@ pub fn math_symbols(kernel: &Kernel) -> Vec<(String, ScalarType, usize)> {
     out
 }
 
-fn clif_type(ty: ScalarType) -> Type {
+pub(crate) fn clif_type(ty: ScalarType) -> Type {
     match ty {
         ScalarType::F32 => types::F32,
         ScalarType::F64 => types::F64,
@@ -99,7 +100,12 @@ pub fn render(
         flags,
         indices: Vec::new(),
     };
-    if kernel.domain.is_empty() {
+    if let Some(g) = &kernel.gemm {
+        r.gemm_call(&mut b, g, begin, end);
+    }
+    if !kernel.reduce.is_empty() {
+        crate::render_reduce::reduction(&mut r, &mut b, begin, end);
+    } else if kernel.domain.is_empty() {
         // A nest of no loops runs its body once when the caller asks for iteration 0.
         let go = b.create_block();
         let done = b.create_block();
@@ -117,18 +123,19 @@ pub fn render(
     b.finalize(config);
 }
 
-struct Renderer<'k> {
-    kernel: &'k Kernel,
-    imports: Imports,
-    bases: Vec<Value>,
+pub(crate) struct Renderer<'k> {
+    pub(crate) kernel: &'k Kernel,
+    pub(crate) imports: Imports,
+    pub(crate) bases: Vec<Value>,
     flags: MemFlagsData,
     /// The index value of each enclosing loop.
-    indices: Vec<Value>,
+    pub(crate) indices: Vec<Value>,
 }
 
 impl Renderer<'_> {
-    /// A counted loop `for i in start..end step step`, its body emitted by `body`.
-    fn counted(
+    /// A counted loop `for i in start..end step step`, its body emitted by `body`; returns
+    /// the index value where it stopped.
+    pub(crate) fn counted(
         &mut self,
         b: &mut FunctionBuilder,
         start: Value,
@@ -249,8 +256,78 @@ impl Renderer<'_> {
     /// 4) and stores the results.
     fn point(&mut self, b: &mut FunctionBuilder, j: Option<Value>, lanes: usize) {
         let kernel = self.kernel;
+        let mut vals: Vec<Option<Value>> = vec![None; kernel.values.len()];
+        for i in 0..kernel.values.len() {
+            let id = tessera_kernel::ValueId::from_index(i);
+            vals[i] = Some(self.eval(b, id, &vals, &[], j, lanes));
+        }
+        for s in &kernel.stores {
+            self.store(b, s, &vals, &[], j, lanes);
+        }
+    }
+
+    /// Stores `s`'s value (from `vals`, or a splat of `outer`) at `j`.
+    pub(crate) fn store(
+        &self,
+        b: &mut FunctionBuilder,
+        s: &tessera_kernel::Store,
+        vals: &[Option<Value>],
+        outer: &[Option<Value>],
+        j: Option<Value>,
+        lanes: usize,
+    ) {
+        let size = if self.kernel.value(s.value).ty == ScalarType::F64 {
+            8
+        } else {
+            4
+        };
+        let x = self.operand(b, s.value, vals, outer, lanes);
+        let addr = self.address(b, s.buffer.index(), &s.index, j, size);
+        b.ins().store(self.flags, x, addr, 0);
+    }
+
+    /// The value `id`: from `vals` (computed at this point, `lanes` wide), or from `outer`
+    /// (a scalar computed outside the innermost loop), splatted when `lanes` is 4.
+    pub(crate) fn operand(
+        &self,
+        b: &mut FunctionBuilder,
+        id: tessera_kernel::ValueId,
+        vals: &[Option<Value>],
+        outer: &[Option<Value>],
+        lanes: usize,
+    ) -> Value {
+        if let Some(v) = vals.get(id.index()).copied().flatten() {
+            return v;
+        }
+        let scalar = outer
+            .get(id.index())
+            .copied()
+            .flatten()
+            .unwrap_or_else(|| b.ins().f32const(0.0));
+        if lanes == 1 {
+            return scalar;
+        }
+        if self.kernel.value(id).ty == ScalarType::Bool {
+            let mask = b.ins().bmask(types::I32, scalar);
+            b.ins().splat(types::I32X4, mask)
+        } else {
+            b.ins().splat(types::F32X4, scalar)
+        }
+    }
+
+    /// Emits value `id` at `j` (`lanes` points), its operands from `vals` or `outer`.
+    pub(crate) fn eval(
+        &self,
+        b: &mut FunctionBuilder,
+        id: tessera_kernel::ValueId,
+        vals: &[Option<Value>],
+        outer: &[Option<Value>],
+        j: Option<Value>,
+        lanes: usize,
+    ) -> Value {
+        let kernel = self.kernel;
         let vector = lanes > 1;
-        let mut vals: Vec<Value> = Vec::with_capacity(kernel.values.len());
+        let v = kernel.value(id);
         let ty_of = |ty: ScalarType| -> Type {
             match (vector, ty) {
                 (true, ScalarType::Bool) => types::I32X4,
@@ -258,88 +335,81 @@ impl Renderer<'_> {
                 (false, t) => clif_type(t),
             }
         };
-        for v in &kernel.values {
-            let x = match &v.expr {
-                Expr::Load { buffer, index } => {
-                    let size = if v.ty == ScalarType::F64 { 8 } else { 4 };
-                    let addr = self.address(b, buffer.index(), index, j, size);
-                    let inner_stride = index.strides.last().copied().unwrap_or(0);
-                    if vector && inner_stride == 1 {
-                        b.ins().load(types::F32X4, self.flags, addr, 0)
-                    } else {
-                        let s = b.ins().load(clif_type(v.ty), self.flags, addr, 0);
-                        if vector {
-                            b.ins().splat(types::F32X4, s)
-                        } else {
-                            s
-                        }
-                    }
-                }
-                Expr::Const(c) => {
-                    let s = match v.ty {
-                        ScalarType::F64 => b.ins().f64const(*c),
-                        _ => b.ins().f32const(*c as f32),
-                    };
+        let get = |b: &mut FunctionBuilder, a: &tessera_kernel::ValueId| {
+            self.operand(b, *a, vals, outer, lanes)
+        };
+        let x = match &v.expr {
+            Expr::Load { buffer, index } => {
+                let size = if v.ty == ScalarType::F64 { 8 } else { 4 };
+                let addr = self.address(b, buffer.index(), index, j, size);
+                let inner_stride = index.strides.last().copied().unwrap_or(0);
+                if vector && inner_stride == 1 {
+                    b.ins().load(types::F32X4, self.flags, addr, 0)
+                } else {
+                    let s = b.ins().load(clif_type(v.ty), self.flags, addr, 0);
                     if vector {
                         b.ins().splat(types::F32X4, s)
                     } else {
                         s
                     }
                 }
-                Expr::Unary(f, a) => {
-                    let a = vals[a.index()];
-                    match f {
-                        UnaryFn::Neg => b.ins().fneg(a),
-                        UnaryFn::Abs => b.ins().fabs(a),
-                        UnaryFn::Sqrt => b.ins().sqrt(a),
-                        other => {
-                            let name = math::unary_fn(*other).map_or("", |m| m.name);
-                            self.per_lane(b, &math::symbol(name, v.ty), &[a], lanes)
-                        }
+            }
+            Expr::Const(c) => {
+                let s = match v.ty {
+                    ScalarType::F64 => b.ins().f64const(*c),
+                    _ => b.ins().f32const(*c as f32),
+                };
+                if vector {
+                    b.ins().splat(types::F32X4, s)
+                } else {
+                    s
+                }
+            }
+            Expr::Unary(f, a) => {
+                let a = get(b, a);
+                match f {
+                    UnaryFn::Neg => b.ins().fneg(a),
+                    UnaryFn::Abs => b.ins().fabs(a),
+                    UnaryFn::Sqrt => b.ins().sqrt(a),
+                    other => {
+                        let name = math::unary_fn(*other).map_or("", |m| m.name);
+                        self.per_lane(b, &math::symbol(name, v.ty), &[a], lanes)
                     }
                 }
-                Expr::Binary(f, x, y) => {
-                    let (x, y) = (vals[x.index()], vals[y.index()]);
-                    match f {
-                        BinaryFn::Add => b.ins().fadd(x, y),
-                        BinaryFn::Sub => b.ins().fsub(x, y),
-                        BinaryFn::Mul => b.ins().fmul(x, y),
-                        BinaryFn::Div => b.ins().fdiv(x, y),
-                        BinaryFn::Pow => {
-                            self.per_lane(b, &math::symbol("pow", v.ty), &[x, y], lanes)
-                        }
-                    }
+            }
+            Expr::Binary(f, x, y) => {
+                let (x, y) = (get(b, x), get(b, y));
+                match f {
+                    BinaryFn::Add => b.ins().fadd(x, y),
+                    BinaryFn::Sub => b.ins().fsub(x, y),
+                    BinaryFn::Mul => b.ins().fmul(x, y),
+                    BinaryFn::Div => b.ins().fdiv(x, y),
+                    BinaryFn::Pow => self.per_lane(b, &math::symbol("pow", v.ty), &[x, y], lanes),
                 }
-                Expr::Compare(f, x, y) => {
-                    b.ins().fcmp(float_cc(*f), vals[x.index()], vals[y.index()])
+            }
+            Expr::Compare(f, x, y) => {
+                let (x, y) = (get(b, x), get(b, y));
+                b.ins().fcmp(float_cc(*f), x, y)
+            }
+            Expr::Select { cond, a, b: other } => {
+                let (c, x, y) = (get(b, cond), get(b, a), get(b, other));
+                if vector {
+                    let mask = b.ins().bitcast(types::F32X4, MemFlagsData::new(), c);
+                    b.ins().bitselect(mask, x, y)
+                } else {
+                    b.ins().select(c, x, y)
                 }
-                Expr::Select { cond, a, b: other } => {
-                    let (c, x, y) = (vals[cond.index()], vals[a.index()], vals[other.index()]);
-                    if vector {
-                        let mask = b.ins().bitcast(types::F32X4, MemFlagsData::new(), c);
-                        b.ins().bitselect(mask, x, y)
-                    } else {
-                        b.ins().select(c, x, y)
-                    }
-                }
-                Expr::Cast(a) => {
-                    let from = kernel.value(*a).ty;
-                    let x = vals[a.index()];
-                    self.cast(b, x, from, v.ty, vector)
-                }
-            };
-            debug_assert_eq!(b.func.dfg.value_type(x), ty_of(v.ty));
-            vals.push(x);
-        }
-        for s in &kernel.stores {
-            let size = if kernel.value(s.value).ty == ScalarType::F64 {
-                8
-            } else {
-                4
-            };
-            let addr = self.address(b, s.buffer.index(), &s.index, j, size);
-            b.ins().store(self.flags, vals[s.value.index()], addr, 0);
-        }
+            }
+            Expr::Cast(a) => {
+                let from = kernel.value(*a).ty;
+                let x = get(b, a);
+                self.cast(b, x, from, v.ty, vector)
+            }
+            // A finished accumulation is set by the reduction renderer before it is read.
+            Expr::Reduce(..) => get(b, &id),
+        };
+        debug_assert_eq!(b.func.dfg.value_type(x), ty_of(v.ty));
+        x
     }
 
     fn cast(

@@ -1,9 +1,13 @@
-//! The kernel-IR interpreter, the executable specification of kernels: it visits the nest's
-//! points in row-major order and evaluates the DAG at each in the values' own types, with the
-//! same transcendental functions ([`crate::math`]) backends call. Every backend must agree.
+//! The kernel-IR interpreter, the executable specification of kernels: it visits the output
+//! loops' points in row-major order, sweeps the reduction loops as [`Stages`] says, and
+//! evaluates each value in its own type, accumulating reductions in order, with the same
+//! transcendental functions ([`crate::math`]) backends call. Every backend must agree (up to
+//! the order of a vectorised accumulation).
 
 use crate::math::{tessera_pow_f32, tessera_pow_f64, unary_fn};
-use crate::{BinaryFn, BufferPtr, Expr, Kernel, KernelExecutor, Result, ScalarType, UnaryFn};
+use crate::{
+    BinaryFn, BufferPtr, Expr, Kernel, KernelExecutor, Result, ScalarType, Stages, UnaryFn, ValueId,
+};
 
 /// Runs kernels by interpretation.
 #[derive(Debug, Clone, Copy, Default)]
@@ -94,80 +98,154 @@ mod num_like {
     }
 }
 
-/// Interprets `kernel` on `buffers`.
+/// Moves `point` to the next point of the row-major nest `extents`.
+fn advance(point: &mut [usize], extents: &[usize]) {
+    for l in (0..point.len()).rev() {
+        point[l] += 1;
+        if point[l] < extents[l] {
+            return;
+        }
+        point[l] = 0;
+    }
+}
+
+/// Interprets `kernel` on `buffers`, following its [`Stages`]: per output point, the outer
+/// values of pass 0, one sweep of the reduction loops per pass, then the outer stores.
 ///
 /// # Safety
 /// As [`KernelExecutor::execute`]; the kernel must pass [`Kernel::verify`].
 pub unsafe fn interpret(kernel: &Kernel, buffers: &[BufferPtr]) {
-    let points = kernel.points();
-    let mut point = vec![0usize; kernel.domain.len()];
-    let mut values: Vec<Scalar> = Vec::with_capacity(kernel.values.len());
-    for _ in 0..points {
-        values.clear();
-        for v in &kernel.values {
-            let get = |id: crate::ValueId| values[id.index()];
-            let result = match &v.expr {
-                Expr::Load { buffer, index } => {
-                    let b = buffers[buffer.index()];
-                    let at = index.at(&point);
-                    // SAFETY: `verify` bounds every index by the parameter's length, and the
-                    // caller's buffer is at least that long and of this type.
-                    unsafe {
-                        match b.ty {
-                            ScalarType::F32 => Scalar::F32(*(b.ptr as *const f32).add(at)),
-                            ScalarType::F64 => Scalar::F64(*(b.ptr as *const f64).add(at)),
-                            ScalarType::Bool => Scalar::Bool(*b.ptr.add(at) != 0),
-                        }
+    if let Some(&rows) = kernel.domain.first() {
+        // SAFETY: forwarded from the caller.
+        unsafe { crate::gemm::run_gemm(kernel, buffers, 0, rows) };
+    }
+    let stages = Stages::of(kernel);
+    let outer = kernel.domain.len();
+    let mut point = vec![0usize; outer + kernel.reduce.len()];
+    let mut values = vec![Scalar::Bool(false); kernel.values.len()];
+    let mut acc = values.clone();
+    for _ in 0..kernel.points() {
+        for &v in &stages.outer_values[0] {
+            // SAFETY: forwarded from the caller.
+            values[v.index()] = unsafe { eval(kernel, buffers, v, &point, &values, &acc) };
+        }
+        for k in 0..stages.sweeps {
+            for &r in &stages.sweep_reduces[k] {
+                let init = match kernel.value(r).expr {
+                    Expr::Reduce(f, _) => f.identity(),
+                    _ => 0.0,
+                };
+                acc[r.index()] = Scalar::of(kernel.value(r).ty, init);
+            }
+            for _ in 0..kernel.reduce_points() {
+                for &v in &stages.sweep_values[k] {
+                    // SAFETY: forwarded from the caller.
+                    values[v.index()] = unsafe { eval(kernel, buffers, v, &point, &values, &acc) };
+                }
+                for &r in &stages.sweep_reduces[k] {
+                    if let Expr::Reduce(f, a) = kernel.value(r).expr {
+                        acc[r.index()] = match (acc[r.index()], values[a.index()]) {
+                            (Scalar::F32(x), Scalar::F32(y)) => Scalar::F32(f.combine(x, y)),
+                            (x, y) => Scalar::F64(f.combine(x.as_f64(), y.as_f64())),
+                        };
                     }
                 }
-                Expr::Const(c) => Scalar::of(v.ty, *c),
-                Expr::Unary(f, a) => match get(*a) {
-                    Scalar::F32(x) => {
-                        Scalar::F32(unary(*f, x, |x| unary_fn(*f).map_or(x, |m| (m.f32)(x))))
-                    }
-                    Scalar::F64(x) => {
-                        Scalar::F64(unary(*f, x, |x| unary_fn(*f).map_or(x, |m| (m.f64)(x))))
-                    }
-                    b @ Scalar::Bool(_) => b,
-                },
-                Expr::Binary(f, a, b) => match (get(*a), get(*b)) {
-                    (Scalar::F32(x), Scalar::F32(y)) => {
-                        Scalar::F32(binary(*f, x, y, |a, b| tessera_pow_f32(a, b)))
-                    }
-                    (x, y) => Scalar::F64(binary(*f, x.as_f64(), y.as_f64(), |a, b| {
-                        tessera_pow_f64(a, b)
-                    })),
-                },
-                Expr::Compare(f, a, b) => Scalar::Bool(match (get(*a), get(*b)) {
-                    (Scalar::F32(x), Scalar::F32(y)) => f.eval(x, y),
-                    (x, y) => f.eval(x.as_f64(), y.as_f64()),
-                }),
-                Expr::Select { cond, a, b } => match get(*cond) {
-                    Scalar::Bool(true) => get(*a),
-                    _ => get(*b),
-                },
-                Expr::Cast(a) => Scalar::of(v.ty, get(*a).as_f64()),
-            };
-            values.push(result);
+                for &s in &stages.sweep_stores[k] {
+                    // SAFETY: forwarded from the caller.
+                    unsafe { store(kernel, buffers, s, &point, &values) };
+                }
+                advance(&mut point[outer..], &kernel.reduce);
+            }
+            for &v in &stages.outer_values[k + 1] {
+                // SAFETY: forwarded from the caller.
+                values[v.index()] = unsafe { eval(kernel, buffers, v, &point, &values, &acc) };
+            }
         }
-        for s in &kernel.stores {
-            let b = buffers[s.buffer.index()];
-            let at = s.index.at(&point);
-            // SAFETY: as for loads; outputs are writable and not aliased.
+        for &s in &stages.outer_stores {
+            // SAFETY: forwarded from the caller.
+            unsafe { store(kernel, buffers, s, &point, &values) };
+        }
+        advance(&mut point[..outer], &kernel.domain);
+    }
+}
+
+/// Stores `kernel.stores[s]` at `point`.
+///
+/// # Safety
+/// As [`interpret`].
+unsafe fn store(
+    kernel: &Kernel,
+    buffers: &[BufferPtr],
+    s: usize,
+    point: &[usize],
+    values: &[Scalar],
+) {
+    let s = &kernel.stores[s];
+    let b = buffers[s.buffer.index()];
+    let at = s.index.at(point);
+    // SAFETY: `verify` bounds every index by the parameter's length, and the caller's
+    // buffer is at least that long, of this type, writable and not aliased.
+    unsafe {
+        match values[s.value.index()] {
+            Scalar::F32(x) => *(b.ptr as *mut f32).add(at) = x,
+            Scalar::F64(x) => *(b.ptr as *mut f64).add(at) = x,
+            Scalar::Bool(x) => *b.ptr.add(at) = u8::from(x),
+        }
+    }
+}
+
+/// The value `id` at `point`, its operands already in `values` and finished reductions in
+/// `acc`.
+///
+/// # Safety
+/// As [`interpret`].
+unsafe fn eval(
+    kernel: &Kernel,
+    buffers: &[BufferPtr],
+    id: ValueId,
+    point: &[usize],
+    values: &[Scalar],
+    acc: &[Scalar],
+) -> Scalar {
+    let v = kernel.value(id);
+    let get = |id: ValueId| values[id.index()];
+    match &v.expr {
+        Expr::Load { buffer, index } => {
+            let b = buffers[buffer.index()];
+            let at = index.at(point);
+            // SAFETY: `verify` bounds every index by the parameter's length, and the caller's
+            // buffer is at least that long and of this type.
             unsafe {
-                match values[s.value.index()] {
-                    Scalar::F32(x) => *(b.ptr as *mut f32).add(at) = x,
-                    Scalar::F64(x) => *(b.ptr as *mut f64).add(at) = x,
-                    Scalar::Bool(x) => *b.ptr.add(at) = u8::from(x),
+                match b.ty {
+                    ScalarType::F32 => Scalar::F32(*(b.ptr as *const f32).add(at)),
+                    ScalarType::F64 => Scalar::F64(*(b.ptr as *const f64).add(at)),
+                    ScalarType::Bool => Scalar::Bool(*b.ptr.add(at) != 0),
                 }
             }
         }
-        for l in (0..point.len()).rev() {
-            point[l] += 1;
-            if point[l] < kernel.domain[l] {
-                break;
+        Expr::Const(c) => Scalar::of(v.ty, *c),
+        Expr::Unary(f, a) => match get(*a) {
+            Scalar::F32(x) => Scalar::F32(unary(*f, x, |x| unary_fn(*f).map_or(x, |m| (m.f32)(x)))),
+            Scalar::F64(x) => Scalar::F64(unary(*f, x, |x| unary_fn(*f).map_or(x, |m| (m.f64)(x)))),
+            b @ Scalar::Bool(_) => b,
+        },
+        Expr::Binary(f, a, b) => match (get(*a), get(*b)) {
+            (Scalar::F32(x), Scalar::F32(y)) => {
+                Scalar::F32(binary(*f, x, y, |a, b| tessera_pow_f32(a, b)))
             }
-            point[l] = 0;
-        }
+            (x, y) => Scalar::F64(binary(*f, x.as_f64(), y.as_f64(), |a, b| {
+                tessera_pow_f64(a, b)
+            })),
+        },
+        Expr::Compare(f, a, b) => Scalar::Bool(match (get(*a), get(*b)) {
+            (Scalar::F32(x), Scalar::F32(y)) => f.eval(x, y),
+            (x, y) => f.eval(x.as_f64(), y.as_f64()),
+        }),
+        Expr::Select { cond, a, b } => match get(*cond) {
+            Scalar::Bool(true) => get(*a),
+            _ => get(*b),
+        },
+        Expr::Cast(a) => Scalar::of(v.ty, get(*a).as_f64()),
+        Expr::Reduce(..) => acc[id.index()],
     }
 }

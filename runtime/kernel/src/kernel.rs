@@ -2,7 +2,7 @@
 //! expression DAG evaluated once per point of the nest, the stores of its results, and the
 //! schedule a backend follows. [`KernelBuilder`] makes one; [`Kernel::verify`] checks one.
 
-use crate::{BufferId, Expr, KernelError, LoopId, Result, ScalarType, Value, ValueId};
+use crate::{BufferId, Expr, GemmCall, KernelError, LoopId, Result, ScalarType, Value, ValueId};
 
 /// A storage position as an affine function of the loop indices:
 /// `offset + sum(strides[l] * i_l)`. A stride of 0 broadcasts along its loop; views (narrow,
@@ -48,6 +48,8 @@ impl IndexExpr {
 pub enum BufferRole {
     Input,
     Output,
+    /// Written by the kernel's external call, read by its loads; allocated by the runner.
+    Scratch,
 }
 
 /// A buffer parameter: its role, element type and length in elements.
@@ -91,15 +93,29 @@ impl Schedule {
 pub struct Kernel {
     pub name: String,
     pub buffers: Vec<BufferParam>,
-    /// Loop extents, outermost first; the nest visits points in row-major order.
+    /// Output loop extents, outermost first; the nest visits points in row-major order.
     pub domain: Vec<usize>,
+    /// Reduction loop extents, inside the output loops: for each output point, the kernel
+    /// sweeps them once per accumulation stage ([`crate::Stages`]). Empty for elementwise
+    /// kernels.
+    pub reduce: Vec<usize>,
     /// The DAG in topological order; `ValueId(i)` is `values[i]`.
     pub values: Vec<Value>,
     pub stores: Vec<Store>,
     pub schedule: Schedule,
+    /// A GEMM computed block by block before the nest reads it (see [`crate::gemm`]).
+    pub gemm: Option<GemmCall>,
 }
 
 impl Kernel {
+    /// With a GEMM call: the product's rows, its columns, and the rows of one iteration of
+    /// the outermost loop (the block a call computes per iteration).
+    pub fn gemm_shape(&self) -> Option<(usize, usize, usize)> {
+        let (&n, rows) = self.domain.split_last()?;
+        let per_step = rows.get(1..).map_or(1, |r| r.iter().product());
+        Some((rows.iter().product(), n, per_step))
+    }
+
     pub fn value(&self, id: ValueId) -> &Value {
         &self.values[id.index()]
     }
@@ -108,9 +124,50 @@ impl Kernel {
         &self.buffers[id.index()]
     }
 
-    /// The number of points of the nest.
+    /// The number of points of the output loops.
     pub fn points(&self) -> usize {
         self.domain.iter().product()
+    }
+
+    /// The number of points of the reduction loops (1 when there are none).
+    pub fn reduce_points(&self) -> usize {
+        self.reduce.iter().product()
+    }
+
+    /// Every loop's extent: the output loops, then the reduction loops. Index expressions
+    /// have one stride per entry.
+    pub fn extents(&self) -> Vec<usize> {
+        self.domain.iter().chain(&self.reduce).copied().collect()
+    }
+
+    /// One past the largest index `index` reaches while the kernel runs (0 when it is never
+    /// used): no point is visited when an output loop is empty, and an access that walks an
+    /// empty reduction loop is never made, but one that does not walk it is (once per output
+    /// point, outside the sweeps).
+    pub fn reach(&self, index: &IndexExpr) -> usize {
+        let outer = self.domain.len();
+        let never = self.domain.contains(&0)
+            || self
+                .reduce
+                .iter()
+                .zip(&index.strides[outer.min(index.strides.len())..])
+                .any(|(&n, &s)| n == 0 && s != 0);
+        if never {
+            return 0;
+        }
+        index.offset
+            + index
+                .strides
+                .iter()
+                .zip(self.extents())
+                .map(|(s, n)| s * n.saturating_sub(1))
+                .sum::<usize>()
+            + 1
+    }
+
+    /// Whether `index` moves along a reduction loop.
+    pub fn walks_reduction(&self, index: &IndexExpr) -> bool {
+        index.strides[self.domain.len()..].iter().any(|&s| s != 0)
     }
 
     /// Every index expression of the kernel, loads then stores.
@@ -132,28 +189,30 @@ impl Kernel {
             kernel: self.name.clone(),
             message,
         };
+        let extents = self.extents();
         let check_index = |b: BufferId, index: &IndexExpr, role: BufferRole| -> Result<()> {
             let param = self
                 .buffers
                 .get(b.index())
                 .ok_or_else(|| fail(format!("{b} is not a parameter")))?;
-            if param.role != role {
+            let readable = role == BufferRole::Input && param.role == BufferRole::Scratch;
+            if param.role != role && !readable {
                 return Err(fail(format!(
                     "{b} is accessed as {role:?} but is {:?}",
                     param.role
                 )));
             }
-            if index.strides.len() != self.domain.len() {
+            if index.strides.len() != extents.len() {
                 return Err(fail(format!(
                     "an index of {b} has {} strides for {} loops",
                     index.strides.len(),
-                    self.domain.len()
+                    extents.len()
                 )));
             }
-            if index.extent(&self.domain) > param.len {
+            if self.reach(index) > param.len {
                 return Err(fail(format!(
                     "an index of {b} reaches {} past its length {}",
-                    index.extent(&self.domain),
+                    self.reach(index),
                     param.len
                 )));
             }
@@ -214,6 +273,15 @@ impl Kernel {
                 Expr::Cast(a) => {
                     operand(*a, None)?;
                 }
+                Expr::Reduce(_, a) => {
+                    float(v.ty)?;
+                    operand(*a, Some(v.ty))?;
+                    if self.reduce.is_empty() {
+                        return Err(fail(format!(
+                            "{here} reduces, the kernel has no reduction loops"
+                        )));
+                    }
+                }
             }
         }
         for s in &self.stores {
@@ -231,10 +299,57 @@ impl Kernel {
                 )));
             }
         }
+        if let Some(g) = &self.gemm {
+            self.verify_gemm(g).map_err(fail)?;
+        }
+        let stages = crate::Stages::of(self);
+        for s in &self.stores {
+            if stages.is_inner(s.value)
+                && !self.walks_reduction(&s.index)
+                && self.reduce_points() > 1
+            {
+                return Err(fail(format!(
+                    "{} is stored into {} once per reduction point at one index",
+                    s.value, s.buffer
+                )));
+            }
+        }
         if self.schedule.vector_width == 0 || self.schedule.unroll == 0 {
             return Err(fail(
                 "the schedule has a zero vector width or unroll".into(),
             ));
+        }
+        Ok(())
+    }
+}
+
+impl Kernel {
+    /// The GEMM call's buffers have the roles, types and lengths its shape needs.
+    fn verify_gemm(&self, g: &GemmCall) -> std::result::Result<(), String> {
+        if self.domain.len() < 2 || !self.reduce.is_empty() {
+            return Err("a GEMM kernel has 2 or more output loops and no reduction".into());
+        }
+        let (rows, n, _) = self.gemm_shape().unwrap_or((0, 0, 1));
+        let param = |b: BufferId| {
+            self.buffers
+                .get(b.index())
+                .ok_or_else(|| format!("the GEMM's {b} is not a parameter"))
+        };
+        let (a, b, out) = (param(g.a)?, param(g.b)?, param(g.out)?);
+        if a.role != BufferRole::Input || b.role != BufferRole::Input {
+            return Err("the GEMM's operands are not inputs".into());
+        }
+        if out.role != BufferRole::Scratch || out.len < rows * n {
+            return Err(format!(
+                "the GEMM's {} is not a scratch of {rows}x{n}",
+                g.out
+            ));
+        }
+        if a.ty != out.ty || b.ty != out.ty || !out.ty.is_float() {
+            return Err("the GEMM's buffers differ in type".into());
+        }
+        if g.a_index.reach(rows, g.k) > a.len || g.b_index.reach(g.k, n) > b.len {
+            return Err("a GEMM operand reaches past its buffer".into());
         }
         Ok(())
     }
@@ -250,20 +365,32 @@ pub struct KernelBuilder {
 impl KernelBuilder {
     /// A kernel called `name` over the nest `domain`, scalar schedule, no buffers yet.
     pub fn new(name: impl Into<String>, domain: Vec<usize>) -> Self {
+        Self::reduction(name, domain, Vec::new())
+    }
+
+    /// A kernel called `name` over the output loops `domain` and reduction loops `reduce`.
+    pub fn reduction(name: impl Into<String>, domain: Vec<usize>, reduce: Vec<usize>) -> Self {
         KernelBuilder {
             kernel: Kernel {
                 name: name.into(),
                 buffers: Vec::new(),
                 domain,
+                reduce,
                 values: Vec::new(),
                 stores: Vec::new(),
                 schedule: Schedule::SCALAR,
+                gemm: None,
             },
         }
     }
 
     pub fn domain(&self) -> &[usize] {
         &self.kernel.domain
+    }
+
+    /// The number of loops (output and reduction) an index expression has strides for.
+    pub fn loop_count(&self) -> usize {
+        self.kernel.domain.len() + self.kernel.reduce.len()
     }
 
     pub fn buffer(&mut self, role: BufferRole, ty: ScalarType, len: usize) -> BufferId {
@@ -283,6 +410,11 @@ impl KernelBuilder {
         }
         self.kernel.values.push(value);
         ValueId::from_index(self.kernel.values.len() - 1)
+    }
+
+    /// Makes the kernel start with `call` (see [`crate::gemm`]).
+    pub fn gemm(&mut self, call: GemmCall) {
+        self.kernel.gemm = Some(call);
     }
 
     pub fn store(&mut self, buffer: BufferId, index: IndexExpr, value: ValueId) {
@@ -332,7 +464,7 @@ impl KernelBuilder {
 pub fn operands(expr: &Expr) -> Vec<ValueId> {
     match expr {
         Expr::Load { .. } | Expr::Const(_) => vec![],
-        Expr::Unary(_, a) | Expr::Cast(a) => vec![*a],
+        Expr::Unary(_, a) | Expr::Cast(a) | Expr::Reduce(_, a) => vec![*a],
         Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![*a, *b],
         Expr::Select { cond, a, b } => vec![*cond, *a, *b],
     }
@@ -341,7 +473,7 @@ pub fn operands(expr: &Expr) -> Vec<ValueId> {
 fn operands_mut(expr: &mut Expr) -> Vec<&mut ValueId> {
     match expr {
         Expr::Load { .. } | Expr::Const(_) => vec![],
-        Expr::Unary(_, a) | Expr::Cast(a) => vec![a],
+        Expr::Unary(_, a) | Expr::Cast(a) | Expr::Reduce(_, a) => vec![a],
         Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![a, b],
         Expr::Select { cond, a, b } => vec![cond, a, b],
     }

@@ -43,16 +43,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Reductions and external GEMM calls
+//!
+//! A kernel may have reduction loops ([`Kernel::reduce`]) inside its output loops and
+//! accumulations ([`Expr::Reduce`]) over them; [`Stages`] says when each value is computed
+//! (once per output point, or in which sweep over the reduction loops), so softmax and norms
+//! are one kernel of several sweeps, with the elementwise prologue and epilogue fused
+//! ([`lower_reduction`] is their table). A kernel may also start with a [`GemmCall`] of the
+//! `gemm` crate into a scratch buffer for the current block of its outermost loop, which its
+//! elementwise epilogue (bias, activation, residual) then reads while it is in cache.
+//!
 //! # Plan: what fits in later without redesign
 //!
-//! - **Reductions**: a kernel's nest gains reduction loops (extents in `domain` whose loop
-//!   index no store uses) and an accumulator expression (`Expr::Reduce { init, combine }`)
-//!   evaluated across them; the elementwise prologue is the DAG under the accumulator and
-//!   the epilogue the DAG over its result, so a fusion group "elementwise + reduction" is one
-//!   kernel. Softmax and norms are two or three such nests in one kernel.
-//! - **External calls**: [`Step::External`] already runs eager kernels; GEMM and convolution
-//!   become a step variant with the callee (a `gemm` call), its operands' layouts and an
-//!   epilogue [`Kernel`] run on each output block while it is in cache.
+//! - **Convolution**: an external call like [`GemmCall`] (im2col + GEMM, or the eager conv
+//!   kernel per block of output rows) with the same epilogue machinery.
 //! - **Schedules**: [`Schedule`] holds the vector width, unroll and the loop that may run in
 //!   parallel; backends follow it, the lowering's [`schedule`] pass chooses it. Kernels
 //!   compiled by the CPU backend already take the outer loop's range as arguments, so a
@@ -63,6 +67,7 @@
 //!   become a run-time parameter of the kernel (one symbol per program).
 
 mod error;
+pub mod gemm;
 mod ids;
 mod interpret;
 mod kernel;
@@ -70,12 +75,15 @@ mod lower;
 pub mod math;
 mod print;
 mod program;
+mod reduce_table;
 mod run;
 mod scalar;
 pub mod schedule;
+mod stages;
 mod table;
 
 pub use error::{KernelError, Result};
+pub use gemm::{GemmCall, MatrixIndex};
 pub use ids::{BufferId, LoopId, SlotId, ValueId};
 pub use interpret::{Interpreter, interpret};
 pub use kernel::{
@@ -83,7 +91,9 @@ pub use kernel::{
 };
 pub use lower::lower;
 pub use program::{ExternalCall, Fallback, Program, Slot, SlotSource, SlotView, Step};
+pub use reduce_table::lower_reduction;
 pub use run::{BoxError, BufferPtr, Environment, KernelExecutor, NoEnvironment, run_program};
-pub use scalar::{BinaryFn, CompareFn, Expr, ScalarType, UnaryFn, Value};
+pub use scalar::{BinaryFn, CompareFn, Expr, ReduceFn, ScalarType, UnaryFn, Value};
 pub use schedule::schedule;
+pub use stages::Stages;
 pub use table::lower_elementwise;

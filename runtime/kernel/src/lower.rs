@@ -1,8 +1,13 @@
 //! Lowering: an op-level graph (module calls inlined) and its fusion groups become a
 //! [`Program`]. The elementwise members of each fusion group become one kernel whose loads
-//! read their operands through the views before them (folded into index arithmetic); views
-//! become layouts, never steps; every other node runs its eager kernel as an external step and
-//! is reported as a fallback with the reason.
+//! read their operands through the views before them (folded into index arithmetic); a
+//! reduction becomes one kernel with its group's prologue and its epilogue partition
+//! ([`reduce`]); views become layouts, never steps; every other node runs its eager kernel as
+//! an external step and is reported as a fallback with the reason.
+
+mod frame;
+mod gemm;
+mod reduce;
 
 use crate::schedule::schedule;
 use crate::table::lower_elementwise;
@@ -10,6 +15,7 @@ use crate::{
     BufferId, BufferRole, ExternalCall, Fallback, IndexExpr, KernelBuilder, KernelError, Program,
     Result, ScalarType, Slot, SlotId, SlotSource, SlotView, Step, ValueId,
 };
+use reduce::ReductionGroup;
 use std::collections::{HashMap, HashSet};
 use tessera_fx::{Graph, NodeId, NodeKind};
 use tessera_passes::fusion_groups;
@@ -41,6 +47,8 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
     })?;
     let mut partition_of: HashMap<NodeId, usize> = HashMap::new();
     let mut partitions: Vec<Vec<NodeId>> = Vec::new();
+    // The elementwise prologue of each group that ends in a reduction, lowered with it.
+    let mut prologue_of: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
     for g in &grouping.groups {
         let members: Vec<NodeId> = g
             .nodes
@@ -48,11 +56,30 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
             .copied()
             .filter(|n| is_elementwise(graph, n))
             .collect();
+        if let Some(last) = g
+            .nodes
+            .last()
+            .filter(|l| g.reduction && !is_elementwise(graph, l))
+        {
+            prologue_of.insert(*last, members);
+            continue;
+        }
+        // A group feeding only the input of a softmax or norm (which grouping leaves alone)
+        // is its prologue too, unless it is the epilogue of a GEMM, which fuses it.
+        if let Some(r) = members
+            .last()
+            .filter(|_| g.producer != Some(tessera_tensor::op::Producer::Gemm))
+            .and_then(|l| sole_reduction_user(graph, l))
+        {
+            prologue_of.insert(r, members);
+            continue;
+        }
         for n in &members {
             partition_of.insert(*n, partitions.len());
         }
         partitions.push(members);
     }
+    let in_prologue: HashSet<NodeId> = prologue_of.values().flatten().copied().collect();
     let mut lowering = Lowering {
         graph,
         program: Program {
@@ -65,6 +92,12 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
         inputs: 0,
         input_layouts,
     };
+    // Reductions (and the getitem after a norm) waiting for their epilogue partition.
+    let mut epilogue_for: HashMap<usize, (NodeId, Option<NodeId>)> = HashMap::new();
+    let mut deferred: HashSet<NodeId> = HashSet::new();
+    // GEMMs waiting for their epilogue partition.
+    let mut gemm_for: HashMap<usize, NodeId> = HashMap::new();
+    let no_prologue: Vec<NodeId> = Vec::new();
     // How many members of each partition are lowered already, and each member's place.
     let mut lowered = vec![0usize; partitions.len()];
     let place: HashMap<NodeId, usize> = partitions
@@ -72,9 +105,13 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
         .flat_map(|members| members.iter().enumerate().map(|(i, id)| (*id, i)))
         .collect();
     for id in graph.nodes().collect::<Vec<_>>() {
+        if in_prologue.contains(&id) || deferred.contains(&id) {
+            continue;
+        }
         // A node outside a partition that reads one of its members before the partition's
         // last member (a residual branch reading a ReLU whose group ends at a later add) needs
-        // that value now: the members up to it become a kernel of their own.
+        // that value now: the members up to it become a kernel of their own, after the GEMM
+        // or reduction waiting to fuse them, which then runs unfused.
         let own = partition_of.get(&id).copied();
         for o in graph
             .operands(&id)
@@ -84,6 +121,20 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
                 && own != Some(p)
                 && at >= lowered[p]
             {
+                if let Some(g) = gemm_for.remove(&p) {
+                    lowering.node(&g)?;
+                }
+                if let Some((r, bridge)) = epilogue_for.remove(&p) {
+                    lowering.reduction(&ReductionGroup {
+                        prologue: prologue_of.get(&r).unwrap_or(&no_prologue),
+                        reduction: r,
+                        bridge: None,
+                        epilogue: &[],
+                    })?;
+                    if let Some(g) = bridge {
+                        lowering.node(&g)?;
+                    }
+                }
                 lowering.partition(&partitions[p][lowered[p]..=at])?;
                 lowered[p] = at + 1;
             }
@@ -93,16 +144,77 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
             NodeKind::CallFunction { .. } if is_elementwise(graph, &id) => match own {
                 Some(p) => {
                     if partitions[p].last() == Some(&id) && lowered[p] < partitions[p].len() {
-                        lowering.partition(&partitions[p][lowered[p]..])?;
+                        let members = &partitions[p][lowered[p]..];
+                        if let Some(g) = gemm_for.remove(&p) {
+                            lowering.gemm(&g, members)?;
+                        } else if let Some((r, bridge)) = epilogue_for.remove(&p) {
+                            lowering.reduction(&ReductionGroup {
+                                prologue: prologue_of.get(&r).unwrap_or(&no_prologue),
+                                reduction: r,
+                                bridge,
+                                epilogue: members,
+                            })?;
+                        } else {
+                            lowering.partition(members)?;
+                        }
                         lowered[p] = partitions[p].len();
                     }
                 }
                 None => lowering.partition(&[id])?,
             },
+            NodeKind::CallFunction { op } if gemm::is_gemm(op) => {
+                match lowering.gemm_epilogue(&id, &partition_of, &partitions)? {
+                    Some(p)
+                        if lowered[p] == 0
+                            && !gemm_for.contains_key(&p)
+                            && !epilogue_for.contains_key(&p) =>
+                    {
+                        gemm_for.insert(p, id);
+                    }
+                    _ => lowering.node(&id)?,
+                }
+            }
+            NodeKind::CallFunction { .. }
+                if prologue_of.contains_key(&id) || lowering.reduction_spec(&id)?.is_some() =>
+            {
+                if let Some((p, bridge)) = lowering.epilogue_of(&id, &partition_of, &partitions)?
+                    && lowered[p] == 0
+                    && !epilogue_for.contains_key(&p)
+                    && !gemm_for.contains_key(&p)
+                {
+                    epilogue_for.insert(p, (id, bridge));
+                    deferred.extend(bridge);
+                    continue;
+                }
+                lowering.reduction(&ReductionGroup {
+                    prologue: prologue_of.get(&id).unwrap_or(&no_prologue),
+                    reduction: id,
+                    bridge: None,
+                    epilogue: &[],
+                })?;
+            }
             _ => lowering.node(&id)?,
         }
     }
     Ok(lowering.program)
+}
+
+/// The reduction the kernel IR expresses that is the only user of `id`, reading it as its
+/// input (operand 0) only.
+fn sole_reduction_user(graph: &Graph, id: &NodeId) -> Option<NodeId> {
+    let users = graph.users(id).ok()?;
+    let [user] = users.as_slice() else {
+        return None;
+    };
+    let operands = graph.operands(user).ok()?;
+    if operands.first() != Some(id) || operands[1..].contains(id) {
+        return None;
+    }
+    let shape = &graph.node(id).ok()?.meta.first()?.shape;
+    match &graph.node(user).ok()?.kind {
+        NodeKind::CallFunction { op } => reduce::reducible(op, shape).map(|_| *user),
+        _ => None,
+    }
 }
 
 /// Whether `id` is a single-output elementwise call_function node.
@@ -127,7 +239,7 @@ fn fallback_reason(op: &Op) -> String {
     match op.kind() {
         OpKind::Reduction => "reductions are not lowered yet".into(),
         OpKind::Normalization => "normalizations (softmax, norms) are not lowered yet".into(),
-        OpKind::Gemm => "GEMM with fused epilogues is not lowered yet".into(),
+        OpKind::Gemm => "a GEMM with no elementwise epilogue to fuse runs its eager kernel".into(),
         OpKind::Convolution => "convolution is not lowered yet".into(),
         OpKind::Pooling => "pooling is not lowered yet".into(),
         OpKind::Indexing => "indexing ops are not lowered yet".into(),

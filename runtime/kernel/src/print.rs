@@ -46,6 +46,7 @@ impl fmt::Display for Kernel {
                 let role = match b.role {
                     BufferRole::Input => "in",
                     BufferRole::Output => "out",
+                    BufferRole::Scratch => "scratch",
                 };
                 format!("buf{i}: {role} {}[{}]", b.ty, b.len)
             })
@@ -57,19 +58,45 @@ impl fmt::Display for Kernel {
             .enumerate()
             .map(|(l, n)| format!("{} < {n}", LoopId::from_index(l)))
             .collect();
+        let reduce: Vec<String> = self
+            .reduce
+            .iter()
+            .enumerate()
+            .map(|(l, n)| format!("{} < {n}", LoopId::from_index(self.domain.len() + l)))
+            .collect();
         let s = &self.schedule;
         writeln!(
             f,
-            "  for {} ; vector {} unroll {} parallel {}",
+            "  for {}{} ; vector {} unroll {} parallel {}",
             if loops.is_empty() {
                 "()".into()
             } else {
                 loops.join(", ")
             },
+            if reduce.is_empty() {
+                String::new()
+            } else {
+                format!(" reduce {}", reduce.join(", "))
+            },
             s.vector_width,
             s.unroll,
             s.parallel.map_or("none".into(), |l| l.to_string())
         )?;
+        if let Some(g) = &self.gemm {
+            let m = |x: &crate::MatrixIndex| {
+                format!("[{} + {}*r + {}*c]", x.offset, x.row_stride, x.col_stride)
+            };
+            writeln!(
+                f,
+                "    gemm {} = {}{} x {}{} ; k {}, per block of i0",
+                g.out,
+                g.a,
+                m(&g.a_index),
+                g.b,
+                m(&g.b_index),
+                g.k
+            )?;
+        }
         for (i, v) in self.values.iter().enumerate() {
             let rhs = match &v.expr {
                 Expr::Load { buffer, index } => format!("load {buffer}{index}"),
@@ -79,6 +106,7 @@ impl fmt::Display for Kernel {
                 Expr::Compare(op, a, b) => format!("{} {a}, {b}", op.name()),
                 Expr::Select { cond, a, b } => format!("select {cond}, {a}, {b}"),
                 Expr::Cast(a) => format!("cast {a}"),
+                Expr::Reduce(op, a) => format!("reduce_{} {a}", op.name()),
             };
             writeln!(f, "    v{i}: {} = {rhs}", v.ty)?;
         }

@@ -359,14 +359,29 @@ fn run_kernel(
         .iter()
         .map(|p| OutVec::new(p.ty, p.len))
         .collect();
+    // Scratch buffers are zeroed: the external call writes them before any load reads them.
+    let mut scratch: Vec<(OutVec, ScalarType, usize)> = kernel
+        .buffers
+        .iter()
+        .filter(|b| b.role == BufferRole::Scratch)
+        .map(|b| {
+            let v = match b.ty {
+                ScalarType::F64 => OutVec::F64(vec![0.0; b.len]),
+                _ => OutVec::F32(vec![0.0; b.len]),
+            };
+            (v, b.ty, b.len)
+        })
+        .collect();
     let refs: Vec<&Tensor> = tensors.iter().collect();
     with_reads(&refs, 0, &mut Vec::new(), index, &mut |reads| {
         let mut buffers = Vec::new();
         let (mut next_in, mut next_out) = (reads.iter(), out_vecs.iter_mut().zip(&out_params));
+        let mut next_scratch = scratch.iter_mut();
         for param in &kernel.buffers {
             let b = match param.role {
                 BufferRole::Input => next_in.next().map(|(b, _)| *b),
                 BufferRole::Output => next_out.next().map(|(v, p)| v.ptr(p.ty, p.len)),
+                BufferRole::Scratch => next_scratch.next().map(|(v, ty, len)| v.ptr(*ty, *len)),
             };
             let b = b.ok_or_else(|| KernelError::Backend {
                 kernel: kernel.name.clone(),

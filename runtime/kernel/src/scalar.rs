@@ -161,6 +161,62 @@ impl CompareFn {
     }
 }
 
+/// How a reduction combines the values of its points into an accumulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceFn {
+    /// `acc + x`, from 0.
+    Sum,
+    /// The larger, NaN winning (as the eager `amax`), from -inf.
+    Max,
+    /// The smaller, NaN winning, from +inf.
+    Min,
+}
+
+impl ReduceFn {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceFn::Sum => "sum",
+            ReduceFn::Max => "max",
+            ReduceFn::Min => "min",
+        }
+    }
+
+    /// The accumulator's initial value.
+    pub fn identity(self) -> f64 {
+        match self {
+            ReduceFn::Sum => 0.0,
+            ReduceFn::Max => f64::NEG_INFINITY,
+            ReduceFn::Min => f64::INFINITY,
+        }
+    }
+
+    /// One step of the accumulation, in the interpreter's arithmetic.
+    pub fn combine<T: PartialOrd + std::ops::Add<Output = T> + Copy>(self, acc: T, x: T) -> T {
+        // `x != x` is NaN: it wins, and stays once it has won.
+        #[allow(clippy::eq_op)]
+        let nan = |v: T| v != v;
+        match self {
+            ReduceFn::Sum => acc + x,
+            ReduceFn::Max | ReduceFn::Min if nan(acc) => acc,
+            ReduceFn::Max | ReduceFn::Min if nan(x) => x,
+            ReduceFn::Max => {
+                if x > acc {
+                    x
+                } else {
+                    acc
+                }
+            }
+            ReduceFn::Min => {
+                if x < acc {
+                    x
+                } else {
+                    acc
+                }
+            }
+        }
+    }
+}
+
 /// One node of a kernel's scalar expression DAG. Operands are earlier values.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
@@ -184,6 +240,9 @@ pub enum Expr {
     /// Conversion to the value's type: f32 <-> f64 rounds to nearest, bool -> float gives 0 or
     /// 1, float -> bool is `x != 0`.
     Cast(ValueId),
+    /// The accumulation of `value` over every point of the kernel's reduction loops, for the
+    /// current point of its output loops (see [`crate::Stages`] for when it is available).
+    Reduce(ReduceFn, ValueId),
 }
 
 /// A value of the DAG: its type and how it is computed.

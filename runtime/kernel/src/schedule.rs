@@ -11,7 +11,10 @@ pub const UNROLL: usize = 4;
 
 /// Simplifies `kernel`'s nest and picks its schedule.
 pub fn schedule(kernel: &mut Kernel) {
-    coalesce_loops(kernel);
+    // A GEMM kernel's rows are blocks of its outermost loop: its nest stays as it is.
+    if kernel.gemm.is_none() {
+        coalesce_loops(kernel);
+    }
     kernel.schedule = choose(kernel);
 }
 
@@ -27,57 +30,84 @@ fn indices_mut(kernel: &mut Kernel) -> Vec<&mut crate::IndexExpr> {
 }
 
 /// Drops loops of extent 1, and merges loop `l` into loop `l + 1` wherever every access has
-/// `stride[l] == stride[l + 1] * extent[l + 1]`. An empty nest (some extent 0) becomes the
-/// single loop `i0 < 0`.
+/// `stride[l] == stride[l + 1] * extent[l + 1]`, within the output loops and within the
+/// reduction loops (never across; one reduction loop always stays). An empty elementwise nest
+/// (some extent 0) becomes the single loop `i0 < 0`; an empty reduction nest is left as is.
 fn coalesce_loops(kernel: &mut Kernel) {
-    if kernel.domain.contains(&0) {
-        kernel.domain = vec![0];
-        for index in indices_mut(kernel) {
-            index.strides = vec![0];
+    if kernel.extents().contains(&0) {
+        if kernel.reduce.is_empty() {
+            kernel.domain = vec![0];
+            for index in indices_mut(kernel) {
+                index.strides = vec![0];
+            }
         }
         return;
     }
-    let keep: Vec<usize> = (0..kernel.domain.len())
-        .filter(|&l| kernel.domain[l] != 1)
-        .collect();
-    let mut domain: Vec<usize> = keep.iter().map(|&l| kernel.domain[l]).collect();
+    let outer = kernel.domain.len();
+    let (domain, reduce) = (kernel.domain.clone(), kernel.reduce.clone());
     let mut indices = indices_mut(kernel);
-    for index in indices.iter_mut() {
-        index.strides = keep.iter().map(|&l| index.strides[l]).collect();
+    let reduce = coalesce_group(&mut indices, outer, &reduce, true);
+    let domain = coalesce_group(&mut indices, 0, &domain, false);
+    kernel.domain = domain;
+    kernel.reduce = reduce;
+}
+
+/// Coalesces the loops `first..first + extents.len()` of every index; returns their new
+/// extents. With `keep_one`, a group of extent-1 loops keeps its last one.
+fn coalesce_group(
+    indices: &mut [&mut crate::IndexExpr],
+    first: usize,
+    extents: &[usize],
+    keep_one: bool,
+) -> Vec<usize> {
+    let mut keep: Vec<usize> = (0..extents.len()).filter(|&l| extents[l] != 1).collect();
+    if keep.is_empty() && keep_one && !extents.is_empty() {
+        keep.push(extents.len() - 1);
     }
-    let mut l = domain.len();
+    for index in indices.iter_mut() {
+        for l in (0..extents.len()).rev().filter(|l| !keep.contains(l)) {
+            index.strides.remove(first + l);
+        }
+    }
+    let mut group: Vec<usize> = keep.iter().map(|&l| extents[l]).collect();
+    let mut l = group.len();
     while l > 1 {
         l -= 1;
-        let inner = domain[l];
+        let inner = group[l];
         let mergeable = indices
             .iter()
-            .all(|ix| ix.strides[l - 1] == ix.strides[l] * inner);
+            .all(|ix| ix.strides[first + l - 1] == ix.strides[first + l] * inner);
         if mergeable {
-            domain[l - 1] *= inner;
-            domain.remove(l);
+            group[l - 1] *= inner;
+            group.remove(l);
             for ix in indices.iter_mut() {
-                ix.strides.remove(l - 1);
+                ix.strides.remove(first + l - 1);
             }
         }
     }
-    kernel.domain = domain;
+    group
 }
 
-/// F32X4 vectors unrolled 4 times along the innermost loop when every value is f32 (or a
-/// comparison of f32s), every load walks it with stride 0 or 1 and every store with stride 1;
-/// scalar code otherwise.
+/// F32X4 vectors unrolled 4 times along the innermost loop (the innermost reduction loop of a
+/// reduction kernel) when every value is f32 (or a comparison of f32s), every load walks it
+/// with stride 0 or 1 and every store inside it with stride 1; scalar code otherwise.
 fn choose(kernel: &Kernel) -> Schedule {
-    let Some(&inner) = kernel.domain.last() else {
+    let extents = kernel.extents();
+    let Some(&inner) = extents.last() else {
         return Schedule::SCALAR;
     };
     let all_f32 = kernel.values.iter().all(|v| v.ty != ScalarType::F64)
         && kernel.buffers.iter().all(|b| b.ty == ScalarType::F32);
-    let last = kernel.domain.len() - 1;
+    let last = extents.len() - 1;
     let loads_ok = kernel.values.iter().all(|v| match &v.expr {
         Expr::Load { index, .. } => index.strides[last] <= 1,
         _ => true,
     });
-    let stores_ok = kernel.stores.iter().all(|s| s.index.strides[last] == 1);
+    let stages = crate::Stages::of(kernel);
+    let stores_ok = kernel.stores.iter().enumerate().all(|(i, s)| {
+        s.index.strides[last] == 1
+            || (!kernel.reduce.is_empty() && stages.outer_stores.contains(&i))
+    });
     if all_f32 && loads_ok && stores_ok && inner >= F32_LANES {
         Schedule {
             vector_width: F32_LANES,

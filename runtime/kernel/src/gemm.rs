@@ -1,0 +1,157 @@
+//! The external GEMM call a kernel may start with: `scratch[rows x n] = a[rows x k] @ b[k x n]`
+//! by the eager path's `gemm` crate, for the rows of the output loops' current block, so the
+//! kernel's elementwise epilogue (bias, activation, residual add) reads each block of the
+//! product right after it is computed, while it is in cache. The product's rows are every
+//! output loop but the last, flattened; its columns the last output loop. Both the
+//! interpreter and the CPU backend call [`tessera_gemm_f32`] / [`tessera_gemm_f64`].
+
+use crate::{BufferId, BufferPtr, Kernel, ScalarType};
+
+/// A strided matrix in a buffer: element `(r, c)` is at `offset + r * row_stride + c *
+/// col_stride`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MatrixIndex {
+    pub offset: usize,
+    pub row_stride: usize,
+    pub col_stride: usize,
+}
+
+impl MatrixIndex {
+    /// One past the largest index a `rows x cols` matrix reaches (0 when it is empty).
+    pub fn reach(&self, rows: usize, cols: usize) -> usize {
+        if rows == 0 || cols == 0 {
+            return 0;
+        }
+        self.offset + (rows - 1) * self.row_stride + (cols - 1) * self.col_stride + 1
+    }
+}
+
+/// `out = a @ b`, the product packed row-major in the scratch buffer `out`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GemmCall {
+    pub a: BufferId,
+    pub a_index: MatrixIndex,
+    pub b: BufferId,
+    pub b_index: MatrixIndex,
+    pub out: BufferId,
+    /// The reduced dimension.
+    pub k: usize,
+}
+
+macro_rules! gemm_fn {
+    ($name:ident, $t:ty) => {
+        /// `c[m x n] = a[m x k] @ b[k x n]`, `c` packed row-major; strides in elements.
+        ///
+        /// # Safety
+        /// Every pointer addresses its whole matrix under the strides given; `c` is writable
+        /// and aliases neither operand.
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $name(
+            m: i64,
+            n: i64,
+            k: i64,
+            a: *const $t,
+            a_rs: i64,
+            a_cs: i64,
+            b: *const $t,
+            b_rs: i64,
+            b_cs: i64,
+            c: *mut $t,
+        ) {
+            let (m, n, k) = (m.max(0) as usize, n.max(0) as usize, k.max(0) as usize);
+            if m == 0 || n == 0 {
+                return;
+            }
+            if k == 0 {
+                // SAFETY: `c` holds `m * n` elements (the caller's contract).
+                unsafe { std::ptr::write_bytes(c, 0, m * n) };
+                return;
+            }
+            // Threads as the eager GEMM uses them: only for products worth splitting.
+            let threads = rayon::current_num_threads();
+            let parallelism = if threads > 1 && m * n * k >= 48 * 48 * 48 {
+                gemm::Parallelism::Rayon(threads)
+            } else {
+                gemm::Parallelism::None
+            };
+            // SAFETY: forwarded from the caller; the product is written without reading `c`.
+            unsafe {
+                gemm::gemm(
+                    m,
+                    n,
+                    k,
+                    c,
+                    1,
+                    n as isize,
+                    false,
+                    a,
+                    a_cs as isize,
+                    a_rs as isize,
+                    b,
+                    b_cs as isize,
+                    b_rs as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    parallelism,
+                )
+            }
+        }
+    };
+}
+
+gemm_fn!(tessera_gemm_f32, f32);
+gemm_fn!(tessera_gemm_f64, f64);
+
+/// Runs `kernel`'s GEMM call for the outermost loop's iterations `begin..end`.
+///
+/// # Safety
+/// As [`crate::KernelExecutor::execute`]; the kernel must pass [`Kernel::verify`].
+pub unsafe fn run_gemm(kernel: &Kernel, buffers: &[BufferPtr], begin: usize, end: usize) {
+    let (Some(g), Some((_, n, per_step))) = (&kernel.gemm, kernel.gemm_shape()) else {
+        return;
+    };
+    let rows = (end - begin) * per_step;
+    let first = begin * per_step;
+    let (a, b, c) = (
+        buffers[g.a.index()],
+        buffers[g.b.index()],
+        buffers[g.out.index()],
+    );
+    let a_at = g.a_index.offset + first * g.a_index.row_stride;
+    let (ars, acs) = (g.a_index.row_stride as i64, g.a_index.col_stride as i64);
+    let (brs, bcs) = (g.b_index.row_stride as i64, g.b_index.col_stride as i64);
+    let (m, n, k) = (rows as i64, n as i64, g.k as i64);
+    // SAFETY: `verify` checked both operands and the scratch against their buffers, which the
+    // caller guarantees are live, typed and long enough; the block lies inside them.
+    unsafe {
+        match c.ty {
+            ScalarType::F64 => tessera_gemm_f64(
+                m,
+                n,
+                k,
+                (a.ptr as *const f64).add(a_at),
+                ars,
+                acs,
+                (b.ptr as *const f64).add(g.b_index.offset),
+                brs,
+                bcs,
+                (c.ptr as *mut f64).add(first * n as usize),
+            ),
+            _ => tessera_gemm_f32(
+                m,
+                n,
+                k,
+                (a.ptr as *const f32).add(a_at),
+                ars,
+                acs,
+                (b.ptr as *const f32).add(g.b_index.offset),
+                brs,
+                bcs,
+                (c.ptr as *mut f32).add(first * n as usize),
+            ),
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Lowering of a GEMM (`linear`, 2-D `matmul`) together with the elementwise partition that
+//! is its only user: one kernel over the output's index space that starts with the external
+//! GEMM call ([`crate::GemmCall`]) into a scratch buffer, block by block of its outermost
+//! loop, and applies the bias and the epilogue to each block. A GEMM without an epilogue runs
+//! its eager kernel (there is nothing to fuse); one the kernel IR cannot express falls back.
+
+use super::Lowering;
+use super::frame::{Frame, FrameMap, Local, frame_index};
+use crate::{
+    BinaryFn, BufferRole, Expr, ExternalCall, GemmCall, KernelBuilder, MatrixIndex, Result,
+    ScalarType,
+};
+use std::collections::HashSet;
+use tessera_fx::NodeId;
+use tessera_tensor::Op;
+use tessera_tensor::layout::Layout;
+use tessera_tensor::op::view_strides;
+
+/// Whether `op` is a GEMM this lowering can call.
+pub(super) fn is_gemm(op: &Op) -> bool {
+    matches!(op, Op::Linear { .. } | Op::Matmul)
+}
+
+impl Lowering<'_> {
+    /// The epilogue partition of GEMM node `id`: every user is in it, and it has the
+    /// output's shape.
+    pub(super) fn gemm_epilogue(
+        &self,
+        id: &NodeId,
+        partition_of: &std::collections::HashMap<NodeId, usize>,
+        partitions: &[Vec<NodeId>],
+    ) -> Result<Option<usize>> {
+        let out = self.meta(id)?.first().map(|m| m.shape.clone());
+        Ok(self
+            .users_partition(id, partition_of, partitions)?
+            .filter(|(_, shape)| Some(shape) == out.as_ref())
+            .map(|(p, _)| p))
+    }
+
+    /// Lowers GEMM node `id` with its `epilogue` partition, or runs both apart (the GEMM
+    /// through its eager kernel, reported as a fallback) when the kernel IR cannot express
+    /// them together.
+    pub(super) fn gemm(&mut self, id: &NodeId, epilogue: &[NodeId]) -> Result<()> {
+        if let Err(why) = self.gemm_kernel(id, epilogue)? {
+            let op = self
+                .op_of(id)?
+                .ok_or_else(|| crate::KernelError::Undefined {
+                    node: self.graph.display(id),
+                })?;
+            self.external(
+                id,
+                ExternalCall::Op(op),
+                Some(format!("not generated: {why}")),
+            )?;
+            self.partition(epilogue)?;
+        }
+        Ok(())
+    }
+
+    fn gemm_kernel(
+        &mut self,
+        id: &NodeId,
+        epilogue: &[NodeId],
+    ) -> Result<std::result::Result<(), String>> {
+        let Some(op) = self.op_of(id)? else {
+            return Ok(Err("not an op".into()));
+        };
+        let operands = self.operands(id)?;
+        let Some(out) = self.meta(id)?.first().cloned() else {
+            return Ok(Err("the node has no value".into()));
+        };
+        let Some(ty) = ScalarType::of_buffer(out.dtype) else {
+            return Ok(Err(format!("{:?} GEMMs are not lowered", out.dtype)));
+        };
+        let shape = out.shape.clone();
+        let Some((&n, row_dims)) = shape.split_last().filter(|(_, r)| !r.is_empty()) else {
+            return Ok(Err("a GEMM output of fewer than 2 dims".into()));
+        };
+        let rows: usize = row_dims.iter().product();
+        let (Some(x), Some(w)) = (operands.first(), operands.get(1)) else {
+            return Ok(Err("a GEMM needs two operands".into()));
+        };
+        let (x, w) = (self.value(x)?, self.value(w)?);
+        for v in [&x, &w] {
+            if self.program.slot(v.slot).meta.dtype != out.dtype {
+                return Ok(Err("the operands' dtype differs from the output's".into()));
+            }
+        }
+        let (xl, wl) = (&x.layout, &w.layout);
+        let (k, a_index, b_index, bias) = match op {
+            Op::Linear { bias } if wl.shape.len() == 2 => {
+                let k = wl.shape[1];
+                let Some(st) = view_strides(xl, &[rows, k]) else {
+                    return Ok(Err("the input's rows are not one strided matrix".into()));
+                };
+                (
+                    k,
+                    MatrixIndex {
+                        offset: xl.offset,
+                        row_stride: st[0],
+                        col_stride: st[1],
+                    },
+                    // `w^T`: element `(k, n)` is `w[n, k]`.
+                    MatrixIndex {
+                        offset: wl.offset,
+                        row_stride: wl.strides[1],
+                        col_stride: wl.strides[0],
+                    },
+                    operands.get(2).copied().filter(|_| bias),
+                )
+            }
+            Op::Matmul if xl.shape.len() == 2 && wl.shape.len() == 2 => (
+                xl.shape[1],
+                MatrixIndex {
+                    offset: xl.offset,
+                    row_stride: xl.strides[0],
+                    col_stride: xl.strides[1],
+                },
+                MatrixIndex {
+                    offset: wl.offset,
+                    row_stride: wl.strides[0],
+                    col_stride: wl.strides[1],
+                },
+                None,
+            ),
+            _ => return Ok(Err("only linear and 2-D matmul call the GEMM".into())),
+        };
+        let name = format!("k{}_{}_epilogue", self.kernel_count(), op.name());
+        let mut kb = KernelBuilder::new(name, shape.clone());
+        let scratch = kb.buffer(BufferRole::Scratch, ty, rows * n);
+        let mut frame = Frame::new(kb);
+        let a = Self::input_buffer(&mut frame, x.slot, ty);
+        let b = Self::input_buffer(&mut frame, w.slot, ty);
+        frame.b.gemm(GemmCall {
+            a,
+            a_index,
+            b,
+            b_index,
+            out: scratch,
+            k,
+        });
+        let map: FrameMap = (0..shape.len()).map(Some).collect();
+        let index = frame_index(&Layout::contiguous(&shape), &map, shape.len());
+        let mut value = frame.b.push(
+            ty,
+            Expr::Load {
+                buffer: scratch,
+                index,
+            },
+        );
+        if let Some(bias) = bias {
+            match self.operand(&mut frame, &bias, &shape, &map)? {
+                Ok(bv) if frame.b.ty(bv) == ty => {
+                    value = frame.b.push(ty, Expr::Binary(BinaryFn::Add, value, bv));
+                }
+                Ok(_) => return Ok(Err("the bias's dtype differs".into())),
+                Err(why) => return Ok(Err(why)),
+            }
+        }
+        frame.locals.insert(
+            *id,
+            vec![Local {
+                value,
+                shape: shape.clone(),
+                map: Some(map.clone()),
+            }],
+        );
+        for e in epilogue {
+            if let Err(why) = self.elementwise_member(&mut frame, e, &shape, &map)? {
+                return Ok(Err(why));
+            }
+        }
+        let members: Vec<NodeId> = std::iter::once(*id)
+            .chain(epilogue.iter().copied())
+            .collect();
+        let fused: HashSet<NodeId> = members.iter().copied().collect();
+        self.emit_frame(frame, &members, &fused)
+    }
+}

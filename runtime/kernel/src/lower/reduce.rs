@@ -1,0 +1,310 @@
+//! Lowering of reductions (sum, mean, amax/amin, var/std, logsumexp, softmax, log-softmax,
+//! layer and RMS norm, global average pooling) into one kernel each, with the elementwise
+//! prologue of their fusion group and an elementwise epilogue that only they feed fused in.
+//! The kernel's output loops are the input's kept dims and its reduction loops the reduced
+//! dims; every tensor a member reads or writes is indexed through a *frame map* from its
+//! dims to those loops, so broadcasting a statistic back over the input is a zero stride.
+
+use super::frame::{Frame, FrameMap, Local};
+use super::{Lowering, graph_error};
+use crate::{Expr, KernelBuilder, Result, ScalarType, lower_reduction};
+use std::collections::{HashMap, HashSet};
+use tessera_fx::{NodeId, NodeKind};
+use tessera_tensor::Op;
+use tessera_tensor::op::{NormOp, PoolOp, ReduceKind};
+
+/// What a reducible op reduces: the reduced dims of its input, and the frame map of each of
+/// its outputs (`None` for a flat per-row statistic, packed over the output loops).
+#[derive(Debug, Clone)]
+pub(super) struct ReduceSpec {
+    reduced: Vec<usize>,
+    outputs: Vec<Option<FrameMap>>,
+}
+
+/// Whether `op` on an input of `shape` is a reduction the kernel IR expresses.
+pub(super) fn reducible(op: &Op, shape: &[usize]) -> Option<ReduceSpec> {
+    let nd = shape.len();
+    let keep = |reduced: &[usize], keepdim: bool| -> FrameMap {
+        let outer: Vec<usize> = (0..nd).filter(|d| !reduced.contains(d)).collect();
+        (0..nd)
+            .filter_map(|d| match outer.iter().position(|&o| o == d) {
+                Some(l) => Some(Some(l)),
+                None => keepdim.then_some(None),
+            })
+            .collect()
+    };
+    let (reduced, outputs): (Vec<usize>, Vec<Option<FrameMap>>) = match op {
+        Op::Reduce(r) => {
+            let lowered = matches!(
+                r.kind,
+                ReduceKind::Sum
+                    | ReduceKind::Mean
+                    | ReduceKind::Amax
+                    | ReduceKind::Amin
+                    | ReduceKind::Var { .. }
+                    | ReduceKind::Std { .. }
+                    | ReduceKind::LogSumExp
+            );
+            if !lowered || nd == 0 || r.dims.is_empty() || r.dims.iter().any(|&d| d >= nd) {
+                return None;
+            }
+            (r.dims.clone(), vec![Some(keep(&r.dims, r.keepdim))])
+        }
+        Op::Softmax { dim, .. } if *dim < nd => (vec![*dim], vec![None]),
+        Op::Pool(PoolOp::AdaptiveAvgPool2d {
+            output_size: [1, 1],
+        }) if nd >= 3 => {
+            let reduced = vec![nd - 2, nd - 1];
+            let map = keep(&reduced, true);
+            (reduced, vec![Some(map)])
+        }
+        Op::Norm(
+            NormOp::LayerNorm {
+                normalized_ndim, ..
+            }
+            | NormOp::RmsNorm {
+                normalized_ndim, ..
+            },
+        ) if *normalized_ndim >= 1 && *normalized_ndim <= nd => {
+            ((nd - normalized_ndim..nd).collect(), vec![None, None, None])
+        }
+        _ => return None,
+    };
+    // An output of `None` is the input's own frame (softmax, a norm's `y`), except for a
+    // norm's statistics, which are flat.
+    let norm = matches!(op, Op::Norm(_));
+    let input = input_map(&reduced, nd);
+    let outputs = outputs
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| match m {
+            Some(m) => Some(m),
+            None if norm && i > 0 => None,
+            None => Some(input.clone()),
+        })
+        .collect();
+    Some(ReduceSpec { reduced, outputs })
+}
+
+/// The frame map of the input: kept dims on the output loops, reduced dims on the reduction
+/// loops, each in order.
+fn input_map(reduced: &[usize], nd: usize) -> FrameMap {
+    let kept: Vec<usize> = (0..nd).filter(|d| !reduced.contains(d)).collect();
+    (0..nd)
+        .map(|d| match kept.iter().position(|&k| k == d) {
+            Some(l) => Some(l),
+            None => reduced.iter().position(|&r| r == d).map(|l| kept.len() + l),
+        })
+        .collect()
+}
+
+/// The fused set of one reduction kernel.
+pub(super) struct ReductionGroup<'a> {
+    pub prologue: &'a [NodeId],
+    pub reduction: NodeId,
+    /// The getitem between a norm and its epilogue.
+    pub bridge: Option<NodeId>,
+    pub epilogue: &'a [NodeId],
+}
+
+impl Lowering<'_> {
+    /// The reduction's spec and its input's shape, if the kernel IR expresses it.
+    pub(super) fn reduction_spec(&self, id: &NodeId) -> Result<Option<(ReduceSpec, Vec<usize>)>> {
+        let Some(op) = self.op_of(id)? else {
+            return Ok(None);
+        };
+        let Some(input) = self.operands(id)?.first().copied() else {
+            return Ok(None);
+        };
+        let Some(shape) = self.meta(&input)?.first().map(|m| m.shape.clone()) else {
+            return Ok(None);
+        };
+        Ok(reducible(&op, &shape).map(|s| (s, shape)))
+    }
+
+    /// The elementwise partition that is the epilogue of reduction `id`, and the getitem
+    /// between them: every user of its (first) output is in that one partition, whose shape is
+    /// the reduction's input or output shape.
+    pub(super) fn epilogue_of(
+        &self,
+        id: &NodeId,
+        partition_of: &HashMap<NodeId, usize>,
+        partitions: &[Vec<NodeId>],
+    ) -> Result<Option<(usize, Option<NodeId>)>> {
+        let Some((spec, input_shape)) = self.reduction_spec(id)? else {
+            return Ok(None);
+        };
+        let users = self
+            .graph
+            .users(id)
+            .map_err(|e| graph_error(self.graph, id, e))?;
+        let (target, bridge) = if spec.outputs.len() > 1 {
+            let [user] = users.as_slice() else {
+                return Ok(None);
+            };
+            match self.graph.node(user).map(|n| n.kind.clone()) {
+                Ok(NodeKind::GetItem { index: 0 }) => (*user, Some(*user)),
+                _ => return Ok(None),
+            }
+        } else {
+            (*id, None)
+        };
+        let Some((p, shape)) = self.users_partition(&target, partition_of, partitions)? else {
+            return Ok(None);
+        };
+        let out_shape = self.meta(&target)?.first().map(|m| m.shape.clone());
+        let shape = Some(shape);
+        let fits = shape.is_some() && (shape == Some(input_shape) || shape == out_shape);
+        Ok(fits.then_some((p, bridge)))
+    }
+
+    /// Lowers `group` into one kernel; the inner error says why the kernel IR cannot express
+    /// it (nothing was emitted then).
+    pub(super) fn reduction_kernel(
+        &mut self,
+        group: &ReductionGroup,
+    ) -> Result<std::result::Result<(), String>> {
+        let r = group.reduction;
+        let Some((spec, input_shape)) = self.reduction_spec(&r)? else {
+            return Ok(Err("the op is not a lowered reduction".into()));
+        };
+        let Some(op) = self.op_of(&r)? else {
+            return Ok(Err("not an op".into()));
+        };
+        let kept: Vec<usize> = (0..input_shape.len())
+            .filter(|d| !spec.reduced.contains(d))
+            .collect();
+        let domain: Vec<usize> = kept.iter().map(|&d| input_shape[d]).collect();
+        let reduce: Vec<usize> = spec.reduced.iter().map(|&d| input_shape[d]).collect();
+        let names: Vec<String> = group
+            .prologue
+            .iter()
+            .chain(std::iter::once(&r))
+            .chain(group.epilogue)
+            .take(4)
+            .filter_map(|m| self.op_of(m).ok().flatten().map(|o| o.name()))
+            .collect();
+        let name = format!("k{}_{}", self.kernel_count(), names.join("_"));
+        let mut k = Frame::new(KernelBuilder::reduction(
+            name,
+            domain.clone(),
+            reduce.clone(),
+        ));
+        let in_map = input_map(&spec.reduced, input_shape.len());
+        let fused: HashSet<NodeId> = group
+            .prologue
+            .iter()
+            .chain(std::iter::once(&r))
+            .chain(group.bridge.iter())
+            .chain(group.epilogue)
+            .copied()
+            .collect();
+        // The prologue, over the input's frame.
+        for id in group.prologue {
+            if let Err(why) = self.elementwise_member(&mut k, id, &input_shape, &in_map)? {
+                return Ok(Err(why));
+            }
+        }
+        // The reduction.
+        let out_meta = self.meta(&r)?;
+        let Some(ty) = out_meta
+            .first()
+            .and_then(|m| ScalarType::of_buffer(m.dtype))
+        else {
+            return Ok(Err("the reduction's dtype is not lowered".into()));
+        };
+        let mut operands = Vec::new();
+        for o in self.operands(&r)? {
+            match self.operand(&mut k, &o, &input_shape, &in_map)? {
+                Ok(v) => operands.push(v),
+                Err(why) => return Ok(Err(why)),
+            }
+        }
+        if operands.first().is_some_and(|&x| k.b.ty(x) != ty) {
+            let x = operands[0];
+            operands[0] = k.b.push(ty, Expr::Cast(x));
+        }
+        let count: usize = reduce.iter().product();
+        let results = match lower_reduction(&op, &mut k.b, &operands, count, ty) {
+            Ok(v) => v,
+            Err(why) => return Ok(Err(format!("{}: {why}", op.name()))),
+        };
+        let locals: Vec<Local> = results
+            .iter()
+            .zip(&spec.outputs)
+            .zip(&out_meta)
+            .map(|((v, map), m)| Local {
+                value: *v,
+                shape: m.shape.clone(),
+                map: map.clone(),
+            })
+            .collect();
+        if let Some(g) = group.bridge
+            && let Some(first) = locals.first()
+        {
+            k.locals.insert(g, vec![first.clone()]);
+        }
+        k.locals.insert(r, locals);
+        // The epilogue, over the input's frame or the output's.
+        if let Some(last) = group.epilogue.last() {
+            let shape = self.meta(last)?.remove(0).shape;
+            let map = if shape == input_shape {
+                in_map.clone()
+            } else {
+                match spec.outputs.first().cloned().flatten() {
+                    Some(m) if out_meta.first().is_some_and(|o| o.shape == shape) => m,
+                    _ => return Ok(Err("the epilogue's shape has no frame".into())),
+                }
+            };
+            for id in group.epilogue {
+                if let Err(why) = self.elementwise_member(&mut k, id, &shape, &map)? {
+                    return Ok(Err(why));
+                }
+            }
+        }
+        let members: Vec<NodeId> = group
+            .prologue
+            .iter()
+            .chain(std::iter::once(&r))
+            .chain(group.epilogue)
+            .copied()
+            .collect();
+        self.emit_frame(k, &members, &fused)
+    }
+
+    /// Lowers reduction `id` with its prologue, falling back (the prologue as an elementwise
+    /// kernel, the reduction through its eager kernel) when the kernel IR cannot express it.
+    pub(super) fn reduction(&mut self, group: &ReductionGroup) -> Result<()> {
+        match self.reduction_kernel(group)? {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                if !group.epilogue.is_empty() {
+                    // Without the epilogue first; then the getitem and the epilogue alone.
+                    self.reduction(&ReductionGroup {
+                        prologue: group.prologue,
+                        reduction: group.reduction,
+                        bridge: None,
+                        epilogue: &[],
+                    })?;
+                    if let Some(g) = group.bridge {
+                        self.node(&g)?;
+                    }
+                    return self.partition(group.epilogue);
+                }
+                if !group.prologue.is_empty() {
+                    self.partition(group.prologue)?;
+                }
+                let op = self.op_of(&group.reduction)?;
+                let reason = self
+                    .reduction_spec(&group.reduction)?
+                    .map(|_| format!("not generated: {why}"));
+                match op {
+                    Some(op) => {
+                        self.external(&group.reduction, crate::ExternalCall::Op(op), reason)
+                    }
+                    None => self.node(&group.reduction),
+                }
+            }
+        }
+    }
+}

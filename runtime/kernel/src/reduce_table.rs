@@ -1,0 +1,177 @@
+//! The reduction table: how each reduction and normalisation op of the op table computes its
+//! outputs from its input's element (a value varying along the kernel's reduction loops) as
+//! accumulations ([`Expr::Reduce`]) and scalar expressions around them. Formulas follow the
+//! eager kernels' steps (the maximum subtracted before exponentials, two-pass variance), but
+//! accumulate in the element type where the eager kernels use f64 sums, so results agree to a
+//! tolerance, not bit for bit. A new reduction is one arm here.
+
+use crate::{BinaryFn, CompareFn, Expr, KernelBuilder, ReduceFn, ScalarType, UnaryFn, ValueId};
+use tessera_tensor::Op;
+use tessera_tensor::op::{NormOp, PoolOp, ReduceKind};
+
+/// The output values of the reduction `op` whose input element is `operands[0]` (and whose
+/// weight and bias elements, for a norm, follow), over `count` reduced elements per output,
+/// all of type `ty`; or why the op has no entry.
+pub fn lower_reduction(
+    op: &Op,
+    b: &mut KernelBuilder,
+    operands: &[ValueId],
+    count: usize,
+    ty: ScalarType,
+) -> Result<Vec<ValueId>, String> {
+    if !ty.is_float() {
+        return Err(format!("a reduction computes in {ty}, not a float"));
+    }
+    let Some(&x) = operands.first() else {
+        return Err("a reduction needs an input".into());
+    };
+    if b.ty(x) != ty {
+        return Err(format!("the input is {}, the output {ty}", b.ty(x)));
+    }
+    let mut e = Emit { b, ty };
+    let n = count as f64;
+    Ok(match op {
+        Op::Reduce(r) => vec![match r.kind {
+            ReduceKind::Sum => e.reduce(ReduceFn::Sum, x),
+            ReduceKind::Mean => e.mean(x, n),
+            ReduceKind::Amax | ReduceKind::Amin if count == 0 => {
+                return Err("the max/min of an empty dimension is an error".into());
+            }
+            ReduceKind::Amax => e.reduce(ReduceFn::Max, x),
+            ReduceKind::Amin => e.reduce(ReduceFn::Min, x),
+            ReduceKind::Var { correction } | ReduceKind::Std { correction } => {
+                let mean = e.mean(x, n);
+                let ss = e.squares(x, Some(mean));
+                let divisor = e.c((n - correction as f64).max(0.0));
+                let var = e.bin(BinaryFn::Div, ss, divisor);
+                if matches!(r.kind, ReduceKind::Std { .. }) {
+                    e.un(UnaryFn::Sqrt, var)
+                } else {
+                    var
+                }
+            }
+            ReduceKind::LogSumExp => {
+                let (m, infinite, m0) = e.stable_max(x);
+                let shifted = e.bin(BinaryFn::Sub, x, m0);
+                let exp = e.un(UnaryFn::Exp, shifted);
+                let s = e.reduce(ReduceFn::Sum, exp);
+                let log = e.un(UnaryFn::Log, s);
+                let lse = e.bin(BinaryFn::Add, m0, log);
+                e.select(infinite, m, lse)
+            }
+            kind => return Err(format!("{kind:?} has index outputs")),
+        }],
+        Op::Softmax { log, .. } => {
+            // The maximum, taken as 0 when infinite, is subtracted before exponentials.
+            let (_, _, m0) = e.stable_max(x);
+            let shifted = e.bin(BinaryFn::Sub, x, m0);
+            let exp = e.un(UnaryFn::Exp, shifted);
+            let s = e.reduce(ReduceFn::Sum, exp);
+            vec![if *log {
+                let log_s = e.un(UnaryFn::Log, s);
+                let lse = e.bin(BinaryFn::Add, m0, log_s);
+                e.bin(BinaryFn::Sub, x, lse)
+            } else {
+                let one = e.c(1.0);
+                let inv = e.bin(BinaryFn::Div, one, s);
+                e.bin(BinaryFn::Mul, exp, inv)
+            }]
+        }
+        Op::Pool(PoolOp::AdaptiveAvgPool2d {
+            output_size: [1, 1],
+        }) => vec![e.mean(x, n)],
+        Op::Norm(norm @ (NormOp::LayerNorm { .. } | NormOp::RmsNorm { .. })) => {
+            let (eps, weight, bias, centred) = match *norm {
+                NormOp::LayerNorm {
+                    eps, weight, bias, ..
+                } => (eps, weight, bias, true),
+                NormOp::RmsNorm { eps, weight, .. } => (eps, weight, false, false),
+                _ => return Err("not a layer norm".into()),
+            };
+            let affine = |i: usize| operands.get(i).copied().ok_or("a missing weight or bias");
+            let w = weight.then(|| affine(1)).transpose()?;
+            let bias = bias.then(|| affine(1 + usize::from(weight))).transpose()?;
+            // Eager: the statistics, then `x * scale + shift` with `scale = invstd * w` and
+            // `shift = -mean * invstd * w + b`.
+            let mean = if centred { e.mean(x, n) } else { e.c(0.0) };
+            let ss = e.squares(x, centred.then_some(mean));
+            let count = e.c(n);
+            let var = e.bin(BinaryFn::Div, ss, count);
+            let eps = e.c(eps);
+            let var_eps = e.bin(BinaryFn::Add, var, eps);
+            let root = e.un(UnaryFn::Sqrt, var_eps);
+            let one = e.c(1.0);
+            let invstd = e.bin(BinaryFn::Div, one, root);
+            let minus_mean = e.un(UnaryFn::Neg, mean);
+            let (mut scale, mut shift) = (invstd, e.bin(BinaryFn::Mul, minus_mean, invstd));
+            if let Some(w) = w {
+                scale = e.bin(BinaryFn::Mul, scale, w);
+                shift = e.bin(BinaryFn::Mul, shift, w);
+            }
+            if let Some(bias) = bias {
+                shift = e.bin(BinaryFn::Add, shift, bias);
+            }
+            let scaled = e.bin(BinaryFn::Mul, x, scale);
+            vec![e.bin(BinaryFn::Add, scaled, shift), mean, var]
+        }
+        other => return Err(format!("{} is not a lowered reduction", other.name())),
+    })
+}
+
+/// Shorthands that push values of one float type into the kernel being built.
+struct Emit<'a> {
+    b: &'a mut KernelBuilder,
+    ty: ScalarType,
+}
+
+impl Emit<'_> {
+    fn c(&mut self, value: f64) -> ValueId {
+        self.b.push(self.ty, Expr::Const(value))
+    }
+
+    fn un(&mut self, f: UnaryFn, x: ValueId) -> ValueId {
+        self.b.push(self.ty, Expr::Unary(f, x))
+    }
+
+    fn bin(&mut self, f: BinaryFn, a: ValueId, b: ValueId) -> ValueId {
+        self.b.push(self.ty, Expr::Binary(f, a, b))
+    }
+
+    fn select(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> ValueId {
+        self.b.push(self.ty, Expr::Select { cond, a, b })
+    }
+
+    fn reduce(&mut self, f: ReduceFn, x: ValueId) -> ValueId {
+        self.b.push(self.ty, Expr::Reduce(f, x))
+    }
+
+    /// `sum(x) / n` (NaN for no elements, as eager).
+    fn mean(&mut self, x: ValueId, n: f64) -> ValueId {
+        let s = self.reduce(ReduceFn::Sum, x);
+        let n = self.c(n);
+        self.bin(BinaryFn::Div, s, n)
+    }
+
+    /// `sum((x - mean)^2)`, or `sum(x^2)` without a mean.
+    fn squares(&mut self, x: ValueId, mean: Option<ValueId>) -> ValueId {
+        let d = match mean {
+            Some(m) => self.bin(BinaryFn::Sub, x, m),
+            None => x,
+        };
+        let d2 = self.bin(BinaryFn::Mul, d, d);
+        self.reduce(ReduceFn::Sum, d2)
+    }
+
+    /// The maximum `m`, whether it is infinite, and `m` taken as 0 when it is.
+    fn stable_max(&mut self, x: ValueId) -> (ValueId, ValueId, ValueId) {
+        let m = self.reduce(ReduceFn::Max, x);
+        let abs = self.un(UnaryFn::Abs, m);
+        let inf = self.c(f64::INFINITY);
+        let infinite = self
+            .b
+            .push(ScalarType::Bool, Expr::Compare(CompareFn::Eq, abs, inf));
+        let zero = self.c(0.0);
+        let m0 = self.select(infinite, zero, m);
+        (m, infinite, m0)
+    }
+}
