@@ -265,6 +265,9 @@ fn profile_writes_a_chrome_trace_that_parses() {
     let dir = fixtures();
     let trace_file = path(dir.path(), "trace.json");
     let text = ok(&["profile", &path(dir.path(), "cnn"), "-o", &trace_file]);
+    let compiled = ok(&["profile", &path(dir.path(), "cnn"), "--backend", "cpu"]);
+    assert!(compiled.contains("conv2d"), "{compiled}");
+    assert!(compiled.contains("Self (ms)"), "{compiled}");
     assert!(text.contains("conv2d"), "{text}");
     assert!(text.contains("Self (ms)"), "{text}");
     let doc: serde_json::Value =

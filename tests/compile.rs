@@ -228,3 +228,26 @@ fn residual_block_whose_relu_feeds_a_convolution_and_a_later_add_compiles() {
         assert_close(&out, &expected, 1e-5, 1e-5, "compiled residual block");
     }
 }
+
+#[test]
+fn resnet18_compiles_when_a_prologue_relu_also_feeds_a_convolution() {
+    // After batch-norm folding, a ReLU fused in front of a reduction (the global average pool)
+    // was also read by a convolution before it: "%relu_15 has no value yet".
+    use tessera::nn::models::ResNet18;
+    tessera::manual_seed(0);
+    let net = Arc::new(ResNet18::new(10).unwrap());
+    net.train(false);
+    let x = Tensor::randn(&[1, 3, 32, 32], DType::F32).unwrap();
+    let gm = GraphModule::new(
+        net.clone(),
+        trace(&*net, x.meta(), LeafPolicy::default()).unwrap(),
+    );
+    let expected = gm.call(x.clone()).unwrap();
+    let options = CompileOptions {
+        backend: Backend::Interpreter,
+        ..CompileOptions::default()
+    };
+    let compiled = compile(&gm, std::slice::from_ref(&x), options).unwrap();
+    let out = compiled.run(std::slice::from_ref(&x)).unwrap().remove(0);
+    assert_close(&out, &expected, 1e-4, 1e-4, "compiled ResNet-18");
+}

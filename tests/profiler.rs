@@ -72,3 +72,39 @@ fn graph_runs_record_each_op_with_its_module_and_flops() {
             .all(|e| e["ph"] == "X" && e["dur"].as_f64().unwrap() >= 0.0)
     );
 }
+
+#[test]
+fn compiled_runs_record_each_kernel_and_each_eager_step() {
+    let net = std::sync::Arc::new(ResNet18::new(10).unwrap());
+    net.eval();
+    let x = Tensor::randn(&[1, 3, 32, 32], DType::F32).unwrap();
+    let traced = trace(&*net, x.meta(), LeafPolicy::default()).unwrap();
+    let gm = tessera::fx::GraphModule::new(net.clone(), traced);
+    let compiled = tessera::compile(
+        &gm,
+        std::slice::from_ref(&x),
+        tessera::CompileOptions::default(),
+    )
+    .unwrap();
+    let profiler = Profiler::new();
+    let out = profiler
+        .profile_compiled(&compiled, std::slice::from_ref(&x))
+        .unwrap();
+    assert_eq!(
+        out[0].to_vec::<f32>().unwrap(),
+        compiled.run(&[x]).unwrap()[0].to_vec::<f32>().unwrap()
+    );
+    let events = profiler.events();
+    let kernels = events.iter().filter(|e| e.name.starts_with('k')).count();
+    assert_eq!(kernels, compiled.report().kernels, "{events:?}");
+    // The convolutions run their eager kernels, each an event with its module and FLOPs.
+    let convs: Vec<_> = events.iter().filter(|e| e.name == "conv2d").collect();
+    assert_eq!(convs.len(), 20);
+    assert!(convs.iter().all(|e| e.flops > 0 && e.bytes > 0));
+    assert!(profiler.table().contains("conv2d"));
+    let trace_json: serde_json::Value = serde_json::from_str(&profiler.chrome_trace()).unwrap();
+    assert_eq!(
+        trace_json["traceEvents"].as_array().unwrap().len(),
+        events.len()
+    );
+}

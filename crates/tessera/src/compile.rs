@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_cpu::{CpuError, JitProgram};
 use tessera_kernel::{
-    BoxError, Environment, Fallback, Interpreter, KernelError, Program, lower, run_program,
+    BoxError, Environment, Fallback, Interpreter, KernelError, Program, StepTimer, lower,
+    run_program_timed,
 };
 use tessera_tensor::{Layout, Tensor};
 
@@ -122,8 +123,8 @@ impl fmt::Display for CompileReport {
 }
 
 /// A program and its compiled code.
-struct Compiled {
-    program: Program,
+pub(crate) struct Compiled {
+    pub(crate) program: Program,
     jit: Option<JitProgram>,
 }
 
@@ -284,13 +285,24 @@ impl CompiledModule {
 
     /// Runs the compiled program on `inputs` (one per graph input, in order).
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, CompileError> {
+        self.run_timed(inputs, None).map(|(outputs, _)| outputs)
+    }
+
+    /// [`CompiledModule::run`], calling `timer` after each step of the program, which it
+    /// returns with the outputs (the profiler names the steps from it).
+    pub(crate) fn run_timed(
+        &self,
+        inputs: &[Tensor],
+        timer: Option<StepTimer<'_>>,
+    ) -> Result<(Vec<Tensor>, Arc<Compiled>), CompileError> {
         let compiled = self.program_for(inputs)?;
         let env = Attributes(&self.gm);
+        let program = &compiled.program;
         let outputs = match &compiled.jit {
-            Some(jit) => run_program(&compiled.program, &env, jit, inputs)?,
-            None => run_program(&compiled.program, &env, &Interpreter, inputs)?,
+            Some(jit) => run_program_timed(program, &env, jit, inputs, timer)?,
+            None => run_program_timed(program, &env, &Interpreter, inputs, timer)?,
         };
-        Ok(outputs)
+        Ok((outputs, compiled.clone()))
     }
 
     /// What compiling did (for the most recently compiled input shapes).

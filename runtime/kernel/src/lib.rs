@@ -92,7 +92,10 @@ pub use kernel::{
 pub use lower::lower;
 pub use program::{ExternalCall, Fallback, Program, Slot, SlotSource, SlotView, Step};
 pub use reduce_table::lower_reduction;
-pub use run::{BoxError, BufferPtr, Environment, KernelExecutor, NoEnvironment, run_program};
+pub use run::{
+    BoxError, BufferPtr, Environment, KernelExecutor, NoEnvironment, StepTimer, run_program,
+    run_program_timed,
+};
 pub use scalar::{BinaryFn, CompareFn, Expr, ReduceFn, ScalarType, UnaryFn, Value};
 pub use schedule::schedule;
 pub use stages::Stages;

@@ -79,7 +79,12 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
         }
         partitions.push(members);
     }
-    let in_prologue: HashSet<NodeId> = prologue_of.values().flatten().copied().collect();
+    let mut in_prologue: HashSet<NodeId> = prologue_of.values().flatten().copied().collect();
+    // The reduction whose prologue each prologue member is.
+    let mut prologue_owner: HashMap<NodeId, NodeId> = prologue_of
+        .iter()
+        .flat_map(|(r, members)| members.iter().map(move |m| (*m, *r)))
+        .collect();
     let mut lowering = Lowering {
         graph,
         program: Program {
@@ -117,6 +122,22 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
             .operands(&id)
             .map_err(|e| graph_error(graph, &id, e))?
         {
+            // Likewise a prologue member read by a node other than its reduction (a ReLU that
+            // feeds a convolution and, through a residual add, a global average pool): the
+            // prologue up to it becomes a kernel now, the reduction reads its value.
+            if let Some(&r) = prologue_owner.get(&o)
+                && r != id
+                && prologue_owner.get(&id) != Some(&r)
+                && let Some(members) = prologue_of.get_mut(&r)
+                && let Some(at) = members.iter().position(|m| *m == o)
+            {
+                let head: Vec<NodeId> = members.drain(..=at).collect();
+                for m in &head {
+                    in_prologue.remove(m);
+                    prologue_owner.remove(m);
+                }
+                lowering.partition(&head)?;
+            }
             if let (Some(&p), Some(&at)) = (partition_of.get(&o), place.get(&o))
                 && own != Some(p)
                 && at >= lowered[p]

@@ -7,6 +7,7 @@ use crate::{
     BufferRole, ExternalCall, Kernel, KernelError, Program, Result, ScalarType, SlotId, SlotSource,
     SlotView, Step,
 };
+use std::time::{Duration, Instant};
 use tessera_tensor::op::ViewOp;
 use tessera_tensor::{DType, Layout, Op, Tensor};
 
@@ -187,6 +188,22 @@ pub fn run_program(
     executor: &dyn KernelExecutor,
     inputs: &[Tensor],
 ) -> Result<Vec<Tensor>> {
+    run_program_timed(program, env, executor, inputs, None)
+}
+
+/// Called after each step of a timed run with the step's index in [`Program::steps`], how
+/// long it took and the step's output tensors.
+pub type StepTimer<'a> = &'a mut dyn FnMut(usize, Duration, &[&Tensor]);
+
+/// [`run_program`], calling `timer` after each step (what a profiler records). Without a
+/// timer it reads no clock.
+pub fn run_program_timed(
+    program: &Program,
+    env: &dyn Environment,
+    executor: &dyn KernelExecutor,
+    inputs: &[Tensor],
+    mut timer: Option<StepTimer<'_>>,
+) -> Result<Vec<Tensor>> {
     let expected = program.input_count();
     if inputs.len() != expected {
         return Err(KernelError::InputCount {
@@ -244,6 +261,7 @@ pub fn run_program(
         slots[i] = Some(tensor);
     }
     for (index, step) in program.steps.iter().enumerate() {
+        let started = timer.is_some().then(Instant::now);
         let read: Vec<SlotId> = match step {
             Step::Kernel {
                 kernel,
@@ -296,6 +314,15 @@ pub fn run_program(
                 inputs.iter().map(|v| v.slot).collect()
             }
         };
+        if let (Some(timer), Some(started)) = (timer.as_mut(), started) {
+            let elapsed = started.elapsed();
+            let written = step_outputs(step);
+            let outputs: Vec<&Tensor> = written
+                .iter()
+                .filter_map(|s| slots[s.index()].as_ref())
+                .collect();
+            timer(index, elapsed, &outputs);
+        }
         for s in read {
             uses[s.index()] -= 1;
             if uses[s.index()] == 0 {
@@ -308,6 +335,13 @@ pub fn run_program(
         .iter()
         .map(|v| materialize(&slots, v, program.steps.len()))
         .collect()
+}
+
+/// The slots a step writes.
+fn step_outputs(step: &Step) -> &[SlotId] {
+    match step {
+        Step::Kernel { outputs, .. } | Step::External { outputs, .. } => outputs,
+    }
 }
 
 /// Runs one kernel step: checks its inputs against the layouts it was compiled for (packing

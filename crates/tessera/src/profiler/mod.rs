@@ -1,10 +1,12 @@
-//! The profiler (PyTorch's `torch.profiler`): per node of a graph run and per module call of
-//! an eager run, the wall time, the bytes the outputs hold and the FLOPs, mapped back to module
-//! paths; a table sorted by self time and a Chrome trace that opens in Perfetto.
+//! The profiler (PyTorch's `torch.profiler`): per node of a graph run, per step of a compiled
+//! run (a generated kernel or a node run eagerly) and per module call of an eager run, the
+//! wall time, the bytes the outputs hold and the FLOPs, mapped back to module paths; a table
+//! sorted by self time and a Chrome trace that opens in Perfetto.
 //!
 //! Nothing is recorded, and nothing costs anything, unless a run goes through a [`Profiler`]:
-//! graph runs use a profiling interpreter of their own and eager runs install global module
-//! hooks only for the duration of [`Profiler::profile_module`].
+//! graph runs use a profiling interpreter of their own, compiled runs read the clock between
+//! steps only when profiled, and eager runs install global module hooks only for the duration
+//! of [`Profiler::profile_module`].
 //!
 //! ```
 //! use tessera::nn::models::SmallCnn;
@@ -22,6 +24,7 @@
 //! ```
 
 mod chrome_trace;
+mod compiled_run;
 mod graph_run;
 mod module_calls;
 mod table;

@@ -1,9 +1,10 @@
-//! `tessera profile FILE -o trace.json`: one profiled run of a graph artifact: the table of
-//! time per op sorted by self time, and a Chrome trace for Perfetto.
+//! `tessera profile FILE -o trace.json`: profiled runs of a graph artifact, interpreted or
+//! compiled: the table of time per op or kernel sorted by self time, and a Chrome trace for
+//! Perfetto.
 
 use crate::failure::{Failure, Result};
 use crate::inputs::parse_shape;
-use crate::run::prepare;
+use crate::run::{Backend, Runner, prepare};
 use std::path::PathBuf;
 use tessera::nn::layers::Identity;
 use tessera::profiler::Profiler;
@@ -19,6 +20,10 @@ pub struct Args {
     /// Profiled runs (after one untimed warm-up run).
     #[arg(long, default_value_t = 1)]
     runs: usize,
+    /// `interp`: one event per node of the reference interpreter; `cpu`: one event per step of
+    /// the compiled program (a generated kernel, or a node run by its eager kernel).
+    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    backend: Backend,
     /// Write the Chrome trace JSON here (open it in https://ui.perfetto.dev).
     #[arg(short, long)]
     output: Option<PathBuf>,
@@ -28,9 +33,16 @@ pub fn run(args: &Args) -> Result<()> {
     let (traced, inputs) = prepare(&args.file, None, &args.input_shape, 0)?;
     let root = Identity::new();
     let profiler = Profiler::new();
-    let run_once = |p: &Profiler| {
-        p.profile_graph(&traced, &root, &inputs)
-            .map_err(|e| Failure::failed("running the graph", e))
+    let runner = Runner::new(&traced, &inputs, args.backend)?;
+    let run_once = |p: &Profiler| match &runner {
+        Runner::Interp(traced) => p
+            .profile_graph(traced, &root, &inputs)
+            .map(drop)
+            .map_err(|e| Failure::failed("running the graph", e)),
+        Runner::Compiled(compiled) => p
+            .profile_compiled(compiled, &inputs)
+            .map(drop)
+            .map_err(|e| Failure::failed("running the compiled graph", e)),
     };
     run_once(&profiler)?;
     profiler.clear();
