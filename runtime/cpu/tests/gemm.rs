@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{Builder, Link, check_backends, kernels_text, lowered, snapshots, try_eager};
+use common::{
+    Builder, Link, check_backends, kernels_text, lowered, one_kernel_agreeing, snapshots, try_eager,
+};
 use proptest::prelude::*;
 use tessera_fx::Graph;
 use tessera_kernel::lower;
@@ -93,16 +95,9 @@ fn linear_bias_relu_is_one_kernel_calling_the_gemm() {
         true,
         &[Link::Unary(UnaryOp::Relu)],
     );
-    let program = lowered(&graph, &inputs);
+    let program = one_kernel_agreeing(&graph, &inputs, 1e-5);
     assert!(program.fallbacks.is_empty(), "{program}");
-    assert_eq!(program.kernels().count(), 1, "{program}");
     assert!(program.kernels().next().unwrap().gemm.is_some());
-    check_backends(
-        &program,
-        &inputs,
-        &try_eager(&graph, &inputs).unwrap(),
-        1e-5,
-    );
     snapshots().bind(|| insta::assert_snapshot!("compile_gemm_epilogue", kernels_text(&program)));
 }
 
@@ -125,12 +120,5 @@ fn linear_epilogue_over_several_row_blocks_agrees() {
         true,
         &[Link::Unary(UnaryOp::Tanh)],
     );
-    let program = lowered(&graph, &inputs);
-    assert_eq!(program.kernels().count(), 1, "{program}");
-    check_backends(
-        &program,
-        &inputs,
-        &try_eager(&graph, &inputs).unwrap(),
-        1e-5,
-    );
+    one_kernel_agreeing(&graph, &inputs, 1e-5);
 }

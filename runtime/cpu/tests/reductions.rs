@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{Builder, Link, check_backends, kernels_text, lowered, snapshots, try_eager};
+use common::{
+    Builder, Link, check_backends, kernels_text, lowered, one_kernel_agreeing, snapshots, try_eager,
+};
 use proptest::prelude::*;
 use tessera_fx::{Graph, NodeId};
 use tessera_kernel::{Interpreter, NoEnvironment, lower, run_program};
@@ -220,18 +222,11 @@ fn softmax_with_prologue_and_epilogue_is_one_vectorised_kernel() {
         false,
         &[Link::Scalar(BinaryOp::Add, 1.0, false)],
     );
-    let program = lowered(&graph, &inputs);
+    let program = one_kernel_agreeing(&graph, &inputs, 1e-6);
     assert!(program.fallbacks.is_empty(), "{program}");
-    assert_eq!(program.kernels().count(), 1, "{program}");
     let kernel = program.kernels().next().unwrap();
     assert_eq!(kernel.schedule.vector_width, 4, "{program}");
     assert_eq!(tessera_kernel::Stages::of(kernel).sweeps, 3, "{program}");
-    check_backends(
-        &program,
-        &inputs,
-        &try_eager(&graph, &inputs).unwrap(),
-        1e-6,
-    );
 }
 
 #[test]
@@ -245,14 +240,7 @@ fn layer_norm_then_relu_is_one_kernel_with_its_statistics_broadcast() {
         false,
         &[Link::Unary(UnaryOp::Relu)],
     );
-    let program = lowered(&graph, &inputs);
-    assert_eq!(program.kernels().count(), 1, "{program}");
-    check_backends(
-        &program,
-        &inputs,
-        &try_eager(&graph, &inputs).unwrap(),
-        1e-5,
-    );
+    let program = one_kernel_agreeing(&graph, &inputs, 1e-5);
     snapshots()
         .bind(|| insta::assert_snapshot!("compile_reduction_epilogue", kernels_text(&program)));
 }
@@ -268,14 +256,7 @@ fn sum_over_a_leading_dim_runs_as_scalar_code_and_agrees() {
         false,
         &[],
     );
-    let program = lowered(&graph, &inputs);
-    assert_eq!(program.kernels().count(), 1, "{program}");
-    check_backends(
-        &program,
-        &inputs,
-        &try_eager(&graph, &inputs).unwrap(),
-        1e-5,
-    );
+    one_kernel_agreeing(&graph, &inputs, 1e-5);
 }
 
 #[test]

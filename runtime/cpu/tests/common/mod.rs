@@ -72,6 +72,15 @@ pub fn check_backends(program: &Program, inputs: &[Tensor], expected: &[Tensor],
     }
 }
 
+/// `graph` lowered to exactly one kernel, whose interpreted and compiled results agree with
+/// eager execution within `tol`; the program, for further checks.
+pub fn one_kernel_agreeing(graph: &Graph, inputs: &[Tensor], tol: f64) -> Program {
+    let program = lowered(graph, inputs);
+    assert_eq!(program.kernels().count(), 1, "{program}");
+    check_backends(&program, inputs, &eager(graph, inputs), tol);
+    program
+}
+
 /// Exact agreement up to a relative `1e-6` (elementwise kernels round as eager ones do).
 pub fn assert_close(what: &str, expected: &Tensor, got: &Tensor, program: &Program) {
     assert_within(what, expected, got, 1e-6, program);
