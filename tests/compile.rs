@@ -102,13 +102,7 @@ fn elementwise_module_compiles_to_kernels_only() {
         .call_function(Op::Unary(UnaryOp::Gelu { tanh: false }), &[&s])
         .unwrap();
     g.output(&[&y]).unwrap();
-    let gm = GraphModule::new(
-        Arc::new(tessera::nn::Sequential::new()),
-        tessera::fx::trace::TracedGraph {
-            graph: g,
-            attributes: Default::default(),
-        },
-    );
+    let gm = GraphModule::from_graph(g);
     let inputs = [
         Tensor::randn(&[4, 33], DType::F32).unwrap(),
         Tensor::randn(&[33], DType::F32).unwrap(),
@@ -155,13 +149,7 @@ fn attention_like_block_compiles_norms_softmax_and_gemm_epilogues_to_kernels() {
         .call_function(Op::Softmax { dim: 1, log: false }, &[&h])
         .unwrap();
     g.output(&[&p]).unwrap();
-    let gm = GraphModule::new(
-        Arc::new(tessera::nn::Sequential::new()),
-        tessera::fx::trace::TracedGraph {
-            graph: g,
-            attributes: Default::default(),
-        },
-    );
+    let gm = GraphModule::from_graph(g);
     let inputs = [
         Tensor::randn(&[4, 16], DType::F32).unwrap(),
         Tensor::randn(&[8, 16], DType::F32).unwrap(),

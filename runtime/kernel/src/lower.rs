@@ -554,14 +554,8 @@ impl Lowering<'_> {
             Ok(()) => Ok(()),
             Err(reason) => {
                 for id in members {
-                    let op = match &self
-                        .graph
-                        .node(id)
-                        .map_err(|e| graph_error(self.graph, id, e))?
-                        .kind
-                    {
-                        NodeKind::CallFunction { op } => op.clone(),
-                        _ => continue,
+                    let Some(op) = self.op_of(id)? else {
+                        continue;
                     };
                     let why = format!("not generated: {reason}");
                     self.external(id, ExternalCall::Op(op), Some(why))?;
@@ -635,14 +629,8 @@ impl Lowering<'_> {
                 };
                 operands.push(b.push(ty, crate::Expr::Load { buffer, index }));
             }
-            let op = match &self
-                .graph
-                .node(id)
-                .map_err(|e| graph_error(self.graph, id, e))?
-                .kind
-            {
-                NodeKind::CallFunction { op } => op.clone(),
-                _ => return Ok(Err("not an op".into())),
+            let Some(op) = self.op_of(id)? else {
+                return Ok(Err("not an op".into()));
             };
             match lower_elementwise(&op, &mut b, &operands, out_ty) {
                 Ok(v) => {
