@@ -1,5 +1,6 @@
 //! `op_identity!`, which writes in one line the methods of `OpDef` that say how an op is
-//! known: its printed name, how its attributes print and its kind.
+//! known: its printed name, how its attributes print and its kind; and `variant_names!`, the
+//! printed name of each variant of an op family.
 
 /// Writes `OpDef::name` (when given as a literal), `OpDef::attributes` and `OpDef::kind`.
 /// Attributes print as `none` (the name says everything), `fields` (a struct's serde form)
@@ -28,5 +29,19 @@ macro_rules! op_identity {
     };
     (@attributes $self:ident, variant) => {
         super::text::variant_attributes($self)
+    };
+}
+
+/// Writes `op_name`, the printed name of each variant of an op family (whatever its fields).
+macro_rules! variant_names {
+    ($family:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $family {
+            /// The op's printed name.
+            pub(crate) fn op_name(&self) -> &'static str {
+                match self {
+                    $($family::$variant { .. } => $name,)+
+                }
+            }
+        }
     };
 }

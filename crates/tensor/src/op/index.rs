@@ -26,18 +26,14 @@ pub enum IndexOp {
     OneHot { num_classes: usize },
 }
 
-impl IndexOp {
-    fn op_name(&self) -> &'static str {
-        match self {
-            IndexOp::Cat { .. } => "cat",
-            IndexOp::IndexSelect { .. } => "index_select",
-            IndexOp::IndexAdd { .. } => "index_add",
-            IndexOp::Gather { .. } => "gather",
-            IndexOp::ScatterAdd { .. } => "scatter_add",
-            IndexOp::OneHot { .. } => "one_hot",
-        }
-    }
-}
+variant_names!(IndexOp {
+    Cat => "cat",
+    IndexSelect => "index_select",
+    IndexAdd => "index_add",
+    Gather => "gather",
+    ScatterAdd => "scatter_add",
+    OneHot => "one_hot",
+});
 
 /// True for a 1-D tensor of size 0, which `cat` skips whatever the other inputs' shapes.
 fn is_legacy_empty(shape: &[usize]) -> bool {

@@ -277,18 +277,19 @@ fn softplus<T: Float>(v: T) -> T {
     v.max(T::zero()) + (-v.abs()).exp().ln_1p()
 }
 
+variant_names!(LossOp {
+    Mse => "mse_loss",
+    L1 => "l1_loss",
+    Nll => "nll_loss",
+    BceWithLogits => "binary_cross_entropy_with_logits",
+    Bce => "binary_cross_entropy",
+});
+
 impl OpDef for LossOp {
     op_identity!(attributes: variant, kind: Loss);
 
     fn name(&self) -> String {
-        match self {
-            LossOp::Mse { .. } => "mse_loss",
-            LossOp::L1 { .. } => "l1_loss",
-            LossOp::Nll { .. } => "nll_loss",
-            LossOp::BceWithLogits { .. } => "binary_cross_entropy_with_logits",
-            LossOp::Bce { .. } => "binary_cross_entropy",
-        }
-        .into()
+        self.op_name().into()
     }
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {

@@ -319,18 +319,19 @@ fn moments<'a, T: Float>(
     (mean, squares / n as f64)
 }
 
+variant_names!(NormOp {
+    BatchNorm => "batch_norm",
+    LayerNorm => "layer_norm",
+    GroupNorm => "group_norm",
+    InstanceNorm => "instance_norm",
+    RmsNorm => "rms_norm",
+});
+
 impl OpDef for NormOp {
     op_identity!(attributes: variant, kind: Normalization);
 
     fn name(&self) -> String {
-        match self {
-            NormOp::BatchNorm { .. } => "batch_norm",
-            NormOp::LayerNorm { .. } => "layer_norm",
-            NormOp::GroupNorm { .. } => "group_norm",
-            NormOp::InstanceNorm { .. } => "instance_norm",
-            NormOp::RmsNorm { .. } => "rms_norm",
-        }
-        .into()
+        self.op_name().into()
     }
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {

@@ -316,21 +316,22 @@ fn expect_grad_plane(op: &str, grad_out: &[usize], plane: [usize; 2]) -> Result<
     Ok(())
 }
 
+variant_names!(PoolOp {
+    MaxPool2d => "max_pool2d_with_indices",
+    MaxPool2dValues => "max_pool2d",
+    MaxPool2dBackward => "max_pool2d_backward",
+    AvgPool2d => "avg_pool2d",
+    AvgPool2dBackward => "avg_pool2d_backward",
+    AdaptiveAvgPool2d => "adaptive_avg_pool2d",
+    AdaptiveAvgPool2dBackward => "adaptive_avg_pool2d_backward",
+    AdaptiveMaxPool2d => "adaptive_max_pool2d",
+});
+
 impl OpDef for PoolOp {
     op_identity!(attributes: variant, kind: Pooling);
 
     fn name(&self) -> String {
-        match self {
-            PoolOp::MaxPool2d(_) => "max_pool2d_with_indices",
-            PoolOp::MaxPool2dValues(_) => "max_pool2d",
-            PoolOp::MaxPool2dBackward { .. } => "max_pool2d_backward",
-            PoolOp::AvgPool2d { .. } => "avg_pool2d",
-            PoolOp::AvgPool2dBackward { .. } => "avg_pool2d_backward",
-            PoolOp::AdaptiveAvgPool2d { .. } => "adaptive_avg_pool2d",
-            PoolOp::AdaptiveAvgPool2dBackward { .. } => "adaptive_avg_pool2d_backward",
-            PoolOp::AdaptiveMaxPool2d { .. } => "adaptive_max_pool2d",
-        }
-        .into()
+        self.op_name().into()
     }
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
