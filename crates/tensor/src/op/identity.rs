@@ -2,7 +2,8 @@
 //! known: its printed name, how its attributes print and its kind; and `variant_names!`, the
 //! printed name of each variant of an op family.
 
-/// Writes `OpDef::name` (when given as a literal), `OpDef::attributes` and `OpDef::kind`.
+/// Writes `OpDef::name` (when given as a literal, or as `op_name` for a family whose
+/// `variant_names!` list names it), `OpDef::attributes` and `OpDef::kind`.
 /// Attributes print as `none` (the name says everything), `fields` (a struct's serde form)
 /// or `variant` (the fields of an enum family's variant).
 macro_rules! op_identity {
@@ -12,6 +13,12 @@ macro_rules! op_identity {
         }
         op_identity!(attributes: $form, kind: $kind);
 
+    };
+    (name: op_name, attributes: $form:ident, kind: $kind:ident) => {
+        fn name(&self) -> String {
+            self.op_name().into()
+        }
+        op_identity!(attributes: $form, kind: $kind);
     };
     (attributes: $form:ident, kind: $kind:ident) => {
         fn attributes(&self) -> Option<String> {

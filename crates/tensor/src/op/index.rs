@@ -354,11 +354,7 @@ fn scatter_offsets(
 }
 
 impl OpDef for IndexOp {
-    op_identity!(attributes: variant, kind: Indexing);
-
-    fn name(&self) -> String {
-        self.op_name().into()
-    }
+    op_identity!(name: op_name, attributes: variant, kind: Indexing);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         let op = self.op_name();

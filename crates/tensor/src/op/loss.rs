@@ -286,11 +286,7 @@ variant_names!(LossOp {
 });
 
 impl OpDef for LossOp {
-    op_identity!(attributes: variant, kind: Loss);
-
-    fn name(&self) -> String {
-        self.op_name().into()
-    }
+    op_identity!(name: op_name, attributes: variant, kind: Loss);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         let name = self.name();

@@ -328,11 +328,7 @@ variant_names!(NormOp {
 });
 
 impl OpDef for NormOp {
-    op_identity!(attributes: variant, kind: Normalization);
-
-    fn name(&self) -> String {
-        self.op_name().into()
-    }
+    op_identity!(name: op_name, attributes: variant, kind: Normalization);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         let name = self.name();

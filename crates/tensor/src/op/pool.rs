@@ -328,11 +328,7 @@ variant_names!(PoolOp {
 });
 
 impl OpDef for PoolOp {
-    op_identity!(attributes: variant, kind: Pooling);
-
-    fn name(&self) -> String {
-        self.op_name().into()
-    }
+    op_identity!(name: op_name, attributes: variant, kind: Pooling);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         let shape = self.output_shape(inputs)?;

@@ -179,11 +179,7 @@ impl QuantOp {
 }
 
 impl OpDef for QuantOp {
-    op_identity!(attributes: variant, kind: Quantized);
-
-    fn name(&self) -> String {
-        self.op_name().into()
-    }
+    op_identity!(name: op_name, attributes: variant, kind: Quantized);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
         let op = self.op_name();
