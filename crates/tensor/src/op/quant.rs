@@ -162,6 +162,21 @@ fn check_weight_inputs(op: &str, inputs: &[TensorMeta], bias: bool) -> Result<us
     Ok(out)
 }
 
+/// The inputs of a static int8 op: weights as [`check_weight_inputs`], a u8 input, and the
+/// input's and output's u8 quantization parameters.
+fn check_static_inputs(
+    op: &str,
+    inputs: &[TensorMeta],
+    bias: bool,
+    (x_scale, x_zero_point): (f64, i64),
+    (out_scale, out_zero_point): (f64, i64),
+) -> Result<()> {
+    check_weight_inputs(op, inputs, bias)?;
+    expect_dtype(op, "input", &inputs[0], &[DType::U8])?;
+    check_qparams(op, x_scale, x_zero_point, DType::U8)?;
+    check_qparams(op, out_scale, out_zero_point, DType::U8)
+}
+
 impl QuantOp {
     fn op_name(&self) -> &'static str {
         match self {
@@ -228,10 +243,13 @@ impl OpDef for QuantOp {
                 bias,
                 ..
             } => {
-                check_weight_inputs(op, inputs, *bias)?;
-                expect_dtype(op, "input", &inputs[0], &[DType::U8])?;
-                check_qparams(op, *x_scale, *x_zero_point, DType::U8)?;
-                check_qparams(op, *out_scale, *out_zero_point, DType::U8)?;
+                check_static_inputs(
+                    op,
+                    inputs,
+                    *bias,
+                    (*x_scale, *x_zero_point),
+                    (*out_scale, *out_zero_point),
+                )?;
                 TensorMeta::new(linear_output(op, &inputs[0], &inputs[1])?, DType::U8)
             }
             QuantOp::Conv2d {
@@ -243,10 +261,13 @@ impl OpDef for QuantOp {
                 bias,
                 ..
             } => {
-                check_weight_inputs(op, inputs, *bias)?;
-                expect_dtype(op, "input", &inputs[0], &[DType::U8])?;
-                check_qparams(op, *x_scale, *x_zero_point, DType::U8)?;
-                check_qparams(op, *out_scale, *out_zero_point, DType::U8)?;
+                check_static_inputs(
+                    op,
+                    inputs,
+                    *bias,
+                    (*x_scale, *x_zero_point),
+                    (*out_scale, *out_zero_point),
+                )?;
                 let g = conv::geometry(op, params, &inputs[0].shape, &inputs[1].shape)?;
                 TensorMeta::new(g.output_shape(), DType::U8)
             }
