@@ -198,38 +198,39 @@ fn adaptive_max_pool2d_with_overlapping_bins_matches_pytorch() {
 fn upsample_and_pixel_shuffle_match_pytorch() {
     let case = Case::load("q_layers_misc");
     use InterpolateMode::{Bilinear, Nearest};
-    run_unary(
-        &case,
-        "upsample_nearest",
-        &Upsample::with_scale_factor(2.0, Nearest),
-    );
-    run_unary(
-        &case,
-        "upsample_nearest_size",
-        &Upsample::with_size((5, 7), Nearest),
-    );
-    run_unary(
-        &case,
-        "upsample_nearest_sf1p7",
-        &Upsample::with_scale_factor(1.7, Nearest),
-    );
-    run_unary(
-        &case,
-        "upsample_bilinear",
-        &Upsample::with_scale_factor(2.0, Bilinear),
-    );
-    let corners = Upsample::with_scale_factor(2.0, Bilinear).align_corners(true);
-    run_unary(&case, "upsample_bilinear_ac", &corners);
-    run_unary(
-        &case,
-        "upsample_bilinear_size",
-        &Upsample::with_size((5, 7), Bilinear),
-    );
-    run_unary(
-        &case,
-        "upsample_bilinear_sf1p7",
-        &Upsample::with_scale_factor(1.7, Bilinear),
-    );
+    let upsamples = [
+        (
+            "upsample_nearest",
+            Upsample::with_scale_factor(2.0, Nearest),
+        ),
+        (
+            "upsample_nearest_size",
+            Upsample::with_size((5, 7), Nearest),
+        ),
+        (
+            "upsample_nearest_sf1p7",
+            Upsample::with_scale_factor(1.7, Nearest),
+        ),
+        (
+            "upsample_bilinear",
+            Upsample::with_scale_factor(2.0, Bilinear),
+        ),
+        (
+            "upsample_bilinear_ac",
+            Upsample::with_scale_factor(2.0, Bilinear).align_corners(true),
+        ),
+        (
+            "upsample_bilinear_size",
+            Upsample::with_size((5, 7), Bilinear),
+        ),
+        (
+            "upsample_bilinear_sf1p7",
+            Upsample::with_scale_factor(1.7, Bilinear),
+        ),
+    ];
+    for (name, upsample) in &upsamples {
+        run_unary(&case, name, upsample);
+    }
     run_unary(&case, "pixel_shuffle", &PixelShuffle::new(2));
 }
 

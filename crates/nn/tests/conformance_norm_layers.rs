@@ -70,18 +70,8 @@ fn instance_norm_reprs_and_state_dict_keys_match_pytorch() {
     for (name, spec) in case.json["modules"].as_object().unwrap() {
         let layer = layer_by_name(&model, name);
         assert_eq!(layer.repr(), spec["repr"].as_str().unwrap(), "{name}");
-        let keys: Vec<String> = layer
-            .state_dict()
-            .unwrap()
-            .keys()
-            .map(String::from)
-            .collect();
-        let expected: Vec<String> = spec["state_dict_keys"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|k| k.as_str().unwrap().to_string())
-            .collect();
+        let keys = common::state_dict_keys(layer);
+        let expected = common::json_strings(&spec["state_dict_keys"]);
         assert_eq!(keys, expected, "{name}");
     }
 }

@@ -9,6 +9,7 @@ use tessera_tensor::op::quant::{
 };
 use tessera_tensor::op::{ConvParams, QuantOp};
 use tessera_tensor::{DType, Generator, Op, Tensor, TensorError};
+use tessera_testkit::rounding_bound;
 
 fn f32s(values: &[f32], shape: &[usize]) -> Tensor {
     Tensor::from_vec(values.to_vec(), shape).unwrap()
@@ -182,15 +183,6 @@ fn int8_gemm_refuses_short_operands() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("gemm_u8i8"), "{err}");
-}
-
-/// `sum_k (|x| * w_step / 2 + |w| * x_step / 2 + x_step * w_step / 4)`: the largest error of
-/// one output when x and w are each rounded to the nearest step (no clamping).
-fn rounding_bound(x: &[f32], w: &[f32], x_step: f32, w_step: f32) -> f32 {
-    x.iter()
-        .zip(w)
-        .map(|(x, w)| x.abs() * w_step / 2.0 + w.abs() * x_step / 2.0 + x_step * w_step / 4.0)
-        .sum()
 }
 
 #[test]

@@ -2,9 +2,11 @@
 //! tensors with tolerances.
 
 mod formula;
+mod rounding;
 mod subcase;
 
 pub use formula::{formula_tensor, pseudo_random};
+pub use rounding::rounding_bound;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
