@@ -256,14 +256,7 @@ fn static_linear_and_conv_agree_with_float_on_the_dequantized_values_within_a_st
         let float = if relu { float.relu().unwrap() } else { float };
         let expected = quantize_per_tensor(&float, outp, DType::U8).unwrap();
         assert_eq!(y.shape(), expected.shape());
-        for (a, e) in y
-            .to_vec::<u8>()
-            .unwrap()
-            .iter()
-            .zip(expected.to_vec::<u8>().unwrap())
-        {
-            assert!(a.abs_diff(e) <= 1, "relu={relu}: {a} vs {e}");
-        }
+        assert_within_one_step(&y, &expected, &format!("relu={relu}"));
     }
     // The linear on the same kind of values.
     let x = quantize_per_tensor(&randn(&[5, 20], 13), xp, DType::U8).unwrap();
@@ -286,13 +279,15 @@ fn static_linear_and_conv_agree_with_float_on_the_dequantized_values_within_a_st
         .relu()
         .unwrap();
     let expected = quantize_per_tensor(&float, outp, DType::U8).unwrap();
-    for (a, e) in y
-        .to_vec::<u8>()
-        .unwrap()
-        .iter()
-        .zip(expected.to_vec::<u8>().unwrap())
-    {
-        assert!(a.abs_diff(e) <= 1, "{a} vs {e}");
+    assert_within_one_step(&y, &expected, "linear");
+}
+
+/// Asserts each u8 of `actual` is within one quantisation step of `expected`'s (rounding may
+/// land either side); `what` names the case.
+fn assert_within_one_step(actual: &Tensor, expected: &Tensor, what: &str) {
+    let expected = expected.to_vec::<u8>().unwrap();
+    for (a, e) in actual.to_vec::<u8>().unwrap().iter().zip(expected) {
+        assert!(a.abs_diff(e) <= 1, "{what}: {a} vs {e}");
     }
 }
 
