@@ -8,6 +8,7 @@ use tessera_fx::{Graph, Result};
 use tessera_nn::ModuleKind;
 use tessera_tensor::op::*;
 use tessera_tensor::{DType, Op};
+use tessera_testkit::every_reduce_kind;
 
 fn assert_text_round_trip(g: &Graph) -> Result<()> {
     let text = g.to_text()?;
@@ -70,19 +71,7 @@ fn every_op() -> Vec<Op> {
     for c in CompareOp::EVERY {
         ops.push(Op::Compare(c));
     }
-    for kind in [
-        ReduceKind::Sum,
-        ReduceKind::Mean,
-        ReduceKind::Amax,
-        ReduceKind::Amin,
-        ReduceKind::Var { correction: 1 },
-        ReduceKind::Std { correction: 0 },
-        ReduceKind::LogSumExp,
-        ReduceKind::ArgMax,
-        ReduceKind::ArgMin,
-        ReduceKind::MaxWithIndices,
-        ReduceKind::MinWithIndices,
-    ] {
+    for kind in every_reduce_kind() {
         ops.push(Op::Reduce(ReduceOp {
             kind,
             dims: vec![0, 2],

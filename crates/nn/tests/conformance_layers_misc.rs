@@ -11,7 +11,7 @@ use tessera_nn::layers::{
     Hardswish, HuberLoss, KLDivLoss, MaxPool1d, MaxPool1dOptions, Mish, PReLU, PixelShuffle,
     RMSNorm, RMSNormOptions, ReLU6, SmoothL1Loss, Softplus, Upsample,
 };
-use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, load_pt_state_dict};
+use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt};
 use tessera_tensor::Tensor;
 use tessera_tensor::functional::InterpolateMode;
 use tessera_tensor::functional::{EmbeddingBagMode, KlDivReduction, Reduction};
@@ -69,14 +69,7 @@ fn holder() -> Holder {
         rmsnorm: RMSNorm::new(&[6]).unwrap(),
         rmsnorm_2d: RMSNorm::with_options(&[3, 6], RMSNormOptions::default().eps(1e-5)).unwrap(),
     };
-    let dir = common::conformance_dir().join("q_layers_misc");
-    let state = load_pt_state_dict(dir.join("state_dict.pt")).unwrap();
-    assert!(
-        model
-            .load_state_dict(&state, true, false)
-            .unwrap()
-            .is_empty()
-    );
+    common::load_strict(&Case::load("q_layers_misc"), &model);
     model
 }
 
@@ -84,19 +77,7 @@ fn holder() -> Holder {
 fn the_holder_loads_the_whole_state_dict_strictly_with_pytorchs_keys() {
     let case = Case::load("q_layers_misc");
     let model = holder();
-    let keys: Vec<String> = model
-        .state_dict()
-        .unwrap()
-        .keys()
-        .map(String::from)
-        .collect();
-    let expected: Vec<String> = case.json["state_dict_keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(keys, expected);
+    common::check_state_dict_keys(&case, &model);
     for (name, child) in model.named_children() {
         check_repr(&case, &name, child);
     }
@@ -113,11 +94,7 @@ fn run_unary<M: Forward<Output = Tensor>>(case: &Case, name: &str, layer: &M) {
     check_repr(case, name, layer);
     let input = case.input(name, "input");
     let output = layer.call(input.clone()).unwrap();
-    let params: Vec<(String, Tensor)> = layer
-        .named_parameters()
-        .into_iter()
-        .map(|(n, p)| (n, p.tensor().clone()))
-        .collect();
+    let params = common::params_of(layer);
     case.check_subcase(name, &[("output", output)], &[("input", input)], &params);
 }
 
@@ -221,38 +198,39 @@ fn adaptive_max_pool2d_with_overlapping_bins_matches_pytorch() {
 fn upsample_and_pixel_shuffle_match_pytorch() {
     let case = Case::load("q_layers_misc");
     use InterpolateMode::{Bilinear, Nearest};
-    run_unary(
-        &case,
-        "upsample_nearest",
-        &Upsample::with_scale_factor(2.0, Nearest),
-    );
-    run_unary(
-        &case,
-        "upsample_nearest_size",
-        &Upsample::with_size((5, 7), Nearest),
-    );
-    run_unary(
-        &case,
-        "upsample_nearest_sf1p7",
-        &Upsample::with_scale_factor(1.7, Nearest),
-    );
-    run_unary(
-        &case,
-        "upsample_bilinear",
-        &Upsample::with_scale_factor(2.0, Bilinear),
-    );
-    let corners = Upsample::with_scale_factor(2.0, Bilinear).align_corners(true);
-    run_unary(&case, "upsample_bilinear_ac", &corners);
-    run_unary(
-        &case,
-        "upsample_bilinear_size",
-        &Upsample::with_size((5, 7), Bilinear),
-    );
-    run_unary(
-        &case,
-        "upsample_bilinear_sf1p7",
-        &Upsample::with_scale_factor(1.7, Bilinear),
-    );
+    let upsamples = [
+        (
+            "upsample_nearest",
+            Upsample::with_scale_factor(2.0, Nearest),
+        ),
+        (
+            "upsample_nearest_size",
+            Upsample::with_size((5, 7), Nearest),
+        ),
+        (
+            "upsample_nearest_sf1p7",
+            Upsample::with_scale_factor(1.7, Nearest),
+        ),
+        (
+            "upsample_bilinear",
+            Upsample::with_scale_factor(2.0, Bilinear),
+        ),
+        (
+            "upsample_bilinear_ac",
+            Upsample::with_scale_factor(2.0, Bilinear).align_corners(true),
+        ),
+        (
+            "upsample_bilinear_size",
+            Upsample::with_size((5, 7), Bilinear),
+        ),
+        (
+            "upsample_bilinear_sf1p7",
+            Upsample::with_scale_factor(1.7, Bilinear),
+        ),
+    ];
+    for (name, upsample) in &upsamples {
+        run_unary(&case, name, upsample);
+    }
     run_unary(&case, "pixel_shuffle", &PixelShuffle::new(2));
 }
 

@@ -40,14 +40,7 @@ fn instance_norms(case: &Case) -> InstanceNorms {
         in2d_affine: InstanceNorm2d::with_options(3, InstanceNormOptions::default().affine(true))
             .unwrap(),
     };
-    let dir = common::conformance_dir().join(&case.name);
-    let state = load_pt_state_dict(dir.join("state_dict.pt")).unwrap();
-    assert!(
-        model
-            .load_state_dict(&state, true, false)
-            .unwrap()
-            .is_empty()
-    );
+    common::load_strict(case, &model);
     model
 }
 
@@ -56,11 +49,7 @@ fn run_subcase<M: Forward<Output = Tensor>>(case: &Case, module: &str, variant: 
     let id = format!("{module}/{variant}");
     let input = case.input(&id, "input");
     let output = layer.call(input.clone()).unwrap();
-    let params: Vec<(String, Tensor)> = layer
-        .named_parameters()
-        .into_iter()
-        .map(|(n, p)| (n, p.tensor().clone()))
-        .collect();
+    let params = common::params_of(layer);
     case.check_subcase(&id, &[("output", output)], &[("input", input)], &params);
     for (name, buffer) in layer.named_buffers() {
         let key = format!("{id}/after/{name}");
@@ -81,18 +70,8 @@ fn instance_norm_reprs_and_state_dict_keys_match_pytorch() {
     for (name, spec) in case.json["modules"].as_object().unwrap() {
         let layer = layer_by_name(&model, name);
         assert_eq!(layer.repr(), spec["repr"].as_str().unwrap(), "{name}");
-        let keys: Vec<String> = layer
-            .state_dict()
-            .unwrap()
-            .keys()
-            .map(String::from)
-            .collect();
-        let expected: Vec<String> = spec["state_dict_keys"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|k| k.as_str().unwrap().to_string())
-            .collect();
+        let keys = common::state_dict_keys(layer);
+        let expected = common::json_strings(&spec["state_dict_keys"]);
         assert_eq!(keys, expected, "{name}");
     }
 }

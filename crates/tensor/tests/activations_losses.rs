@@ -5,16 +5,12 @@
 
 mod common;
 
-use common::tensor;
+use common::{UnaryMethod, check, check_unary_methods, tensor};
 use tessera_tensor::functional::{
     KlDivReduction, Reduction, binary_cross_entropy, cosine_similarity, huber_loss, kl_div,
     margin_ranking_loss, smooth_l1_loss,
 };
-use tessera_tensor::{DType, GradcheckOptions, Result, Tensor, gradcheck};
-
-fn check(f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) {
-    gradcheck(f, inputs, GradcheckOptions::default()).unwrap();
-}
+use tessera_tensor::{DType, Result, Tensor};
 
 /// An f64 leaf of `values`.
 fn leaf_of(values: &[f64]) -> Tensor {
@@ -31,8 +27,6 @@ fn spread() -> Tensor {
     ])
 }
 
-type UnaryMethod = (&'static str, fn(&Tensor) -> Result<Tensor>);
-
 #[test]
 fn new_activations_match_finite_differences_on_every_piece() {
     let x = spread();
@@ -42,14 +36,7 @@ fn new_activations_match_finite_differences_on_every_piece() {
         ("hardsigmoid", Tensor::hardsigmoid),
         ("mish", Tensor::mish),
     ];
-    for (name, f) in methods {
-        gradcheck(
-            |i| f(&i[0]),
-            std::slice::from_ref(&x),
-            GradcheckOptions::default(),
-        )
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-    }
+    check_unary_methods(&x, &methods);
     check(|i| i[0].elu(0.5), std::slice::from_ref(&x));
     check(|i| i[0].softplus(1.0, 20.0), std::slice::from_ref(&x));
     check(|i| i[0].softplus(2.0, 5.0), std::slice::from_ref(&x));

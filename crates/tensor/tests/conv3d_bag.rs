@@ -3,13 +3,9 @@
 
 mod common;
 
-use common::{leaf, tensor};
+use common::{check, leaf, tensor};
 use tessera_tensor::functional::{EmbeddingBagMode, conv_transpose1d, conv3d, embedding_bag};
-use tessera_tensor::{DType, GradcheckOptions, Result, Tensor, gradcheck};
-
-fn check(f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) {
-    gradcheck(f, inputs, GradcheckOptions::default()).unwrap();
-}
+use tessera_tensor::{DType, Tensor};
 
 #[test]
 fn conv3d_matches_finite_differences_with_depth_padding_stride_and_groups() {

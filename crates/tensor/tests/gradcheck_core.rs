@@ -3,12 +3,8 @@
 
 mod common;
 
-use common::leaf;
+use common::{UnaryMethod, check, check_unary_methods, leaf};
 use tessera_tensor::{DType, GradcheckOptions, Result, Tensor, gradcheck};
-
-fn check(f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) {
-    gradcheck(f, inputs, GradcheckOptions::default()).unwrap();
-}
 
 /// Values kept away from 0 so that log/sqrt/pow and kinks are smooth around them.
 fn positive_leaf(shape: &[usize], seed: u64) -> Tensor {
@@ -25,8 +21,6 @@ fn away_from_zero_leaf(shape: &[usize], seed: u64) -> Tensor {
 }
 
 /// A named tensor method of one operand.
-type UnaryMethod = (&'static str, fn(&Tensor) -> Result<Tensor>);
-
 #[test]
 fn unary_ops_match_finite_differences() {
     let x = away_from_zero_leaf(&[3, 4], 1);
@@ -43,14 +37,7 @@ fn unary_ops_match_finite_differences() {
         ("gelu_tanh", Tensor::gelu_tanh),
         ("silu", Tensor::silu),
     ];
-    for (name, f) in unary {
-        gradcheck(
-            |i| f(&i[0]),
-            std::slice::from_ref(&x),
-            GradcheckOptions::default(),
-        )
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-    }
+    check_unary_methods(&x, &unary);
     check(|i| i[0].leaky_relu(0.2), std::slice::from_ref(&x));
     let p = positive_leaf(&[3, 4], 2);
     check(|i| i[0].log(), std::slice::from_ref(&p));

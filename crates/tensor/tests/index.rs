@@ -3,12 +3,8 @@
 
 mod common;
 
-use common::leaf;
-use tessera_tensor::{DType, GradcheckOptions, Result, Tensor, gradcheck};
-
-fn check(f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) {
-    gradcheck(f, inputs, GradcheckOptions::default()).unwrap();
-}
+use common::{check, leaf};
+use tessera_tensor::{DType, Result, Tensor};
 
 fn f32s(values: &[f32], shape: &[usize]) -> Tensor {
     Tensor::from_slice(values, shape).unwrap()

@@ -3,20 +3,16 @@
 
 mod common;
 
-use common::{Case, assert_close, leaf, tensor};
+use common::{Case, assert_close, check, leaf, tensor};
 use tessera_tensor::functional::{
     CrossEntropyOptions, Reduction, batch_norm, binary_cross_entropy_with_logits, cross_entropy,
     dropout, embedding, group_norm, instance_norm, l1_loss, layer_norm, mse_loss, nll_loss,
     rms_norm,
 };
 use tessera_tensor::op::{NormOp, Op};
-use tessera_tensor::{DType, GradcheckOptions, Result, Tensor, TensorError, gradcheck};
+use tessera_tensor::{DType, Result, Tensor, TensorError};
 
 const REDUCTIONS: [Reduction; 3] = [Reduction::None, Reduction::Mean, Reduction::Sum];
-
-fn check(f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) {
-    gradcheck(f, inputs, GradcheckOptions::default()).unwrap();
-}
 
 fn constant(shape: &[usize], seed: u64) -> Tensor {
     leaf(shape, seed).detach()

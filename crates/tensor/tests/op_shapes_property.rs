@@ -9,9 +9,10 @@ use proptest::test_runner::{Config, TestRunner};
 use std::collections::BTreeSet;
 use tessera_tensor::op::{
     BinaryOp, CompareOp, ConvOp, ConvParams, DropoutOp, EmbeddingOp, IndexOp, LossOp, NormOp,
-    Pool2dParams, PoolOp, QuantOp, ReduceKind, ReduceOp, Reduction, ScalarOp, UnaryOp, ViewOp,
+    Pool2dParams, PoolOp, QuantOp, ReduceOp, Reduction, ScalarOp, UnaryOp, ViewOp,
 };
 use tessera_tensor::{DType, Op, Tensor, TensorMeta};
+use tessera_testkit::every_reduce_kind;
 
 /// Dimensions drawn for shapes and size attributes: mostly small, sometimes empty, huge or
 /// overflowing when multiplied.
@@ -69,19 +70,7 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
     let unary = UnaryOp::EVERY;
     let binary = BinaryOp::EVERY;
     let compare = CompareOp::EVERY;
-    let reduce_kinds = vec![
-        ReduceKind::Sum,
-        ReduceKind::Mean,
-        ReduceKind::Amax,
-        ReduceKind::Amin,
-        ReduceKind::Var { correction: 1 },
-        ReduceKind::Std { correction: 0 },
-        ReduceKind::LogSumExp,
-        ReduceKind::ArgMax,
-        ReduceKind::ArgMin,
-        ReduceKind::MaxWithIndices,
-        ReduceKind::MinWithIndices,
-    ];
+    let reduce_kinds = every_reduce_kind();
     let mut all: Vec<BoxedStrategy<Op>> = Vec::new();
     all.extend(unary.map(|u| Just(Op::Unary(u)).boxed()));
     all.extend(binary.map(|b| Just(Op::Binary(b)).boxed()));

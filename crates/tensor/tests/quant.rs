@@ -9,6 +9,7 @@ use tessera_tensor::op::quant::{
 };
 use tessera_tensor::op::{ConvParams, QuantOp};
 use tessera_tensor::{DType, Generator, Op, Tensor, TensorError};
+use tessera_testkit::rounding_bound;
 
 fn f32s(values: &[f32], shape: &[usize]) -> Tensor {
     Tensor::from_vec(values.to_vec(), shape).unwrap()
@@ -184,15 +185,6 @@ fn int8_gemm_refuses_short_operands() {
     assert!(err.to_string().contains("gemm_u8i8"), "{err}");
 }
 
-/// `sum_k (|x| * w_step / 2 + |w| * x_step / 2 + x_step * w_step / 4)`: the largest error of
-/// one output when x and w are each rounded to the nearest step (no clamping).
-fn rounding_bound(x: &[f32], w: &[f32], x_step: f32, w_step: f32) -> f32 {
-    x.iter()
-        .zip(w)
-        .map(|(x, w)| x.abs() * w_step / 2.0 + w.abs() * x_step / 2.0 + x_step * w_step / 4.0)
-        .sum()
-}
-
 #[test]
 fn dynamic_linear_is_within_the_rounding_bound_of_float() {
     let (m, k, n) = (16, 96, 24);
@@ -264,14 +256,7 @@ fn static_linear_and_conv_agree_with_float_on_the_dequantized_values_within_a_st
         let float = if relu { float.relu().unwrap() } else { float };
         let expected = quantize_per_tensor(&float, outp, DType::U8).unwrap();
         assert_eq!(y.shape(), expected.shape());
-        for (a, e) in y
-            .to_vec::<u8>()
-            .unwrap()
-            .iter()
-            .zip(expected.to_vec::<u8>().unwrap())
-        {
-            assert!(a.abs_diff(e) <= 1, "relu={relu}: {a} vs {e}");
-        }
+        assert_within_one_step(&y, &expected, &format!("relu={relu}"));
     }
     // The linear on the same kind of values.
     let x = quantize_per_tensor(&randn(&[5, 20], 13), xp, DType::U8).unwrap();
@@ -294,13 +279,15 @@ fn static_linear_and_conv_agree_with_float_on_the_dequantized_values_within_a_st
         .relu()
         .unwrap();
     let expected = quantize_per_tensor(&float, outp, DType::U8).unwrap();
-    for (a, e) in y
-        .to_vec::<u8>()
-        .unwrap()
-        .iter()
-        .zip(expected.to_vec::<u8>().unwrap())
-    {
-        assert!(a.abs_diff(e) <= 1, "{a} vs {e}");
+    assert_within_one_step(&y, &expected, "linear");
+}
+
+/// Asserts each u8 of `actual` is within one quantisation step of `expected`'s (rounding may
+/// land either side); `what` names the case.
+fn assert_within_one_step(actual: &Tensor, expected: &Tensor, what: &str) {
+    let expected = expected.to_vec::<u8>().unwrap();
+    for (a, e) in actual.to_vec::<u8>().unwrap().iter().zip(expected) {
+        assert!(a.abs_diff(e) <= 1, "{what}: {a} vs {e}");
     }
 }
 

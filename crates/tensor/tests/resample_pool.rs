@@ -4,16 +4,12 @@
 
 mod common;
 
-use common::{leaf, tensor};
+use common::{check, leaf, tensor};
 use tessera_tensor::functional::{
     InterpolateMode, InterpolateSize, adaptive_max_pool2d, avg_pool1d, interpolate, max_pool1d,
     pixel_shuffle,
 };
-use tessera_tensor::{DType, GradcheckOptions, Result, Tensor, gradcheck};
-
-fn check(f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) {
-    gradcheck(f, inputs, GradcheckOptions::default()).unwrap();
-}
+use tessera_tensor::{DType, Tensor};
 
 #[test]
 fn pooling_1d_and_adaptive_max_match_finite_differences() {

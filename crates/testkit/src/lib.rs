@@ -2,9 +2,13 @@
 //! tensors with tolerances.
 
 mod formula;
+mod reduce_kinds;
+mod rounding;
 mod subcase;
 
 pub use formula::{formula_tensor, pseudo_random};
+pub use reduce_kinds::every_reduce_kind;
+pub use rounding::rounding_bound;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -21,6 +21,7 @@ use tessera_passes::{
 use tessera_tensor::op::UnaryOp;
 use tessera_tensor::op::quant::{dequantize, dynamic_qparams, quantize_per_tensor};
 use tessera_tensor::{DType, Generator, Op, Tensor, TensorMeta};
+use tessera_testkit::rounding_bound;
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn_with(shape, DType::F32, &mut Generator::new(seed)).unwrap()
@@ -112,16 +113,6 @@ fn quantize_dynamic_swaps_every_linear_for_an_owned_int8_module() {
     assert!(agreement >= 0.75, "top-1 agreement {agreement}");
     // The traced model is untouched.
     assert_eq!(model.get_parameter("0.weight").unwrap().dtype(), DType::F32);
-}
-
-/// `sum_k (|x| * w_step / 2 + |w| * x_step / 2 + x_step * w_step / 4)`: the largest error of
-/// one output when x and w are each rounded to their nearest step (nothing clamps: both
-/// ranges come from the values themselves).
-fn rounding_bound(x: &[f32], w: &[f32], x_step: f32, w_step: f32) -> f32 {
-    x.iter()
-        .zip(w)
-        .map(|(x, w)| x.abs() * w_step / 2.0 + w.abs() * x_step / 2.0 + x_step * w_step / 4.0)
-        .sum()
 }
 
 #[test]

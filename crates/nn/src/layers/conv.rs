@@ -1,8 +1,8 @@
 //! Convolution layers: `Conv1d`, `Conv2d` and `ConvTranspose2d` (the gradient of a conv2d
 //! with respect to its input, run through the tensor crate's `ConvOp::BackwardInput`).
 
-use super::linear::reset_weight_and_bias;
-use super::options::{Size2, initialized, optional_parameter, options, parameter};
+use super::conv_layer::conv_layer_methods;
+use super::options::{Size2, options};
 use super::python::py_tuple;
 use crate::{Forward, ModuleCore, NnError, Parameter, Result};
 use tessera_tensor::op::{ConvOp, ConvParams};
@@ -90,6 +90,19 @@ impl ConvConfig {
         Ok(())
     }
 
+    /// The weight's shape: `[out, in / groups, k...]`, or `[in, out / groups, k...]` when
+    /// `transposed`.
+    pub(super) fn weight_shape(&self, transposed: bool) -> Vec<usize> {
+        let (first, second) = if transposed {
+            (self.in_channels, self.out_channels)
+        } else {
+            (self.out_channels, self.in_channels)
+        };
+        let mut shape = vec![first, second / self.groups];
+        shape.extend_from_slice(&self.kernel_size);
+        shape
+    }
+
     /// PyTorch's `_ConvNd.extra_repr`: defaults other than kernel size and stride are omitted.
     pub(super) fn repr(&self, has_bias: bool) -> String {
         let mut s = format!(
@@ -146,52 +159,12 @@ pub struct Conv1d {
     pub bias: Option<Parameter>,
 }
 
-impl Conv1d {
-    pub fn new(in_channels: usize, out_channels: usize, kernel_size: usize) -> Result<Self> {
-        Self::with_options(
-            in_channels,
-            out_channels,
-            kernel_size,
-            Conv1dOptions::default(),
-        )
-    }
-
-    pub fn with_options(
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: usize,
-        options: Conv1dOptions,
-    ) -> Result<Self> {
-        let config = conv1d_config(in_channels, out_channels, kernel_size, &options);
-        config.check("Conv1d")?;
-        let (dtype, device) = (options.dtype, options.device);
-        let shape = [out_channels, in_channels / options.groups, kernel_size];
-        let layer = Conv1d {
-            core: ModuleCore::default(),
-            in_channels,
-            out_channels,
-            kernel_size,
-            weight: parameter(&shape, dtype, device)?,
-            bias: optional_parameter(options.bias, &[out_channels], dtype, device)?,
-            options,
-        };
-        initialized(layer, Conv1d::reset_parameters)
-    }
-
-    pub fn reset_parameters(&self) -> Result<()> {
-        reset_weight_and_bias(&self.weight, self.bias.as_ref())
-    }
-
-    fn repr_args(&self) -> String {
-        conv1d_config(
-            self.in_channels,
-            self.out_channels,
-            self.kernel_size,
-            &self.options,
-        )
-        .repr(self.bias.is_some())
-    }
-}
+conv_layer_methods!(Conv1d {
+    options: Conv1dOptions,
+    kernel: usize => usize = std::convert::identity,
+    config: conv1d_config,
+    transposed: false,
+});
 
 fn conv1d_config(cin: usize, cout: usize, k: usize, o: &Conv1dOptions) -> ConvConfig {
     ConvConfig {
@@ -259,64 +232,23 @@ fn conv2d_config(
     }
 }
 
-impl Conv2d {
-    /// A convolution with a `kernel_size` of one `int` or a `(kH, kW)` pair.
-    pub fn new(
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: impl Into<Size2>,
-    ) -> Result<Self> {
-        Self::with_options(
-            in_channels,
-            out_channels,
-            kernel_size,
-            Conv2dOptions::default(),
-        )
-    }
-
-    pub fn with_options(
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: impl Into<Size2>,
-        options: Conv2dOptions,
-    ) -> Result<Self> {
-        let kernel_size = kernel_size.into().pair();
-        let o = &options;
-        let sizes = [o.stride, o.padding, o.dilation, Size2::Int(0)];
-        conv2d_config(in_channels, out_channels, kernel_size, sizes, o.groups).check("Conv2d")?;
-        let [kh, kw] = kernel_size;
-        let shape = [out_channels, in_channels / o.groups, kh, kw];
-        let layer = Conv2d {
-            core: ModuleCore::default(),
-            in_channels,
-            out_channels,
-            kernel_size,
-            weight: parameter(&shape, o.dtype, o.device)?,
-            bias: optional_parameter(o.bias, &[out_channels], o.dtype, o.device)?,
-            options,
-        };
-        initialized(layer, Conv2d::reset_parameters)
-    }
-
-    fn config(&self) -> ConvConfig {
-        let o = &self.options;
-        conv2d_config(
-            self.in_channels,
-            self.out_channels,
-            self.kernel_size,
-            [o.stride, o.padding, o.dilation, Size2::Int(0)],
-            o.groups,
-        )
-    }
-
-    pub fn reset_parameters(&self) -> Result<()> {
-        reset_weight_and_bias(&self.weight, self.bias.as_ref())
-    }
-
-    fn repr_args(&self) -> String {
-        self.config().repr(self.bias.is_some())
-    }
+/// The config of a [`Conv2d`]: no output padding.
+fn conv2d_layer_config(cin: usize, cout: usize, k: [usize; 2], o: &Conv2dOptions) -> ConvConfig {
+    let sizes = [o.stride, o.padding, o.dilation, Size2::Int(0)];
+    conv2d_config(cin, cout, k, sizes, o.groups)
 }
+
+/// A 2-D kernel size given as one size or a pair, as `[height, width]`.
+fn kernel_pair(kernel_size: impl Into<Size2>) -> [usize; 2] {
+    kernel_size.into().pair()
+}
+
+conv_layer_methods!(Conv2d {
+    options: Conv2dOptions,
+    kernel: impl Into<Size2> => [usize; 2] = kernel_pair,
+    config: conv2d_layer_config,
+    transposed: false,
+});
 
 impl Forward for Conv2d {
     type Output = Tensor;
@@ -352,71 +284,37 @@ pub struct ConvTranspose2d {
     pub bias: Option<Parameter>,
 }
 
+/// The config of a [`ConvTranspose2d`].
+fn transpose2d_config(
+    cin: usize,
+    cout: usize,
+    k: [usize; 2],
+    o: &ConvTranspose2dOptions,
+) -> ConvConfig {
+    let sizes = [o.stride, o.padding, o.dilation, o.output_padding];
+    conv2d_config(cin, cout, k, sizes, o.groups)
+}
+
+/// PyTorch's check that each output padding is smaller than its stride.
+fn check_transpose2d_output_padding(o: &ConvTranspose2dOptions) -> Result<()> {
+    let (stride, output_padding) = (o.stride.pair(), o.output_padding.pair());
+    if output_padding[0] >= stride[0] || output_padding[1] >= stride[1] {
+        return Err(NnError::Invalid(format!(
+            "ConvTranspose2d: output_padding {output_padding:?} must be smaller than stride {stride:?}"
+        )));
+    }
+    Ok(())
+}
+
+conv_layer_methods!(ConvTranspose2d {
+    options: ConvTranspose2dOptions,
+    kernel: impl Into<Size2> => [usize; 2] = kernel_pair,
+    config: transpose2d_config,
+    transposed: true,
+    extra_check: check_transpose2d_output_padding,
+});
+
 impl ConvTranspose2d {
-    pub fn new(
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: impl Into<Size2>,
-    ) -> Result<Self> {
-        Self::with_options(
-            in_channels,
-            out_channels,
-            kernel_size,
-            ConvTranspose2dOptions::default(),
-        )
-    }
-
-    pub fn with_options(
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: impl Into<Size2>,
-        options: ConvTranspose2dOptions,
-    ) -> Result<Self> {
-        let kernel_size = kernel_size.into().pair();
-        let o = &options;
-        let sizes = [o.stride, o.padding, o.dilation, o.output_padding];
-        conv2d_config(in_channels, out_channels, kernel_size, sizes, o.groups)
-            .check("ConvTranspose2d")?;
-        let (stride, output_padding) = (o.stride.pair(), o.output_padding.pair());
-        if output_padding[0] >= stride[0] || output_padding[1] >= stride[1] {
-            return Err(NnError::Invalid(format!(
-                "ConvTranspose2d: output_padding {output_padding:?} must be smaller than stride {stride:?}"
-            )));
-        }
-        let [kh, kw] = kernel_size;
-        let shape = [in_channels, out_channels / o.groups, kh, kw];
-        let layer = ConvTranspose2d {
-            core: ModuleCore::default(),
-            in_channels,
-            out_channels,
-            kernel_size,
-            weight: parameter(&shape, o.dtype, o.device)?,
-            bias: optional_parameter(o.bias, &[out_channels], o.dtype, o.device)?,
-            options,
-        };
-        initialized(layer, ConvTranspose2d::reset_parameters)
-    }
-
-    fn config(&self) -> ConvConfig {
-        let o = &self.options;
-        conv2d_config(
-            self.in_channels,
-            self.out_channels,
-            self.kernel_size,
-            [o.stride, o.padding, o.dilation, o.output_padding],
-            o.groups,
-        )
-    }
-
-    /// PyTorch's default init; the fans come from the `[in, out/groups, kH, kW]` weight.
-    pub fn reset_parameters(&self) -> Result<()> {
-        reset_weight_and_bias(&self.weight, self.bias.as_ref())
-    }
-
-    fn repr_args(&self) -> String {
-        self.config().repr(self.bias.is_some())
-    }
-
     /// `[H_out, W_out]` for an input plane of `[h, w]`, or an error when it is not positive.
     fn output_size(&self, input: &Tensor, [h, w]: [usize; 2]) -> Result<[usize; 2]> {
         let o = &self.options;

@@ -3,8 +3,8 @@
 //! initialisation and reprs as PyTorch's.
 
 use super::conv::{ConvConfig, check_rank};
-use super::linear::reset_weight_and_bias;
-use super::options::{initialized, optional_parameter, options, parameter};
+use super::conv_layer::conv_layer_methods;
+use super::options::options;
 use crate::{Forward, ModuleCore, NnError, Parameter, Result};
 use tessera_tensor::{DType, Device, Tensor, functional};
 
@@ -36,52 +36,12 @@ pub struct Conv3d {
     pub bias: Option<Parameter>,
 }
 
-impl Conv3d {
-    pub fn new(in_channels: usize, out_channels: usize, kernel_size: [usize; 3]) -> Result<Self> {
-        Self::with_options(
-            in_channels,
-            out_channels,
-            kernel_size,
-            Conv3dOptions::default(),
-        )
-    }
-
-    pub fn with_options(
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: [usize; 3],
-        options: Conv3dOptions,
-    ) -> Result<Self> {
-        let o = &options;
-        conv3d_config(in_channels, out_channels, kernel_size, o).check("Conv3d")?;
-        let [kd, kh, kw] = kernel_size;
-        let shape = [out_channels, in_channels / o.groups, kd, kh, kw];
-        let layer = Conv3d {
-            core: ModuleCore::default(),
-            in_channels,
-            out_channels,
-            kernel_size,
-            weight: parameter(&shape, o.dtype, o.device)?,
-            bias: optional_parameter(o.bias, &[out_channels], o.dtype, o.device)?,
-            options,
-        };
-        initialized(layer, Conv3d::reset_parameters)
-    }
-
-    pub fn reset_parameters(&self) -> Result<()> {
-        reset_weight_and_bias(&self.weight, self.bias.as_ref())
-    }
-
-    fn repr_args(&self) -> String {
-        conv3d_config(
-            self.in_channels,
-            self.out_channels,
-            self.kernel_size,
-            &self.options,
-        )
-        .repr(self.bias.is_some())
-    }
-}
+conv_layer_methods!(Conv3d {
+    options: Conv3dOptions,
+    kernel: [usize; 3] => [usize; 3] = std::convert::identity,
+    config: conv3d_config,
+    transposed: false,
+});
 
 fn conv3d_config(cin: usize, cout: usize, k: [usize; 3], o: &Conv3dOptions) -> ConvConfig {
     ConvConfig {
@@ -143,59 +103,24 @@ pub struct ConvTranspose1d {
     pub bias: Option<Parameter>,
 }
 
-impl ConvTranspose1d {
-    pub fn new(in_channels: usize, out_channels: usize, kernel_size: usize) -> Result<Self> {
-        Self::with_options(
-            in_channels,
-            out_channels,
-            kernel_size,
-            ConvTranspose1dOptions::default(),
-        )
+/// PyTorch's check that the output padding is smaller than the stride or the dilation.
+fn check_transpose1d_output_padding(o: &ConvTranspose1dOptions) -> Result<()> {
+    if o.output_padding >= o.stride.max(o.dilation) {
+        return Err(NnError::Invalid(format!(
+            "ConvTranspose1d: output_padding ({}) must be smaller than either stride ({}) or dilation ({})",
+            o.output_padding, o.stride, o.dilation
+        )));
     }
-
-    pub fn with_options(
-        in_channels: usize,
-        out_channels: usize,
-        kernel_size: usize,
-        options: ConvTranspose1dOptions,
-    ) -> Result<Self> {
-        let layer_config = transpose1d_config(in_channels, out_channels, kernel_size, &options);
-        layer_config.check("ConvTranspose1d")?;
-        let o = &options;
-        if o.output_padding >= o.stride.max(o.dilation) {
-            return Err(NnError::Invalid(format!(
-                "ConvTranspose1d: output_padding ({}) must be smaller than either stride ({}) or dilation ({})",
-                o.output_padding, o.stride, o.dilation
-            )));
-        }
-        let shape = [in_channels, out_channels / o.groups, kernel_size];
-        let layer = ConvTranspose1d {
-            core: ModuleCore::default(),
-            in_channels,
-            out_channels,
-            kernel_size,
-            weight: parameter(&shape, o.dtype, o.device)?,
-            bias: optional_parameter(o.bias, &[out_channels], o.dtype, o.device)?,
-            options,
-        };
-        initialized(layer, ConvTranspose1d::reset_parameters)
-    }
-
-    /// PyTorch's default init; the fans come from the `[in, out/groups, k]` weight.
-    pub fn reset_parameters(&self) -> Result<()> {
-        reset_weight_and_bias(&self.weight, self.bias.as_ref())
-    }
-
-    fn repr_args(&self) -> String {
-        transpose1d_config(
-            self.in_channels,
-            self.out_channels,
-            self.kernel_size,
-            &self.options,
-        )
-        .repr(self.bias.is_some())
-    }
+    Ok(())
 }
+
+conv_layer_methods!(ConvTranspose1d {
+    options: ConvTranspose1dOptions,
+    kernel: usize => usize = std::convert::identity,
+    config: transpose1d_config,
+    transposed: true,
+    extra_check: check_transpose1d_output_padding,
+});
 
 fn transpose1d_config(cin: usize, cout: usize, k: usize, o: &ConvTranspose1dOptions) -> ConvConfig {
     ConvConfig {

@@ -6,6 +6,7 @@ mod activation;
 mod activation_more;
 mod attention;
 mod conv;
+mod conv_layer;
 mod conv_more;
 mod distance;
 mod dropout;

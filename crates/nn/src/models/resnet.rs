@@ -36,6 +36,11 @@ fn downsample(cin: usize, cout: usize, stride: usize) -> Result<Option<Sequentia
 }
 
 /// `relu(out + shortcut(x))`, the end of every residual block.
+/// `bn(conv(x))`, the step every residual block repeats.
+fn conv_bn(conv: &Conv2d, bn: &BatchNorm2d, x: Tensor) -> Result<Tensor> {
+    bn.call(conv.call(x)?)
+}
+
 fn add_shortcut(
     relu: &ReLU,
     out: Tensor,
@@ -85,8 +90,8 @@ impl Forward for BasicBlock {
     fn forward(&self, x: Tensor) -> Result<Tensor> {
         let out = self
             .relu
-            .call(self.bn1.call(self.conv1.call(x.clone())?)?)?;
-        let out = self.bn2.call(self.conv2.call(out)?)?;
+            .call(conv_bn(&self.conv1, &self.bn1, x.clone())?)?;
+        let out = conv_bn(&self.conv2, &self.bn2, out)?;
         add_shortcut(&self.relu, out, x, &self.downsample)
     }
 }
@@ -132,9 +137,9 @@ impl Forward for Bottleneck {
     fn forward(&self, x: Tensor) -> Result<Tensor> {
         let out = self
             .relu
-            .call(self.bn1.call(self.conv1.call(x.clone())?)?)?;
-        let out = self.relu.call(self.bn2.call(self.conv2.call(out)?)?)?;
-        let out = self.bn3.call(self.conv3.call(out)?)?;
+            .call(conv_bn(&self.conv1, &self.bn1, x.clone())?)?;
+        let out = self.relu.call(conv_bn(&self.conv2, &self.bn2, out)?)?;
+        let out = conv_bn(&self.conv3, &self.bn3, out)?;
         add_shortcut(&self.relu, out, x, &self.downsample)
     }
 }

@@ -39,17 +39,28 @@ pub fn check_reprs(case: &Case, model: &dyn Module) {
 
 /// The holder's state_dict keys are `case.json`'s `state_dict_keys`, in order.
 pub fn check_state_dict_keys(case: &Case, model: &dyn Module) {
-    let keys: Vec<String> = model
+    assert_eq!(
+        state_dict_keys(model),
+        json_strings(&case.json["state_dict_keys"])
+    );
+}
+
+/// `module`'s state-dict keys, in order.
+pub fn state_dict_keys(module: &dyn Module) -> Vec<String> {
+    module
         .state_dict()
         .unwrap()
         .keys()
         .map(String::from)
-        .collect();
-    let expected: Vec<String> = case.json["state_dict_keys"]
+        .collect()
+}
+
+/// The strings of a JSON array of strings (a case's `state_dict_keys`).
+pub fn json_strings(array: &serde_json::Value) -> Vec<String> {
+    array
         .as_array()
         .unwrap()
         .iter()
         .map(|k| k.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(keys, expected);
+        .collect()
 }

@@ -1,6 +1,9 @@
 //! The workspace's shared test helpers (`tessera-testkit`), under the name the tests use.
 #![allow(unused_imports, dead_code)]
 
+mod gradcheck;
+
+pub use gradcheck::*;
 pub use tessera_testkit::*;
 
 use tessera_tensor::{DType, Tensor};
