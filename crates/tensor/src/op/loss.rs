@@ -65,6 +65,17 @@ fn targets(t: &Tensor) -> Result<Vec<i64>> {
     }
 }
 
+/// The shared start of nll's forward and backward.
+struct NllTerms {
+    label_smoothing: f64,
+    classes: usize,
+    inner: usize,
+    /// Each element's target class, `None` where ignored.
+    picked: Vec<Option<usize>>,
+    /// How many elements count (for the mean).
+    counted: usize,
+}
+
 impl LossOp {
     fn reduction(&self) -> Reduction {
         match *self {
@@ -155,7 +166,9 @@ impl LossOp {
         Ok((picked, counted))
     }
 
-    fn nll<T: Float>(&self, input: &Tensor, target: &Tensor) -> Result<Tensor> {
+    /// What both directions of nll start from: the smoothing, the class layout and each
+    /// element's target class.
+    fn nll_setup(&self, input: &Tensor, target: &Tensor) -> Result<NllTerms> {
         let LossOp::Nll {
             label_smoothing, ..
         } = *self
@@ -164,23 +177,35 @@ impl LossOp {
         };
         let (_, classes, inner) = class_layout(&input.shape());
         let (picked, counted) = self.nll_terms(input, target)?;
+        Ok(NllTerms {
+            label_smoothing,
+            classes,
+            inner,
+            picked,
+            counted,
+        })
+    }
+
+    fn nll<T: Float>(&self, input: &Tensor, target: &Tensor) -> Result<Tensor> {
+        let terms = self.nll_setup(input, target)?;
         let lp = input.to_vec::<T>()?;
-        let smooth = label_smoothing / classes.max(1) as f64;
-        let losses: Vec<T> = picked
+        let smooth = terms.label_smoothing / terms.classes.max(1) as f64;
+        let losses: Vec<T> = terms
+            .picked
             .iter()
             .enumerate()
             .map(|(i, &t)| {
                 let Some(t) = t else { return T::zero() };
-                let (n, d) = (i / inner, i % inner);
-                let at = |c: usize| lp[(n * classes + c) * inner + d].as_f64();
-                let mut loss = -(1.0 - label_smoothing) * at(t);
+                let (n, d) = (i / terms.inner, i % terms.inner);
+                let at = |c: usize| lp[(n * terms.classes + c) * terms.inner + d].as_f64();
+                let mut loss = -(1.0 - terms.label_smoothing) * at(t);
                 if smooth != 0.0 {
-                    loss -= smooth * (0..classes).map(at).sum::<f64>();
+                    loss -= smooth * (0..terms.classes).map(at).sum::<f64>();
                 }
                 T::from_f64(loss)
             })
             .collect();
-        Ok(self.reduce(losses, &target.shape(), counted))
+        Ok(self.reduce(losses, &target.shape(), terms.counted))
     }
 
     fn nll_backward<T: Float>(
@@ -189,31 +214,24 @@ impl LossOp {
         target: &Tensor,
         g: &Tensor,
     ) -> Result<Tensor> {
-        let LossOp::Nll {
-            label_smoothing, ..
-        } = *self
-        else {
-            unreachable!("nll only")
-        };
-        let (_, classes, inner) = class_layout(&input.shape());
-        let (picked, counted) = self.nll_terms(input, target)?;
+        let terms = self.nll_setup(input, target)?;
         let g = g.to_vec_f64()?;
         let upstream = |i: usize| match self.reduction() {
             Reduction::None => g[i],
             Reduction::Sum => g[0],
-            Reduction::Mean => g[0] / counted as f64,
+            Reduction::Mean => g[0] / terms.counted as f64,
         };
-        let smooth = label_smoothing / classes.max(1) as f64;
+        let smooth = terms.label_smoothing / terms.classes.max(1) as f64;
         let mut out = vec![T::zero(); input.numel()];
-        for (i, &t) in picked.iter().enumerate() {
+        for (i, &t) in terms.picked.iter().enumerate() {
             let Some(t) = t else { continue };
-            let (n, d, up) = (i / inner, i % inner, upstream(i));
-            for c in 0..classes {
+            let (n, d, up) = (i / terms.inner, i % terms.inner, upstream(i));
+            for c in 0..terms.classes {
                 let mut coeff = -smooth;
                 if c == t {
-                    coeff -= 1.0 - label_smoothing;
+                    coeff -= 1.0 - terms.label_smoothing;
                 }
-                out[(n * classes + c) * inner + d] = T::from_f64(coeff * up);
+                out[(n * terms.classes + c) * terms.inner + d] = T::from_f64(coeff * up);
             }
         }
         Ok(tensor_from(out, &input.shape()))
