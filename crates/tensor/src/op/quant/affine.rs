@@ -154,16 +154,10 @@ fn quantize_with<Q: QInt>(
     let out: Vec<Q> = match x.dtype() {
         DType::F32 => x.with_slice(|s: &[f32]| {
             let mut out = crate::cpu::try_uninit_buffer::<Q>("quantize", s.len())?;
-            out.par_chunks_mut(CHUNK)
-                .zip(s.par_chunks(CHUNK))
-                .enumerate()
-                .for_each(|(c, (o, s))| {
-                    for (i, (o, &v)) in o.iter_mut().zip(s).enumerate() {
-                        let (scale, zp) = params(c * CHUNK + i);
-                        *o =
-                            Q::from_clamped(quantize_f32(v, QParams::new(scale as f32, zp), range));
-                    }
-                });
+            par_map_indexed(s, &mut out, |i, &v| {
+                let (scale, zp) = params(i);
+                Q::from_clamped(quantize_f32(v, QParams::new(scale as f32, zp), range))
+            });
             Ok(out)
         })??,
         DType::F64 => x.with_slice(|s: &[f64]| {
@@ -180,6 +174,18 @@ fn quantize_with<Q: QInt>(
     Ok(tensor_from(out, &shape))
 }
 
+/// Writes `f(i, &src[i])` into `out[i]` for every element, in parallel chunks of `CHUNK`.
+fn par_map_indexed<I: Sync, O: Send>(src: &[I], out: &mut [O], f: impl Fn(usize, &I) -> O + Sync) {
+    out.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .enumerate()
+        .for_each(|(c, (o, s))| {
+            for (i, (o, v)) in o.iter_mut().zip(s).enumerate() {
+                *o = f(c * CHUNK + i, v);
+            }
+        });
+}
+
 /// Dequantizes each element with the scale and zero point of its channel, into f32.
 fn dequantize_with<Q: QInt>(
     q: &Tensor,
@@ -188,15 +194,10 @@ fn dequantize_with<Q: QInt>(
     let shape = q.shape();
     let out = q.with_slice(|s: &[Q]| {
         let mut out = crate::cpu::try_uninit_buffer::<f32>("quantize", s.len())?;
-        out.par_chunks_mut(CHUNK)
-            .zip(s.par_chunks(CHUNK))
-            .enumerate()
-            .for_each(|(c, (o, s))| {
-                for (i, (o, &v)) in o.iter_mut().zip(s).enumerate() {
-                    let (scale, zp) = params(c * CHUNK + i);
-                    *o = (v.widen() - zp) as f32 * scale;
-                }
-            });
+        par_map_indexed(s, &mut out, |i, &v| {
+            let (scale, zp) = params(i);
+            (v.widen() - zp) as f32 * scale
+        });
         Ok(out)
     })??;
     Ok(tensor_from(out, &shape))
