@@ -23,8 +23,9 @@ pub struct GraphModule {
     pub graph: Graph,
     /// Tensors made during tracing that are not state of the root (`_tensor_constant0`).
     pub constants: IndexMap<String, Tensor>,
-    /// Modules the graph module owns (added by passes), children next to the root's.
-    owned: IndexMap<String, Box<dyn Module>>,
+    /// Modules the graph module owns (added by passes), children next to the root's; shared
+    /// with the graph module's [`GraphModule::share`]d copies.
+    owned: IndexMap<String, Arc<dyn Module>>,
     /// The names of the root's own parameters, buffers and children (the shared root cannot
     /// change), collected once for [`GraphModule::fresh_name`].
     root_names: OnceLock<HashSet<String>>,
@@ -62,18 +63,32 @@ impl GraphModule {
         if name.is_empty() || name.contains('.') || self.name_is_taken(name) {
             return Err(FxError::ModuleName { name: name.into() });
         }
-        self.owned.insert(name.into(), module);
+        self.owned.insert(name.into(), Arc::from(module));
         Ok(())
     }
 
     /// Removes the owned module `name` (a pass that replaces it again), if there is one.
-    pub fn remove_owned_module(&mut self, name: &str) -> Option<Box<dyn Module>> {
+    pub fn remove_owned_module(&mut self, name: &str) -> Option<Arc<dyn Module>> {
         self.owned.shift_remove(name)
     }
 
     /// The modules the graph module owns, in the order they were added.
-    pub fn owned_modules(&self) -> &IndexMap<String, Box<dyn Module>> {
+    pub fn owned_modules(&self) -> &IndexMap<String, Arc<dyn Module>> {
         &self.owned
+    }
+
+    /// A graph module with a copy of this one's graph and constants that shares its modules
+    /// (the traced root and the owned modules), as Python's `copy.copy` of a `GraphModule`:
+    /// parameters updated through either are seen by both. Hooks are not copied.
+    pub fn share(&self) -> GraphModule {
+        GraphModule {
+            core: ModuleCore::default(),
+            root: self.root.clone(),
+            graph: self.graph.clone(),
+            constants: self.constants.clone(),
+            owned: self.owned.clone(),
+            root_names: OnceLock::new(),
+        }
     }
 
     /// `base`, or `base_1`, `base_2`, ... : the first name not used by an owned module, a

@@ -5,12 +5,16 @@
 //! op; [`CompiledModule::report`] lists every node that fell back and why.
 
 mod dump;
+mod module;
+mod state_stamp;
 
 pub use dump::DUMP_KERNELS_ENV;
 
+use state_stamp::StateStamp;
+
 use crate::fx::trace::{TracedGraph, inline, trace};
 use crate::fx::{FxError, GraphModule};
-use crate::nn::{Layer, Module, ModuleExt, Sequential};
+use crate::nn::{Layer, Module, ModuleCore, ModuleExt, Sequential};
 use crate::passes::{Pass, PassError};
 use indexmap::IndexMap;
 use std::collections::HashMap;
@@ -78,6 +82,12 @@ pub enum CompileError {
     /// The CPU backend failed (a cranelift verifier error is a bug of the renderer).
     #[error(transparent)]
     Cpu(#[from] CpuError),
+    /// A module of the compiled tree has hooks, which compiled code would not run.
+    #[error(
+        "{module} has {hooks} forward or backward hook(s): compiled code does not run hooks; \
+         remove them before compiling, or run the module eagerly"
+    )]
+    Hooks { module: String, hooks: usize },
     /// Writing the kernels into a folder failed.
     #[error("writing the kernels into {dir}: {source}")]
     Dump {
@@ -128,15 +138,29 @@ pub(crate) struct Compiled {
     jit: Option<JitProgram>,
 }
 
-/// A graph module compiled for inference: call [`CompiledModule::run`] with inputs like the
-/// examples it was compiled for; inputs of other shapes or strides compile again (cached).
-/// Parameters are frozen at compile time: compile again after loading a new state dict.
+/// A graph module compiled for inference, itself a module: its parameters, buffers and
+/// `state_dict` keys are those of the module it was compiled from (shared, not copied), and
+/// calling it runs the compiled program. Inputs of other shapes or strides compile again
+/// (cached); a parameter or buffer changed since compiling (`load_state_dict`, an optimizer
+/// step, `set_data`) makes the next call prepare and compile again, so the program always runs
+/// the current weights. Hooks are refused ([`CompileError::Hooks`]): compiled code runs none.
 pub struct CompiledModule {
-    /// The inlined, optimised graph module whose constants hold every attribute.
-    gm: GraphModule,
+    core: ModuleCore,
+    /// The module compiled, sharing its state with the caller's graph module.
+    source: GraphModule,
     options: CompileOptions,
-    programs: Mutex<HashMap<Vec<(Layout, tessera_tensor::DType)>, Arc<Compiled>>>,
+    prepared: Mutex<Prepared>,
     report: Mutex<CompileReport>,
+}
+
+/// The inlined, optimised graph module made from the source's current state, and the
+/// programs compiled from it per input signature.
+struct Prepared {
+    /// Its constants hold every attribute (folded weights included).
+    gm: Arc<GraphModule>,
+    /// The source's parameters and buffers as they were when `gm` was made.
+    stamp: StateStamp,
+    programs: HashMap<Vec<(Layout, tessera_tensor::DType)>, Arc<Compiled>>,
 }
 
 /// The graph module's attributes (parameters, buffers, constants) by qualified name.
@@ -173,25 +197,70 @@ fn inference_passes() -> Vec<Box<dyn Pass>> {
     passes
 }
 
-/// Compiles `gm` for inputs like `example_inputs` (their shapes, dtypes and strides).
+/// Compiles `gm` for inputs like `example_inputs` (their shapes, dtypes and strides). The
+/// compiled module shares `gm`'s parameters and buffers.
 pub fn compile(
     gm: &GraphModule,
     example_inputs: &[Tensor],
     options: CompileOptions,
 ) -> Result<CompiledModule, CompileError> {
     let start = Instant::now();
-    let mut traced = TracedGraph {
-        graph: gm.graph.clone(),
-        attributes: attributes(gm),
+    refuse_hooks(gm)?;
+    let source = gm.share();
+    let mut report = CompileReport::default();
+    let prepared = prepare(&source, &options, &mut report)?;
+    let compiled = CompiledModule {
+        core: ModuleCore::default(),
+        source,
+        options,
+        prepared: Mutex::new(prepared),
+        report: Mutex::new(report),
     };
-    inline(&mut traced, gm.as_module(), |_| true).map_err(|e| CompileError::Inline {
+    compiled.program_for(example_inputs)?;
+    if let Ok(mut r) = compiled.report.lock() {
+        r.compile_time = start.elapsed();
+    }
+    Ok(compiled)
+}
+
+/// Fails when a module of `module`'s tree has forward or backward hooks.
+fn refuse_hooks(module: &dyn Module) -> Result<(), CompileError> {
+    for (path, m) in module.named_modules() {
+        let counts = m.hook_counts();
+        let hooks =
+            counts.forward_pre + counts.forward + counts.full_backward + counts.backward_pre;
+        if hooks > 0 {
+            let module = match path.as_str() {
+                "" => m.type_name(),
+                path => format!("{path} ({})", m.type_name()),
+            };
+            return Err(CompileError::Hooks { module, hooks });
+        }
+    }
+    Ok(())
+}
+
+/// Inlines `source`'s module calls and runs the inference passes (recording them in
+/// `report`): the graph module the programs are lowered from, stamped with the state it read.
+fn prepare(
+    source: &GraphModule,
+    options: &CompileOptions,
+    report: &mut CompileReport,
+) -> Result<Prepared, CompileError> {
+    let stamp = StateStamp::of(source);
+    let mut traced = TracedGraph {
+        graph: source.graph.clone(),
+        attributes: attributes(source),
+    };
+    inline(&mut traced, source.as_module(), |_| true).map_err(|e| CompileError::Inline {
         source: Box::new(e),
     })?;
     let root: Arc<dyn Module> = Arc::new(Sequential::new());
     let attributes = std::mem::take(&mut traced.attributes);
     let mut inlined = GraphModule::new(root, traced);
     inlined.constants = attributes;
-    let mut report = CompileReport::default();
+    report.passes.clear();
+    report.skipped_passes.clear();
     if options.optimize {
         for pass in inference_passes() {
             let (graph, constants) = (inlined.graph.clone(), inlined.constants.clone());
@@ -210,17 +279,11 @@ pub fn compile(
             }
         }
     }
-    let compiled = CompiledModule {
-        gm: inlined,
-        options,
-        programs: Mutex::new(HashMap::new()),
-        report: Mutex::new(report),
-    };
-    compiled.program_for(example_inputs)?;
-    if let Ok(mut r) = compiled.report.lock() {
-        r.compile_time = start.elapsed();
-    }
-    Ok(compiled)
+    Ok(Prepared {
+        gm: Arc::new(inlined),
+        stamp,
+        programs: HashMap::new(),
+    })
 }
 
 /// Traces `layer` for inputs like `example`, then [`compile`]s the graph.
@@ -239,15 +302,24 @@ pub fn compile_layer<M: Layer + 'static>(
 }
 
 impl CompiledModule {
-    /// The compiled program for inputs like `inputs`, compiling it on first use.
-    fn program_for(&self, inputs: &[Tensor]) -> Result<Arc<Compiled>, CompileError> {
+    /// The compiled program for inputs like `inputs` and the graph module it was lowered
+    /// from, preparing again when the source's state changed and compiling on first use.
+    fn program_for(
+        &self,
+        inputs: &[Tensor],
+    ) -> Result<(Arc<Compiled>, Arc<GraphModule>), CompileError> {
         let key: Vec<(Layout, tessera_tensor::DType)> =
             inputs.iter().map(|t| (t.layout(), t.dtype())).collect();
-        let mut programs = self.programs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = programs.get(&key) {
-            return Ok(p.clone());
+        let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        if !prepared.stamp.is_current(&self.source) {
+            let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
+            *prepared = prepare(&self.source, &self.options, &mut report)?;
         }
-        let mut graph = self.gm.graph.clone();
+        let gm = prepared.gm.clone();
+        if let Some(p) = prepared.programs.get(&key) {
+            return Ok((p.clone(), gm));
+        }
+        let mut graph = gm.graph.clone();
         let metas: Vec<tessera_tensor::TensorMeta> = inputs.iter().map(Tensor::meta).collect();
         let traced_metas: Vec<tessera_tensor::TensorMeta> = graph
             .placeholders()
@@ -256,8 +328,8 @@ impl CompiledModule {
             .collect();
         if metas != traced_metas {
             let mut interpreter = crate::fx::interpreter::GraphInterpreter {
-                root: self.gm.as_module(),
-                constants: Some(&self.gm.constants),
+                root: gm.as_module(),
+                constants: Some(&gm.constants),
             };
             crate::fx::shape_prop::propagate_shapes(&mut graph, &mut interpreter, &metas).map_err(
                 |e| CompileError::Shapes {
@@ -279,8 +351,8 @@ impl CompiledModule {
         if let Some(dir) = std::env::var_os(DUMP_KERNELS_ENV) {
             dump_compiled(std::path::Path::new(&dir), &compiled)?;
         }
-        programs.insert(key, compiled.clone());
-        Ok(compiled)
+        prepared.programs.insert(key, compiled.clone());
+        Ok((compiled, gm))
     }
 
     /// Runs the compiled program on `inputs` (one per graph input, in order).
@@ -295,8 +367,16 @@ impl CompiledModule {
         inputs: &[Tensor],
         timer: Option<StepTimer<'_>>,
     ) -> Result<(Vec<Tensor>, Arc<Compiled>), CompileError> {
-        let compiled = self.program_for(inputs)?;
-        let env = Attributes(&self.gm);
+        let hooks = self.hook_counts();
+        let hooks = hooks.forward_pre + hooks.forward + hooks.full_backward + hooks.backward_pre;
+        if hooks > 0 {
+            return Err(CompileError::Hooks {
+                module: self.type_name(),
+                hooks,
+            });
+        }
+        let (compiled, gm) = self.program_for(inputs)?;
+        let env = Attributes(&gm);
         let program = &compiled.program;
         let outputs = match &compiled.jit {
             Some(jit) => run_program_timed(program, &env, jit, inputs, timer)?,
@@ -316,9 +396,9 @@ impl CompiledModule {
     /// The program, the kernel IR of each kernel and, with the JIT backend, its CLIF text,
     /// for every compiled input signature.
     pub fn kernels(&self) -> String {
-        let programs = self.programs.lock().unwrap_or_else(|e| e.into_inner());
+        let prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
         let mut text = String::new();
-        for compiled in programs.values() {
+        for compiled in prepared.programs.values() {
             text.push_str(&compiled.program.to_string());
             if let Some(jit) = &compiled.jit {
                 for k in jit.kernels() {
@@ -334,16 +414,21 @@ impl CompiledModule {
     /// and `NAME.clif` (with the JIT backend). Programs for several input signatures share the
     /// folder; the last written wins for equal names.
     pub fn dump_kernels(&self, dir: impl AsRef<std::path::Path>) -> Result<(), CompileError> {
-        let programs = self.programs.lock().unwrap_or_else(|e| e.into_inner());
-        for compiled in programs.values() {
+        let prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        for compiled in prepared.programs.values() {
             dump_compiled(dir.as_ref(), compiled)?;
         }
         Ok(())
     }
 
-    /// The optimised op-level graph that was lowered.
-    pub fn graph(&self) -> &tessera_fx::Graph {
-        &self.gm.graph
+    /// The optimised op-level graph that is lowered (made from the current state).
+    pub fn graph(&self) -> tessera_fx::Graph {
+        self.prepared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .gm
+            .graph
+            .clone()
     }
 }
 
@@ -356,7 +441,7 @@ fn dump_compiled(dir: &std::path::Path, compiled: &Compiled) -> Result<(), Compi
     })
 }
 
-/// The compiled module's attributes, frozen at compile time.
+/// The attributes of the graph module a program was lowered from.
 struct Attributes<'a>(&'a GraphModule);
 
 impl Environment for Attributes<'_> {

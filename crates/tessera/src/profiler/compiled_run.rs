@@ -35,7 +35,7 @@ impl Profiler {
                 Step::External { node, call, .. } => {
                     let id = graph.find(node);
                     let flops = id
-                        .and_then(|id| tessera_passes::cost::op_flops(graph, &id).ok())
+                        .and_then(|id| tessera_passes::cost::op_flops(&graph, &id).ok())
                         .unwrap_or(0);
                     let name = match call {
                         ExternalCall::Op(op) => op.name(),

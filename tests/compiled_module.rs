@@ -1,0 +1,129 @@
+//! A compiled module is a module: it has the source module's state under the same keys,
+//! loading a state dict into it (or changing the source's weights) changes what it runs, an
+//! unchanged state never recompiles, and hooks are refused with an error naming the module.
+
+use std::sync::Arc;
+use tessera::fx::GraphModule;
+use tessera::fx::trace::{LeafPolicy, trace};
+use tessera::nn::models::SmallCnn;
+use tessera::nn::{Call, ModuleExt, load_pt_state_dict};
+use tessera::tensor::{DType, Tensor};
+use tessera::{CompileError, CompileOptions, CompiledModule, compile};
+use tessera_testkit::{Case, assert_close, conformance_dir};
+
+/// A SmallCnn in eval mode with its own random weights, its graph module and the
+/// conformance input.
+fn random_cnn() -> (Arc<SmallCnn>, GraphModule, Tensor) {
+    let model = Arc::new(SmallCnn::new().unwrap());
+    model.train(false);
+    let x = Case::load("d_cnn_eval")
+        .io("input")
+        .to_dtype(DType::F32)
+        .unwrap();
+    let gm = GraphModule::new(
+        model.clone(),
+        trace(&*model, &x, LeafPolicy::default()).unwrap(),
+    );
+    (model, gm, x)
+}
+
+fn compiled(gm: &GraphModule, x: &Tensor) -> CompiledModule {
+    compile(gm, std::slice::from_ref(x), CompileOptions::default()).unwrap()
+}
+
+fn pytorch_state_dict() -> tessera::nn::StateDict {
+    load_pt_state_dict(conformance_dir().join("d_cnn_eval").join("state_dict.pt")).unwrap()
+}
+
+#[test]
+fn compiled_module_has_the_source_modules_state_dict_keys() {
+    let (model, gm, x) = random_cnn();
+    let compiled = compiled(&gm, &x);
+    let keys = |sd: tessera::nn::StateDict| sd.entries.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        keys(compiled.state_dict().unwrap()),
+        keys(model.state_dict().unwrap())
+    );
+    assert_eq!(
+        compiled.named_parameters().len(),
+        model.named_parameters().len()
+    );
+}
+
+#[test]
+fn loading_a_state_dict_into_the_compiled_module_updates_what_it_runs() {
+    let (_, gm, x) = random_cnn();
+    let compiled = compiled(&gm, &x);
+    let before = compiled.call(x.clone()).unwrap();
+    compiled
+        .load_state_dict(&pytorch_state_dict(), true, false)
+        .unwrap();
+    let after = compiled.call(x.clone()).unwrap();
+    // PyTorch's output for these weights: the batch norms folded into the convolutions were
+    // folded again from the loaded statistics.
+    Case::load("d_cnn_eval").check("output", &after);
+    assert_ne!(before.to_vec_f64().unwrap(), after.to_vec_f64().unwrap());
+    assert_eq!(compiled.report().compiles, 2, "{}", compiled.report());
+}
+
+#[test]
+fn weights_changed_through_the_source_module_are_seen_by_the_compiled_module() {
+    let (model, gm, x) = random_cnn();
+    let compiled = compiled(&gm, &x);
+    model
+        .load_state_dict(&pytorch_state_dict(), true, false)
+        .unwrap();
+    let eager = model.call(x.clone()).unwrap();
+    assert_close(
+        &compiled.call(x.clone()).unwrap(),
+        &eager,
+        1e-5,
+        1e-5,
+        "compiled after the source's weights changed vs eager",
+    );
+}
+
+#[test]
+fn unchanged_state_runs_without_compiling_again() {
+    let (_, gm, x) = random_cnn();
+    let compiled = compiled(&gm, &x);
+    for _ in 0..3 {
+        compiled.call(x.clone()).unwrap();
+    }
+    let _ = compiled.state_dict().unwrap();
+    compiled.call(x.clone()).unwrap();
+    assert_eq!(compiled.report().compiles, 1);
+}
+
+#[test]
+fn hook_on_the_compiled_module_is_refused_until_removed() {
+    let (model, gm, x) = random_cnn();
+    let compiled = compiled(&gm, &x);
+    let handle = compiled.register_forward_hook(|_, _, _| Ok(None));
+    let error = compiled.call(x.clone()).unwrap_err().to_string();
+    assert!(
+        error.contains("CompiledModule has 1 forward or backward hook(s)"),
+        "{error}"
+    );
+    handle.remove();
+    assert_close(
+        &compiled.call(x.clone()).unwrap(),
+        &model.call(x.clone()).unwrap(),
+        1e-5,
+        1e-5,
+        "compiled vs eager once the hook is gone",
+    );
+}
+
+#[test]
+fn compiling_a_module_whose_submodule_has_a_hook_is_refused_naming_it() {
+    let (model, gm, x) = random_cnn();
+    let _handle = model.conv2.register_forward_pre_hook(|_, _| Ok(None));
+    let error = compile(&gm, std::slice::from_ref(&x), CompileOptions::default())
+        .err()
+        .expect("compiling with a hook must fail");
+    assert!(
+        matches!(&error, CompileError::Hooks { module, hooks: 1 } if module == "conv2 (Conv2d)"),
+        "{error}"
+    );
+}
