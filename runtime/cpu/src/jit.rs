@@ -225,6 +225,19 @@ impl KernelExecutor for JitProgram {
         } else {
             kernel.domain[0] as i64
         };
+        if kernel.schedule.parallel.is_some() && crate::parallel::worth_splitting(end) {
+            // A loop that is also the innermost splits at whole vector iterations.
+            let s = kernel.schedule;
+            let align = if kernel.domain.len() == 1 && kernel.reduce.is_empty() {
+                (s.vector_width * s.unroll).max(1) as i64
+            } else {
+                1
+            };
+            // SAFETY: the scheduler marks the outermost loop parallel only where its
+            // iterations write disjoint outputs; the buffers are valid for any range (above).
+            unsafe { crate::parallel::run_split(compiled.entry, ptrs.as_ptr(), end, align) };
+            return Ok(());
+        }
         // A GEMM kernel runs in blocks of its outermost loop, so that the epilogue reads each
         // block of the product right after the call computed it, while it is in cache.
         let block = match kernel.gemm_shape() {

@@ -5,6 +5,7 @@
 
 mod error;
 mod jit;
+mod parallel;
 pub mod render;
 mod render_gemm;
 mod render_reduce;

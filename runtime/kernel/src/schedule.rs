@@ -1,13 +1,18 @@
 //! Scheduling a kernel after lowering: loops every access walks as one are merged (so a
 //! contiguous elementwise kernel is one long loop), loops of extent 1 are dropped, and the
-//! vector width and unroll are chosen. None of this changes what the kernel computes.
+//! vector width and unroll are chosen, and whether the outermost loop is split across
+//! threads. None of this changes what the kernel computes.
 
-use crate::{Expr, Kernel, ScalarType, Schedule};
+use crate::{Expr, Kernel, LoopId, ScalarType, Schedule};
 
 /// f32 lanes of the vectors backends emit (128-bit, the widest cranelift lowers on x86).
 pub const F32_LANES: usize = 4;
 /// Vectors per iteration of a vectorised innermost loop.
 pub const UNROLL: usize = 4;
+/// Work (points of the nest times values computed per point) from which a kernel's outermost
+/// loop is split across threads: below it, waking and joining a thread (a few microseconds)
+/// costs more than it saves.
+pub const PARALLEL_MIN_WORK: usize = 1 << 18;
 
 /// Simplifies `kernel`'s nest and picks its schedule.
 pub fn schedule(kernel: &mut Kernel) {
@@ -15,7 +20,23 @@ pub fn schedule(kernel: &mut Kernel) {
     if kernel.gemm.is_none() {
         coalesce_loops(kernel);
     }
-    kernel.schedule = choose(kernel);
+    kernel.schedule = Schedule {
+        parallel: parallel_loop(kernel),
+        ..choose(kernel)
+    };
+}
+
+/// The outermost loop, when the kernel has enough work to share and its iterations write
+/// disjoint outputs: every output loop does (a store's index is one element per point of
+/// the output loops). A GEMM kernel stays whole: its external call is parallel itself and its
+/// blocks share one scratch buffer.
+fn parallel_loop(kernel: &Kernel) -> Option<LoopId> {
+    if kernel.gemm.is_some() || kernel.domain.first().is_none_or(|&n| n < 2) {
+        return None;
+    }
+    let points = kernel.extents().iter().product::<usize>();
+    let work = points.saturating_mul(kernel.values.len().max(1));
+    (work >= PARALLEL_MIN_WORK).then_some(LoopId(0))
 }
 
 /// Every index expression of `kernel`, mutably.

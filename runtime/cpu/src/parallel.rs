@@ -1,0 +1,46 @@
+//! Running a compiled kernel's outermost loop in chunks on the thread pool (rayon's, sized by
+//! `tessera::tensor::set_num_threads`) when its schedule marks that loop parallel. Chunks are
+//! taken by work stealing, several per thread, so a thread slowed by a busy core takes fewer
+//! of them instead of holding every other thread at a barrier; idle workers sleep.
+
+use rayon::prelude::*;
+
+/// Chunks per thread: enough that a thread on a loaded core can hand work to the others.
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// The buffer pointer table shared by the chunks.
+struct Buffers(*const *mut u8);
+
+// SAFETY: the pointers are only read; each chunk writes the outputs of its own iterations of
+// the outermost loop, which the schedule marks parallel only when those writes are disjoint.
+unsafe impl Sync for Buffers {}
+
+/// Runs `entry(buffers, begin, end)` over `0..end` in chunks of whole multiples of `align`
+/// iterations (the vector step of a loop that is also the innermost), in parallel.
+///
+/// # Safety
+/// `entry` is a kernel whose iterations of the outermost loop write disjoint outputs, and
+/// `buffers` satisfies its contract for every range of `0..end`.
+pub(crate) unsafe fn run_split(
+    entry: unsafe extern "C" fn(*const *mut u8, i64, i64),
+    buffers: *const *mut u8,
+    end: i64,
+    align: i64,
+) {
+    let threads = rayon::current_num_threads().max(1) as i64;
+    let chunks = (threads * CHUNKS_PER_THREAD as i64).min(end.max(1));
+    let chunk = (end.max(1) + chunks - 1) / chunks;
+    let chunk = (chunk + align - 1) / align * align;
+    let buffers = Buffers(buffers);
+    let starts: Vec<i64> = (0..end).step_by(chunk.max(1) as usize).collect();
+    starts.into_par_iter().for_each(|begin| {
+        let buffers = &buffers;
+        // SAFETY: the caller's contract, for the range `begin..stop` of `0..end`.
+        unsafe { entry(buffers.0, begin, (begin + chunk).min(end)) };
+    });
+}
+
+/// True when splitting a loop of `end` iterations can use more than one thread.
+pub(crate) fn worth_splitting(end: i64) -> bool {
+    end >= 2 && rayon::current_num_threads() > 1
+}
