@@ -1,6 +1,8 @@
-//! Benchmarks of the eager CPU path on the workloads of `../shared/reference/BASELINE.md`;
-//! `--json` prints one object per line: `{"name", "median_ms", "min_ms", "threads"}`.
+//! Benchmarks of the eager CPU path on the workloads of `../shared/reference/BASELINE.md`,
+//! and of the same models compiled (`bench_compiled`); `--json` prints one object per line:
+//! `{"name", "median_ms", "min_ms", "threads"}` (and `"gbs"` for `memory_bandwidth_gbs`).
 
+mod bench_compiled;
 mod support;
 
 use clap::Parser;
@@ -365,32 +367,36 @@ fn run(args: &Args) -> Result<()> {
     tessera::tensor::set_num_threads(args.threads)?;
     if !args.json {
         println!(
-            "{:<18} {:>11} {:>11} {:>8}",
+            "{:<30} {:>11} {:>11} {:>8}",
             "workload", "median ms", "min ms", "threads"
         );
     }
+    let all = || WORKLOADS.iter().chain(bench_compiled::WORKLOADS.iter());
     let selected: Vec<&Workload> = if args.only.is_empty() {
-        WORKLOADS.iter().collect()
+        all().collect()
     } else {
         args.only
             .iter()
-            .flat_map(|o| {
-                WORKLOADS
-                    .iter()
-                    .filter(move |(name, _)| name.contains(o.as_str()))
-            })
+            .flat_map(|o| all().filter(move |(name, _)| name.contains(o.as_str())))
             .collect()
     };
     for (name, setup) in selected {
         let mut f = setup(&mut Generator::new(0))?;
         let (median, min) = time(args.reps, &mut f)?;
+        let mut row = serde_json::json!({"name": name, "median_ms": median, "min_ms": min, "threads": args.threads});
+        let gbs = (*name == "memory_bandwidth_gbs")
+            .then(|| bench_compiled::TRIAD_BYTES / (median * 1e-3) / 1e9);
+        if let Some(gbs) = gbs {
+            row["gbs"] = serde_json::json!(gbs);
+        }
         if args.json {
-            println!(
-                "{}",
-                serde_json::json!({"name": name, "median_ms": median, "min_ms": min, "threads": args.threads})
-            );
+            println!("{row}");
         } else {
-            println!("{name:<18} {median:>11.3} {min:>11.3} {:>8}", args.threads);
+            let extra = gbs.map_or(String::new(), |g| format!("  {g:.1} GB/s"));
+            println!(
+                "{name:<30} {median:>11.3} {min:>11.3} {:>8}{extra}",
+                args.threads
+            );
         }
     }
     Ok(())

@@ -1,8 +1,11 @@
-"""PyTorch eager on the workloads of examples/bench.rs, printing the same JSON lines, so that
-Tessera's figures can be compared with a baseline measured in the same run.
+"""PyTorch eager and torch.compile on the workloads of examples/bench.rs, printing the same
+JSON lines, so that Tessera's figures can be compared with a baseline measured in the same run.
 
-Usage: python scripts/bench_pytorch.py [--threads 2] [--reps 15]
-Needs torch (e.g. `pip install torch==2.15.0` in a venv); the Rust tests never do.
+Usage: python scripts/bench_pytorch.py [--threads 2] [--reps 15] [--only NAME,...] [--no-compile]
+Needs torch and torchvision (e.g. `pip install torch==2.15.0 torchvision==0.29.2` in a venv);
+the Rust tests never do. `*_compiled` rows time a torch.compile'd model after its first call;
+`compile_*_ms` rows time that first call (tracing, Inductor code generation and the C++
+compile) of a fresh model after `torch._dynamo.reset()`, once, as a user meets it.
 """
 
 import argparse
@@ -42,10 +45,27 @@ class SmallCnn(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+def transformer_block():
+    """The transformer block of examples/bench_compiled.rs."""
+    return nn.TransformerEncoderLayer(256, 4, dim_feedforward=1024, dropout=0.0, batch_first=True).eval()
+
+
+def first_call_ms(make_model, x):
+    """Milliseconds of the first call of a freshly compiled model (its compile time)."""
+    torch._dynamo.reset()
+    model = torch.compile(make_model())
+    start = time.perf_counter()
+    with torch.no_grad():
+        model(x)
+    return (time.perf_counter() - start) * 1e3
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--only", default="", help="comma-separated name fragments to run")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile rows")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -72,16 +92,57 @@ def main():
         with torch.no_grad():
             cnn(images)
 
+    import torchvision
+
+    resnet = torchvision.models.resnet18().eval()
+    image = torch.randn(1, 3, 224, 224)
+    block = transformer_block()
+    tokens = torch.randn(8, 128, 256)
+
+    def elementwise(t):
+        return torch.relu(t * 1.5 + 0.25) * 0.5 - 1.0
+
+    def inference(model, inp):
+        def run():
+            with torch.no_grad():
+                model(inp)
+
+        return run
+
     workloads = [
         ("matmul_1024", lambda: a @ b),
         ("mlp_infer_b256", infer_mlp),
         ("mlp_train_b256", train_mlp),
         ("cnn_infer_b64", infer_cnn),
-        ("elementwise_16m", lambda: torch.relu(big * 1.5 + 0.25) * 0.5 - 1.0),
+        ("resnet18_infer_b1", inference(resnet, image)),
+        ("elementwise_16m", lambda: elementwise(big)),
+        ("transformer_block_b8", inference(block, tokens)),
     ]
+    if not args.no_compile:
+        compiled_elementwise = torch.compile(elementwise)
+        workloads += [
+            ("mlp_infer_b256_compiled", inference(torch.compile(mlp.eval()), x)),
+            ("cnn_infer_b64_compiled", inference(torch.compile(cnn), images)),
+            ("resnet18_infer_b1_compiled", inference(torch.compile(resnet), image)),
+            ("elementwise_16m_compiled", lambda: compiled_elementwise(big)),
+            ("transformer_block_b8_compiled", inference(torch.compile(block), tokens)),
+        ]
+    only = [o for o in args.only.split(",") if o]
     for name, f in workloads:
+        if only and not any(o in name for o in only):
+            continue
         median, fastest = timed(args.reps, f)
-        print(json.dumps({"name": name, "median_ms": median, "min_ms": fastest, "threads": args.threads}))
+        print(json.dumps({"name": name, "median_ms": median, "min_ms": fastest, "threads": args.threads}), flush=True)
+    if not args.no_compile:
+        for name, make, inp in [
+            ("compile_small_cnn_ms", lambda: SmallCnn().eval(), images),
+            ("compile_resnet18_ms", lambda: torchvision.models.resnet18().eval(), image),
+            ("compile_transformer_block_ms", transformer_block, tokens),
+        ]:
+            if only and not any(o in name for o in only):
+                continue
+            ms = first_call_ms(make, inp)
+            print(json.dumps({"name": name, "median_ms": ms, "min_ms": ms, "threads": args.threads}), flush=True)
 
 
 if __name__ == "__main__":

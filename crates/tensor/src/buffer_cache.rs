@@ -36,9 +36,12 @@ pub(crate) fn uninit_buffer<T: Element>(len: usize) -> Vec<T> {
     reuse(len).unwrap_or_else(|| vec![T::default(); len])
 }
 
-/// [`uninit_buffer`], or `OutOfMemory` naming `op` when the allocator cannot provide `len`
-/// elements (as PyTorch's allocator raises instead of aborting).
-pub(crate) fn try_uninit_buffer<T: Element>(op: &str, len: usize) -> Result<Vec<T>> {
+/// A buffer of `len` elements for a kernel that overwrites every element (its contents are
+/// unspecified but initialised), taken from the cache of freed buffers when one of that
+/// length is there; or `OutOfMemory` naming `op` when the allocator cannot provide it (as
+/// PyTorch's allocator raises instead of aborting). Compiled programs take their outputs here
+/// too, so a buffer a call frees is the next call's output, its pages already mapped.
+pub fn try_uninit_buffer<T: Element>(op: &str, len: usize) -> Result<Vec<T>> {
     if let Some(v) = reuse(len) {
         return Ok(v);
     }

@@ -50,11 +50,12 @@ enum OutVec {
 }
 
 impl OutVec {
-    fn new(ty: ScalarType, len: usize) -> OutVec {
-        match ty {
-            ScalarType::F64 => OutVec::F64(Vec::with_capacity(len)),
-            _ => OutVec::F32(Vec::with_capacity(len)),
-        }
+    /// A buffer of `len` elements of `ty` from the tensor crate's cache of freed buffers.
+    fn new(ty: ScalarType, len: usize, kernel: &str) -> tessera_tensor::Result<OutVec> {
+        Ok(match ty {
+            ScalarType::F64 => OutVec::F64(tessera_tensor::try_uninit_buffer(kernel, len)?),
+            _ => OutVec::F32(tessera_tensor::try_uninit_buffer(kernel, len)?),
+        })
     }
 
     fn ptr(&mut self, ty: ScalarType, len: usize) -> BufferPtr {
@@ -65,20 +66,16 @@ impl OutVec {
         BufferPtr { ptr, len, ty }
     }
 
-    /// The tensor of the written elements.
-    ///
-    /// # Safety
-    /// Every one of the `len` elements was written.
-    unsafe fn into_tensor(self, len: usize, shape: &[usize]) -> tessera_tensor::Result<Tensor> {
+    /// The tensor of the buffer's first `len` elements (all of them: outputs are allocated
+    /// at their parameter's length).
+    fn into_tensor(self, len: usize, shape: &[usize]) -> tessera_tensor::Result<Tensor> {
         match self {
             OutVec::F32(mut v) => {
-                // SAFETY: the caller guarantees all `len` elements (within capacity) were written.
-                unsafe { v.set_len(len) };
+                v.truncate(len);
                 Tensor::from_vec(v, shape)
             }
             OutVec::F64(mut v) => {
-                // SAFETY: as above.
-                unsafe { v.set_len(len) };
+                v.truncate(len);
                 Tensor::from_vec(v, shape)
             }
         }
@@ -391,8 +388,9 @@ fn run_kernel(
         .collect();
     let mut out_vecs: Vec<OutVec> = out_params
         .iter()
-        .map(|p| OutVec::new(p.ty, p.len))
-        .collect();
+        .map(|p| OutVec::new(p.ty, p.len, &kernel.name))
+        .collect::<tessera_tensor::Result<_>>()
+        .map_err(step_error(index, "allocating the outputs"))?;
     // Scratch buffers are zeroed: the external call writes them before any load reads them.
     let mut scratch: Vec<(OutVec, ScalarType, usize)> = kernel
         .buffers
@@ -438,10 +436,10 @@ fn run_kernel(
     })?;
     for ((vec, slot), param) in out_vecs.into_iter().zip(outputs).zip(&out_params) {
         let shape = &program.slot(*slot).meta.shape;
-        // SAFETY: the kernel stores every point of its nest into each output, and its outputs
-        // are packed with one element per point (checked by `Kernel::verify`'s bounds and the
-        // lowering's packed store index).
-        let t = unsafe { vec.into_tensor(param.len, shape) }
+        // The kernel stored every point of its nest into each output, whose elements are packed
+        // one per point (`Kernel::verify`'s bounds and the lowering's packed store index).
+        let t = vec
+            .into_tensor(param.len, shape)
             .map_err(step_error(index, kernel.name.clone()))?;
         slots[slot.index()] = Some(t);
     }

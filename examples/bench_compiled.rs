@@ -1,0 +1,165 @@
+//! The compiled workloads of `examples/bench.rs`: the eager workloads' models compiled with
+//! `tessera::compile` (`<workload>_compiled`), a transformer encoder block eager and compiled,
+//! cold compile times (`compile_<model>_ms`: trace and compile from nothing, in process) and
+//! the memory bandwidth the elementwise figures are measured against.
+
+use crate::{Workload, fx_err, nn_err};
+use rayon::prelude::*;
+use std::sync::Arc;
+use tessera::fx::GraphModule;
+use tessera::fx::trace::{LeafPolicy, trace};
+use tessera::nn::layers::{Linear, ReLU, TransformerEncoderLayer, TransformerOptions};
+use tessera::nn::models::{ResNet18, SmallCnn};
+use tessera::nn::{Call, Forward, Layer, Module, ModuleCore, ModuleExt, ModuleKind, Sequential};
+use tessera::{CompileOptions, CompiledModule, DType, Result, Tensor, compile, no_grad};
+
+/// `relu(x * 1.5 + 0.25) * 0.5 - 1`, the elementwise workload as a module.
+#[derive(Module)]
+struct ElementwiseChain {
+    core: ModuleCore,
+}
+
+impl Forward for ElementwiseChain {
+    type Output = Tensor;
+    fn forward(&self, x: Tensor) -> tessera::nn::Result<Tensor> {
+        Ok(x.mul_scalar(1.5)?
+            .add_scalar(0.25)?
+            .relu()?
+            .mul_scalar(0.5)?
+            .add_scalar(-1.0)?)
+    }
+}
+
+fn mlp() -> Result<Sequential> {
+    Ok(Sequential::new()
+        .add(Linear::new(784, 256).map_err(nn_err)?)
+        .add(ReLU::new())
+        .add(Linear::new(256, 128).map_err(nn_err)?)
+        .add(ReLU::new())
+        .add(Linear::new(128, 10).map_err(nn_err)?))
+}
+
+/// The transformer block of the issue: width 256, 4 heads, feed-forward 1024, batch first,
+/// no dropout (PyTorch: `nn.TransformerEncoderLayer(256, 4, 1024, 0.0, batch_first=True)`).
+fn transformer_block() -> Result<TransformerEncoderLayer> {
+    let options = TransformerOptions::default()
+        .dim_feedforward(1024)
+        .dropout(0.0)
+        .batch_first(true);
+    TransformerEncoderLayer::with_options(256, 4, options).map_err(nn_err)
+}
+
+/// Traces `model` (attention and transformer layers traced through, so the compiler sees
+/// their ops) and compiles it for `x`.
+fn compiled<M: Layer + 'static>(model: M, x: &Tensor) -> Result<CompiledModule> {
+    let model = Arc::new(model);
+    model.eval();
+    let policy = LeafPolicy::default()
+        .trace_kind(ModuleKind::MultiheadAttention)
+        .trace_kind(ModuleKind::TransformerEncoderLayer);
+    let traced = trace(&*model, x.meta(), policy).map_err(fx_err)?;
+    let gm = GraphModule::new(model, traced);
+    compile(&gm, std::slice::from_ref(x), CompileOptions::default())
+        .map_err(|e| tessera::TensorError::Autograd(format!("compile: {e}")))
+}
+
+/// A workload calling a compiled `model` on `x`.
+fn run_compiled<M: Layer + 'static>(model: M, x: Tensor) -> Result<Box<dyn FnMut() -> Result<()>>> {
+    let compiled = compiled(model, &x)?;
+    Ok(Box::new(move || {
+        let _guard = no_grad();
+        compiled.call(x.clone()).map(drop).map_err(nn_err)
+    }))
+}
+
+/// A workload tracing and compiling a fresh `model()` for `x` on every call.
+fn compile_each_time<M: Layer + 'static>(
+    model: fn() -> Result<M>,
+    x: Tensor,
+) -> Result<Box<dyn FnMut() -> Result<()>>> {
+    Ok(Box::new(move || compiled(model()?, &x).map(drop)))
+}
+
+/// Elements of each array of the bandwidth loop (64 MiB of f32).
+pub const TRIAD_ELEMENTS: usize = 16 << 20;
+
+/// STREAM's triad `a = b + s * c` over existing arrays, on the thread pool: 3 x 64 MiB moved.
+fn triad() -> Result<Box<dyn FnMut() -> Result<()>>> {
+    let mut a = vec![0.0f32; TRIAD_ELEMENTS];
+    let b = vec![1.0f32; TRIAD_ELEMENTS];
+    let c = vec![2.0f32; TRIAD_ELEMENTS];
+    Ok(Box::new(move || {
+        a.par_chunks_mut(1 << 16)
+            .zip(b.par_chunks(1 << 16).zip(c.par_chunks(1 << 16)))
+            .for_each(|(a, (b, c))| {
+                for ((a, b), c) in a.iter_mut().zip(b).zip(c) {
+                    *a = b + 1.5 * c;
+                }
+            });
+        std::hint::black_box(&a);
+        Ok(())
+    }))
+}
+
+/// Bytes the triad moves per call.
+pub const TRIAD_BYTES: f64 = 3.0 * (TRIAD_ELEMENTS * 4) as f64;
+
+pub const WORKLOADS: [Workload; 10] = [
+    ("mlp_infer_b256_compiled", |g| {
+        run_compiled(mlp()?, Tensor::randn_with(&[256, 784], DType::F32, g)?)
+    }),
+    ("cnn_infer_b64_compiled", |g| {
+        run_compiled(
+            SmallCnn::new().map_err(nn_err)?,
+            Tensor::randn_with(&[64, 3, 32, 32], DType::F32, g)?,
+        )
+    }),
+    ("resnet18_infer_b1_compiled", |g| {
+        run_compiled(
+            ResNet18::new(1000).map_err(nn_err)?,
+            Tensor::randn_with(&[1, 3, 224, 224], DType::F32, g)?,
+        )
+    }),
+    ("elementwise_16m_compiled", |g| {
+        run_compiled(
+            ElementwiseChain {
+                core: ModuleCore::default(),
+            },
+            Tensor::rand_with(&[16 << 20], DType::F32, g)?,
+        )
+    }),
+    ("transformer_block_b8", |g| {
+        let block = transformer_block()?;
+        block.eval();
+        let x = Tensor::randn_with(&[8, 128, 256], DType::F32, g)?;
+        Ok(Box::new(move || {
+            let _guard = no_grad();
+            block.call(x.clone()).map(drop).map_err(nn_err)
+        }))
+    }),
+    ("transformer_block_b8_compiled", |g| {
+        run_compiled(
+            transformer_block()?,
+            Tensor::randn_with(&[8, 128, 256], DType::F32, g)?,
+        )
+    }),
+    ("compile_small_cnn_ms", |g| {
+        compile_each_time(
+            || SmallCnn::new().map_err(nn_err),
+            Tensor::randn_with(&[64, 3, 32, 32], DType::F32, g)?,
+        )
+    }),
+    ("compile_resnet18_ms", |g| {
+        compile_each_time(
+            || ResNet18::new(1000).map_err(nn_err),
+            Tensor::randn_with(&[1, 3, 224, 224], DType::F32, g)?,
+        )
+    }),
+    ("compile_transformer_block_ms", |g| {
+        compile_each_time(
+            transformer_block,
+            Tensor::randn_with(&[8, 128, 256], DType::F32, g)?,
+        )
+    }),
+    ("memory_bandwidth_gbs", |_| triad()),
+];
