@@ -72,7 +72,50 @@ impl HookCounts {
     }
 }
 
+/// The id of a registered hook, unique within its module's table (or the global one): what
+/// [`HookHandle::id`] returns and [`HookIds`] lists, as PyTorch's hook dicts are keyed by
+/// their handles' ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HookId(pub u64);
+
+impl std::fmt::Display for HookId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The ids of a module's hooks of each kind, in the order they run (the keys of PyTorch's
+/// `module._forward_pre_hooks` and its siblings); see
+/// [`ModuleExt::hook_ids`](crate::ModuleExt::hook_ids). Global hooks are not included.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookIds {
+    pub forward_pre: Vec<HookId>,
+    pub forward: Vec<HookId>,
+    pub full_backward: Vec<HookId>,
+    pub backward_pre: Vec<HookId>,
+    pub state_dict: Vec<HookId>,
+    pub load_state_dict_pre: Vec<HookId>,
+    pub load_state_dict_post: Vec<HookId>,
+}
+
+/// The ids of one kind of hooks, in order.
+fn ids_of<H>(hooks: &[(u64, H)]) -> Vec<HookId> {
+    hooks.iter().map(|(id, _)| HookId(*id)).collect()
+}
+
 impl HookTable {
+    pub(crate) fn ids(&self) -> HookIds {
+        HookIds {
+            forward_pre: ids_of(&self.forward_pre),
+            forward: ids_of(&self.forward),
+            full_backward: ids_of(&self.full_backward),
+            backward_pre: ids_of(&self.backward_pre),
+            state_dict: ids_of(&self.state_dict),
+            load_state_dict_pre: ids_of(&self.load_pre),
+            load_state_dict_post: ids_of(&self.load_post),
+        }
+    }
+
     pub(crate) fn counts(&self) -> HookCounts {
         HookCounts {
             forward_pre: self.forward_pre.len(),
@@ -131,6 +174,11 @@ pub struct HookHandle {
 }
 
 impl HookHandle {
+    /// The hook's id, as [`HookIds`] lists it.
+    pub fn id(&self) -> HookId {
+        HookId(self.id)
+    }
+
     pub fn remove(&self) {
         if let Some(table) = self.table.upgrade() {
             table

@@ -106,7 +106,7 @@ pub use containers::{ModuleDict, ModuleList, ParameterDict, ParameterList, Seque
 pub use core::ModuleCore;
 pub use error::{NnError, Result};
 pub use field::{BufferField, ModuleField};
-pub use hooks::{HookCounts, HookHandle};
+pub use hooks::{HookCounts, HookHandle, HookId, HookIds};
 pub use layer::Layer;
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, BCEWithLogitsLoss, BatchNorm1d, BatchNorm2d, Bilinear, Conv1d,

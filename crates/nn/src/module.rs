@@ -305,6 +305,25 @@ pub trait ModuleExt: Module {
         self.core().hooks.lock().counts()
     }
 
+    /// The ids of this module's hooks of each kind, in the order they run (the keys of
+    /// PyTorch's `module._forward_pre_hooks`, `_forward_hooks`, ...); a handle's `id()` is
+    /// its hook's entry.
+    ///
+    /// ```
+    /// use tessera_nn::{ModuleExt, layers::Linear};
+    ///
+    /// let layer = Linear::new(2, 2)?;
+    /// let first = layer.register_forward_hook(|_, _, _| Ok(None));
+    /// let second = layer.register_forward_hook(|_, _, _| Ok(None));
+    /// assert_eq!(layer.hook_ids().forward, [first.id(), second.id()]);
+    /// first.remove();
+    /// assert_eq!(layer.hook_ids().forward, [second.id()]);
+    /// # Ok::<(), tessera_nn::NnError>(())
+    /// ```
+    fn hook_ids(&self) -> crate::hooks::HookIds {
+        self.core().hooks.lock().ids()
+    }
+
     fn register_forward_pre_hook(
         &self,
         hook: impl Fn(&dyn Module, &[Tensor]) -> Result<Option<Vec<Tensor>>> + Send + Sync + 'static,

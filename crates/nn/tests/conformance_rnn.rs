@@ -5,13 +5,16 @@
 
 mod common;
 
-use common::{Case, check_reprs, check_state_dict_keys, checkpoint, load_strict, params_of};
+use common::{
+    Case, check_reprs, check_state_dict_keys, checkpoint, joined, leaves, load_strict, params_of,
+    tensor_result,
+};
 use tessera_nn::layers::{
     GRU, GRUCell, LSTM, LSTMCell, Nonlinearity, RNN, RNNCell, RecurrentCellOptions,
     RecurrentOptions,
 };
 use tessera_nn::{Call, Forward, Module, ModuleCore, ModuleExt, StateDict};
-use tessera_tensor::{DType, GradcheckOptions, Tensor, TensorError, gradcheck};
+use tessera_tensor::{DType, GradcheckOptions, Tensor, gradcheck};
 
 /// The case's holder module: its children in the order of `case.json`'s `modules`.
 #[derive(Module)]
@@ -243,34 +246,11 @@ fn loading_a_checkpoint_with_missing_extra_and_misshaped_lstm_keys_gives_pytorch
 
 // ----- gradcheck (f64, small sizes) -----
 
-/// `f(...)` with the nn error turned into the tensor crate's, as `gradcheck` takes.
-fn tensor_result(result: tessera_nn::Result<Tensor>) -> tessera_tensor::Result<Tensor> {
-    result.map_err(|e| TensorError::Autograd(e.to_string()))
-}
-
-/// The tensors flattened and joined, so one gradcheck covers several outputs.
-fn joined(parts: &[&Tensor]) -> tessera_nn::Result<Tensor> {
-    let flat: Vec<Tensor> = parts
-        .iter()
-        .map(|t| t.reshape(&[t.numel()]))
-        .collect::<Result<_, _>>()?;
-    Ok(Tensor::cat(&flat.iter().collect::<Vec<_>>(), 0)?)
-}
-
 fn f64_stacked() -> RecurrentOptions {
     RecurrentOptions::default()
         .num_layers(2)
         .bidirectional(true)
         .dtype(DType::F64)
-}
-
-/// Every gradient leaf of a gradcheck: the call's tensors, then the module's parameters.
-fn leaves(tensors: &[Tensor], module: &dyn Module) -> Vec<Tensor> {
-    tensors
-        .iter()
-        .cloned()
-        .chain(module.parameter_tensors())
-        .collect()
 }
 
 #[test]

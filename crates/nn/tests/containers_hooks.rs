@@ -442,3 +442,24 @@ fn hook_counts_report_each_kind_registered_and_forget_removed_hooks() -> Result<
     assert_eq!(layer.hook_counts().forward_pre, 0);
     Ok(())
 }
+
+#[test]
+fn hook_ids_list_each_kind_in_run_order_and_forget_removed_hooks() -> Result<()> {
+    let layer = my_linear(2, 2);
+    let first = layer.register_forward_pre_hook(|_, _| Ok(None));
+    let forward = layer.register_forward_hook(|_, _, _| Ok(None));
+    let second = layer.register_forward_pre_hook(|_, _| Ok(None));
+    let third = layer.register_forward_pre_hook(|_, _| Ok(None));
+    let ids = layer.hook_ids();
+    assert_eq!(ids.forward_pre, [first.id(), second.id(), third.id()]);
+    assert_eq!(ids.forward, [forward.id()]);
+    assert!(ids.full_backward.is_empty() && ids.state_dict.is_empty());
+    assert_ne!(first.id(), forward.id(), "one id per hook of a module");
+    second.remove();
+    assert_eq!(layer.hook_ids().forward_pre, [first.id(), third.id()]);
+    assert_eq!(
+        layer.hook_ids().forward_pre.len(),
+        layer.hook_counts().forward_pre
+    );
+    Ok(())
+}

@@ -71,6 +71,17 @@ fn embedding_bag_matches_finite_differences_and_its_definition() {
     assert_eq!(by_rows.to_vec_f64().unwrap(), [3.0, 7.0]);
 }
 
+/// A leaf call while tracing sees meta offsets: the bags are unknown, the shape is not.
+#[test]
+fn embedding_bag_with_meta_offsets_gives_a_meta_result_of_the_output_shape() {
+    let ids = Tensor::new_meta(&[5], DType::I64);
+    let offsets = Tensor::new_meta(&[3], DType::I64);
+    let weight = Tensor::zeros(&[10, 4], DType::F32).unwrap();
+    let bags = embedding_bag(&ids, &weight, Some(&offsets), EmbeddingBagMode::Sum).unwrap();
+    assert!(bags.is_meta());
+    assert_eq!((bags.shape(), bags.dtype()), (vec![3, 4], DType::F32));
+}
+
 #[test]
 fn hostile_shapes_are_errors_not_panics() {
     let w = Tensor::zeros(&[5, 3], DType::F32).unwrap();

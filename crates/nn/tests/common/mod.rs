@@ -3,5 +3,7 @@
 
 pub use tessera_testkit::*;
 
+mod gradcheck;
 mod holders;
+pub use gradcheck::*;
 pub use holders::*;

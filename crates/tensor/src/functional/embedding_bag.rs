@@ -38,6 +38,10 @@ fn bag_of_each(offsets: &[i64], count: usize) -> Result<Vec<i64>> {
 /// (bag starts), or a 2-D `input` `[B, L]` of `B` bags of `L` (with `offsets` `None`): the sum
 /// or mean of each bag's rows of `weight` `[num_embeddings, dim]`, giving `[B, dim]`. An empty
 /// bag gives zeros.
+///
+/// The bags come from the values of `offsets`: offsets without data (meta tensors, as a leaf
+/// call sees them while tracing) give an unrecorded meta result of the output's shape, which
+/// is all a leaf call needs; tracing through such a call fails where its result is used.
 pub fn embedding_bag(
     input: &Tensor,
     weight: &Tensor,
@@ -56,6 +60,13 @@ pub fn embedding_bag(
                     offsets.shape(),
                     offsets.dtype()
                 ));
+            }
+            if offsets.is_meta() {
+                if weight.ndim() != 2 {
+                    return invalid(format!("expected a 2-D weight, got {:?}", weight.shape()));
+                }
+                let shape = [offsets.numel(), weight.shape()[1]];
+                return Ok(Tensor::new_meta(&shape, weight.dtype()));
             }
             let starts = offsets.to_vec::<i64>()?;
             (input.clone(), bag_of_each(&starts, *count)?)
