@@ -61,6 +61,15 @@ pub(crate) fn clif_type(ty: ScalarType) -> Type {
     }
 }
 
+/// The integer type of a float's width, to select floats with bit masks.
+fn same_width_int(ty: ScalarType) -> Option<Type> {
+    match ty {
+        ScalarType::F32 => Some(types::I32),
+        ScalarType::F64 => Some(types::I64),
+        _ => None,
+    }
+}
+
 fn float_cc(f: CompareFn) -> FloatCC {
     match f {
         CompareFn::Eq => FloatCC::Equal,
@@ -345,6 +354,19 @@ impl Renderer<'_> {
                 let inner_stride = index.strides.last().copied().unwrap_or(0);
                 if vector && inner_stride == 1 {
                     b.ins().load(types::F32X4, self.flags, addr, 0)
+                } else if vector && inner_stride > 1 {
+                    // A strided walk gathers its lanes one load each (the schedule keeps the
+                    // lanes' byte offsets within an immediate).
+                    let step = (inner_stride * size as usize) as i32;
+                    let first = b.ins().load(types::F32, self.flags, addr, 0);
+                    let mut lanes_value = b.ins().splat(types::F32X4, first);
+                    for lane in 1..4u8 {
+                        let s = b
+                            .ins()
+                            .load(types::F32, self.flags, addr, step * lane as i32);
+                        lanes_value = b.ins().insertlane(lanes_value, s, lane);
+                    }
+                    lanes_value
                 } else {
                     let s = b.ins().load(clif_type(v.ty), self.flags, addr, 0);
                     if vector {
@@ -396,6 +418,17 @@ impl Renderer<'_> {
                 if vector {
                     let mask = b.ins().bitcast(types::F32X4, MemFlagsData::new(), c);
                     b.ins().bitselect(mask, x, y)
+                } else if let Some(int) = same_width_int(v.ty) {
+                    // Branch-free: x64 lowers a float `select` to a jump, which the data
+                    // mispredicts (a max pooling's comparisons, a where's mask).
+                    let flags = MemFlagsData::new();
+                    let mask = b.ins().bmask(int, c);
+                    let (xi, yi) = (
+                        b.ins().bitcast(int, flags, x),
+                        b.ins().bitcast(int, flags, y),
+                    );
+                    let picked = b.ins().bitselect(mask, xi, yi);
+                    b.ins().bitcast(clif_type(v.ty), flags, picked)
                 } else {
                     b.ins().select(c, x, y)
                 }

@@ -2,11 +2,13 @@
 //! [`Program`]. The elementwise members of each fusion group become one kernel whose loads
 //! read their operands through the views before them (folded into index arithmetic); a
 //! reduction becomes one kernel with its group's prologue and its epilogue partition
-//! ([`reduce`]); views become layouts, never steps; every other node runs its eager kernel as
+//! ([`reduce`]); max and average pooling without padding become window reductions
+//! ([`pool`]); views become layouts, never steps; every other node runs its eager kernel as
 //! an external step and is reported as a fallback with the reason.
 
 mod frame;
 mod gemm;
+mod pool;
 mod reduce;
 
 use crate::schedule::schedule;
@@ -394,6 +396,10 @@ impl Lowering<'_> {
                         );
                     }
                 }
+            }
+            NodeKind::CallFunction { op } if pool::window_pool(op).is_some() => {
+                let op = op.clone();
+                return self.pool(id, &op);
             }
             NodeKind::CallFunction { op } => {
                 let op = op.clone();

@@ -9,6 +9,9 @@ use crate::{Expr, Kernel, LoopId, ScalarType, Schedule};
 pub const F32_LANES: usize = 4;
 /// Vectors per iteration of a vectorised innermost loop.
 pub const UNROLL: usize = 4;
+/// The largest stride (in elements) along the vectorised loop at which a load still gathers
+/// its lanes; beyond it the kernel stays scalar.
+pub const MAX_GATHER_STRIDE: usize = 1 << 24;
 /// Work (points of the nest times values computed per point) from which a kernel's outermost
 /// loop is split across threads: below it, waking and joining a thread (a few microseconds)
 /// costs more than it saves.
@@ -111,7 +114,8 @@ fn coalesce_group(
 
 /// F32X4 vectors unrolled 4 times along the innermost loop (the innermost reduction loop of a
 /// reduction kernel) when every value is f32 (or a comparison of f32s), every load walks it
-/// with stride 0 or 1 and every store inside it with stride 1; scalar code otherwise.
+/// with a stride of at most [`MAX_GATHER_STRIDE`] (strided ones gathering their lanes) and
+/// every store inside it with stride 1; scalar code otherwise.
 fn choose(kernel: &Kernel) -> Schedule {
     let extents = kernel.extents();
     let Some(&inner) = extents.last() else {
@@ -120,8 +124,9 @@ fn choose(kernel: &Kernel) -> Schedule {
     let all_f32 = kernel.values.iter().all(|v| v.ty != ScalarType::F64)
         && kernel.buffers.iter().all(|b| b.ty == ScalarType::F32);
     let last = extents.len() - 1;
+    // Strided loads gather their lanes, at byte offsets a backend can give as immediates.
     let loads_ok = kernel.values.iter().all(|v| match &v.expr {
-        Expr::Load { index, .. } => index.strides[last] <= 1,
+        Expr::Load { index, .. } => index.strides[last] <= MAX_GATHER_STRIDE,
         _ => true,
     });
     let stages = crate::Stages::of(kernel);
