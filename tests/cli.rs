@@ -70,7 +70,7 @@ fn fixtures() -> tempfile::TempDir {
         .add(Linear::new(16, 4).unwrap());
     let traced = trace(
         &mlp,
-        TensorMeta::new(&[2, 8], DType::F32),
+        TensorMeta::new([2, 8], DType::F32),
         LeafPolicy::default(),
     )
     .unwrap();

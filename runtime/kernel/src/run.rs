@@ -206,7 +206,7 @@ pub struct StepCost {
 pub type StepTimer<'a> = &'a mut dyn FnMut(StepCost, &[&Tensor]);
 
 /// [`run_program`], calling `timer` after each step (what a profiler records). Without a
-/// timer it reads no clock.
+/// timer it reads neither the clock nor the allocation count.
 pub fn run_program_timed(
     program: &Program,
     env: &dyn Environment,
