@@ -1,13 +1,15 @@
 //! The `tessera` command end to end: every subcommand on files the test makes (a SmallCnn
-//! artifact, its state dict as .pt and safetensors), checking exit codes and output; a bad
-//! file is a one-line error with exit code 2, never a panic.
+//! artifact, its state dict as .pt and safetensors, and a batch-size-agnostic MLP artifact),
+//! checking exit codes and output; every subcommand's `--help` is snapshot-reviewed; a bad or
+//! missing file is a one-line error with exit code 2, never a panic, for every subcommand.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use tessera::fx::GraphModule;
 use tessera::fx::trace::{LeafPolicy, trace};
+use tessera::nn::layers::{Linear, ReLU};
 use tessera::nn::models::SmallCnn;
-use tessera::nn::{ModuleExt, save_pt_state_dict, save_safetensors};
+use tessera::nn::{ModuleExt, Sequential, save_pt_state_dict, save_safetensors};
 use tessera::tensor::TensorMeta;
 use tessera::{DType, manual_seed};
 
@@ -37,7 +39,14 @@ fn ok(args: &[&str]) -> String {
     stdout(&out)
 }
 
-/// A folder with `cnn/` (a SmallCnn graph artifact), `cnn.pt` and `cnn.safetensors`.
+/// Every subcommand.
+const SUBCOMMANDS: [&str; 9] = [
+    "inspect", "summary", "draw", "optimize", "compile", "run", "bench", "profile", "convert",
+];
+
+/// A folder with `cnn/` (a SmallCnn graph artifact traced at batch 2, whose flatten fixes the
+/// batch size), `cnn.pt`, `cnn.safetensors` and `mlp/` (8 -> 16 -> 4 linear layers with a
+/// ReLU, traced at batch 2, which runs at any batch size).
 fn fixtures() -> tempfile::TempDir {
     manual_seed(0);
     let dir = tempfile::tempdir().unwrap();
@@ -55,6 +64,19 @@ fn fixtures() -> tempfile::TempDir {
         .unwrap();
     save_pt_state_dict(&cnn_state, dir.path().join("cnn.pt")).unwrap();
     save_safetensors(&cnn_state, dir.path().join("cnn.safetensors")).unwrap();
+    let mlp = Sequential::new()
+        .add(Linear::new(8, 16).unwrap())
+        .add(ReLU::new())
+        .add(Linear::new(16, 4).unwrap());
+    let traced = trace(
+        &mlp,
+        TensorMeta::new([2, 8], DType::F32),
+        LeafPolicy::default(),
+    )
+    .unwrap();
+    GraphModule::new(std::sync::Arc::new(mlp), traced)
+        .save(dir.path().join("mlp"))
+        .unwrap();
     dir
 }
 
@@ -65,9 +87,7 @@ fn path(dir: &Path, name: &str) -> String {
 #[test]
 fn help_lists_every_subcommand() {
     let text = ok(&["--help"]);
-    for sub in [
-        "inspect", "summary", "draw", "optimize", "compile", "run", "bench", "profile", "convert",
-    ] {
+    for sub in SUBCOMMANDS {
         assert!(text.contains(sub), "{sub} missing from:\n{text}");
         let help = ok(&[sub, "--help"]);
         assert!(help.contains("Usage: tessera"), "{help}");
@@ -79,7 +99,9 @@ fn help_texts_are_as_reviewed() {
     let settings = tessera_testkit::snapshots();
     settings.bind(|| {
         insta::assert_snapshot!("cli_help", ok(&["--help"]));
-        insta::assert_snapshot!("cli_optimize_help", ok(&["optimize", "--help"]));
+        for sub in SUBCOMMANDS {
+            insta::assert_snapshot!(format!("cli_{sub}_help"), ok(&[sub, "--help"]));
+        }
     });
 }
 
@@ -90,14 +112,24 @@ fn inspect_reads_artifacts_and_state_dicts() {
     assert!(text.contains("graph(x: f32[2, 3, 16, 16])"), "{text}");
     assert!(text.contains("%conv2d"), "{text}");
     assert!(text.contains("FLOPs:"), "{text}");
+    // Every SmallCnn parameter is f32, so all can train: conv1 (16x3x3x3 + 16), bn1 (2x16),
+    // conv2 (32x16x3x3 + 32), bn2 (2x32), fc (10x32 + 10).
+    let parameters = 448 + 32 + 4640 + 64 + 330;
+    assert!(text.contains("Trainable:  5,514"), "{text}");
     let json = ok(&["inspect", "--json", &path(dir.path(), "cnn")]);
     let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert!(doc["flops"].as_u64().unwrap() > 0);
+    assert_eq!(doc["parameters"].as_u64(), Some(parameters));
+    assert_eq!(doc["trainable_parameters"].as_u64(), Some(parameters));
     for file in ["cnn.pt", "cnn.safetensors"] {
         let text = ok(&["inspect", &path(dir.path(), file)]);
         assert!(text.contains("conv1.weight"), "{text}");
         assert!(text.contains("[16, 3, 3, 3]"), "{text}");
         assert!(text.contains("Buffers:"), "{text}");
+        assert!(text.contains("Trainable:  5,514"), "{text}");
+        let json = ok(&["inspect", "--json", &path(dir.path(), file)]);
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(doc["trainable_parameters"].as_u64(), Some(parameters));
     }
 }
 
@@ -107,7 +139,62 @@ fn summary_tables_layers_for_another_input_shape() {
     let text = ok(&["summary", &path(dir.path(), "cnn")]);
     assert!(text.contains("conv1"), "{text}");
     assert!(text.contains("Total params:"), "{text}");
+    assert!(text.contains("Trainable params: 5,514"), "{text}");
     assert!(text.contains("[2, 16, 16, 16]"), "{text}");
+    let text = ok(&[
+        "summary",
+        &path(dir.path(), "cnn"),
+        "--input-shape",
+        "2,3,24,24",
+    ]);
+    assert!(text.contains("[2, 16, 24, 24]"), "{text}");
+}
+
+#[test]
+fn input_shape_runs_every_command_at_another_batch_size() {
+    let dir = fixtures();
+    let mlp = path(dir.path(), "mlp");
+    let shape = ["--input-shape", "5,8"];
+    let with = |args: &[&str]| -> String {
+        let mut all = args.to_vec();
+        all.extend(shape);
+        ok(&all)
+    };
+    let text = with(&["summary", &mlp]);
+    assert!(
+        text.contains("[5, 16]") && text.contains("[5, 4]"),
+        "{text}"
+    );
+    for backend in ["interp", "cpu"] {
+        let text = with(&["run", &mlp, "--backend", backend]);
+        assert!(text.contains("output0: F32 [5, 4]"), "{backend}: {text}");
+    }
+    let text = with(&["bench", &mlp, "--compare", "--runs", "2", "--warmup", "0"]);
+    assert_eq!(text.lines().count(), 3, "{text}");
+    let kernels = dir.path().join("kernels");
+    let text = with(&[
+        "compile",
+        &mlp,
+        "--dump-kernels",
+        &kernels.display().to_string(),
+    ]);
+    assert!(text.contains("largest difference"), "{text}");
+    let graph = std::fs::read_to_string(kernels.join("graph.txt")).unwrap();
+    assert!(graph.contains("f32[5, 8]"), "{graph}");
+    let trace_file = path(dir.path(), "trace.json");
+    with(&["profile", &mlp, "-o", &trace_file]);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace_file).unwrap()).unwrap();
+    let relu = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["args"]["op"] == "relu")
+        .unwrap();
+    assert_eq!(relu["args"]["output_bytes"].as_u64(), Some(5 * 16 * 4));
+    // The saved batch size is not baked in: a shape the graph cannot take is refused.
+    let out = tessera(&["run", &mlp, "--input-shape", "5,9"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
 #[test]
@@ -158,6 +245,45 @@ fn optimize_writes_an_artifact_that_runs_alike() {
         assert!((x - y).abs() < 1e-4, "{x} vs {y}");
     }
     assert!(ok(&["optimize", "--list"]).contains("structured_prune"));
+}
+
+#[test]
+fn optimize_with_the_whole_pipeline_writes_an_artifact_that_loads_and_runs() {
+    let dir = fixtures();
+    let optimized = path(dir.path(), "small");
+    let text = ok(&[
+        "optimize",
+        &path(dir.path(), "cnn"),
+        "--passes",
+        "fold_batch_norm,structured_prune=0.3,quantize_dynamic,simplify",
+        "-o",
+        &optimized,
+    ]);
+    for pass in [
+        "fold_batch_norm",
+        "structured_prune=0.3",
+        "quantize_dynamic",
+        "simplify",
+    ] {
+        assert!(text.contains(pass), "{pass} missing from:\n{text}");
+    }
+    assert!(text.contains("batch_norm -2"), "{text}");
+    let inspected = ok(&["inspect", "--json", &optimized]);
+    let doc: serde_json::Value = serde_json::from_str(&inspected).unwrap();
+    assert!(
+        !doc["graph"].as_str().unwrap().contains("batch_norm"),
+        "{doc}"
+    );
+    // Pruning removed 30% of the channels: fewer weights than the original's 5,514.
+    assert!(doc["parameters"].as_u64().unwrap() < 5514, "{doc}");
+    for backend in ["interp", "cpu"] {
+        let out = path(dir.path(), &format!("{backend}.safetensors"));
+        ok(&["run", &optimized, "--backend", backend, "-o", &out]);
+        let y = tessera::nn::load_safetensors(&out).unwrap();
+        let y = y.get("output0").unwrap();
+        assert_eq!(y.shape(), [2, 10]);
+        assert!(y.to_vec::<f32>().unwrap().iter().all(|v| v.is_finite()));
+    }
 }
 
 #[test]
@@ -239,15 +365,35 @@ fn bench_compare_prints_percentiles_of_the_interpreter_and_the_compiled_code() {
     assert!(rows[1].starts_with("cpu"), "{text}");
     assert!(text.contains("median ms"), "{text}");
     assert!(text.contains("compile ms"), "{text}");
+    // --compare runs both backends: naming one as well is refused.
+    let out = tessera(&[
+        "bench",
+        &path(dir.path(), "cnn"),
+        "--compare",
+        "--backend",
+        "cpu",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--backend"), "{}", stderr(&out));
 }
 
 #[test]
 fn cuda_without_a_cuda_backend_is_a_one_line_error() {
     let dir = fixtures();
-    for args in [
-        vec!["run", "--backend", "cuda"],
-        vec!["bench", "--backend", "cuda"],
-        vec!["compile", "--device", "cuda"],
+    for (args, instead) in [
+        (
+            vec!["run", "--backend", "cuda"],
+            "use --backend cpu or interp",
+        ),
+        (
+            vec!["bench", "--backend", "cuda"],
+            "use --backend cpu or interp",
+        ),
+        (
+            vec!["profile", "--backend", "cuda"],
+            "use --backend cpu or interp",
+        ),
+        (vec!["compile", "--device", "cuda"], "use --device cpu"),
     ] {
         let mut args = args;
         let file = path(dir.path(), "cnn");
@@ -256,6 +402,7 @@ fn cuda_without_a_cuda_backend_is_a_one_line_error() {
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains("no CUDA backend"), "{err}");
+        assert!(err.trim_end().ends_with(instead), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
 }
@@ -310,20 +457,45 @@ fn bad_files_are_one_line_errors_with_exit_code_2() {
     let broken: PathBuf = dir.path().join("broken");
     std::fs::create_dir(&broken).unwrap();
     std::fs::write(broken.join("graph.json"), b"{\"nodes\": [").unwrap();
+    let noise = dir.path().join("noise");
+    std::fs::write(
+        &noise,
+        (0..4096u32)
+            .map(|i| (i * 7919 % 251) as u8)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
     let missing = dir.path().join("missing.pt");
-    for file in [&garbage, &truncated, &broken, &missing] {
-        for sub in ["inspect", "summary", "run"] {
-            let out = tessera(&[sub, &file.display().to_string()]);
+    let missing_folder = dir.path().join("missing");
+    let out_dir = path(dir.path(), "out");
+    let out_file = path(dir.path(), "out.safetensors");
+    let out_dot = path(dir.path(), "out.dot");
+    for file in [
+        &garbage,
+        &truncated,
+        &broken,
+        &noise,
+        &missing,
+        &missing_folder,
+    ] {
+        let file = file.display().to_string();
+        for sub in SUBCOMMANDS {
+            let rest: &[&str] = match sub {
+                "draw" => &["-o", &out_dot],
+                "optimize" => &["--passes", "simplify", "-o", &out_dir],
+                "bench" => &["--runs", "1", "--warmup", "0"],
+                "convert" => &["-o", &out_file],
+                _ => &[],
+            };
+            let mut args = vec![sub, file.as_str()];
+            args.extend(rest);
+            let out = tessera(&args);
             let err = stderr(&out);
-            assert_eq!(
-                out.status.code(),
-                Some(2),
-                "{sub} {}: {err}",
-                file.display()
-            );
-            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-            assert!(err.starts_with("tessera: "), "{err}");
-            assert!(!err.contains("panicked"), "{err}");
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+            assert!(err.starts_with("tessera: "), "{args:?}: {err}");
+            assert!(!err.contains("panicked"), "{args:?}: {err}");
+            assert!(stdout(&out).is_empty(), "{args:?}: {}", stdout(&out));
         }
     }
     // A state dict has no graph: commands that need one say so.

@@ -47,7 +47,8 @@ pub(crate) struct HookTable {
 
 /// How many hooks of each kind a module has registered (what PyTorch users read from
 /// `module._forward_pre_hooks` and its siblings); see
-/// [`ModuleExt::hook_counts`](crate::ModuleExt::hook_counts). Global hooks are not included.
+/// [`ModuleExt::hook_counts`](crate::ModuleExt::hook_counts). Global hooks are counted by
+/// [`global_hook_counts`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HookCounts {
     pub forward_pre: usize,
@@ -194,6 +195,12 @@ static GLOBAL: std::sync::OnceLock<Hooks> = std::sync::OnceLock::new();
 /// The hooks that run for every module (PyTorch's `register_module_forward_hook` family).
 pub(crate) fn global() -> &'static Hooks {
     GLOBAL.get_or_init(Hooks::default)
+}
+
+/// How many hooks of each kind are registered for every module (the global hooks, which
+/// [`HookCounts`] of a module leaves out).
+pub fn global_hook_counts() -> HookCounts {
+    global().lock().counts()
 }
 
 /// Registers a forward pre-hook for every module.

@@ -11,6 +11,7 @@
 //! # Ok::<(), tessera_tensor::TensorError>(())
 //! ```
 
+mod allocated;
 mod autograd;
 pub mod backend;
 mod buffer_cache;
@@ -33,6 +34,7 @@ mod tensor_storage;
 mod threads;
 pub mod trace;
 
+pub use allocated::allocated_bytes;
 pub use autograd::{
     GradHookHandle, GradcheckOptions, HookError, HookResult, NoGradGuard, PostAccumulateGradHook,
     backward, gradcheck, is_grad_enabled, no_grad, set_grad_enabled,

@@ -119,8 +119,14 @@ impl Tensor {
         Tensor::contiguous_over(Storage::Device(buffer), shape, dtype, device)
     }
 
-    /// A contiguous tensor of `shape` over fresh `storage` (version 0).
+    /// A contiguous tensor of `shape` over fresh `storage` (version 0), counted in
+    /// [`crate::allocated_bytes`] unless it is a meta tensor's.
     fn contiguous_over(storage: Storage, shape: &[usize], dtype: DType, device: Device) -> Tensor {
+        if !matches!(storage, Storage::Meta) {
+            crate::allocated::count(
+                crate::size::saturating_numel(shape).saturating_mul(dtype.size_in_bytes()),
+            );
+        }
         Tensor::from_data(TensorData {
             storage: Arc::new(StorageCell {
                 buffer: RwLock::new(storage),

@@ -93,8 +93,8 @@ pub use lower::lower;
 pub use program::{ExternalCall, Fallback, Program, Slot, SlotSource, SlotView, Step};
 pub use reduce_table::lower_reduction;
 pub use run::{
-    BoxError, BufferPtr, Environment, KernelExecutor, NoEnvironment, StepTimer, run_program,
-    run_program_timed,
+    BoxError, BufferPtr, Environment, KernelExecutor, NoEnvironment, StepCost, StepTimer,
+    run_program, run_program_timed,
 };
 pub use scalar::{BinaryFn, CompareFn, Expr, ReduceFn, ScalarType, UnaryFn, Value};
 pub use schedule::schedule;

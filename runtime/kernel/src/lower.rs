@@ -386,7 +386,7 @@ impl Lowering<'_> {
                         });
                     }
                 };
-                match self.view(input, view, &first()?)? {
+                match self.view(id, input, view, &first()?)? {
                     Some(v) => vec![v],
                     None => {
                         return self.external(
@@ -413,7 +413,13 @@ impl Lowering<'_> {
     /// `input` seen through `view`: a new layout of the same slot, or, for a reshape that no
     /// strides can express, a packed copy made by a kernel (`None` when no kernel can copy
     /// the dtype).
-    fn view(&mut self, input: Val, view: &ViewOp, out: &TensorMeta) -> Result<Option<Val>> {
+    fn view(
+        &mut self,
+        id: &NodeId,
+        input: Val,
+        view: &ViewOp,
+        out: &TensorMeta,
+    ) -> Result<Option<Val>> {
         let l = &input.layout;
         let layout = match view {
             ViewOp::Reshape(shape) => match view_strides(l, shape) {
@@ -423,7 +429,7 @@ impl Lowering<'_> {
                     offset: l.offset,
                 },
                 None => {
-                    let Some(copied) = self.copy(&input, out)? else {
+                    let Some(copied) = self.copy(id, &input, out)? else {
                         return Ok(None);
                     };
                     let mut v = copied;
@@ -466,8 +472,9 @@ impl Lowering<'_> {
         Ok(Some(v))
     }
 
-    /// A kernel copying `input` (of shape `out.shape` before the reshape) into a packed slot.
-    fn copy(&mut self, input: &Val, out: &TensorMeta) -> Result<Option<Val>> {
+    /// A kernel copying `input` (of shape `out.shape` before the reshape `id`) into a packed
+    /// slot.
+    fn copy(&mut self, id: &NodeId, input: &Val, out: &TensorMeta) -> Result<Option<Val>> {
         let Some(ty) = ScalarType::of_buffer(out.dtype) else {
             return Ok(None);
         };
@@ -501,16 +508,30 @@ impl Lowering<'_> {
             layout: Layout::contiguous(&shape),
         });
         let slot = SlotId::from_index(self.program.slots.len() - 1);
+        let nodes = self.node_names(std::slice::from_ref(id))?;
         self.program.steps.push(Step::Kernel {
             kernel,
             inputs: vec![input.slot],
             outputs: vec![slot],
+            nodes,
         });
         Ok(Some(Val {
             slot,
             views: Vec::new(),
             layout: Layout::contiguous(&shape),
         }))
+    }
+
+    /// The names of `ids`, for the steps that compute them.
+    fn node_names(&self, ids: &[NodeId]) -> Result<Vec<String>> {
+        ids.iter()
+            .map(|id| {
+                self.graph
+                    .node(id)
+                    .map(|n| n.name.clone())
+                    .map_err(|e| graph_error(self.graph, id, e))
+            })
+            .collect()
     }
 
     fn kernel_count(&self) -> usize {
@@ -691,10 +712,12 @@ impl Lowering<'_> {
             out_slots.push(v.slot);
             self.values.insert(id, vec![v]);
         }
+        let nodes = self.node_names(members)?;
         self.program.steps.push(Step::Kernel {
             kernel,
             inputs,
             outputs: out_slots,
+            nodes,
         });
         Ok(Ok(()))
     }

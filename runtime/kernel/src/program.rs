@@ -49,11 +49,13 @@ pub struct SlotView {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     /// A generated kernel; its input buffers are `inputs` (slots read in their compiled
-    /// layout), its output buffers `outputs` (fresh packed tensors).
+    /// layout), its output buffers `outputs` (fresh packed tensors). `nodes` are the graph
+    /// nodes it computes, in graph order (the reshape it packs, for a copy kernel).
     Kernel {
         kernel: Kernel,
         inputs: Vec<SlotId>,
         outputs: Vec<SlotId>,
+        nodes: Vec<String>,
     },
     /// An eager call for the graph node `node`.
     External {
@@ -141,6 +143,7 @@ impl fmt::Display for Program {
                     kernel,
                     inputs,
                     outputs,
+                    ..
                 } => writeln!(
                     f,
                     "{} = {}({})",

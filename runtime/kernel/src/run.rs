@@ -188,12 +188,22 @@ pub fn run_program(
     run_program_timed(program, env, executor, inputs, None)
 }
 
-/// Called after each step of a timed run with the step's index in [`Program::steps`], how
-/// long it took and the step's output tensors.
-pub type StepTimer<'a> = &'a mut dyn FnMut(usize, Duration, &[&Tensor]);
+/// What a timed run measured of one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepCost {
+    /// The step's index in [`Program::steps`].
+    pub step: usize,
+    pub elapsed: Duration,
+    /// Bytes of tensor storage the step created on the running thread
+    /// ([`tessera_tensor::allocated_bytes`]).
+    pub allocated_bytes: u64,
+}
+
+/// Called after each step of a timed run with what it cost and the step's output tensors.
+pub type StepTimer<'a> = &'a mut dyn FnMut(StepCost, &[&Tensor]);
 
 /// [`run_program`], calling `timer` after each step (what a profiler records). Without a
-/// timer it reads no clock.
+/// timer it reads neither the clock nor the allocation count.
 pub fn run_program_timed(
     program: &Program,
     env: &dyn Environment,
@@ -258,12 +268,15 @@ pub fn run_program_timed(
         slots[i] = Some(tensor);
     }
     for (index, step) in program.steps.iter().enumerate() {
-        let started = timer.is_some().then(Instant::now);
+        let started = timer
+            .is_some()
+            .then(|| (Instant::now(), tessera_tensor::allocated_bytes()));
         let read: Vec<SlotId> = match step {
             Step::Kernel {
                 kernel,
                 inputs,
                 outputs,
+                ..
             } => {
                 run_kernel(
                     program, &mut slots, executor, index, kernel, inputs, outputs,
@@ -311,14 +324,18 @@ pub fn run_program_timed(
                 inputs.iter().map(|v| v.slot).collect()
             }
         };
-        if let (Some(timer), Some(started)) = (timer.as_mut(), started) {
-            let elapsed = started.elapsed();
+        if let (Some(timer), Some((started, allocated))) = (timer.as_mut(), started) {
+            let cost = StepCost {
+                step: index,
+                elapsed: started.elapsed(),
+                allocated_bytes: tessera_tensor::allocated_bytes().wrapping_sub(allocated),
+            };
             let written = step_outputs(step);
             let outputs: Vec<&Tensor> = written
                 .iter()
                 .filter_map(|s| slots[s.index()].as_ref())
                 .collect();
-            timer(index, elapsed, &outputs);
+            timer(cost, &outputs);
         }
         for s in read {
             uses[s.index()] -= 1;

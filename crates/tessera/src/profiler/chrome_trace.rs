@@ -1,5 +1,5 @@
 //! Events as Chrome trace JSON: complete ("X") events in microseconds, one process, one
-//! thread, with the module path, bytes and FLOPs as arguments.
+//! thread, with the module path, the op, allocated and output bytes and FLOPs as arguments.
 
 use super::{Event, EventKind};
 use serde_json::json;
@@ -25,7 +25,8 @@ pub(super) fn to_json(events: &[Event]) -> String {
                 "args": {
                     "path": e.path,
                     "op": e.name,
-                    "output_bytes": e.bytes,
+                    "allocated_bytes": e.allocated_bytes,
+                    "output_bytes": e.output_bytes,
                     "flops": e.flops,
                 },
             })

@@ -1,5 +1,5 @@
 //! Profiling a graph run: an interpreter that delegates every node to the reference
-//! interpreter and times it.
+//! interpreter, timing it and counting the tensor storage it allocates.
 
 use super::{Event, EventKind, Profiler, bytes_of};
 use std::time::Instant;
@@ -43,9 +43,11 @@ impl Profiling<'_> {
         name: String,
         f: impl FnOnce(&mut GraphInterpreter<'_>) -> Result<Vec<Tensor>, RunError>,
     ) -> Result<Vec<Tensor>, RunError> {
+        let allocated = tessera_tensor::allocated_bytes();
         let start = Instant::now();
         let outputs = f(&mut self.inner)?;
         let duration = start.elapsed();
+        let allocated_bytes = tessera_tensor::allocated_bytes().wrapping_sub(allocated);
         let id = self.graph.find(&node.name);
         let flops = id
             .and_then(|id| tessera_passes::cost::op_flops(self.graph, &id).ok())
@@ -61,7 +63,8 @@ impl Profiling<'_> {
             start: self.profiler.since_origin(start),
             duration,
             depth: 0,
-            bytes: bytes_of(&outputs),
+            allocated_bytes,
+            output_bytes: bytes_of(&outputs),
             flops,
         });
         Ok(outputs)

@@ -1,12 +1,14 @@
 //! The profiler (PyTorch's `torch.profiler`): per node of a graph run, per step of a compiled
 //! run (a generated kernel or a node run eagerly) and per module call of an eager run, the
-//! wall time, the bytes the outputs hold and the FLOPs, mapped back to module paths; a table
-//! sorted by self time and a Chrome trace that opens in Perfetto.
+//! wall time, the bytes of tensor storage allocated, the bytes the outputs hold and the
+//! FLOPs, mapped back to module paths; a table sorted by self time and a Chrome trace that
+//! opens in Perfetto.
 //!
-//! Nothing is recorded, and nothing costs anything, unless a run goes through a [`Profiler`]:
-//! graph runs use a profiling interpreter of their own, compiled runs read the clock between
+//! Nothing is recorded unless a run goes through a [`Profiler`]: graph runs use a profiling
+//! interpreter of their own, compiled runs read the clock and the allocation count between
 //! steps only when profiled, and eager runs install global module hooks only for the duration
-//! of [`Profiler::profile_module`].
+//! of [`Profiler::profile_module`]. What runs unprofiled pays one thread-local add per new
+//! tensor storage ([`tessera_tensor::allocated_bytes`]), nothing more.
 //!
 //! ```
 //! use tessera::nn::models::SmallCnn;
@@ -55,8 +57,13 @@ pub struct Event {
     pub duration: Duration,
     /// Nesting depth: 0 for graph nodes and outermost module calls.
     pub depth: usize,
-    /// Bytes held by the outputs (what the allocator had to provide for them).
-    pub bytes: usize,
+    /// Bytes of tensor storage created while it ran, on the profiling thread
+    /// ([`tessera_tensor::allocated_bytes`]): 0 for a view, the output's size for an op that
+    /// writes one fresh tensor, more for one that makes temporaries. A module call's count
+    /// includes the calls nested in it.
+    pub allocated_bytes: u64,
+    /// Bytes the outputs hold, whether fresh or views of memory that was there before.
+    pub output_bytes: u64,
     /// Floating-point operations, two per multiply-add (convolutions, linear layers, matmuls).
     pub flops: u64,
 }
@@ -118,9 +125,9 @@ impl Profiler {
 }
 
 /// Bytes held by `tensors`.
-fn bytes_of(tensors: &[tessera_tensor::Tensor]) -> usize {
+fn bytes_of<'a>(tensors: impl IntoIterator<Item = &'a tessera_tensor::Tensor>) -> u64 {
     tensors
-        .iter()
-        .map(|t| t.numel().saturating_mul(t.dtype().size_in_bytes()))
+        .into_iter()
+        .map(|t| t.numel().saturating_mul(t.dtype().size_in_bytes()) as u64)
         .sum()
 }

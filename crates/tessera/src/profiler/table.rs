@@ -1,5 +1,5 @@
 //! The `key_averages().table()` view of events: one row per op or module path, with calls,
-//! self and total time, output bytes and FLOPs, sorted by self time.
+//! self and total time, allocated and output bytes and FLOPs, sorted by self time.
 
 use super::{Event, EventKind};
 use std::collections::BTreeMap;
@@ -10,7 +10,8 @@ struct Row {
     calls: usize,
     total: Duration,
     self_time: Duration,
-    bytes: usize,
+    allocated_bytes: u64,
+    output_bytes: u64,
     flops: u64,
 }
 
@@ -36,7 +37,8 @@ pub(super) fn key_averages(events: &[Event]) -> String {
         row.calls += 1;
         row.total += e.duration;
         row.self_time += e.duration.saturating_sub(children);
-        row.bytes += e.bytes;
+        row.allocated_bytes += e.allocated_bytes;
+        row.output_bytes += e.output_bytes;
         row.flops += e.flops;
     }
     let mut rows: Vec<(String, Row)> = rows.into_iter().collect();
@@ -44,8 +46,8 @@ pub(super) fn key_averages(events: &[Event]) -> String {
     let all_self: Duration = rows.iter().map(|(_, r)| r.self_time).sum();
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(4).max(4);
     let mut out = format!(
-        "{:<width$}  {:>6}  {:>11}  {:>7}  {:>11}  {:>11}  {:>10}\n",
-        "Name", "Calls", "Self (ms)", "Self %", "Total (ms)", "Output MB", "MFLOPs"
+        "{:<width$}  {:>6}  {:>11}  {:>7}  {:>11}  {:>10}  {:>10}  {:>10}\n",
+        "Name", "Calls", "Self (ms)", "Self %", "Total (ms)", "Alloc MB", "Output MB", "MFLOPs"
     );
     for (key, r) in &rows {
         let share = if all_self.is_zero() {
@@ -54,12 +56,13 @@ pub(super) fn key_averages(events: &[Event]) -> String {
             100.0 * r.self_time.as_secs_f64() / all_self.as_secs_f64()
         };
         out.push_str(&format!(
-            "{key:<width$}  {:>6}  {:>11.3}  {:>6.1}%  {:>11.3}  {:>11.3}  {:>10.2}\n",
+            "{key:<width$}  {:>6}  {:>11.3}  {:>6.1}%  {:>11.3}  {:>10.3}  {:>10.3}  {:>10.2}\n",
             r.calls,
             r.self_time.as_secs_f64() * 1e3,
             share,
             r.total.as_secs_f64() * 1e3,
-            r.bytes as f64 / 1e6,
+            r.allocated_bytes as f64 / 1e6,
+            r.output_bytes as f64 / 1e6,
             r.flops as f64 / 1e6,
         ));
     }

@@ -206,10 +206,12 @@ impl Lowering<'_> {
             }
             self.values.insert(id, vals);
         }
+        let nodes = self.node_names(members)?;
         self.program.steps.push(Step::Kernel {
             kernel,
             inputs: k.inputs,
             outputs: out_slots,
+            nodes,
         });
         Ok(Ok(()))
     }

@@ -16,6 +16,7 @@ pub struct Args {
     /// The input's shape (`1,3,224,224`), once per input; default: the saved shapes.
     #[arg(long = "input-shape", value_parser = parse_shape)]
     input_shape: Vec<Vec<usize>>,
+    /// What runs the graph (not with --compare, which runs interp and cpu).
     #[arg(long, value_enum, default_value_t = Backend::Interp)]
     backend: Backend,
     /// Timed runs (after warm-up).
@@ -24,9 +25,10 @@ pub struct Args {
     /// Untimed runs first.
     #[arg(long, default_value_t = 5)]
     warmup: usize,
-    /// Time the interpreter and the compiled CPU code in this process, one after the other
-    /// (with the time compiling took).
-    #[arg(long)]
+    /// Time both backends that run here in this process, one after the other: `interp` (the
+    /// reference interpreter, each node through its eager kernel) and `cpu` (the compiled
+    /// code, with the time compiling took). Cannot be combined with --backend.
+    #[arg(long, conflicts_with = "backend")]
     compare: bool,
 }
 

@@ -4,7 +4,7 @@
 use crate::failure::{Failure, Result};
 use crate::inputs::parse_shape;
 use crate::model_file::graph_module;
-use crate::run::{Backend, Runner, prepare};
+use crate::run::{NoCudaBackend, Runner, prepare};
 use std::path::{Path, PathBuf};
 use tessera::{CompileOptions, CompiledModule, Tensor, compile};
 
@@ -33,15 +33,19 @@ pub struct Args {
 pub enum Device {
     /// This machine's CPU (cranelift).
     Cpu,
-    /// An NVIDIA GPU (PTX).
+    /// An NVIDIA GPU (PTX): refused, this build has no GPU code generator yet.
     Cuda,
 }
 
 pub fn run(args: &Args) -> Result<()> {
     let (traced, inputs) = prepare(&args.file, None, &args.input_shape, 0)?;
     if args.device == Device::Cuda {
-        // The same error `--backend cuda` gives.
-        Runner::new(&traced, &inputs, Backend::Cuda)?;
+        return Err(Failure::input(
+            "device cuda",
+            NoCudaBackend {
+                instead: "--device cpu",
+            },
+        ));
     }
     let options = CompileOptions {
         optimize: !args.no_optimize,

@@ -1,16 +1,18 @@
 //! `tessera inspect FILE`: what a file holds. For a graph artifact: the printed graph, its
-//! weights, size and FLOPs per node; for a state dict: the key/shape/dtype table.
+//! weights (parameters, trainable parameters, buffers), size and FLOPs per node; for a state
+//! dict: the key/shape/dtype table and the same totals.
 
 use crate::failure::{Failure, Result};
 use crate::model_file::{ModelFile, open};
 use crate::table::{Table, shape_text, thousands};
+use crate::weights::{Totals, totals};
 use serde_json::json;
 use std::path::PathBuf;
-use tessera::Tensor;
 use tessera::fx::NodeKind;
 use tessera::fx::trace::TracedGraph;
 
-/// Print a model file's graph or keys, parameters, buffers, size and FLOPs.
+/// Print a model file's graph or keys, parameters (total and trainable), buffers, size and
+/// FLOPs.
 #[derive(clap::Args)]
 pub struct Args {
     /// A graph artifact folder, a .pt/.pth state dict or a .safetensors file.
@@ -18,37 +20,6 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-}
-
-/// Buffer names PyTorch's layers use (batch-norm statistics); every other entry counts as a
-/// parameter.
-fn is_buffer(key: &str) -> bool {
-    let last = key.rsplit('.').next().unwrap_or(key);
-    matches!(last, "running_mean" | "running_var" | "num_batches_tracked")
-}
-
-struct Totals {
-    parameters: u64,
-    buffers: u64,
-    bytes: u64,
-}
-
-fn totals<'a>(entries: impl Iterator<Item = (&'a str, &'a Tensor)>) -> Totals {
-    let mut t = Totals {
-        parameters: 0,
-        buffers: 0,
-        bytes: 0,
-    };
-    for (key, tensor) in entries {
-        let n = tensor.numel() as u64;
-        if is_buffer(key) {
-            t.buffers += n;
-        } else {
-            t.parameters += n;
-        }
-        t.bytes += n * tensor.dtype().size_in_bytes() as u64;
-    }
-    t
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -65,6 +36,7 @@ pub fn run(args: &Args) -> Result<()> {
                     "kind": format.name(),
                     "keys": keys,
                     "parameters": t.parameters,
+                    "trainable_parameters": t.trainable,
                     "buffers": t.buffers,
                     "bytes": t.bytes,
                 });
@@ -96,6 +68,7 @@ pub fn run(args: &Args) -> Result<()> {
 fn print_totals(t: &Totals, flops: Option<u64>) {
     println!();
     println!("Parameters: {}", thousands(t.parameters));
+    println!("Trainable:  {}", thousands(t.trainable));
     println!("Buffers:    {}", thousands(t.buffers));
     println!("Size:       {:.3} MB", t.bytes as f64 / 1e6);
     if let Some(flops) = flops {
@@ -132,6 +105,7 @@ fn artifact(args: &Args, traced: &TracedGraph) -> Result<()> {
             "graph": graph.to_string(),
             "nodes": nodes,
             "parameters": t.parameters,
+            "trainable_parameters": t.trainable,
             "buffers": t.buffers,
             "bytes": t.bytes,
             "flops": flops,

@@ -14,6 +14,7 @@ mod profile;
 mod run;
 mod summary;
 mod table;
+mod weights;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -14,11 +14,12 @@ use tessera::{CompileOptions, CompiledModule, compile};
 /// How a graph is executed.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// The reference interpreter: node by node with the eager kernels, as eager PyTorch runs.
+    /// The reference interpreter: node by node, each through its eager kernel (a saved graph
+    /// has no module code, so this is the nearest thing to an eager run).
     Interp,
     /// Compiled for this CPU by `tessera::compile` (kernels JIT-compiled with cranelift).
     Cpu,
-    /// Compiled to PTX for an NVIDIA GPU.
+    /// An NVIDIA GPU: refused, this build has no CUDA backend yet.
     Cuda,
 }
 
@@ -51,7 +52,12 @@ impl Runner {
                     .map_err(|e| Failure::failed("compiling the graph", e))?;
                 Ok(Runner::Compiled(Box::new(compiled)))
             }
-            Backend::Cuda => Err(Failure::input("backend cuda", NoCudaBackend)),
+            Backend::Cuda => Err(Failure::input(
+                "backend cuda",
+                NoCudaBackend {
+                    instead: "--backend cpu or interp",
+                },
+            )),
         }
     }
 
@@ -68,12 +74,15 @@ impl Runner {
     }
 }
 
-/// Why `--backend cuda` cannot run here.
+/// Why `--backend cuda` (or `compile --device cuda`) cannot run here.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "this build of tessera has no CUDA backend (the GPU code generator is not part of it yet); use --backend cpu or interp"
+    "this build of tessera has no CUDA backend (the GPU code generator is not part of it yet); use {instead}"
 )]
-pub struct NoCudaBackend;
+pub struct NoCudaBackend {
+    /// The option to use instead (`--backend cpu or interp`, `--device cpu`).
+    pub instead: &'static str,
+}
 
 /// Run a graph artifact.
 #[derive(clap::Args)]
@@ -86,6 +95,7 @@ pub struct Args {
     /// Random inputs of this shape (`1,3,32,32`), once per input, when --input is not given.
     #[arg(long = "input-shape", value_parser = parse_shape)]
     input_shape: Vec<Vec<usize>>,
+    /// What runs the graph.
     #[arg(long, value_enum, default_value_t = Backend::Interp)]
     backend: Backend,
     /// Write the outputs (`output0`, `output1`, ...) to this safetensors file.

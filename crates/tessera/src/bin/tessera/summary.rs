@@ -53,6 +53,8 @@ pub fn run(args: &Args) -> Result<()> {
     }
     print!("{}", table.render());
     let params: u64 = traced.attributes.values().map(|t| t.numel() as u64).sum();
+    let trainable =
+        crate::weights::totals(traced.attributes.iter().map(|(k, v)| (k.as_str(), v))).trainable;
     let param_bytes: u64 = traced
         .attributes
         .values()
@@ -65,6 +67,7 @@ pub fn run(args: &Args) -> Result<()> {
         .map(|(_, m)| (m.shape.iter().product::<usize>() * m.dtype.size_in_bytes()) as u64)
         .sum();
     println!("Total params: {}", thousands(params));
+    println!("Trainable params: {}", thousands(trainable));
     println!(
         "Total FLOPs: {} ({:.2} MFLOPs)",
         thousands(flops),
