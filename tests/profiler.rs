@@ -97,14 +97,8 @@ fn compiled_runs_record_each_kernel_and_each_eager_step() {
     let net = std::sync::Arc::new(ResNet18::new(10).unwrap());
     net.eval();
     let x = Tensor::randn(&[1, 3, 32, 32], DType::F32).unwrap();
-    let traced = trace(&*net, x.meta(), LeafPolicy::default()).unwrap();
-    let gm = tessera::fx::GraphModule::new(net.clone(), traced);
-    let compiled = tessera::compile(
-        &gm,
-        std::slice::from_ref(&x),
-        tessera::CompileOptions::default(),
-    )
-    .unwrap();
+    let compiled =
+        tessera::compile_layer(net.clone(), &x, tessera::CompileOptions::default()).unwrap();
     let profiler = Profiler::new();
     let out = profiler
         .profile_compiled(&compiled, std::slice::from_ref(&x))
@@ -148,14 +142,8 @@ fn compiled_kernels_carry_the_flops_and_module_of_the_nodes_they_fuse() {
             .add(Linear::new(16, 4).unwrap()),
     );
     let x = Tensor::randn(&[3, 8], DType::F32).unwrap();
-    let traced = trace(&*mlp, x.meta(), LeafPolicy::default()).unwrap();
-    let gm = tessera::fx::GraphModule::new(mlp.clone(), traced);
-    let compiled = tessera::compile(
-        &gm,
-        std::slice::from_ref(&x),
-        tessera::CompileOptions::default(),
-    )
-    .unwrap();
+    let compiled =
+        tessera::compile_layer(mlp.clone(), &x, tessera::CompileOptions::default()).unwrap();
     let profiler = Profiler::new();
     profiler
         .profile_compiled(&compiled, std::slice::from_ref(&x))
