@@ -42,6 +42,8 @@ pub fn math_symbols(kernel: &Kernel) -> Vec<(String, ScalarType, usize)> {
     let mut out: Vec<(String, ScalarType, usize)> = Vec::new();
     for v in &kernel.values {
         let wanted = match &v.expr {
+            // f32 `exp` is inline code, not a call.
+            Expr::Unary(UnaryFn::Exp, _) if v.ty == ScalarType::F32 => None,
             Expr::Unary(f, _) => math::unary_fn(*f).map(|m| (math::symbol(m.name, v.ty), v.ty, 1)),
             Expr::Binary(BinaryFn::Pow, _, _) => Some((math::symbol("pow", v.ty), v.ty, 2)),
             _ => None,
@@ -393,6 +395,9 @@ impl Renderer<'_> {
                     UnaryFn::Neg => b.ins().fneg(a),
                     UnaryFn::Abs => b.ins().fabs(a),
                     UnaryFn::Sqrt => b.ins().sqrt(a),
+                    UnaryFn::Exp if v.ty == ScalarType::F32 => {
+                        crate::render_exp::exp_f32(b, a, lanes)
+                    }
                     other => {
                         let name = math::unary_fn(*other).map_or("", |m| m.name);
                         self.per_lane(b, &math::symbol(name, v.ty), &[a], lanes)

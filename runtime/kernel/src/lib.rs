@@ -67,6 +67,7 @@
 //!   become a run-time parameter of the kernel (one symbol per program).
 
 mod error;
+pub mod exp_poly;
 pub mod gemm;
 mod ids;
 mod interpret;

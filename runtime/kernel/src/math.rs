@@ -1,6 +1,8 @@
 //! The transcendental functions of the kernel IR as plain Rust functions with the C ABI: the
 //! interpreter calls them and the CPU backend imports them by name, so both compute exactly
-//! what the eager kernels compute (Rust's `f32::exp`, `libm::erf` in f64 for f32 ...).
+//! what the eager kernels compute (Rust's `f32::sin`, `libm::erf` in f64 for f32 ...), except
+//! f32 `exp`: that is [`crate::exp_poly::exp_f32`], which backends emit inline and vectorised
+//! (within 2 ulp of the eager `f32::exp`).
 
 use crate::UnaryFn;
 
@@ -18,7 +20,7 @@ macro_rules! math_fns {
 }
 
 math_fns! {
-    tessera_exp_f32, tessera_exp_f64: |x| x.exp(), x.exp();
+    tessera_exp_f32, tessera_exp_f64: |x| crate::exp_poly::exp_f32(x), x.exp();
     tessera_log_f32, tessera_log_f64: |x| x.ln(), x.ln();
     tessera_sin_f32, tessera_sin_f64: |x| x.sin(), x.sin();
     tessera_cos_f32, tessera_cos_f64: |x| x.cos(), x.cos();

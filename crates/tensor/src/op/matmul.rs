@@ -230,7 +230,12 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
                     parallel,
                 )
             };
-            if batch_count > 1 && m.saturating_mul(n).saturating_mul(k) < (1 << 20) {
+            // Batches in parallel, each GEMM on one thread, when each is small or there are
+            // enough of them to share out (attention's heads: 32 products of 128x64x128 ran
+            // one after another, each split across threads at a fraction of the GEMM's rate).
+            let small = m.saturating_mul(n).saturating_mul(k) < (1 << 20);
+            let many = batch_count >= 4 * rayon::current_num_threads();
+            if batch_count > 1 && (small || many) {
                 out.par_chunks_mut((m * n).max(1))
                     .enumerate()
                     .for_each(|(i, dst)| run(i, dst, false));
