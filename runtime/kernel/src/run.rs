@@ -408,19 +408,15 @@ fn run_kernel(
         .map(|p| OutVec::new(p.ty, p.len, &kernel.name))
         .collect::<tessera_tensor::Result<_>>()
         .map_err(step_error(index, "allocating the outputs"))?;
-    // Scratch buffers are zeroed: the external call writes them before any load reads them.
+    // Scratch buffers come from the buffer cache too: the external call writes each block of
+    // them before any load of the kernel reads it.
     let mut scratch: Vec<(OutVec, ScalarType, usize)> = kernel
         .buffers
         .iter()
         .filter(|b| b.role == BufferRole::Scratch)
-        .map(|b| {
-            let v = match b.ty {
-                ScalarType::F64 => OutVec::F64(vec![0.0; b.len]),
-                _ => OutVec::F32(vec![0.0; b.len]),
-            };
-            (v, b.ty, b.len)
-        })
-        .collect();
+        .map(|b| Ok((OutVec::new(b.ty, b.len, &kernel.name)?, b.ty, b.len)))
+        .collect::<tessera_tensor::Result<_>>()
+        .map_err(step_error(index, "allocating the scratch buffers"))?;
     let refs: Vec<&Tensor> = tensors.iter().collect();
     with_reads(&refs, 0, &mut Vec::new(), index, &mut |reads| {
         let mut buffers = Vec::new();
@@ -451,6 +447,10 @@ fn run_kernel(
         // parameters' types and lengths; outputs are fresh vectors of the parameters' lengths.
         unsafe { executor.execute(index, kernel, &buffers) }
     })?;
+    // Dropping a scratch buffer as a tensor hands it back to the cache for the next call.
+    for (vec, _, len) in scratch {
+        drop(vec.into_tensor(len, &[len]));
+    }
     for ((vec, slot), param) in out_vecs.into_iter().zip(outputs).zip(&out_params) {
         let shape = &program.slot(*slot).meta.shape;
         // The kernel stored every point of its nest into each output, whose elements are packed
