@@ -80,6 +80,21 @@ fn fixtures() -> tempfile::TempDir {
     dir
 }
 
+/// Runs `tessera optimize` on the fixture CNN with `passes`, writing artifact `name`: its
+/// path and the command's output.
+fn optimize_cnn(dir: &Path, name: &str, passes: &str) -> (String, String) {
+    let optimized = path(dir, name);
+    let text = ok(&[
+        "optimize",
+        &path(dir, "cnn"),
+        "--passes",
+        passes,
+        "-o",
+        &optimized,
+    ]);
+    (optimized, text)
+}
+
 fn path(dir: &Path, name: &str) -> String {
     dir.join(name).display().to_string()
 }
@@ -220,15 +235,11 @@ fn draw_writes_dot_coloured_by_fusion_group() {
 #[test]
 fn optimize_writes_an_artifact_that_runs_alike() {
     let dir = fixtures();
-    let optimized = path(dir.path(), "folded");
-    let text = ok(&[
-        "optimize",
-        &path(dir.path(), "cnn"),
-        "--passes",
+    let (optimized, text) = optimize_cnn(
+        dir.path(),
+        "folded",
         "fold_batch_norm,dead_code_elimination",
-        "-o",
-        &optimized,
-    ]);
+    );
     assert!(text.contains("fold_batch_norm"), "{text}");
     assert!(text.contains("batch_norm -"), "{text}");
     let before = path(dir.path(), "before.safetensors");
@@ -250,15 +261,11 @@ fn optimize_writes_an_artifact_that_runs_alike() {
 #[test]
 fn optimize_with_the_whole_pipeline_writes_an_artifact_that_loads_and_runs() {
     let dir = fixtures();
-    let optimized = path(dir.path(), "small");
-    let text = ok(&[
-        "optimize",
-        &path(dir.path(), "cnn"),
-        "--passes",
+    let (optimized, text) = optimize_cnn(
+        dir.path(),
+        "small",
         "fold_batch_norm,structured_prune=0.3,quantize_dynamic,simplify",
-        "-o",
-        &optimized,
-    ]);
+    );
     for pass in [
         "fold_batch_norm",
         "structured_prune=0.3",
