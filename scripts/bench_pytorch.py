@@ -5,7 +5,7 @@ Usage: python scripts/bench_pytorch.py [--threads 2] [--reps 15] [--only NAME,..
 Needs torch and torchvision (e.g. `pip install torch==2.15.0 torchvision==0.29.2` in a venv);
 the Rust tests never do. `*_compiled` rows time a torch.compile'd model after its first call;
 `compile_*_ms` rows time that first call (tracing, Inductor code generation and the C++
-compile) of a fresh model after `torch._dynamo.reset()`, once, as a user meets it.
+compile) of a fresh model after `torch._dynamo.reset()` with Inductor's caches off, once.
 """
 
 import argparse
@@ -51,7 +51,10 @@ def transformer_block():
 
 
 def first_call_ms(make_model, x):
-    """Milliseconds of the first call of a freshly compiled model (its compile time)."""
+    """Milliseconds of the first call of a freshly compiled model (its compile time), cold:
+    Inductor's caches (in memory and on disk) are off, or the graphs compiled earlier in the
+    process (the *_compiled rows) would be found again."""
+    torch._inductor.config.force_disable_caches = True
     torch._dynamo.reset()
     model = torch.compile(make_model())
     start = time.perf_counter()

@@ -127,3 +127,55 @@ fn compiling_a_module_whose_submodule_has_a_hook_is_refused_naming_it() {
         "{error}"
     );
 }
+
+#[test]
+fn weights_given_new_storage_by_set_data_are_seen_by_the_compiled_module() {
+    let (model, gm, x) = random_cnn();
+    let compiled = compiled(&gm, &x);
+    let weight = &model.fc.weight;
+    // Each replacement is fresh storage at version 0, as the one before: only the storage's
+    // identity tells them apart.
+    for value in [0.5, -0.25] {
+        let fresh = Tensor::ones(&weight.shape(), DType::F32)
+            .unwrap()
+            .mul_scalar(value)
+            .unwrap();
+        weight.set_data(&fresh);
+        assert_close(
+            &compiled.call(x.clone()).unwrap(),
+            &model.call(x.clone()).unwrap(),
+            1e-5,
+            1e-5,
+            "compiled after set_data vs eager",
+        );
+    }
+    assert_eq!(compiled.report().compiles, 3);
+}
+
+#[test]
+fn two_assigning_loads_in_a_row_are_both_seen() {
+    let (model, gm, x) = random_cnn();
+    let compiled = compiled(&gm, &x);
+    let other = SmallCnn::new().unwrap();
+    for state in [pytorch_state_dict(), other.state_dict().unwrap()] {
+        compiled.load_state_dict(&state, true, true).unwrap();
+        assert_close(
+            &compiled.call(x.clone()).unwrap(),
+            &model.call(x.clone()).unwrap(),
+            1e-5,
+            1e-5,
+            "compiled after an assigning load vs eager",
+        );
+    }
+}
+
+#[test]
+fn hook_added_to_a_submodule_after_compiling_is_refused() {
+    let (model, gm, x) = random_cnn();
+    let compiled = compiled(&gm, &x);
+    let handle = model.bn1.register_forward_hook(|_, _, _| Ok(None));
+    let error = compiled.call(x.clone()).unwrap_err().to_string();
+    assert!(error.contains("bn1 (BatchNorm2d) has 1 forward"), "{error}");
+    handle.remove();
+    compiled.call(x.clone()).unwrap();
+}

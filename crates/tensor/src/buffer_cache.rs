@@ -80,8 +80,9 @@ fn reuse<T: Element>(len: usize) -> Option<Vec<T>> {
     reused?.downcast::<Vec<T>>().ok().map(|v| *v)
 }
 
-/// Takes a freed buffer into the cache when it is large and the cache has room.
-pub(crate) fn recycle<T: Element>(buffer: Vec<T>) {
+/// Takes a freed buffer into the cache when it is large and the cache has room (a compiled
+/// program hands its scratch buffers back this way).
+pub fn recycle<T: Element>(buffer: Vec<T>) {
     let bytes = buffer.len() * T::DTYPE.size_in_bytes();
     if bytes < MIN_CACHED_BYTES {
         return;

@@ -39,7 +39,7 @@ pub use autograd::{
     GradHookHandle, GradcheckOptions, HookError, HookResult, NoGradGuard, PostAccumulateGradHook,
     backward, gradcheck, is_grad_enabled, no_grad, set_grad_enabled,
 };
-pub use buffer_cache::{cached_bytes, empty_cache, try_uninit_buffer};
+pub use buffer_cache::{cached_bytes, empty_cache, recycle, try_uninit_buffer};
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element, Float};
 pub use error::{Result, TensorError};

@@ -205,7 +205,10 @@ pub fn compile(
     options: CompileOptions,
 ) -> Result<CompiledModule, CompileError> {
     let start = Instant::now();
+    // The graph module's tree and the traced module's own hooks (its tree's root is not a
+    // child of the graph module).
     refuse_hooks(gm)?;
+    refuse_hooks(gm.root())?;
     let source = gm.share();
     let mut report = CompileReport::default();
     let prepared = prepare(&source, &options, &mut report)?;
@@ -223,7 +226,7 @@ pub fn compile(
     Ok(compiled)
 }
 
-/// Fails when a module of `module`'s tree has forward or backward hooks.
+/// Fails when a module of `module`'s tree (itself included) has forward or backward hooks.
 fn refuse_hooks(module: &dyn Module) -> Result<(), CompileError> {
     for (path, m) in module.named_modules() {
         let counts = m.hook_counts();
@@ -367,14 +370,16 @@ impl CompiledModule {
         inputs: &[Tensor],
         timer: Option<StepTimer<'_>>,
     ) -> Result<(Vec<Tensor>, Arc<Compiled>), CompileError> {
-        let hooks = self.hook_counts();
-        let hooks = hooks.forward_pre + hooks.forward + hooks.full_backward + hooks.backward_pre;
+        // Hooks added after compiling, on this module or any of the source's, are refused too.
+        let own = self.hook_counts();
+        let hooks = own.forward_pre + own.forward + own.full_backward + own.backward_pre;
         if hooks > 0 {
             return Err(CompileError::Hooks {
                 module: self.type_name(),
                 hooks,
             });
         }
+        refuse_hooks(self.source.root())?;
         let (compiled, gm) = self.program_for(inputs)?;
         let env = Attributes(&gm);
         let program = &compiled.program;

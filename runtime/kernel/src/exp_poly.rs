@@ -3,7 +3,8 @@
 //! to `r = x - n ln 2` with `n = round(x log2 e)` (ln 2 in two parts), `e^r` by Cephes'
 //! degree-6 polynomial, and `2^n` applied as two exact powers of two so that results down to
 //! the subnormals and up to the overflow round once. Every step is one IEEE operation
-//! (no fused multiply-add), so the interpreter here and a backend's code agree bit for bit;
+//! (no fused multiply-add), so the interpreter here and a backend's code agree bit for bit
+//! (but for the payload of a NaN, which vector min/max instructions may make canonical);
 //! against the correctly rounded `exp` the error is at most [`EXP_F32_MAX_ULP`] ulp over a
 //! sweep of every 997th f32 (`tests` below: every binade of both signs).
 

@@ -75,7 +75,8 @@ pub struct Schedule {
     pub vector_width: usize,
     /// Vectors per iteration of the innermost loop's main body.
     pub unroll: usize,
-    /// The loop whose iterations may be split across threads (none yet).
+    /// The loop whose iterations may be split across threads (the outermost one, chosen by
+    /// [`crate::schedule`] for kernels with enough work; never a GEMM kernel's).
     pub parallel: Option<LoopId>,
 }
 

@@ -18,7 +18,8 @@
 //! and strides, so views never move data. The DAG's primitives ([`UnaryFn`], [`BinaryFn`],
 //! [`CompareFn`], select, cast) are few; every elementwise op of the op table is written in
 //! them once, in the lowering table ([`lower_elementwise`]), following its eager kernel
-//! operation for operation so that generated code rounds as eager code does.
+//! operation for operation so that generated code rounds as eager code does (f32 `exp`, an
+//! inline polynomial within 2 ulp of eager `exp`, is the one exception: [`exp_poly`]).
 //!
 //! ```
 //! use tessera_fx::Graph;

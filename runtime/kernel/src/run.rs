@@ -447,9 +447,12 @@ fn run_kernel(
         // parameters' types and lengths; outputs are fresh vectors of the parameters' lengths.
         unsafe { executor.execute(index, kernel, &buffers) }
     })?;
-    // Dropping a scratch buffer as a tensor hands it back to the cache for the next call.
-    for (vec, _, len) in scratch {
-        drop(vec.into_tensor(len, &[len]));
+    // The scratch buffers go back to the cache for the next call (they are no tensors').
+    for (vec, _, _) in scratch {
+        match vec {
+            OutVec::F32(v) => tessera_tensor::recycle(v),
+            OutVec::F64(v) => tessera_tensor::recycle(v),
+        }
     }
     for ((vec, slot), param) in out_vecs.into_iter().zip(outputs).zip(&out_params) {
         let shape = &program.slot(*slot).meta.shape;

@@ -230,9 +230,10 @@ fn matmul_kernel<T: Float + StorageElement>(a: &Tensor, b: &Tensor) -> Result<Te
                     parallel,
                 )
             };
-            // Batches in parallel, each GEMM on one thread, when each is small or there are
-            // enough of them to share out (attention's heads: 32 products of 128x64x128 ran
-            // one after another, each split across threads at a fraction of the GEMM's rate).
+            // Batches in parallel, each GEMM on one thread, when each is small or there are at
+            // least four per thread to share out (on 2 threads, attention's 32 products of
+            // 128x64x128 ran one after another, each split across threads at a fraction of the
+            // GEMM's rate).
             let small = m.saturating_mul(n).saturating_mul(k) < (1 << 20);
             let many = batch_count >= 4 * rayon::current_num_threads();
             if batch_count > 1 && (small || many) {

@@ -73,9 +73,19 @@ impl Lowering<'_> {
         // mode's may pass it) within the plane.
         for a in 0..2 {
             let (o, i) = (shape[nd - 2 + a], layout.shape[nd - 2 + a]);
-            let last = (o.saturating_sub(1)) * p.stride[a] + (p.kernel[a] - 1) * p.dilation[a];
-            if o > 0 && last >= i {
-                return Ok(Err("a window past the input's end (ceil mode)".into()));
+            // Checked: a graph compiled without verification may carry any window.
+            let last = o.saturating_sub(1).checked_mul(p.stride[a]).and_then(|s| {
+                p.kernel[a]
+                    .checked_sub(1)?
+                    .checked_mul(p.dilation[a])?
+                    .checked_add(s)
+            });
+            match last {
+                None => return Ok(Err("an empty or overflowing window".into())),
+                Some(last) if o > 0 && last >= i => {
+                    return Ok(Err("a window past the input's end (ceil mode)".into()));
+                }
+                Some(_) => {}
             }
         }
         let plane = &layout.strides[nd - 2..];
@@ -157,8 +167,8 @@ impl Lowering<'_> {
     }
 }
 
-/// `(x0 + x1) + ...`: an iterator's `sum`, `((0 + x0) + x1) + ...`, but for the sign of an
-/// all-negative-zero sum.
+/// `(x0 + x1) + ...`, in the order an iterator's `sum` adds (it starts from -0.0, the
+/// identity of addition, so the first addition is exact).
 fn fold_sum(b: &mut KernelBuilder, ty: ScalarType, xs: &[ValueId]) -> ValueId {
     let mut xs = xs.iter().copied();
     let Some(first) = xs.next() else {
