@@ -117,9 +117,16 @@ fn compiled_runs_record_each_kernel_and_each_eager_step() {
             .all(|e| e.allocated_bytes >= e.output_bytes && e.path.starts_with('%')),
         "{kernels:?}"
     );
-    // The convolutions run their eager kernels, each an event with its module and FLOPs.
+    // A convolution with an elementwise epilogue (ReLU, residual add) is a generated kernel
+    // calling the eager convolution; the others run their eager kernels. Each is an event
+    // with its module and FLOPs, 20 in all.
+    let fused = events
+        .iter()
+        .filter(|e| e.name.ends_with("conv2d_epilogue"));
+    assert!(fused.clone().all(|e| e.flops > 0), "{events:?}");
     let convs: Vec<_> = events.iter().filter(|e| e.name == "conv2d").collect();
-    assert_eq!(convs.len(), 20);
+    assert!(!convs.is_empty() && fused.clone().count() > 0, "{events:?}");
+    assert_eq!(convs.len() + fused.count(), 20);
     assert!(
         convs
             .iter()

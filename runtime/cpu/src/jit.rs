@@ -227,7 +227,8 @@ impl KernelExecutor for JitProgram {
         } else {
             kernel.domain[0] as i64
         };
-        if kernel.schedule.parallel.is_some() && crate::parallel::worth_splitting(end) {
+        let parallel = kernel.schedule.parallel.is_some();
+        if parallel && kernel.conv.is_none() && crate::parallel::worth_splitting(end) {
             // A loop that is also the innermost splits at whole vector iterations.
             let s = kernel.schedule;
             let align = if kernel.domain.len() == 1 && kernel.reduce.is_empty() {
@@ -237,15 +238,22 @@ impl KernelExecutor for JitProgram {
             };
             // SAFETY: the scheduler marks the outermost loop parallel only where its
             // iterations write disjoint outputs; the buffers are valid for any range (above).
-            unsafe { crate::parallel::run_split(compiled.entry, ptrs.as_ptr(), end, align) };
+            unsafe { crate::parallel::run_split(compiled.entry, ptrs.as_ptr(), (0, end), align) };
             return Ok(());
         }
         // A GEMM kernel runs in blocks of its outermost loop, so that the epilogue reads each
         // block of the product right after the call computed it, while it is in cache.
-        let block = match kernel.gemm_shape() {
-            Some((_, n, per_step)) if kernel.gemm.is_some() => {
+        let block = match (kernel.gemm_shape(), &kernel.conv) {
+            (Some((_, n, per_step)), _) if kernel.gemm.is_some() => {
                 let rows = (GEMM_BLOCK_ELEMENTS / n.max(1)).max(GEMM_MIN_ROWS);
                 rows.div_ceil(per_step.max(1)).max(1) as i64
+            }
+            // Images per convolution block: the block's output stays in cache for the
+            // epilogue, and enough images share out across the threads.
+            (_, Some(c)) => {
+                let per_image = c.image_len(kernel).max(1);
+                let images = (GEMM_BLOCK_ELEMENTS / per_image).max(rayon::current_num_threads());
+                images.max(1) as i64
             }
             _ => end.max(1),
         };
@@ -255,7 +263,16 @@ impl KernelExecutor for JitProgram {
             // SAFETY: the caller guarantees the buffers match the kernel's parameters, and the
             // kernel (verified) only indexes within their lengths for any range of its
             // outermost loop.
-            unsafe { (compiled.entry)(ptrs.as_ptr(), begin, stop) };
+            // A convolution kernel's block of images is convolved, then its epilogue shares the
+            // images out across the threads when the schedule allows.
+            unsafe {
+                tessera_kernel::run_conv(kernel, buffers, begin as usize, stop as usize)?;
+                if parallel && crate::parallel::worth_splitting(stop - begin) {
+                    crate::parallel::run_split(compiled.entry, ptrs.as_ptr(), (begin, stop), 1);
+                } else {
+                    (compiled.entry)(ptrs.as_ptr(), begin, stop);
+                }
+            };
             begin = stop;
         }
         Ok(())

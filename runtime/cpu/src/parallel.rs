@@ -15,27 +15,28 @@ struct Buffers(*const *mut u8);
 // the outermost loop, which the schedule marks parallel only when those writes are disjoint.
 unsafe impl Sync for Buffers {}
 
-/// Runs `entry(buffers, begin, end)` over `0..end` in chunks of whole multiples of `align`
+/// Runs `entry(buffers, begin, end)` over `start..end` in chunks of whole multiples of `align`
 /// iterations (the vector step of a loop that is also the innermost), in parallel.
 ///
 /// # Safety
 /// `entry` is a kernel whose iterations of the outermost loop write disjoint outputs, and
-/// `buffers` satisfies its contract for every range of `0..end`.
+/// `buffers` satisfies its contract for every range of `start..end`.
 pub(crate) unsafe fn run_split(
     entry: unsafe extern "C" fn(*const *mut u8, i64, i64),
     buffers: *const *mut u8,
-    end: i64,
+    (start, end): (i64, i64),
     align: i64,
 ) {
     let threads = rayon::current_num_threads().max(1) as i64;
-    let chunks = (threads * CHUNKS_PER_THREAD as i64).min(end.max(1));
-    let chunk = (end.max(1) + chunks - 1) / chunks;
+    let count = (end - start).max(1);
+    let chunks = (threads * CHUNKS_PER_THREAD as i64).min(count);
+    let chunk = (count + chunks - 1) / chunks;
     let chunk = (chunk + align - 1) / align * align;
     let buffers = Buffers(buffers);
-    let starts: Vec<i64> = (0..end).step_by(chunk.max(1) as usize).collect();
+    let starts: Vec<i64> = (start..end).step_by(chunk.max(1) as usize).collect();
     starts.into_par_iter().for_each(|begin| {
         let buffers = &buffers;
-        // SAFETY: the caller's contract, for the range `begin..stop` of `0..end`.
+        // SAFETY: the caller's contract, for the range `begin..stop` of `start..end`.
         unsafe { entry(buffers.0, begin, (begin + chunk).min(end)) };
     });
 }

@@ -16,8 +16,16 @@ pub struct Interpreter;
 impl KernelExecutor for Interpreter {
     unsafe fn execute(&self, _step: usize, kernel: &Kernel, buffers: &[BufferPtr]) -> Result<()> {
         kernel.verify()?;
-        // SAFETY: forwarded from the caller.
-        unsafe { interpret(kernel, buffers) };
+        // SAFETY: forwarded from the caller; the whole domain is one block.
+        unsafe {
+            crate::conv::run_conv(
+                kernel,
+                buffers,
+                0,
+                kernel.domain.first().copied().unwrap_or(0),
+            )?;
+            interpret(kernel, buffers);
+        }
         Ok(())
     }
 }

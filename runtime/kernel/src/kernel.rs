@@ -106,6 +106,9 @@ pub struct Kernel {
     pub schedule: Schedule,
     /// A GEMM computed block by block before the nest reads it (see [`crate::gemm`]).
     pub gemm: Option<GemmCall>,
+    /// A convolution computed block of images by block before the nest reads it (see
+    /// [`crate::conv`]).
+    pub conv: Option<crate::ConvCall>,
 }
 
 impl Kernel {
@@ -303,6 +306,9 @@ impl Kernel {
         if let Some(g) = &self.gemm {
             self.verify_gemm(g).map_err(fail)?;
         }
+        if let Some(c) = &self.conv {
+            self.verify_conv(c).map_err(fail)?;
+        }
         let stages = crate::Stages::of(self);
         for s in &self.stores {
             if stages.is_inner(s.value)
@@ -381,6 +387,7 @@ impl KernelBuilder {
                 stores: Vec::new(),
                 schedule: Schedule::SCALAR,
                 gemm: None,
+                conv: None,
             },
         }
     }
@@ -416,6 +423,11 @@ impl KernelBuilder {
     /// Makes the kernel start with `call` (see [`crate::gemm`]).
     pub fn gemm(&mut self, call: GemmCall) {
         self.kernel.gemm = Some(call);
+    }
+
+    /// Makes the kernel start with the convolution `call` (see [`crate::conv`]).
+    pub fn conv(&mut self, call: crate::ConvCall) {
+        self.kernel.conv = Some(call);
     }
 
     pub fn store(&mut self, buffer: BufferId, index: IndexExpr, value: ValueId) {

@@ -67,6 +67,7 @@
 //! - **Dynamic batch**: the leading extent of `domain` and index strides that depend on it
 //!   become a run-time parameter of the kernel (one symbol per program).
 
+pub mod conv;
 mod error;
 pub mod exp_poly;
 pub mod gemm;
@@ -84,6 +85,7 @@ pub mod schedule;
 mod stages;
 mod table;
 
+pub use conv::{ConvCall, run_conv};
 pub use error::{KernelError, Result};
 pub use gemm::{GemmCall, MatrixIndex};
 pub use ids::{BufferId, LoopId, SlotId, ValueId};

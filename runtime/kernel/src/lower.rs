@@ -6,6 +6,7 @@
 //! ([`pool`]); views become layouts, never steps; every other node runs its eager kernel as
 //! an external step and is reported as a fallback with the reason.
 
+mod conv;
 mod frame;
 mod gemm;
 mod pool;
@@ -185,7 +186,7 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
                 }
                 None => lowering.partition(&[id])?,
             },
-            NodeKind::CallFunction { op } if gemm::is_gemm(op) => {
+            NodeKind::CallFunction { op } if gemm::is_gemm(op) || conv::is_conv(op) => {
                 match lowering.gemm_epilogue(&id, &partition_of, &partitions)? {
                     Some(p)
                         if lowered[p] == 0
@@ -263,7 +264,9 @@ fn fallback_reason(op: &Op) -> String {
         OpKind::Reduction => "reductions are not lowered yet".into(),
         OpKind::Normalization => "normalizations (softmax, norms) are not lowered yet".into(),
         OpKind::Gemm => "a GEMM with no elementwise epilogue to fuse runs its eager kernel".into(),
-        OpKind::Convolution => "convolution is not lowered yet".into(),
+        OpKind::Convolution => {
+            "a convolution with no elementwise epilogue to fuse runs its eager kernel".into()
+        }
         OpKind::Pooling => "pooling is not lowered yet".into(),
         OpKind::Indexing => "indexing ops are not lowered yet".into(),
         OpKind::Loss => "losses are not lowered yet".into(),

@@ -97,6 +97,22 @@ impl fmt::Display for Kernel {
                 g.k
             )?;
         }
+        if let Some(c) = &self.conv {
+            let p = &c.params;
+            writeln!(
+                f,
+                "    conv {} = conv2d({}{:?}, {}{:?}) stride {:?} padding {:?} dilation {:?} groups {} ; per block of i0",
+                c.out,
+                c.input,
+                c.input_shape,
+                c.weight,
+                c.weight_shape,
+                p.stride,
+                p.padding,
+                p.dilation,
+                p.groups
+            )?;
+        }
         for (i, v) in self.values.iter().enumerate() {
             let rhs = match &v.expr {
                 Expr::Load { buffer, index } => format!("load {buffer}{index}"),

@@ -19,8 +19,8 @@ pub const PARALLEL_MIN_WORK: usize = 1 << 18;
 
 /// Simplifies `kernel`'s nest and picks its schedule.
 pub fn schedule(kernel: &mut Kernel) {
-    // A GEMM kernel's rows are blocks of its outermost loop: its nest stays as it is.
-    if kernel.gemm.is_none() {
+    // A GEMM or convolution kernel's call fills blocks of its outermost loop: its nest stays.
+    if kernel.gemm.is_none() && kernel.conv.is_none() {
         coalesce_loops(kernel);
     }
     kernel.schedule = Schedule {
@@ -31,8 +31,8 @@ pub fn schedule(kernel: &mut Kernel) {
 
 /// The outermost loop, when the kernel has enough work to share and its iterations write
 /// disjoint outputs: every output loop does (a store's index is one element per point of
-/// the output loops). A GEMM kernel stays whole: its external call is parallel itself and its
-/// blocks share one scratch buffer.
+/// the output loops). A GEMM kernel stays whole: its external call is parallel itself; a
+/// convolution kernel's runner convolves each block of images first, then splits the block.
 fn parallel_loop(kernel: &Kernel) -> Option<LoopId> {
     if kernel.gemm.is_some() || kernel.domain.first().is_none_or(|&n| n < 2) {
         return None;

@@ -489,6 +489,44 @@ impl OpDef for ConvOp {
     }
 }
 
+/// The images `images` of the 2-D convolution of `x` (`[N, C, H, W]`, packed) with `w`
+/// (packed), without a bias, written packed into `out` (exactly those images' outputs): what a
+/// compiled program calls for each block of images before it adds the bias and its epilogue.
+pub fn conv2d_images_into<T: crate::Float>(
+    params: ConvParams,
+    x_shape: &[usize],
+    w_shape: &[usize],
+    x: &[T],
+    w: &[T],
+    images: std::ops::Range<usize>,
+    out: &mut [T],
+) -> Result<()> {
+    let g = Geometry::new(params, x_shape, w_shape)?;
+    let image_len = g.c_out * g.oh * g.ow;
+    let fits = params.spatial_dims == 2
+        && x.len() >= crate::size::saturating_numel(x_shape)
+        && w.len() >= crate::size::saturating_numel(w_shape)
+        && images.start <= images.end
+        && images.end <= g.n
+        && out.len() == images.len().saturating_mul(image_len);
+    if !fits {
+        return Err(TensorError::invalid(
+            "conv2d",
+            format!(
+                "images {images:?} of input {x_shape:?} and weight {w_shape:?} do not fit buffers \
+                 of {}, {} and {} elements",
+                x.len(),
+                w.len(),
+                out.len()
+            ),
+        ));
+    }
+    if image_len > 0 {
+        lowering::forward_into(&g, x, w, None, images.start, out);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,7 +24,7 @@ mod unary;
 mod view;
 
 pub use binary::{BinaryOp, CompareOp, ScalarOp};
-pub use conv::{ConvOp, ConvParams};
+pub use conv::{ConvOp, ConvParams, conv2d_images_into};
 pub use custom::{CustomFunction, CustomOp, register_custom};
 pub use dropout::DropoutOp;
 pub use embedding::EmbeddingOp;

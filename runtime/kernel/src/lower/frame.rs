@@ -191,7 +191,18 @@ impl Lowering<'_> {
                     None
                 }
             });
-            kernel.buffers[buffer.index()].len = extent.max(operand.unwrap_or(0));
+            let convolved = kernel.conv.as_ref().and_then(|c| {
+                let numel = |s: &[usize]| s.iter().product::<usize>();
+                if c.input == *buffer {
+                    Some(numel(&c.input_shape))
+                } else if c.weight == *buffer {
+                    Some(numel(&c.weight_shape))
+                } else {
+                    None
+                }
+            });
+            kernel.buffers[buffer.index()].len =
+                extent.max(operand.unwrap_or(0)).max(convolved.unwrap_or(0));
         }
         schedule(&mut kernel);
         kernel.verify()?;

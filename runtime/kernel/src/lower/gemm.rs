@@ -37,11 +37,17 @@ impl Lowering<'_> {
             .map(|(p, _)| p))
     }
 
-    /// Lowers GEMM node `id` with its `epilogue` partition, or runs both apart (the GEMM
-    /// through its eager kernel, reported as a fallback) when the kernel IR cannot express
-    /// them together.
+    /// Lowers GEMM (or convolution) node `id` with its `epilogue` partition, or runs both
+    /// apart (the GEMM through its eager kernel, reported as a fallback) when the kernel IR
+    /// cannot express them together.
     pub(super) fn gemm(&mut self, id: &NodeId, epilogue: &[NodeId]) -> Result<()> {
-        if let Err(why) = self.gemm_kernel(id, epilogue)? {
+        let convolution = self.op_of(id)?.is_some_and(|op| super::conv::is_conv(&op));
+        let attempt = if convolution {
+            self.conv_kernel(id, epilogue)?
+        } else {
+            self.gemm_kernel(id, epilogue)?
+        };
+        if let Err(why) = attempt {
             let op = self
                 .op_of(id)?
                 .ok_or_else(|| crate::KernelError::Undefined {

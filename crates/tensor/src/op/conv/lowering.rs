@@ -135,10 +135,26 @@ pub(super) fn forward<T: Float>(
     w: &[T],
     bias: Option<&[T]>,
 ) -> crate::Result<Vec<T>> {
+    let mut out = crate::cpu::try_uninit_buffer::<T>("conv", g.n * g.c_out * g.oh * g.ow)?;
+    forward_into(g, x, w, bias, 0, &mut out);
+    Ok(out)
+}
+
+/// The images `first..` of `y = conv(x, w) + bias` into `out`, which holds a whole number of
+/// packed output images; `x` is the whole packed input.
+pub(super) fn forward_into<T: Float>(
+    g: &Geometry,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    first: usize,
+    out: &mut [T],
+) {
     let (groups, cin_g, cout_g, k) = (g.params.groups, g.cin_g(), g.cout_g(), g.patch_len());
     let (in_plane, out_plane) = (g.h * g.w, g.oh * g.ow);
-    let mut out = crate::cpu::try_uninit_buffer::<T>("conv", g.n * g.c_out * out_plane)?;
-    per_image(&mut out, g.n, |n, y, parallel| {
+    let images = out.len().checked_div(g.c_out * out_plane).unwrap_or(0);
+    per_image(out, images, |image, y, parallel| {
+        let n = first + image;
         let mut cols = vec![T::zero(); if g.is_pointwise() { 0 } else { k * out_plane }];
         for grp in 0..groups {
             let x_offset = (n * g.c_in + grp * cin_g) * in_plane;
@@ -160,7 +176,6 @@ pub(super) fn forward<T: Float>(
             }
         }
     });
-    Ok(out)
 }
 
 /// `dx[N, C_in, H, W] = col2im(w^T @ grad_out)` per image and group.

@@ -1,0 +1,115 @@
+//! The external convolution call a kernel may start with: `scratch = conv2d(x, w)` (no bias)
+//! by the eager path's im2col + GEMM, for the images of the outermost loop's current block,
+//! so that the kernel's epilogue (bias, activation, residual add) reads each block right after
+//! it is computed. The kernel's domain is the output's `[N, C, oH, oW]`; its input and weight
+//! buffers are packed. Both the interpreter and the CPU backend's runner call [`run_conv`].
+
+use crate::{BufferId, BufferPtr, Kernel, KernelError, Result, ScalarType};
+use tessera_tensor::op::{ConvParams, conv2d_images_into};
+
+/// `out = conv2d(input, weight)` with `params`, the convolution packed in the scratch `out`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvCall {
+    pub input: BufferId,
+    pub weight: BufferId,
+    pub out: BufferId,
+    pub params: ConvParams,
+    pub input_shape: [usize; 4],
+    pub weight_shape: [usize; 4],
+}
+
+impl ConvCall {
+    /// Elements of one output image.
+    pub fn image_len(&self, kernel: &Kernel) -> usize {
+        kernel.domain.iter().skip(1).product()
+    }
+}
+
+/// Runs `kernel`'s convolution call for the images `begin..end` (iterations of the outermost
+/// loop), if it has one.
+///
+/// # Safety
+/// As [`crate::KernelExecutor::execute`]; the kernel must pass [`Kernel::verify`], which
+/// checked the buffers' lengths against the shapes.
+pub unsafe fn run_conv(
+    kernel: &Kernel,
+    buffers: &[BufferPtr],
+    begin: usize,
+    end: usize,
+) -> Result<()> {
+    let Some(c) = &kernel.conv else {
+        return Ok(());
+    };
+    let image = c.image_len(kernel);
+    let (x, w, out) = (
+        buffers[c.input.index()],
+        buffers[c.weight.index()],
+        buffers[c.out.index()],
+    );
+    let images = begin..end;
+    let at = begin * image;
+    let count = (end - begin) * image;
+    let error = |source: tessera_tensor::TensorError| KernelError::Backend {
+        kernel: kernel.name.clone(),
+        message: format!("the convolution call failed: {source}"),
+    };
+    // SAFETY: `verify` checked that the input, weight and scratch buffers hold the shapes'
+    // elements of their type; the caller guarantees they are live and the scratch writable
+    // and unaliased; `begin..end` lies within the domain's first extent.
+    unsafe {
+        match out.ty {
+            ScalarType::F64 => conv2d_images_into(
+                c.params,
+                &c.input_shape,
+                &c.weight_shape,
+                std::slice::from_raw_parts(x.ptr as *const f64, x.len),
+                std::slice::from_raw_parts(w.ptr as *const f64, w.len),
+                images,
+                std::slice::from_raw_parts_mut((out.ptr as *mut f64).add(at), count),
+            ),
+            _ => conv2d_images_into(
+                c.params,
+                &c.input_shape,
+                &c.weight_shape,
+                std::slice::from_raw_parts(x.ptr as *const f32, x.len),
+                std::slice::from_raw_parts(w.ptr as *const f32, w.len),
+                images,
+                std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(at), count),
+            ),
+        }
+    }
+    .map_err(error)
+}
+
+impl Kernel {
+    /// The convolution call's buffers have the types and lengths its shapes need.
+    pub(crate) fn verify_conv(&self, c: &ConvCall) -> std::result::Result<(), String> {
+        if self.domain.len() != 4 || !self.reduce.is_empty() || self.gemm.is_some() {
+            return Err("a convolution kernel is a 4-D nest with no other call".into());
+        }
+        let numel = |s: &[usize]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let needs = [
+            (c.input, numel(&c.input_shape)),
+            (c.weight, numel(&c.weight_shape)),
+            (c.out, numel(&self.domain)),
+        ];
+        let ty = self.buffer(c.out).ty;
+        for (b, n) in needs {
+            let n = n.ok_or("the convolution's sizes overflow")?;
+            let p = self
+                .buffers
+                .get(b.index())
+                .ok_or_else(|| format!("the convolution names a missing {b}"))?;
+            if p.len < n || p.ty != ty {
+                return Err(format!(
+                    "the convolution's {b} needs {n} {ty} elements, has {} {}",
+                    p.len, p.ty
+                ));
+            }
+        }
+        if c.input_shape[0] != self.domain[0] {
+            return Err("the convolution's images are not the outer loop's".into());
+        }
+        Ok(())
+    }
+}
