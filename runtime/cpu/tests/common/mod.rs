@@ -128,18 +128,31 @@ impl Builder {
         let values: Vec<f64> = (0..numel)
             .map(|i| (((i as u64 * 7919 + self.seed * 104_729) % 997) as f64 / 997.0 - 0.45) * 4.0)
             .collect();
+        // Converted before the transpose: a conversion packs its result, which would make a
+        // "strided" f32 input packed after all.
         let t = if strided && shape.len() >= 2 {
             // The transpose of a packed tensor of the reversed shape: same values, strided.
             let reversed: Vec<usize> = shape.iter().rev().copied().collect();
             let dims: Vec<usize> = (0..shape.len()).rev().collect();
             Tensor::from_vec(values, &reversed)
                 .unwrap()
+                .to_dtype(self.dtype)
+                .unwrap()
                 .permute(&dims)
                 .unwrap()
         } else {
-            Tensor::from_vec(values, shape).unwrap()
+            Tensor::from_vec(values, shape)
+                .unwrap()
+                .to_dtype(self.dtype)
+                .unwrap()
         };
-        let t = t.to_dtype(self.dtype).unwrap();
+        let transposes =
+            strided && !shape.contains(&0) && shape.iter().filter(|&&d| d > 1).count() >= 2;
+        assert!(
+            !transposes || !t.is_contiguous(),
+            "a strided input came out packed: {:?}",
+            t.layout()
+        );
         let name = format!("x{}", self.inputs.len());
         self.inputs.push(t);
         self.graph
