@@ -27,6 +27,12 @@ fn random_cnn() -> (Arc<SmallCnn>, GraphModule, Tensor) {
     (model, gm, x)
 }
 
+/// `compiled` and the eager `model` give the same output for `x`.
+fn runs_like_eager(compiled: &CompiledModule, model: &SmallCnn, x: &Tensor, what: &str) {
+    let (got, eager) = (compiled.call(x.clone()), model.call(x.clone()));
+    assert_close(&got.unwrap(), &eager.unwrap(), 1e-5, 1e-5, what);
+}
+
 fn compiled(gm: &GraphModule, x: &Tensor) -> CompiledModule {
     compile(gm, std::slice::from_ref(x), CompileOptions::default()).unwrap()
 }
@@ -73,14 +79,7 @@ fn weights_changed_through_the_source_module_are_seen_by_the_compiled_module() {
     model
         .load_state_dict(&pytorch_state_dict(), true, false)
         .unwrap();
-    let eager = model.call(x.clone()).unwrap();
-    assert_close(
-        &compiled.call(x.clone()).unwrap(),
-        &eager,
-        1e-5,
-        1e-5,
-        "compiled after the source's weights changed vs eager",
-    );
+    runs_like_eager(&compiled, &model, &x, "after the source's weights changed");
 }
 
 #[test]
@@ -106,13 +105,7 @@ fn hook_on_the_compiled_module_is_refused_until_removed() {
         "{error}"
     );
     handle.remove();
-    assert_close(
-        &compiled.call(x.clone()).unwrap(),
-        &model.call(x.clone()).unwrap(),
-        1e-5,
-        1e-5,
-        "compiled vs eager once the hook is gone",
-    );
+    runs_like_eager(&compiled, &model, &x, "vs eager once the hook is gone");
 }
 
 #[test]
@@ -141,13 +134,7 @@ fn weights_given_new_storage_by_set_data_are_seen_by_the_compiled_module() {
             .mul_scalar(value)
             .unwrap();
         weight.set_data(&fresh);
-        assert_close(
-            &compiled.call(x.clone()).unwrap(),
-            &model.call(x.clone()).unwrap(),
-            1e-5,
-            1e-5,
-            "compiled after set_data vs eager",
-        );
+        runs_like_eager(&compiled, &model, &x, "after set_data");
     }
     assert_eq!(compiled.report().compiles, 3);
 }
@@ -159,13 +146,7 @@ fn two_assigning_loads_in_a_row_are_both_seen() {
     let other = SmallCnn::new().unwrap();
     for state in [pytorch_state_dict(), other.state_dict().unwrap()] {
         compiled.load_state_dict(&state, true, true).unwrap();
-        assert_close(
-            &compiled.call(x.clone()).unwrap(),
-            &model.call(x.clone()).unwrap(),
-            1e-5,
-            1e-5,
-            "compiled after an assigning load vs eager",
-        );
+        runs_like_eager(&compiled, &model, &x, "after an assigning load");
     }
 }
 

@@ -46,39 +46,41 @@ pub unsafe fn run_conv(
         buffers[c.weight.index()],
         buffers[c.out.index()],
     );
-    let images = begin..end;
-    let at = begin * image;
-    let count = (end - begin) * image;
-    let error = |source: tessera_tensor::TensorError| KernelError::Backend {
-        kernel: kernel.name.clone(),
-        message: format!("the convolution call failed: {source}"),
-    };
     // SAFETY: `verify` checked that the input, weight and scratch buffers hold the shapes'
     // elements of their type; the caller guarantees they are live and the scratch writable
     // and unaliased; `begin..end` lies within the domain's first extent.
     unsafe {
         match out.ty {
-            ScalarType::F64 => conv2d_images_into(
-                c.params,
-                &c.input_shape,
-                &c.weight_shape,
-                std::slice::from_raw_parts(x.ptr as *const f64, x.len),
-                std::slice::from_raw_parts(w.ptr as *const f64, w.len),
-                images,
-                std::slice::from_raw_parts_mut((out.ptr as *mut f64).add(at), count),
-            ),
-            _ => conv2d_images_into(
-                c.params,
-                &c.input_shape,
-                &c.weight_shape,
-                std::slice::from_raw_parts(x.ptr as *const f32, x.len),
-                std::slice::from_raw_parts(w.ptr as *const f32, w.len),
-                images,
-                std::slice::from_raw_parts_mut((out.ptr as *mut f32).add(at), count),
-            ),
+            ScalarType::F64 => convolve::<f64>(c, (x, w, out), begin..end, image),
+            _ => convolve::<f32>(c, (x, w, out), begin..end, image),
         }
     }
-    .map_err(error)
+    .map_err(|source| KernelError::Backend {
+        kernel: kernel.name.clone(),
+        message: format!("the convolution call failed: {source}"),
+    })
+}
+
+/// [`run_conv`] at element type `T`.
+///
+/// # Safety
+/// As [`run_conv`]: the buffers hold `T`s, as many as their lengths say.
+unsafe fn convolve<T: tessera_tensor::Float>(
+    c: &ConvCall,
+    (x, w, out): (BufferPtr, BufferPtr, BufferPtr),
+    images: std::ops::Range<usize>,
+    image: usize,
+) -> tessera_tensor::Result<()> {
+    let (at, count) = (images.start * image, images.len() * image);
+    // SAFETY: forwarded from the caller; the images' outputs lie inside the scratch.
+    let (x, w, out) = unsafe {
+        (
+            std::slice::from_raw_parts(x.ptr as *const T, x.len),
+            std::slice::from_raw_parts(w.ptr as *const T, w.len),
+            std::slice::from_raw_parts_mut((out.ptr as *mut T).add(at), count),
+        )
+    };
+    conv2d_images_into(c.params, &c.input_shape, &c.weight_shape, x, w, images, out)
 }
 
 impl Kernel {

@@ -120,38 +120,48 @@ pub unsafe fn run_gemm(kernel: &Kernel, buffers: &[BufferPtr], begin: usize, end
         buffers[g.b.index()],
         buffers[g.out.index()],
     );
-    let a_at = g.a_index.offset + first * g.a_index.row_stride;
-    let (ars, acs) = (g.a_index.row_stride as i64, g.a_index.col_stride as i64);
-    let (brs, bcs) = (g.b_index.row_stride as i64, g.b_index.col_stride as i64);
     let (m, n, k) = (rows as i64, n as i64, g.k as i64);
     // SAFETY: `verify` checked both operands and the scratch against their buffers, which the
     // caller guarantees are live, typed and long enough; the block lies inside them.
     unsafe {
         match c.ty {
-            ScalarType::F64 => tessera_gemm_f64(
-                m,
-                n,
-                k,
-                (a.ptr as *const f64).add(a_at),
-                ars,
-                acs,
-                (b.ptr as *const f64).add(g.b_index.offset),
-                brs,
-                bcs,
-                (c.ptr as *mut f64).add(first * n as usize),
-            ),
-            _ => tessera_gemm_f32(
-                m,
-                n,
-                k,
-                (a.ptr as *const f32).add(a_at),
-                ars,
-                acs,
-                (b.ptr as *const f32).add(g.b_index.offset),
-                brs,
-                bcs,
-                (c.ptr as *mut f32).add(first * n as usize),
-            ),
+            ScalarType::F64 => block::<f64>(tessera_gemm_f64, (a, b, c), g, (m, n, k), first),
+            _ => block::<f32>(tessera_gemm_f32, (a, b, c), g, (m, n, k), first),
         }
+    }
+}
+
+/// The GEMM entry point of element type `T`.
+type GemmFn<T> =
+    unsafe extern "C" fn(i64, i64, i64, *const T, i64, i64, *const T, i64, i64, *mut T);
+
+/// Calls `gemm` for the `m` product rows from row `first` of `g`, at element type `T`.
+///
+/// # Safety
+/// As [`run_gemm`]: the buffers hold `T`s and the block lies inside them.
+unsafe fn block<T>(
+    gemm: GemmFn<T>,
+    (a, b, c): (BufferPtr, BufferPtr, BufferPtr),
+    g: &GemmCall,
+    (m, n, k): (i64, i64, i64),
+    first: usize,
+) {
+    let a_at = g.a_index.offset + first * g.a_index.row_stride;
+    let (ars, acs) = (g.a_index.row_stride as i64, g.a_index.col_stride as i64);
+    let (brs, bcs) = (g.b_index.row_stride as i64, g.b_index.col_stride as i64);
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            (a.ptr as *const T).add(a_at),
+            ars,
+            acs,
+            (b.ptr as *const T).add(g.b_index.offset),
+            brs,
+            bcs,
+            (c.ptr as *mut T).add(first * n as usize),
+        )
     }
 }

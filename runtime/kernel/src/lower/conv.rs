@@ -7,9 +7,7 @@
 //! a 1-D convolution) falls back.
 
 use super::Lowering;
-use super::frame::{Frame, FrameMap, Local, frame_index};
-use crate::{BinaryFn, BufferRole, ConvCall, Expr, IndexExpr, KernelBuilder, Result, ScalarType};
-use std::collections::HashSet;
+use crate::{BinaryFn, ConvCall, Expr, IndexExpr, Result, ScalarType};
 use tessera_fx::NodeId;
 use tessera_tensor::Op;
 use tessera_tensor::layout::Layout;
@@ -51,12 +49,8 @@ impl Lowering<'_> {
             }
         }
         let as4 = |s: &[usize]| [s[0], s[1], s[2], s[3]];
-        let name = format!("k{}_conv2d_epilogue", self.kernel_count());
-        let mut kb = KernelBuilder::new(name, shape.clone());
-        let scratch = kb.buffer(BufferRole::Scratch, ty, shape.iter().product());
-        let mut frame = Frame::new(kb);
-        let input = Self::input_buffer(&mut frame, x.slot, ty);
-        let weight = Self::input_buffer(&mut frame, w.slot, ty);
+        let (mut frame, scratch, [input, weight]) =
+            self.call_frame("conv2d", &shape, ty, [x.slot, w.slot]);
         frame.b.conv(ConvCall {
             input,
             weight,
@@ -65,15 +59,7 @@ impl Lowering<'_> {
             input_shape: as4(&x.layout.shape),
             weight_shape: as4(&w.layout.shape),
         });
-        let map: FrameMap = (0..shape.len()).map(Some).collect();
-        let index = frame_index(&Layout::contiguous(&shape), &map, shape.len());
-        let mut value = frame.b.push(
-            ty,
-            Expr::Load {
-                buffer: scratch,
-                index,
-            },
-        );
+        let mut value = super::gemm::scratch_value(&mut frame, scratch, &shape, ty);
         if let Some(b) = operands.get(2).filter(|_| bias) {
             // The bias is per channel (dim 1), as the eager kernel adds it after its GEMM.
             let b = self.value(b)?;
@@ -88,23 +74,6 @@ impl Lowering<'_> {
             let bv = frame.b.push(ty, Expr::Load { buffer, index });
             value = frame.b.push(ty, Expr::Binary(BinaryFn::Add, value, bv));
         }
-        frame.locals.insert(
-            *id,
-            vec![Local {
-                value,
-                shape: shape.clone(),
-                map: Some(map.clone()),
-            }],
-        );
-        for e in epilogue {
-            if let Err(why) = self.elementwise_member(&mut frame, e, &shape, &map)? {
-                return Ok(Err(why));
-            }
-        }
-        let members: Vec<NodeId> = std::iter::once(*id)
-            .chain(epilogue.iter().copied())
-            .collect();
-        let fused: HashSet<NodeId> = members.iter().copied().collect();
-        self.emit_frame(frame, &members, &fused)
+        self.emit_with_epilogue(frame, id, value, &shape, epilogue)
     }
 }

@@ -79,7 +79,7 @@ impl Lowering<'_> {
             return Ok(Err(format!("{:?} GEMMs are not lowered", out.dtype)));
         };
         let shape = out.shape.clone();
-        let Some((&n, row_dims)) = shape.split_last().filter(|(_, r)| !r.is_empty()) else {
+        let Some((_, row_dims)) = shape.split_last().filter(|(_, r)| !r.is_empty()) else {
             return Ok(Err("a GEMM output of fewer than 2 dims".into()));
         };
         let rows: usize = row_dims.iter().product();
@@ -131,12 +131,8 @@ impl Lowering<'_> {
             ),
             _ => return Ok(Err("only linear and 2-D matmul call the GEMM".into())),
         };
-        let name = format!("k{}_{}_epilogue", self.kernel_count(), op.name());
-        let mut kb = KernelBuilder::new(name, shape.clone());
-        let scratch = kb.buffer(BufferRole::Scratch, ty, rows * n);
-        let mut frame = Frame::new(kb);
-        let a = Self::input_buffer(&mut frame, x.slot, ty);
-        let b = Self::input_buffer(&mut frame, w.slot, ty);
+        let (mut frame, scratch, [a, b]) =
+            self.call_frame(&op.name(), &shape, ty, [x.slot, w.slot]);
         frame.b.gemm(GemmCall {
             a,
             a_index,
@@ -146,14 +142,7 @@ impl Lowering<'_> {
             k,
         });
         let map: FrameMap = (0..shape.len()).map(Some).collect();
-        let index = frame_index(&Layout::contiguous(&shape), &map, shape.len());
-        let mut value = frame.b.push(
-            ty,
-            Expr::Load {
-                buffer: scratch,
-                index,
-            },
-        );
+        let mut value = scratch_value(&mut frame, scratch, &shape, ty);
         if let Some(bias) = bias {
             match self.operand(&mut frame, &bias, &shape, &map)? {
                 Ok(bv) if frame.b.ty(bv) == ty => {
@@ -163,16 +152,48 @@ impl Lowering<'_> {
                 Err(why) => return Ok(Err(why)),
             }
         }
+        self.emit_with_epilogue(frame, id, value, &shape, epilogue)
+    }
+
+    /// A kernel named after `op` over the output `shape`, with a scratch buffer for the
+    /// external call's whole result and the two operand slots as input buffers.
+    pub(super) fn call_frame(
+        &self,
+        op: &str,
+        shape: &[usize],
+        ty: ScalarType,
+        operands: [crate::SlotId; 2],
+    ) -> (Frame, crate::BufferId, [crate::BufferId; 2]) {
+        let name = format!("k{}_{op}_epilogue", self.kernel_count());
+        let mut kb = KernelBuilder::new(name, shape.to_vec());
+        let scratch = kb.buffer(BufferRole::Scratch, ty, shape.iter().product());
+        let mut frame = Frame::new(kb);
+        let buffers = operands.map(|slot| Self::input_buffer(&mut frame, slot, ty));
+        (frame, scratch, buffers)
+    }
+
+    /// Finishes a kernel whose external call's result (plus bias) is `value` for node `id`
+    /// over the output frame `shape`: the `epilogue` members follow it, then the kernel is
+    /// emitted (GEMM and convolution kernels end alike).
+    pub(super) fn emit_with_epilogue(
+        &mut self,
+        mut frame: Frame,
+        id: &NodeId,
+        value: crate::ValueId,
+        shape: &[usize],
+        epilogue: &[NodeId],
+    ) -> Result<std::result::Result<(), String>> {
+        let map: FrameMap = (0..shape.len()).map(Some).collect();
         frame.locals.insert(
             *id,
             vec![Local {
                 value,
-                shape: shape.clone(),
+                shape: shape.to_vec(),
                 map: Some(map.clone()),
             }],
         );
         for e in epilogue {
-            if let Err(why) = self.elementwise_member(&mut frame, e, &shape, &map)? {
+            if let Err(why) = self.elementwise_member(&mut frame, e, shape, &map)? {
                 return Ok(Err(why));
             }
         }
@@ -182,4 +203,22 @@ impl Lowering<'_> {
         let fused: HashSet<NodeId> = members.iter().copied().collect();
         self.emit_frame(frame, &members, &fused)
     }
+}
+
+/// The external call's result at the output point: the packed scratch element.
+pub(super) fn scratch_value(
+    frame: &mut Frame,
+    scratch: crate::BufferId,
+    shape: &[usize],
+    ty: ScalarType,
+) -> crate::ValueId {
+    let map: FrameMap = (0..shape.len()).map(Some).collect();
+    let index = frame_index(&Layout::contiguous(shape), &map, shape.len());
+    frame.b.push(
+        ty,
+        Expr::Load {
+            buffer: scratch,
+            index,
+        },
+    )
 }
