@@ -5,7 +5,7 @@
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
 use cranelift_frontend::FunctionBuilder;
 use tessera_kernel::exp_poly::{
-    EXP_F32_HIGH, EXP_F32_LOW, EXP_F32_POLY, LN2_HIGH, LN2_LOW, LOG2_E,
+    EXP_F32_HIGH, EXP_F32_LOW, EXP_F32_POLY, LN2_HIGH, LN2_LOW, LOG2_E, ROUNDER,
 };
 
 /// `e^x` of `x`, an F32 (`lanes == 1`) or an F32X4.
@@ -32,7 +32,10 @@ pub(crate) fn exp_f32(b: &mut FunctionBuilder, x: Value, lanes: usize) -> Value 
     let c = b.ins().fmin(c, high);
     let log2e = constant(b, LOG2_E);
     let scaled = b.ins().fmul(c, log2e);
-    let n = b.ins().nearest(scaled);
+    // Rounding by adding 1.5 * 2^23: `n` as a float, and as an integer from the sum's bits.
+    let rounder = constant(b, ROUNDER);
+    let rounded = b.ins().fadd(scaled, rounder);
+    let n = b.ins().fsub(rounded, rounder);
     let (ln2_high, ln2_low) = (constant(b, LN2_HIGH), constant(b, LN2_LOW));
     let t = b.ins().fmul(n, ln2_high);
     let r = b.ins().fsub(c, t);
@@ -50,7 +53,9 @@ pub(crate) fn exp_f32(b: &mut FunctionBuilder, x: Value, lanes: usize) -> Value 
     let one = constant(b, 1.0);
     let y = b.ins().fadd(y, one);
     // `2^n` as two powers of two, `2^(n >> 1)` and `2^(n - (n >> 1))`, from exponent bits.
-    let n = b.ins().fcvt_to_sint_sat(int, n);
+    let t_bits = b.ins().bitcast(int, MemFlagsData::new(), rounded);
+    let rounder_bits = integer(b, i64::from(ROUNDER.to_bits()));
+    let n = b.ins().isub(t_bits, rounder_bits);
     let one_bit = b.ins().iconst(types::I32, 1);
     let half = b.ins().sshr(n, one_bit);
     let rest = b.ins().isub(n, half);

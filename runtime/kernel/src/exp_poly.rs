@@ -1,6 +1,7 @@
 //! `exp` of f32 as straight-line arithmetic a backend emits inline and vectorised: the
 //! argument clamped to `[-104, 89]` (past which the result is 0 or infinity anyway), reduced
-//! to `r = x - n ln 2` with `n = round(x log2 e)` (ln 2 in two parts), `e^r` by Cephes'
+//! to `r = x - n ln 2` with `n = round(x log2 e)` (ln 2 in two parts; the rounding is the
+//! addition of 1.5 * 2^23, whose sum's low bits are `n` as an integer too), `e^r` by Cephes'
 //! degree-6 polynomial, and `2^n` applied as two exact powers of two so that results down to
 //! the subnormals and up to the overflow round once. Every step is one IEEE operation
 //! (no fused multiply-add), so the interpreter here and a backend's code agree bit for bit
@@ -18,6 +19,9 @@ pub const LOG2_E: f32 = std::f32::consts::LOG2_E;
 /// `ln 2` split so that `n * LN2_HIGH` is exact for every `n` the clamp allows.
 pub const LN2_HIGH: f32 = 0.693_359_4;
 pub const LN2_LOW: f32 = -2.121_944_4e-4;
+/// 1.5 * 2^23: adding it to a float of magnitude below 2^22 rounds that float to an integer
+/// (ties to even), and the sum's bits minus its own are that integer.
+pub const ROUNDER: f32 = 12_582_912.0;
 /// Cephes' `expf` coefficients, highest degree first; `e^r ~ 1 + r + r^2 p(r)`.
 pub const EXP_F32_POLY: [f32; 6] = [
     1.987_569_2e-4,
@@ -36,7 +40,8 @@ pub extern "C" fn exp_f32(x: f32) -> f32 {
     } else {
         x.clamp(EXP_F32_LOW, EXP_F32_HIGH)
     };
-    let n = (c * LOG2_E).round_ties_even();
+    let t = c * LOG2_E + ROUNDER;
+    let n = t - ROUNDER;
     let r = c - n * LN2_HIGH;
     let r = r - n * LN2_LOW;
     let mut p = EXP_F32_POLY[0];
@@ -44,15 +49,15 @@ pub extern "C" fn exp_f32(x: f32) -> f32 {
         p = p * r + k;
     }
     let y = p * (r * r) + r + 1.0;
-    // `n` saturates as a backend's conversion does (NaN to 0).
-    let n = if n.is_nan() { 0 } else { n as i32 };
-    let (half, rest) = (n >> 1, n - (n >> 1));
+    // `n` as an integer from the sum's bits (any value for a NaN, whose result stays NaN).
+    let n = (t.to_bits() as i32).wrapping_sub(ROUNDER.to_bits() as i32);
+    let (half, rest) = (n >> 1, n.wrapping_sub(n >> 1));
     y * power_of_two(half) * power_of_two(rest)
 }
 
-/// `2^e` for `e` in `-126..=127`.
+/// `2^e` for `e` in `-126..=127` (wrapping, as a backend's integer arithmetic, outside it).
 fn power_of_two(e: i32) -> f32 {
-    f32::from_bits(((e + 127) as u32) << 23)
+    f32::from_bits((e.wrapping_add(127) as u32) << 23)
 }
 
 #[cfg(test)]
