@@ -226,12 +226,16 @@ pub fn compile(
     Ok(compiled)
 }
 
+/// How many forward and backward hooks `module` has (the hooks a call would run).
+fn call_hooks(module: &dyn Module) -> usize {
+    let c = module.hook_counts();
+    c.forward_pre + c.forward + c.full_backward + c.backward_pre
+}
+
 /// Fails when a module of `module`'s tree (itself included) has forward or backward hooks.
 fn refuse_hooks(module: &dyn Module) -> Result<(), CompileError> {
     for (path, m) in module.named_modules() {
-        let counts = m.hook_counts();
-        let hooks =
-            counts.forward_pre + counts.forward + counts.full_backward + counts.backward_pre;
+        let hooks = call_hooks(m);
         if hooks > 0 {
             let module = match path.as_str() {
                 "" => m.type_name(),
@@ -371,8 +375,7 @@ impl CompiledModule {
         timer: Option<StepTimer<'_>>,
     ) -> Result<(Vec<Tensor>, Arc<Compiled>), CompileError> {
         // Hooks added after compiling, on this module or any of the source's, are refused too.
-        let own = self.hook_counts();
-        let hooks = own.forward_pre + own.forward + own.full_backward + own.backward_pre;
+        let hooks = call_hooks(self);
         if hooks > 0 {
             return Err(CompileError::Hooks {
                 module: self.type_name(),

@@ -66,6 +66,14 @@ impl OutVec {
         BufferPtr { ptr, len, ty }
     }
 
+    /// Hands the buffer back to the tensor crate's cache.
+    fn recycle(self) {
+        match self {
+            OutVec::F32(v) => tessera_tensor::recycle(v),
+            OutVec::F64(v) => tessera_tensor::recycle(v),
+        }
+    }
+
     /// The tensor of the buffer's first `len` elements (all of them: outputs are allocated
     /// at their parameter's length).
     fn into_tensor(self, len: usize, shape: &[usize]) -> tessera_tensor::Result<Tensor> {
@@ -448,12 +456,7 @@ fn run_kernel(
         unsafe { executor.execute(index, kernel, &buffers) }
     })?;
     // The scratch buffers go back to the cache for the next call (they are no tensors').
-    for (vec, _, _) in scratch {
-        match vec {
-            OutVec::F32(v) => tessera_tensor::recycle(v),
-            OutVec::F64(v) => tessera_tensor::recycle(v),
-        }
-    }
+    scratch.into_iter().for_each(|(vec, _, _)| vec.recycle());
     for ((vec, slot), param) in out_vecs.into_iter().zip(outputs).zip(&out_params) {
         let shape = &program.slot(*slot).meta.shape;
         // The kernel stored every point of its nest into each output, whose elements are packed

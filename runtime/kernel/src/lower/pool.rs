@@ -9,13 +9,12 @@
 use super::Lowering;
 use super::frame::{Frame, Local};
 use crate::{
-    BinaryFn, CompareFn, Expr, ExternalCall, IndexExpr, KernelBuilder, ReduceFn, Result,
-    ScalarType, ValueId,
+    BinaryFn, Expr, ExternalCall, IndexExpr, KernelBuilder, ReduceFn, Result, ScalarType, ValueId,
 };
 use std::collections::HashSet;
 use tessera_fx::NodeId;
 use tessera_tensor::Op;
-use tessera_tensor::op::{Pool2dParams, PoolOp};
+use tessera_tensor::op::{BinaryOp, Pool2dParams, PoolOp};
 
 /// Taps up to which a window is unrolled: a reduction loop of a few taps costs more in loop
 /// overhead per output than its loads.
@@ -116,29 +115,19 @@ impl Lowering<'_> {
                 let sum = fold_sum(b, ty, &sums);
                 b.push(ty, Expr::Binary(BinaryFn::Div, sum, count))
             } else {
-                // Eager: a tap replaces the best so far when it is larger or NaN.
+                // Eager: a tap replaces the best so far when it is larger or NaN, which is
+                // `maximum(tap, best)` of the lowering table.
+                let maximum = Op::Binary(BinaryOp::Maximum);
                 let mut taps = rows.into_iter().flatten();
                 let first = taps.next().unwrap_or(count);
-                taps.fold(first, |best, x| {
-                    let larger = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Gt, x, best));
-                    let kept = b.push(
-                        ty,
-                        Expr::Select {
-                            cond: larger,
-                            a: x,
-                            b: best,
-                        },
-                    );
-                    let nan = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Ne, x, x));
-                    b.push(
-                        ty,
-                        Expr::Select {
-                            cond: nan,
-                            a: x,
-                            b: kept,
-                        },
-                    )
-                })
+                let mut best = first;
+                for x in taps {
+                    match crate::lower_elementwise(&maximum, b, &[x, best], ty) {
+                        Ok(v) => best = v,
+                        Err(why) => return Ok(Err(why)),
+                    }
+                }
+                best
             }
         } else {
             let mut strides = outer.clone();
