@@ -1,6 +1,7 @@
 //! Int8 quantization against float on the CPU, in one run: a 1024x1024 Linear at batch 256
 //! (float vs dynamic int8), the raw int8 GEMM per kernel against the f32 matmul, and the
-//! conformance SmallCnn at batch 64 (float graph vs statically quantized graph), with the
+//! conformance SmallCnn at batch 64 and ResNet-18 at batch 1 and 8 (float graph vs statically
+//! quantized graph), with the
 //! accuracy of each quantized model against its float one. `--json` prints one object per
 //! line.
 
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use tessera::fx::GraphModule;
 use tessera::fx::trace::{LeafPolicy, trace};
 use tessera::nn::layers::Linear;
-use tessera::nn::models::SmallCnn;
+use tessera::nn::models::{ResNet18, SmallCnn};
 use tessera::nn::{Call, ModuleExt, Sequential, load_pt_state_dict};
 use tessera::tensor::op::quant::{Int8Kernel, gemm_u8i8_with};
 use tessera::{DType, Generator, Tensor, no_grad};
@@ -31,7 +32,7 @@ struct Args {
     /// Timed repetitions per workload (after 3 warm-up runs).
     #[arg(long, default_value_t = 30)]
     reps: usize,
-    /// Run only the sections (`linear`, `gemm`, `cnn`) named here, comma-separated.
+    /// Run only the sections (`linear`, `gemm`, `cnn`, `resnet`) named here, comma-separated.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -150,6 +151,11 @@ fn run(args: &Args) -> Result<()> {
     if wanted("cnn") {
         cnn(args, &report, g)?;
     }
+    if wanted("resnet") {
+        for batch in [1, 8] {
+            resnet18(args, &report, g, batch)?;
+        }
+    }
     Ok(())
 }
 
@@ -245,6 +251,55 @@ fn cnn(args: &Args, report: &Report, g: &mut Generator) -> Result<()> {
         "small_cnn_static_int8_accuracy",
         (worst, magnitude, agree),
         1024,
+    );
+    Ok(())
+}
+
+/// ResNet-18 (PyTorch's default initialisation, eval mode) on 224x224 images at `batch`:
+/// eager float and the folded float graph vs the static int8 graph (per-channel weights,
+/// calibrated on 4 random batches; residual adds run as int8 adds).
+fn resnet18(args: &Args, report: &Report, g: &mut Generator, batch: usize) -> Result<()> {
+    let resnet = Arc::new(ResNet18::new(1000)?);
+    resnet.eval();
+    let images = Tensor::randn_with(&[batch, 3, 224, 224], DType::F32, g)?;
+    let eager = time(args.reps, || Ok(resnet.call(images.clone()).map(drop)?))?;
+    report.time(
+        &format!("resnet18_b{batch}_f32_eager"),
+        eager.0,
+        eager.1,
+        None,
+    );
+    let mut gm = GraphModule::new(
+        resnet.clone(),
+        trace(&*resnet, images.meta(), LeafPolicy::default())?,
+    );
+    FoldBatchNorm.run(&mut gm)?;
+    let folded = time(args.reps, || Ok(gm.call(images.clone()).map(drop)?))?;
+    report.time(
+        &format!("resnet18_b{batch}_f32_folded_graph"),
+        folded.0,
+        folded.1,
+        None,
+    );
+    InsertObservers.run(&mut gm)?;
+    let batches: Vec<Vec<Tensor>> = (0..4)
+        .map(|_| Tensor::randn_with(&[batch, 3, 224, 224], DType::F32, g).map(|t| vec![t]))
+        .collect::<std::result::Result<_, _>>()?;
+    calibrate(&gm, &batches)?;
+    ConvertStatic { per_channel: true }.run(&mut gm)?;
+    let quantized = time(args.reps, || Ok(gm.call(images.clone()).map(drop)?))?;
+    report.time(
+        &format!("resnet18_b{batch}_static_int8_graph"),
+        quantized.0,
+        quantized.1,
+        Some(folded.0),
+    );
+    let x = Tensor::randn_with(&[batch, 3, 224, 224], DType::F32, g)?;
+    let accuracy = compare(&gm.call(x.clone())?, &resnet.call(x)?)?;
+    report.accuracy(
+        &format!("resnet18_b{batch}_static_int8_accuracy"),
+        accuracy,
+        batch,
     );
     Ok(())
 }

@@ -17,6 +17,7 @@ pub mod backend;
 mod buffer_cache;
 mod cpu;
 mod creation;
+mod derived;
 mod device;
 mod display;
 mod dtype;

@@ -21,6 +21,8 @@ pub struct TensorId(u64);
 pub(crate) struct StorageCell {
     pub(crate) buffer: RwLock<Storage>,
     pub(crate) version: AtomicU64,
+    /// Values computed from this buffer (see [`Tensor::derived`]).
+    pub(crate) derived: crate::derived::DerivedValues,
 }
 
 impl Drop for StorageCell {
@@ -85,7 +87,7 @@ pub(crate) struct TensorImpl {
 #[derive(Clone)]
 pub struct Tensor(pub(crate) Arc<TensorImpl>);
 
-fn poisoned<T>(e: std::sync::PoisonError<T>) -> T {
+pub(crate) fn poisoned<T>(e: std::sync::PoisonError<T>) -> T {
     e.into_inner()
 }
 
@@ -131,6 +133,7 @@ impl Tensor {
             storage: Arc::new(StorageCell {
                 buffer: RwLock::new(storage),
                 version: AtomicU64::new(0),
+                derived: Default::default(),
             }),
             layout: Layout::contiguous(shape),
             dtype,

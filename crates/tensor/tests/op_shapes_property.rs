@@ -415,6 +415,21 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
             })
             .boxed(),
     );
+    all.push(
+        any::<bool>()
+            .prop_map(|relu| {
+                Op::Quant(QuantOp::Add {
+                    a_scale: 0.1,
+                    a_zero_point: 3,
+                    b_scale: 0.3,
+                    b_zero_point: 200,
+                    out_scale: 0.2,
+                    out_zero_point: 5,
+                    relu,
+                })
+            })
+            .boxed(),
+    );
     all
 }
 
@@ -526,6 +541,7 @@ fn variant(op: &Op) -> &'static str {
             QuantOp::LinearDynamic { .. } => "quant.linear_dynamic",
             QuantOp::Linear { .. } => "quant.linear",
             QuantOp::Conv2d { .. } => "quant.conv2d",
+            QuantOp::Add { .. } => "quant.add",
         },
         // A user-defined op runs the user's own meta and kernel; the tests of custom ops
         // cover the table's side of it.
@@ -617,6 +633,7 @@ const VARIANTS: &[&str] = &[
     "quant.linear_dynamic",
     "quant.linear",
     "quant.conv2d",
+    "quant.add",
 ];
 
 /// The dtype of each input an op takes (optional inputs included when the attribute says).
@@ -668,6 +685,7 @@ fn input_dtypes(op: &Op) -> Vec<DType> {
         Op::Quant(QuantOp::Linear { bias, .. } | QuantOp::Conv2d { bias, .. }) => {
             [vec![U8, I8, F32, I64], bias_input(*bias)].concat()
         }
+        Op::Quant(QuantOp::Add { .. }) => vec![U8, U8],
         Op::Custom(_) => vec![],
     }
 }

@@ -32,7 +32,7 @@ impl Block {
 }
 
 /// Whether `node` applies a ReLU (module or function).
-fn is_relu(gm: &GraphModule, node: &NodeId) -> Result<bool> {
+pub(super) fn is_relu(gm: &GraphModule, node: &NodeId) -> Result<bool> {
     Ok(match &gm.graph.node(node)?.kind {
         NodeKind::CallModule { kind, .. } => *kind == ModuleKind::ReLU,
         NodeKind::CallFunction {

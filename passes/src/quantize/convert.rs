@@ -3,13 +3,17 @@
 //! the block's input and output observers recorded and the weights quantized to int8
 //! (symmetric, per output channel unless asked otherwise). A block's input observer may sit
 //! behind ops that keep quantization parameters (pooling, flatten: see `InsertObservers`).
-//! Then every observer is removed, and each `dequantize -> pooling/flatten -> quantize` round
-//! trip with equal parameters is folded so that those ops run on u8.
+//! Then every observer is removed, dequantizes move below max pooling and views, residual
+//! adds (and add + ReLU) of two dequantized u8 values whose result is quantized become
+//! int8 adds, and each `dequantize -> pooling/flatten -> quantize` round trip with equal
+//! parameters is folded, so that the graph stays in u8 between blocks.
 //! Blocks without observers on both sides, and convs with groups other than 1, stay float.
 //! An observer that never saw a value is an error naming it: calibrate first.
 
 use super::blocks::{Block, find_blocks};
+use super::hoist_dequantize::hoist_dequantize;
 use super::observers::is_observer;
+use super::quantized_adds::quantize_adds;
 use super::round_trips::fold_round_trips;
 use super::shared_qparams::through_shared_qparams;
 use super::{build_error, module_at};
@@ -216,6 +220,8 @@ impl Pass for ConvertStatic {
             changed |= self.convert(gm, plan)?;
         }
         changed |= remove_observers(gm)?;
+        changed |= hoist_dequantize(gm)?;
+        changed |= quantize_adds(gm)?;
         changed |= fold_round_trips(gm)?;
         Ok(Changed::from_bool(changed))
     }

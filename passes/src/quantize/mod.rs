@@ -14,7 +14,9 @@ mod blocks;
 mod calibrate;
 mod convert;
 mod dynamic;
+mod hoist_dequantize;
 mod observers;
+mod quantized_adds;
 mod round_trips;
 mod shared_qparams;
 

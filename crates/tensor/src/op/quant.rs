@@ -1,16 +1,18 @@
 //! Quantized ops for int8 inference: affine quantize/dequantize per tensor and per channel
 //! (PyTorch's `q = clamp(round_half_even(x / scale) + zero_point, qmin, qmax)`), the dynamic
-//! int8 linear (weights int8, activations quantized per call), and the static int8 linear and
-//! conv2d (u8 in, u8 out, optional fused ReLU). The matrix products run on the int8 GEMM of
-//! [`gemm_i8`]. Quantized ops are inference-only: their backward is an error.
+//! int8 linear (weights int8, activations quantized per call), the static int8 linear and
+//! conv2d (u8 in, u8 out, optional fused ReLU), and the static int8 add of residual
+//! connections. The matrix products run on the int8 GEMM of [`gemm_i8`]. Quantized ops are inference-only: their backward is an error.
 
+mod add;
 mod affine;
 mod conv;
 pub mod gemm_i8;
 mod linear;
+mod weights;
 
 pub use affine::{QParams, affine_qparams, dynamic_qparams, symmetric_qparams};
-pub use gemm_i8::{Int8Kernel, gemm_u8i8, gemm_u8i8_with};
+pub use gemm_i8::{Int8Kernel, PackedInt8, gemm_u8i8, gemm_u8i8_packed, gemm_u8i8_with};
 
 use super::{BackwardCtx, ConvParams, OpDef, OpKind};
 use crate::{DType, Result, Tensor, TensorError, TensorMeta};
@@ -57,6 +59,18 @@ pub enum QuantOp {
         out_zero_point: i64,
         relu: bool,
         bias: bool,
+    },
+    /// Static int8 add of two u8 tensors of one shape with their own parameters, requantized
+    /// to u8 with `out_scale`/`out_zero_point`, ReLU fused (PyTorch's `quantized::add` and
+    /// `quantized::add_relu`).
+    Add {
+        a_scale: f64,
+        a_zero_point: i64,
+        b_scale: f64,
+        b_zero_point: i64,
+        out_scale: f64,
+        out_zero_point: i64,
+        relu: bool,
     },
 }
 
@@ -189,6 +203,8 @@ impl QuantOp {
             QuantOp::Linear { relu: true, .. } => "quantized_linear_relu",
             QuantOp::Conv2d { relu: false, .. } => "quantized_conv2d",
             QuantOp::Conv2d { relu: true, .. } => "quantized_conv2d_relu",
+            QuantOp::Add { relu: false, .. } => "quantized_add",
+            QuantOp::Add { relu: true, .. } => "quantized_add_relu",
         }
     }
 }
@@ -271,6 +287,34 @@ impl OpDef for QuantOp {
                 let g = conv::geometry(op, params, &inputs[0].shape, &inputs[1].shape)?;
                 TensorMeta::new(g.output_shape(), DType::U8)
             }
+            QuantOp::Add {
+                a_scale,
+                a_zero_point,
+                b_scale,
+                b_zero_point,
+                out_scale,
+                out_zero_point,
+                ..
+            } => {
+                expect_count(op, inputs, 2)?;
+                for (what, (x, scale, zero_point)) in [
+                    ("a", (&inputs[0], a_scale, a_zero_point)),
+                    ("b", (&inputs[1], b_scale, b_zero_point)),
+                    ("output", (&inputs[0], out_scale, out_zero_point)),
+                ] {
+                    expect_dtype(op, what, x, &[DType::U8])?;
+                    check_qparams(op, *scale, *zero_point, DType::U8)?;
+                }
+                if inputs[0].shape != inputs[1].shape {
+                    return Err(TensorError::shapes(
+                        op,
+                        &inputs[0].shape,
+                        &inputs[1].shape,
+                        "quantized add takes two tensors of one shape",
+                    ));
+                }
+                TensorMeta::new(inputs[0].shape.clone(), DType::U8)
+            }
         };
         Ok(vec![out])
     }
@@ -319,6 +363,21 @@ impl OpDef for QuantOp {
                 inputs,
                 params,
                 QParams::new(*x_scale as f32, *x_zero_point),
+                QParams::new(*out_scale as f32, *out_zero_point),
+                *relu,
+            )?,
+            QuantOp::Add {
+                a_scale,
+                a_zero_point,
+                b_scale,
+                b_zero_point,
+                out_scale,
+                out_zero_point,
+                relu,
+            } => add::add_static(
+                self.op_name(),
+                (inputs[0], QParams::new(*a_scale as f32, *a_zero_point)),
+                (inputs[1], QParams::new(*b_scale as f32, *b_zero_point)),
                 QParams::new(*out_scale as f32, *out_zero_point),
                 *relu,
             )?,

@@ -1,10 +1,12 @@
-//! The static int8 conv2d: each image's patches are gathered into a u8 `[positions, K]`
-//! matrix (padding reads the input's zero point, which stands for 0.0), multiplied with the
-//! `[C_out, K]` int8 weights by the int8 GEMM, corrected for zero points and requantized to
-//! u8 `[C_out, oH, oW]`, ReLU fused. Groups other than 1 are refused.
+//! The static int8 conv2d, channels last: the patches of a block of output positions are
+//! gathered into a u8 `[rows, kH*kW*C]` matrix (padding reads the input's zero point, which
+//! stands for 0.0), multiplied with the `[C_out, kH*kW*C]` int8 weights by the int8 GEMM,
+//! corrected for zero points and requantized to u8 rows of `C_out` channels, ReLU fused.
+//! Groups other than 1 are refused.
 
 use super::affine::QParams;
-use super::linear::{Requantize, Weights, int8_product};
+use super::linear::{Requantize, int8_product};
+use super::weights::Weights;
 use crate::cpu::tensor_from;
 use crate::op::ConvParams;
 use crate::op::conv::Geometry;
@@ -41,46 +43,34 @@ pub(super) fn geometry(
     })
 }
 
-/// Fills `rows[oH*oW, C*kH*kW]` with the patches of one image `x[C, H, W]`; windows that
-/// lie inside the image copy whole kernel rows, the others check every tap.
-fn im2row(g: &Geometry, x: &[u8], pad: u8, rows: &mut [u8]) {
+/// Fills `patches[rows, kH*kW*C]` with the windows of output rows `first..first + rows`
+/// (row `r` is image `r / (oH*oW)`, position `r % (oH*oW)`) of channels-last `x [N, H, W, C]`:
+/// each tap copies the `C` channels of one pixel, a kernel row inside the image copies its
+/// `kW*C` bytes at once (undilated), and taps in the padding read `pad`.
+fn im2row_nhwc(g: &Geometry, x: &[u8], pad: u8, first: usize, patches: &mut [u8]) {
     let p = &g.params;
-    let k = g.c_in * g.kh * g.kw;
-    let (span_h, span_w) = (
-        (g.kh - 1) * p.dilation[0] + 1,
-        (g.kw - 1) * p.dilation[1] + 1,
-    );
-    for oy in 0..g.oh {
-        let iy0 = (oy * p.stride[0]).wrapping_sub(p.padding[0]);
-        let rows_inside = oy * p.stride[0] >= p.padding[0] && iy0 + span_h <= g.h;
-        for ox in 0..g.ow {
-            let ix0 = (ox * p.stride[1]).wrapping_sub(p.padding[1]);
-            let row = &mut rows[(oy * g.ow + ox) * k..][..k];
-            let inside = rows_inside && ox * p.stride[1] >= p.padding[1] && ix0 + span_w <= g.w;
-            if inside && p.dilation[1] == 1 {
-                for (t, dst) in row.chunks_exact_mut(g.kw).enumerate() {
-                    let (c, i) = (t / g.kh, t % g.kh);
-                    let start = (c * g.h + iy0 + i * p.dilation[0]) * g.w + ix0;
-                    // A byte loop: kernel rows are a few bytes, too short for memcpy.
-                    for (d, &v) in dst.iter_mut().zip(&x[start..start + g.kw]) {
-                        *d = v;
-                    }
-                }
-                continue;
-            }
-            let mut t = 0;
-            for c in 0..g.c_in {
-                let plane = &x[c * g.h * g.w..][..g.h * g.w];
-                for i in 0..g.kh {
-                    let iy = iy0.wrapping_add(i * p.dilation[0]);
-                    for j in 0..g.kw {
-                        let ix = ix0.wrapping_add(j * p.dilation[1]);
-                        row[t] = if iy < g.h && ix < g.w {
-                            plane[iy * g.w + ix]
-                        } else {
-                            pad
-                        };
-                        t += 1;
+    let (c, k) = (g.c_in, g.kh * g.kw * g.c_in);
+    let positions = g.oh * g.ow;
+    for (r, row) in patches.chunks_exact_mut(k.max(1)).enumerate() {
+        let (img, position) = ((first + r) / positions, (first + r) % positions);
+        let (oy, ox) = (position / g.ow, position % g.ow);
+        let image = &x[img * g.h * g.w * c..][..g.h * g.w * c];
+        let ix0 = (ox * p.stride[1]).wrapping_sub(p.padding[1]);
+        let span_w = (g.kw - 1) * p.dilation[1] + 1;
+        let row_inside = ox * p.stride[1] >= p.padding[1] && ix0 + span_w <= g.w;
+        for (i, taps) in row.chunks_exact_mut(g.kw * c).enumerate() {
+            let iy = (oy * p.stride[0] + i * p.dilation[0]).wrapping_sub(p.padding[0]);
+            if iy >= g.h {
+                taps.fill(pad);
+            } else if row_inside && p.dilation[1] == 1 {
+                taps.copy_from_slice(&image[(iy * g.w + ix0) * c..][..g.kw * c]);
+            } else {
+                for (j, tap) in taps.chunks_exact_mut(c).enumerate() {
+                    let ix = ix0.wrapping_add(j * p.dilation[1]);
+                    if ix < g.w {
+                        tap.copy_from_slice(&image[(iy * g.w + ix) * c..][..c]);
+                    } else {
+                        tap.fill(pad);
                     }
                 }
             }
@@ -88,7 +78,26 @@ fn im2row(g: &Geometry, x: &[u8], pad: u8, rows: &mut [u8]) {
     }
 }
 
+/// Whether every output row's window is its own input pixel: a 1x1 kernel, stride 1, no
+/// padding. The channels-last input is then the patch matrix itself.
+fn is_pointwise(g: &Geometry) -> bool {
+    let p = &g.params;
+    g.kh == 1 && g.kw == 1 && p.stride == [1, 1] && p.padding == [0, 0]
+}
+
+/// Output rows per parallel task: about four tasks per thread, in whole groups of four rows
+/// (the GEMM's micro-kernel height), at most 128 rows so a task's patches stay in cache.
+fn rows_per_task(rows: usize) -> usize {
+    let tasks = rayon::current_num_threads() * 4;
+    rows.div_ceil(tasks).div_ceil(4).clamp(1, 32) * 4
+}
+
 /// Inputs `x (u8 [N, C, H, W]), w (i8 [C_out, C, kH, kW]), w_scale, w_zero_point[, bias]`.
+/// Runs channels last, as fbgemm does: `x` is read as `[N, H, W, C]` (in place when it is a
+/// channels-last view, such as this op's own output), the weights are packed as
+/// `[C_out, kH*kW*C]`, output rows are split over the thread pool (each task gathers its
+/// patches, multiplies and requantizes them while they are in cache), and the result is a
+/// channels-last view `[N, C_out, oH, oW]` over `[N, oH, oW, C_out]` storage.
 pub(super) fn conv2d_static(
     inputs: &[&Tensor],
     params: &ConvParams,
@@ -102,33 +111,42 @@ pub(super) fn conv2d_static(
         "quantized_conv2d"
     };
     let g = geometry(op, params, &inputs[0].shape(), &inputs[1].shape())?;
-    let w = Weights::read(inputs)?;
-    let (positions, k) = (g.oh * g.ow, w.k);
-    let image = g.c_in * g.h * g.w;
+    let weight = inputs[1].permute(&[0, 2, 3, 1])?;
+    let mut channels_last = inputs.to_vec();
+    channels_last[1] = &weight;
+    let w = Weights::cached(&channels_last)?;
+    let (rows, k, n) = (g.n * g.oh * g.ow, w.k, w.n);
     let requantize = Requantize::new(&w, xq, outq, relu);
     let pad = xq.zero_point.clamp(0, 255) as u8;
-    let mut out = crate::cpu::try_uninit_buffer::<u8>("quantized_conv", g.n * g.c_out * positions)?;
-    let per_image = (g.c_out * positions).max(1);
-    // Images in parallel with serial GEMMs when there are several; one image uses the
-    // parallel GEMM.
-    let parallel = g.n == 1;
-    inputs[0].with_slice(|x: &[u8]| -> Result<()> {
-        out.par_chunks_mut(per_image)
-            .enumerate()
-            .try_for_each(|(img, y)| -> Result<()> {
-                let mut rows = vec![0u8; positions * k];
-                im2row(&g, &x[img * image..][..image], pad, &mut rows);
-                let (acc, row_sums) = int8_product(&rows, positions, &w, parallel)?;
-                // Each output position's channels, then scattered to the channel planes.
-                let mut channels = vec![0u8; w.n];
-                for (p, (acc, &rs)) in acc.chunks_exact(w.n.max(1)).zip(&row_sums).enumerate() {
-                    requantize.row(acc, rs, &mut channels);
-                    for (co, &v) in channels.iter().enumerate() {
-                        y[co * positions + p] = v;
+    let mut out = crate::cpu::try_uninit_buffer::<u8>(op, rows * n)?;
+    let per_task = rows_per_task(rows);
+    inputs[0]
+        .permute(&[0, 2, 3, 1])?
+        .with_slice(|x: &[u8]| -> Result<()> {
+            out.par_chunks_mut((per_task * n).max(1))
+                .enumerate()
+                .try_for_each(|(task, y)| -> Result<()> {
+                    let (first, count) = (task * per_task, y.len() / n.max(1));
+                    let product = if is_pointwise(&g) {
+                        int8_product(&x[first * k..(first + count) * k], count, &w, false)?
+                    } else {
+                        let mut patches = crate::cpu::try_uninit_buffer::<u8>(op, count * k)?;
+                        im2row_nhwc(&g, x, pad, first, &mut patches);
+                        let product = int8_product(&patches, count, &w, false)?;
+                        crate::buffer_cache::recycle(patches);
+                        product
+                    };
+                    let (acc, row_sums) = product;
+                    for ((y, acc), &rs) in y
+                        .chunks_exact_mut(n.max(1))
+                        .zip(acc.chunks_exact(n.max(1)))
+                        .zip(&row_sums)
+                    {
+                        requantize.row(acc, rs, y);
                     }
-                }
-                Ok(())
-            })
-    })??;
-    Ok(tensor_from(out, &g.output_shape()))
+                    crate::buffer_cache::recycle(acc);
+                    Ok(())
+                })
+        })??;
+    tensor_from(out, &[g.n, g.oh, g.ow, g.c_out]).permute(&[0, 3, 1, 2])
 }

@@ -84,24 +84,73 @@ pub fn gemm_u8i8_with(
     (m, n, k): (usize, usize, usize),
     parallel: bool,
 ) -> Result<()> {
+    gemm_u8i8_packed(a, &PackedInt8::new(kernel, b, n, k)?, c, m, parallel)
+}
+
+/// The i8 operand `b [n, k]` of the int8 GEMM laid out for one kernel (packed into 16-column
+/// blocks for VNNI, as given for the others), so that constant weights are packed once.
+#[derive(Debug, Clone)]
+pub struct PackedInt8 {
+    kernel: Int8Kernel,
+    n: usize,
+    k: usize,
+    data: Vec<i8>,
+}
+
+impl PackedInt8 {
+    /// `b [n, k]` for `kernel`, or for the scalar kernel when the CPU cannot run `kernel`;
+    /// an error when `b` holds fewer than `n * k` values.
+    pub fn new(kernel: Int8Kernel, b: &[i8], n: usize, k: usize) -> Result<PackedInt8> {
+        if n.checked_mul(k).is_none_or(|e| b.len() < e) {
+            return Err(TensorError::invalid(
+                "gemm_u8i8",
+                format!(
+                    "a weight of {} elements is too short for n={n}, k={k}",
+                    b.len()
+                ),
+            ));
+        }
+        let kernel = if kernel == Int8Kernel::Scalar || kernel.is_available_cached() {
+            kernel
+        } else {
+            Int8Kernel::Scalar
+        };
+        let data = if kernel == Int8Kernel::Avx512Vnni && n > 0 && k > 0 {
+            pack(b, n, k)
+        } else {
+            b[..n * k].to_vec()
+        };
+        Ok(PackedInt8 { kernel, n, k, data })
+    }
+
+    /// The output columns `n` and the depth `k`.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+}
+
+/// `c[m x n] = a[m x k] * b^T` on packed `b`, rows split over the thread pool when `parallel`
+/// and large; an error when `a` or `c` is shorter than its matrix.
+pub fn gemm_u8i8_packed(
+    a: &[u8],
+    b: &PackedInt8,
+    c: &mut [i32],
+    m: usize,
+    parallel: bool,
+) -> Result<()> {
+    let (n, k, kernel) = (b.n, b.k, b.kernel);
     let fits =
         |len: usize, rows: usize, cols: usize| rows.checked_mul(cols).is_some_and(|e| len >= e);
-    if !fits(a.len(), m, k) || !fits(b.len(), n, k) || !fits(c.len(), m, n) {
+    if !fits(a.len(), m, k) || !fits(c.len(), m, n) {
         return Err(TensorError::invalid(
             "gemm_u8i8",
             format!(
-                "operands of {}, {} and {} elements are too short for m={m}, n={n}, k={k}",
+                "operands of {} and {} elements are too short for m={m}, n={n}, k={k}",
                 a.len(),
-                b.len(),
                 c.len()
             ),
         ));
     }
-    let kernel = if kernel == Int8Kernel::Scalar || kernel.is_available_cached() {
-        kernel
-    } else {
-        Int8Kernel::Scalar
-    };
     let c = &mut c[..m * n];
     if m == 0 || n == 0 {
         return Ok(());
@@ -110,17 +159,11 @@ pub fn gemm_u8i8_with(
         c.fill(0);
         return Ok(());
     }
-    // VNNI runs on `b` packed once into 16-column blocks of 4-byte groups (see `pack`).
-    let packed = if kernel == Int8Kernel::Avx512Vnni {
-        pack(b, n, k)
-    } else {
-        Vec::new()
-    };
     let strip = |a: &[u8], c: &mut [i32]| {
         if kernel == Int8Kernel::Avx512Vnni {
-            gemm_rows_packed(a, &packed, c, n, k)
+            gemm_rows_packed(a, &b.data, c, n, k)
         } else {
-            gemm_rows(kernel, a, b, c, n, k)
+            gemm_rows(kernel, a, &b.data, c, n, k)
         }
     };
     let threads = rayon::current_num_threads();

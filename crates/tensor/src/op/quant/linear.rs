@@ -5,61 +5,14 @@
 //! `sum x*w - w_zp * sum_k x - x_zp * sum_k w + K * x_zp * w_zp`.
 
 use super::affine::{QParams, dynamic_qparams, min_max, quantize_f32, round_half_even};
-use super::gemm_i8::{Int8Kernel, gemm_u8i8_with};
+use super::gemm_i8::gemm_u8i8_packed;
+use super::weights::Weights;
 use crate::cpu::tensor_from;
 use crate::{Result, Tensor};
 use rayon::prelude::*;
 
-/// The int8 weights of a linear or conv as a `[N, K]` matrix, with per-output-channel
-/// scales, zero points, bias and column sums.
-pub(super) struct Weights {
-    pub(super) n: usize,
-    pub(super) k: usize,
-    pub(super) data: Vec<i8>,
-    pub(super) scales: Vec<f32>,
-    pub(super) zero_points: Vec<i64>,
-    pub(super) bias: Option<Vec<f32>>,
-    /// `sum_k w[n, k]` for each output channel.
-    pub(super) sums: Vec<i64>,
-}
-
-impl Weights {
-    /// Reads inputs 1.. of a quantized linear or conv (weight, scales, zero points, bias).
-    pub(super) fn read(inputs: &[&Tensor]) -> Result<Weights> {
-        let w = inputs[1];
-        let n = w.shape().first().copied().unwrap_or(0);
-        let k = w.numel().checked_div(n).unwrap_or(0);
-        let data = w.to_vec::<i8>()?;
-        let per_channel = |v: Vec<f32>| if v.len() == 1 { vec![v[0]; n] } else { v };
-        let scales = per_channel(inputs[2].to_vec::<f32>()?);
-        let zps = inputs[3].to_vec::<i64>()?;
-        let zero_points = if zps.len() == 1 { vec![zps[0]; n] } else { zps };
-        let bias = inputs.get(4).map(|b| b.to_vec::<f32>()).transpose()?;
-        let sums = data
-            .par_chunks(k.max(1))
-            .take(n)
-            .map(|row| row.iter().map(|&v| i32::from(v)).sum::<i32>() as i64)
-            .collect();
-        Ok(Weights {
-            n,
-            k,
-            data,
-            scales,
-            zero_points,
-            bias,
-            sums,
-        })
-    }
-
-    /// The exact integer `sum_k (x - x_zp)(w - w_zp)` of one output from the raw product.
-    #[inline]
-    pub(super) fn correct(&self, raw: i32, row_sum: i64, x_zp: i64, col: usize) -> i64 {
-        let w_zp = self.zero_points[col];
-        i64::from(raw) - w_zp * row_sum - x_zp * self.sums[col] + self.k as i64 * x_zp * w_zp
-    }
-}
-
-/// `acc[m, n]` of u8 rows `a [m, k]` against the weights, and the row sums of `a`.
+/// `acc[m, n]` of u8 rows `a [m, k]` against the weights, and the row sums of `a` that the
+/// zero-point correction needs (zeros when every weight zero point is 0: symmetric weights).
 pub(super) fn int8_product(
     a: &[u8],
     m: usize,
@@ -67,25 +20,21 @@ pub(super) fn int8_product(
     parallel: bool,
 ) -> Result<(Vec<i32>, Vec<i64>)> {
     let mut acc = crate::cpu::try_uninit_buffer::<i32>("quantized_linear", m * w.n)?;
-    gemm_u8i8_with(
-        Int8Kernel::best(),
-        a,
-        &w.data,
-        &mut acc,
-        (m, w.n, w.k),
-        parallel,
-    )?;
-    let row_sums = a
-        .chunks(w.k.max(1))
-        .take(m)
-        .map(|r| r.iter().map(|&v| i32::from(v)).sum::<i32>() as i64)
-        .collect();
+    gemm_u8i8_packed(a, &w.packed, &mut acc, m, parallel)?;
+    let row_sums = if w.zero_points.iter().all(|&z| z == 0) {
+        vec![0; m]
+    } else {
+        a.chunks(w.k.max(1))
+            .take(m)
+            .map(|r| r.iter().map(|&v| i32::from(v)).sum::<i32>() as i64)
+            .collect()
+    };
     Ok((acc, row_sums))
 }
 
 /// Inputs `x (f32 [.., K]), w, w_scale, w_zero_point[, bias]`; f32 `[.., N]`.
 pub(super) fn linear_dynamic(inputs: &[&Tensor], reduce_range: bool) -> Result<Tensor> {
-    let w = Weights::read(inputs)?;
+    let w = Weights::cached(inputs)?;
     let mut shape = inputs[0].shape();
     let m = inputs[0].numel().checked_div(w.k).unwrap_or(0);
     let (xq, a) = inputs[0].with_slice(|x: &[f32]| {
@@ -240,7 +189,7 @@ pub(super) fn linear_static(
     outq: QParams,
     relu: bool,
 ) -> Result<Tensor> {
-    let w = Weights::read(inputs)?;
+    let w = Weights::cached(inputs)?;
     let mut shape = inputs[0].shape();
     let m = inputs[0].numel().checked_div(w.k).unwrap_or(0);
     let (acc, row_sums) = inputs[0].with_slice(|a: &[u8]| int8_product(a, m, &w, true))??;
