@@ -4,8 +4,9 @@ once from the repository root with torch installed (`pip install torch==2.15.0 s
 - crates/nn/tests/fixtures/quant_x86.safetensors: the dynamic int8 Linear on fixed weights
   and inputs, per tensor and per channel.
 - passes/tests/fixtures/quant_x86_static.safetensors: FX static post-training quantization
-  of conv+ReLU -> flatten -> linear (weights with exact ties), calibrated on fixed batches:
-  int8 weights, weight and activation scales and zero points, u8 outputs of each layer.
+  of conv -> average pool -> conv+ReLU (weights with exact ties), calibrated on fixed
+  batches: int8 weights, weight and activation scales and zero points, u8 outputs of each
+  layer (the pool on the channels-last u8 tensor PyTorch's quantized conv writes).
 """
 import copy
 
@@ -59,30 +60,26 @@ def static_fixture(path):
     torch.manual_seed(1)
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 4, 3, padding=1),
+        torch.nn.AvgPool2d(2),
+        torch.nn.Conv2d(4, 5, 3, padding=1),
         torch.nn.ReLU(),
-        torch.nn.Flatten(),
-        torch.nn.Linear(4 * 6 * 6, 5),
     ).eval()
     with torch.no_grad():
-        conv, linear = model[0], model[3]
-        conv.weight.copy_(torch.randn(4, 3, 3, 3) * 0.3)
-        conv.weight[0, 0, 0, 0] = -1.0  # -127.5 steps of channel 0's scale
+        conv1, conv2 = model[0], model[2]
+        conv1.weight.copy_(torch.randn(4, 3, 3, 3) * 0.3)
+        conv1.weight[0, 0, 0, 0] = -1.0  # -127.5 steps of channel 0's scale
         m = 0.635
         ties = (torch.arange(27, dtype=torch.float32) - 13.0 + 0.5) * (m / 127.5)
-        conv.weight[1] = ties.reshape(3, 3, 3)
-        conv.weight[1, 2, 2, 2] = m
-        linear.weight.copy_(torch.randn(5, 144) * 0.1)
-        linear.weight[0, 0] = -0.5
-        linear.weight[1, :] = torch.linspace(-0.3, 0.3, 144)
+        conv1.weight[1] = ties.reshape(3, 3, 3)
+        conv1.weight[1, 2, 2, 2] = m
+        conv1.bias[0] = 0.1  # moves the output zero point to an odd value
+        conv2.weight.copy_(torch.randn(5, 4, 3, 3) * 0.3)
+        conv2.weight[0, 0, 0, 0] = -0.5
+        conv2.weight[1] = torch.linspace(-0.3, 0.3, 36).reshape(4, 3, 3)
     calibration = [torch.randn(2, 3, 6, 6) for _ in range(3)]
     x = torch.randn(2, 3, 6, 6) * 1.5
-    out = {
-        "0.weight": conv.weight.detach().clone(),
-        "0.bias": conv.bias.detach().clone(),
-        "3.weight": linear.weight.detach().clone(),
-        "3.bias": linear.bias.detach().clone(),
-        "input": x.clone(),
-    }
+    out = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    out["input"] = x.clone()
     for i, batch in enumerate(calibration):
         out[f"calibration/{i}"] = batch.clone()
     activation = MinMaxObserver.with_args(dtype=torch.quint8)
@@ -96,9 +93,12 @@ def static_fixture(path):
         with torch.no_grad():
             for batch in calibration:
                 prepared(batch)
+        observers = [prepared.activation_post_process_0, prepared.activation_post_process_1, prepared.activation_post_process_3]
+        for where, observer in zip(["input", "conv1", "conv2"], observers):
+            out[f"{name}/{where}/range"] = torch.stack([observer.min_val, observer.max_val]).float()
         q = convert_fx(prepared)
-        qconv, qlinear = getattr(q, "0"), getattr(q, "3")
-        for layer, w in [("conv", qconv.weight()), ("linear", qlinear.weight())]:
+        qconv1, qpool, qconv2 = getattr(q, "0"), getattr(q, "1"), getattr(q, "2")
+        for layer, w in [("conv1", qconv1.weight()), ("conv2", qconv2.weight())]:
             out[f"{name}/{layer}/weight_int8"] = w.int_repr().to(torch.int32)
             if name == "per_tensor":
                 out[f"{name}/{layer}/weight_scale"] = torch.tensor([w.q_scale()], dtype=torch.float64)
@@ -110,24 +110,25 @@ def static_fixture(path):
         in_zp = int(getattr(q, "0_input_zero_point_0"))
         qparams = {
             "input": (in_scale, in_zp),
-            "conv": (qconv.scale, qconv.zero_point),
-            "flatten": (float(getattr(q, "2_scale_0")), int(getattr(q, "2_zero_point_0"))),
-            "linear": (qlinear.scale, qlinear.zero_point),
+            "conv1": (qconv1.scale, qconv1.zero_point),
+            "conv2": (qconv2.scale, qconv2.zero_point),
         }
         for where, (scale, zp) in qparams.items():
             out[f"{name}/{where}/scale"] = torch.tensor([scale], dtype=torch.float64)
             out[f"{name}/{where}/zero_point"] = torch.tensor([zp], dtype=torch.int64)
         with torch.no_grad():
             xq = torch.quantize_per_tensor(x, in_scale, in_zp, torch.quint8)
-            yconv = qconv(xq)
-            ylin = qlinear(torch.quantize_per_tensor(yconv.dequantize().flatten(1), *qparams["flatten"], torch.quint8))
+            y1 = qconv1(xq)
+            pooled = qpool(y1)
+            y2 = qconv2(pooled)
             out[f"{name}/input_u8"] = xq.int_repr().to(torch.int32)
-            out[f"{name}/conv_u8"] = yconv.int_repr().to(torch.int32)
-            out[f"{name}/linear_u8"] = ylin.int_repr().to(torch.int32)
+            out[f"{name}/conv1_u8"] = y1.int_repr().to(torch.int32)
+            out[f"{name}/pool_u8"] = pooled.int_repr().to(torch.int32)
+            out[f"{name}/conv2_u8"] = y2.int_repr().to(torch.int32)
             out[f"{name}/output"] = q(x).detach().clone()
-            assert torch.equal(out[f"{name}/output"], ylin.dequantize())
+            assert torch.equal(out[f"{name}/output"], y2.dequantize())
     save_file({k: v.contiguous() for k, v in out.items()}, path)
-    print(path, {k: tuple(v.shape) for k, v in out.items() if k.startswith("per_tensor/")})
+    print(path, sorted(out))
 
 if __name__ == "__main__":
     dynamic_fixture("crates/nn/tests/fixtures/quant_x86.safetensors")

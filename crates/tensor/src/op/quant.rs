@@ -8,11 +8,13 @@ mod affine;
 mod conv;
 pub mod gemm_i8;
 mod linear;
+mod pool;
 
+pub(crate) use affine::round_half_even;
 pub use affine::{QParams, affine_qparams, dynamic_qparams, symmetric_qparams};
 pub use gemm_i8::{Int8Kernel, gemm_u8i8, gemm_u8i8_with};
 
-use super::{BackwardCtx, ConvParams, OpDef, OpKind};
+use super::{BackwardCtx, ConvParams, OpDef, OpKind, PoolOp};
 use crate::{DType, Result, Tensor, TensorError, TensorMeta};
 
 /// One quantized op with its attributes. Quantization parameters of activations are
@@ -58,6 +60,11 @@ pub enum QuantOp {
         relu: bool,
         bias: bool,
     },
+    /// A u8 average pool (`pool` is `AvgPool2d` without counted padding, or
+    /// `AdaptiveAvgPool2d`) of values whose zero point is `zero_point`, rounding
+    /// `mean - zero_point` as PyTorch's quantized kernels; the output keeps the input's scale
+    /// and zero point.
+    AvgPool { pool: PoolOp, zero_point: i64 },
 }
 
 /// The representable range of a quantized dtype.
@@ -189,6 +196,11 @@ impl QuantOp {
             QuantOp::Linear { relu: true, .. } => "quantized_linear_relu",
             QuantOp::Conv2d { relu: false, .. } => "quantized_conv2d",
             QuantOp::Conv2d { relu: true, .. } => "quantized_conv2d_relu",
+            QuantOp::AvgPool {
+                pool: PoolOp::AdaptiveAvgPool2d { .. },
+                ..
+            } => "quantized_adaptive_avg_pool2d",
+            QuantOp::AvgPool { .. } => "quantized_avg_pool2d",
         }
     }
 }
@@ -271,6 +283,7 @@ impl OpDef for QuantOp {
                 let g = conv::geometry(op, params, &inputs[0].shape, &inputs[1].shape)?;
                 TensorMeta::new(g.output_shape(), DType::U8)
             }
+            QuantOp::AvgPool { pool, zero_point } => pool::meta(op, pool, *zero_point, inputs)?,
         };
         Ok(vec![out])
     }
@@ -322,6 +335,9 @@ impl OpDef for QuantOp {
                 QParams::new(*out_scale as f32, *out_zero_point),
                 *relu,
             )?,
+            QuantOp::AvgPool { pool, zero_point } => {
+                super::pool::average_u8(pool, inputs[0], *zero_point)?
+            }
         };
         Ok(vec![out])
     }
