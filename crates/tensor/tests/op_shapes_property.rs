@@ -430,6 +430,24 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
             })
             .boxed(),
     );
+    all.push(
+        (pool_params(), [dim(), dim()], any::<bool>())
+            .prop_map(|(params, output_size, adaptive)| {
+                let pool = if adaptive {
+                    PoolOp::AdaptiveAvgPool2d { output_size }
+                } else {
+                    PoolOp::AvgPool2d {
+                        params,
+                        count_include_pad: false,
+                    }
+                };
+                Op::Quant(QuantOp::AvgPool {
+                    pool,
+                    zero_point: 37,
+                })
+            })
+            .boxed(),
+    );
     all
 }
 
@@ -542,6 +560,7 @@ fn variant(op: &Op) -> &'static str {
             QuantOp::Linear { .. } => "quant.linear",
             QuantOp::Conv2d { .. } => "quant.conv2d",
             QuantOp::Add { .. } => "quant.add",
+            QuantOp::AvgPool { .. } => "quant.avg_pool",
         },
         // A user-defined op runs the user's own meta and kernel; the tests of custom ops
         // cover the table's side of it.
@@ -634,6 +653,7 @@ const VARIANTS: &[&str] = &[
     "quant.linear",
     "quant.conv2d",
     "quant.add",
+    "quant.avg_pool",
 ];
 
 /// The dtype of each input an op takes (optional inputs included when the attribute says).
@@ -686,6 +706,7 @@ fn input_dtypes(op: &Op) -> Vec<DType> {
             [vec![U8, I8, F32, I64], bias_input(*bias)].concat()
         }
         Op::Quant(QuantOp::Add { .. }) => vec![U8, U8],
+        Op::Quant(QuantOp::AvgPool { .. }) => vec![U8],
         Op::Custom(_) => vec![],
     }
 }

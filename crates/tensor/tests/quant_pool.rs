@@ -6,8 +6,8 @@
 use tessera_tensor::functional::{
     adaptive_avg_pool2d, avg_pool2d, max_pool2d, max_pool2d_with_indices,
 };
-use tessera_tensor::op::PoolOp;
 use tessera_tensor::op::quant::{QParams, dequantize, quantize_per_tensor};
+use tessera_tensor::op::{PoolOp, QuantOp};
 use tessera_tensor::{DType, Op, Tensor};
 
 const PARAMS: QParams = QParams {
@@ -170,4 +170,52 @@ fn u8_pool_gradients_and_other_integer_dtypes_are_errors() {
     let ints = Tensor::from_vec(vec![1i32; 16], &[1, 1, 4, 4]).unwrap();
     assert!(max_pool2d(&ints, [2, 2], [2, 2], [0, 0], [1, 1], false).is_err());
     assert!(adaptive_avg_pool2d(&ints, [1, 1]).is_err());
+}
+
+#[test]
+fn quantized_average_rounds_the_mean_minus_the_zero_point_half_to_even() {
+    // Pairs with means 1.5, 2.5, 3.5, 254.5 and 3. With the odd zero point 37, 1.5 - 37 =
+    // -35.5 goes to -36 (so 1), as PyTorch's channels-last quantized kernel; with 38 the
+    // result equals rounding the mean itself.
+    let q = Tensor::from_vec(vec![1u8, 2, 2, 3, 3, 4, 254, 255, 2, 4], &[1, 1, 5, 2]).unwrap();
+    let pool = PoolOp::avg_pool2d([1, 2], [1, 2], [0, 0], false, true);
+    let average = |zero_point: i64| {
+        Op::Quant(QuantOp::AvgPool {
+            pool: pool.clone(),
+            zero_point,
+        })
+        .apply1(&[&q])
+        .unwrap()
+        .to_vec::<u8>()
+        .unwrap()
+    };
+    assert_eq!(average(37), vec![1, 3, 3, 255, 3]);
+    assert_eq!(average(38), vec![2, 2, 4, 254, 3]);
+    let gap = Op::Quant(QuantOp::AvgPool {
+        pool: PoolOp::AdaptiveAvgPool2d {
+            output_size: [1, 2],
+        },
+        zero_point: 37,
+    });
+    // Column means 52.4 and 53.6: no tie, the zero point changes nothing.
+    let y = gap.apply1(&[&q]).unwrap();
+    assert_eq!(y.to_vec::<u8>().unwrap(), vec![52, 54]);
+}
+
+#[test]
+fn quantized_average_of_a_max_pool_or_a_float_input_is_an_error() {
+    let max = Op::Quant(QuantOp::AvgPool {
+        pool: PoolOp::max_pool2d([2, 2], [2, 2], [0, 0], [1, 1], false),
+        zero_point: 3,
+    });
+    let err = max.apply1(&[&bytes(&[1, 1, 4, 4], 1)]).unwrap_err();
+    assert!(err.to_string().contains("average pool"), "{err}");
+    let avg = Op::Quant(QuantOp::AvgPool {
+        pool: PoolOp::AdaptiveAvgPool2d {
+            output_size: [1, 1],
+        },
+        zero_point: 3,
+    });
+    let float = Tensor::zeros(&[1, 1, 4, 4], DType::F32).unwrap();
+    assert!(avg.apply1(&[&float]).is_err());
 }

@@ -7,8 +7,8 @@
 //! dequantize` with the observed parameters and removes the observers. A block fed by another
 //! only through pooling or flatten takes the producer's output parameters as its input ones
 //! (PyTorch's shared qparams), and the dequantize/quantize pair around those ops is removed,
-//! so that they run on u8. The traced model's modules are never changed; every new module is
-//! owned by the graph module.
+//! so that they run on u8 (average pools as `quantized_avg_pool2d` with the zero point). The
+//! traced model's modules are never changed; every new module is owned by the graph module.
 
 mod blocks;
 mod calibrate;
@@ -19,6 +19,7 @@ mod observers;
 mod quantized_adds;
 mod round_trips;
 mod shared_qparams;
+mod u8_average;
 
 pub use blocks::{Block, find_blocks};
 pub use calibrate::calibrate;

@@ -1,10 +1,12 @@
 //! Removing the float round trips static conversion leaves between quantized blocks:
 //! `quantize_per_tensor{P}(T(dequantize{P}(q)))`, where `T` is a chain of ops that keep their
 //! input's quantization parameters, becomes `T(q)` on u8 (what PyTorch FX's lowering does for
-//! pooling and flatten). Chains whose values are also read as float, and round trips whose
+//! pooling and flatten). Average pools of the chain then take the zero point (see
+//! [`super::u8_average`]). Chains whose values are also read as float, and round trips whose
 //! two parameters differ, are left alone.
 
 use super::shared_qparams::keeps_qparams;
+use super::u8_average::give_zero_point;
 use crate::Result;
 use tessera_fx::{GraphModule, NodeId, NodeKind};
 use tessera_tensor::op::QuantOp;
@@ -89,6 +91,10 @@ pub(super) fn fold_round_trips(gm: &mut GraphModule) -> Result<bool> {
         gm.graph.erase(&quantize)?;
         if gm.graph.users(&dequantize)?.is_empty() {
             gm.graph.erase(&dequantize)?;
+        }
+        // In data-flow order, so that each op is rebuilt on its operand's u8 value.
+        for op in chain.iter().rev() {
+            give_zero_point(gm, op, params.1)?;
         }
         changed = true;
     }

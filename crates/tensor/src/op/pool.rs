@@ -292,15 +292,45 @@ impl PoolOp {
                     out_shape,
                 )]
             }
+            // Without a zero point the mean of the stored values is rounded (PyTorch's
+            // contiguous NCHW kernel); `quantized_avg_pool` passes the input's.
             PoolOp::AvgPool2d { .. } | PoolOp::AdaptiveAvgPool2d { .. } => {
                 vec![tensor_from(
-                    windows::avg_forward_u8(planes, &rows, &cols, &x),
+                    windows::avg_forward_u8(planes, &rows, &cols, &x, 0),
                     out_shape,
                 )]
             }
             _ => return Err(TensorError::dtype(op, DType::U8)),
         })
     }
+}
+
+/// The u8 average (`AvgPool2d` or `AdaptiveAvgPool2d`) of `x` whose zero point is
+/// `zero_point`, rounding `mean - zero_point` as PyTorch's quantized kernels do; other pools
+/// are an error.
+pub(crate) fn average_u8(pool: &PoolOp, x: &Tensor, zero_point: i64) -> Result<Tensor> {
+    let op = pool.name();
+    if !matches!(
+        pool,
+        PoolOp::AvgPool2d { .. } | PoolOp::AdaptiveAvgPool2d { .. }
+    ) {
+        return Err(TensorError::invalid(
+            &op,
+            "only average pools take a zero point",
+        ));
+    }
+    let out_shape = pool.output_shape(&[x.meta()])?;
+    let shape = x.shape();
+    let count: usize = shape[..shape.len() - 2].iter().product();
+    if count == 0 {
+        return Tensor::zeros(&out_shape, DType::U8);
+    }
+    let in_size = plane_size(&op, &shape)?;
+    let planes = Planes::new(count, in_size, plane_size(&op, &out_shape)?);
+    let [rows, cols] = pool.windows(&op, in_size)?;
+    let values = x.to_vec::<u8>()?;
+    let y = windows::avg_forward_u8(&planes, &rows, &cols, &values, zero_point);
+    Ok(tensor_from(y, &out_shape))
 }
 
 /// Requires `grad_out` to have the pooled plane size.

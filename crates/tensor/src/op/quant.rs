@@ -10,11 +10,13 @@ mod conv;
 pub mod gemm_i8;
 mod linear;
 mod weights;
+mod pool;
 
+pub(crate) use affine::round_half_even;
 pub use affine::{QParams, affine_qparams, dynamic_qparams, symmetric_qparams};
 pub use gemm_i8::{Int8Kernel, PackedInt8, gemm_u8i8, gemm_u8i8_packed, gemm_u8i8_with};
 
-use super::{BackwardCtx, ConvParams, OpDef, OpKind};
+use super::{BackwardCtx, ConvParams, OpDef, OpKind, PoolOp};
 use crate::{DType, Result, Tensor, TensorError, TensorMeta};
 
 /// One quantized op with its attributes. Quantization parameters of activations are
@@ -72,6 +74,11 @@ pub enum QuantOp {
         out_zero_point: i64,
         relu: bool,
     },
+    /// A u8 average pool (`pool` is `AvgPool2d` without counted padding, or
+    /// `AdaptiveAvgPool2d`) of values whose zero point is `zero_point`, rounding
+    /// `mean - zero_point` as PyTorch's quantized kernels; the output keeps the input's scale
+    /// and zero point.
+    AvgPool { pool: PoolOp, zero_point: i64 },
 }
 
 /// The representable range of a quantized dtype.
@@ -205,6 +212,11 @@ impl QuantOp {
             QuantOp::Conv2d { relu: true, .. } => "quantized_conv2d_relu",
             QuantOp::Add { relu: false, .. } => "quantized_add",
             QuantOp::Add { relu: true, .. } => "quantized_add_relu",
+            QuantOp::AvgPool {
+                pool: PoolOp::AdaptiveAvgPool2d { .. },
+                ..
+            } => "quantized_adaptive_avg_pool2d",
+            QuantOp::AvgPool { .. } => "quantized_avg_pool2d",
         }
     }
 }
@@ -315,6 +327,7 @@ impl OpDef for QuantOp {
                 }
                 TensorMeta::new(inputs[0].shape.clone(), DType::U8)
             }
+            QuantOp::AvgPool { pool, zero_point } => pool::meta(op, pool, *zero_point, inputs)?,
         };
         Ok(vec![out])
     }
@@ -381,6 +394,9 @@ impl OpDef for QuantOp {
                 QParams::new(*out_scale as f32, *out_zero_point),
                 *relu,
             )?,
+            QuantOp::AvgPool { pool, zero_point } => {
+                super::pool::average_u8(pool, inputs[0], *zero_point)?
+            }
         };
         Ok(vec![out])
     }

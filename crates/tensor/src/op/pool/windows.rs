@@ -459,11 +459,19 @@ pub(super) fn avg_forward<T: Float>(
     y
 }
 
-/// Mean per window of u8 values, rounded half to even (PyTorch's `nearbyint`) from the exact
-/// integer sum, so that quantized input and output share their scale and zero point. Padding
-/// never counts: the divisor is the number of input elements (`count_include_pad` would need
-/// the zero point, which a u8 tensor does not carry; the op rejects it where padding exists).
-pub(super) fn avg_forward_u8(p: &Planes, rows: &[Window], cols: &[Window], x: &[u8]) -> Vec<u8> {
+/// Mean per window of u8 values whose zero point is `zero_point`, as PyTorch's quantized
+/// average kernels on x86 compute it: `acc = sum - n * zero_point` is scaled by the f32
+/// `1 / n`, rounded half to even (`nearbyint`) and the zero point added back, so that input
+/// and output share their scale and zero point. With an odd zero point this differs from
+/// rounding the mean of the stored values at exact halves. Padding never counts: the divisor
+/// is the number of input elements (the op rejects counted padding).
+pub(super) fn avg_forward_u8(
+    p: &Planes,
+    rows: &[Window],
+    cols: &[Window],
+    x: &[u8],
+    zero_point: i64,
+) -> Vec<u8> {
     let w = p.src[1];
     let mut y = vec![0u8; p.count * p.dst_len()];
     per_plane(&mut y, p.dst_len(), |i, out| {
@@ -479,11 +487,11 @@ pub(super) fn avg_forward_u8(p: &Planes, rows: &[Window], cols: &[Window], x: &[
                             .sum::<u64>()
                     })
                     .sum();
-                let n = divisor(row, col, false) as u64;
+                let n = divisor(row, col, false);
                 out[r * cols.len() + c] = if n == 0 {
                     0
                 } else {
-                    div_round_half_even(sum, n)
+                    requantize_mean(sum, n, zero_point)
                 };
             }
         }
@@ -491,11 +499,12 @@ pub(super) fn avg_forward_u8(p: &Planes, rows: &[Window], cols: &[Window], x: &[
     y
 }
 
-/// `sum / n` rounded to the nearest integer, ties to even; `sum / n` is at most 255.
-fn div_round_half_even(sum: u64, n: u64) -> u8 {
-    let (q, r) = (sum / n, sum % n);
-    let up = 2 * r > n || (2 * r == n && q % 2 == 1);
-    (q + u64::from(up)) as u8
+/// `clamp(round_half_even((sum - n * zero_point) * (1 / n)) + zero_point, 0, 255)`, the
+/// product in f32 as PyTorch's `requantize_from_int`.
+fn requantize_mean(sum: u64, n: usize, zero_point: i64) -> u8 {
+    let acc = sum as i64 - n as i64 * zero_point;
+    let multiplier = (1.0 / n as f64) as f32;
+    (crate::op::quant::round_half_even(acc as f32 * multiplier) + zero_point).clamp(0, 255) as u8
 }
 
 /// Spreads each gradient evenly over its window, the adjoint of [`avg_forward`].
