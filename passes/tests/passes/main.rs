@@ -10,6 +10,7 @@ mod fusion_groups;
 mod manager;
 mod models;
 mod quantize;
+mod quantize_residual;
 mod quantize_x86;
 mod random_graphs;
 mod remove_dropout_identity;

@@ -9,8 +9,8 @@ mod affine;
 mod conv;
 pub mod gemm_i8;
 mod linear;
-mod weights;
 mod pool;
+mod weights;
 
 pub(crate) use affine::round_half_even;
 pub use affine::{QParams, affine_qparams, dynamic_qparams, symmetric_qparams};
