@@ -9,6 +9,7 @@ mod conv;
 pub mod gemm_i8;
 mod linear;
 
+pub(crate) use affine::round_half_even;
 pub use affine::{QParams, affine_qparams, dynamic_qparams, symmetric_qparams};
 pub use gemm_i8::{Int8Kernel, gemm_u8i8, gemm_u8i8_with};
 
