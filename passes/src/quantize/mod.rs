@@ -8,13 +8,16 @@
 //! only through pooling or flatten takes the producer's output parameters as its input ones
 //! (PyTorch's shared qparams), and the dequantize/quantize pair around those ops is removed,
 //! so that they run on u8. The traced model's modules are never changed; every new module is
-//! owned by the graph module.
+//! owned by the graph module. Quantization-aware training: [`PrepareQat`] swaps each block's
+//! layer for a QAT layer fake-quantizing its weight and puts `FakeQuantize` modules where the
+//! observers would go; after training, [`ConvertStatic`] converts it as a calibrated graph.
 
 mod blocks;
 mod calibrate;
 mod convert;
 mod dynamic;
 mod observers;
+mod prepare_qat;
 mod round_trips;
 mod shared_qparams;
 
@@ -23,6 +26,7 @@ pub use calibrate::calibrate;
 pub use convert::ConvertStatic;
 pub use dynamic::QuantizeDynamic;
 pub use observers::InsertObservers;
+pub use prepare_qat::PrepareQat;
 
 use crate::PassError;
 use crate::lookup::module_at;

@@ -6,9 +6,9 @@
 use super::MinMaxObserver;
 use crate::layers::py_float;
 use crate::{Forward, Module, ModuleCore, ModuleExt, NnError, Result};
+use tessera_tensor::Tensor;
 use tessera_tensor::op::quant::QParams;
 use tessera_tensor::op::{fake_quantize_per_channel_affine, fake_quantize_per_tensor_affine};
-use tessera_tensor::{DType, Tensor};
 
 /// Observes its input's range and fake-quantizes the input to `[quant_min, quant_max]`.
 #[derive(crate::Module)]
@@ -128,40 +128,44 @@ impl FakeQuantize {
     }
 
     fn repr_args(&self) -> String {
-        let read = |t: &Tensor| {
-            t.to_vec::<f64>()
-                .ok()
-                .or_else(|| t.to_dtype(DType::F64).ok()?.to_vec::<f64>().ok())
-                .map_or_else(
-                    || "?".into(),
-                    |v| {
-                        v.iter()
-                            .map(|x| py_float(*x))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    },
-                )
+        let floats = |t: &Tensor| {
+            t.to_vec_f64().map_or_else(
+                |_| "?".into(),
+                |v| {
+                    v.iter()
+                        .map(|x| py_float(*x))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            )
+        };
+        let integers = |t: &Tensor| {
+            t.to_vec_f64().map_or_else(
+                |_| "?".into(),
+                |v| {
+                    v.iter()
+                        .map(|x| (*x as i64).to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            )
+        };
+        let axis = self.activation_post_process.ch_axis;
+        let qscheme = match (axis.is_some(), self.symmetric) {
+            (true, true) => "torch.per_channel_symmetric",
+            (true, false) => "torch.per_channel_affine",
+            (false, true) => "torch.per_tensor_symmetric",
+            (false, false) => "torch.per_tensor_affine",
         };
         format!(
-            "fake_quant_enabled={}, observer_enabled={}, quant_min={}, quant_max={}, qscheme={}, ch_axis={}, scale=[{}], zero_point=[{}]",
-            read(&self.fake_quant_enabled),
-            read(&self.observer_enabled),
+            "fake_quant_enabled=[{}], observer_enabled=[{}], quant_min={}, quant_max={}, qscheme={qscheme}, ch_axis={}, scale=[{}], zero_point=[{}]",
+            integers(&self.fake_quant_enabled),
+            integers(&self.observer_enabled),
             self.quant_min,
             self.quant_max,
-            match (
-                self.activation_post_process.ch_axis.is_some(),
-                self.symmetric
-            ) {
-                (true, true) => "torch.per_channel_symmetric",
-                (true, false) => "torch.per_channel_affine",
-                (false, true) => "torch.per_tensor_symmetric",
-                (false, false) => "torch.per_tensor_affine",
-            },
-            self.activation_post_process
-                .ch_axis
-                .map_or(-1, |a| a as i64),
-            read(&self.scale),
-            read(&self.zero_point),
+            axis.map_or(-1, |a| a as i64),
+            floats(&self.scale),
+            integers(&self.zero_point),
         )
     }
 }
