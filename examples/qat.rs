@@ -25,7 +25,8 @@ pub(crate) struct Args {
     /// Float training epochs.
     #[arg(long, default_value_t = 4)]
     epochs: usize,
-    /// Quantization-aware fine-tuning epochs (observers are frozen for the last one).
+    /// Quantization-aware fine-tuning epochs (observers are frozen for the last one, when
+    /// there are several).
     #[arg(long, default_value_t = 2)]
     qat_epochs: usize,
     /// Training images.
@@ -92,7 +93,8 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
         ..Default::default()
     };
     for epoch in 0..args.qat_epochs {
-        if epoch + 1 == args.qat_epochs {
+        // Observers record at least one epoch before they are frozen.
+        if epoch > 0 && epoch + 1 == args.qat_epochs {
             enable_observers(&qat, false)?;
         }
         fit_classifier(&qat, &train, fine_tune, &mut g)?;

@@ -180,6 +180,12 @@ impl Forward for FakeQuantize {
             return Ok(input);
         }
         let (qmin, qmax) = (self.quant_min, self.quant_max);
+        if self.activation_post_process.ch_axis.is_some() && !self.has_observed()? {
+            return Err(NnError::Invalid(
+                "FakeQuantize (per channel) has no scales yet: run it once with its observer enabled"
+                    .into(),
+            ));
+        }
         Ok(match self.activation_post_process.ch_axis {
             Some(axis) => fake_quantize_per_channel_affine(
                 &input,
