@@ -1,6 +1,7 @@
 //! Fake quantization, the op quantization-aware training runs: `x` rounded to the grid of an
-//! affine quantization and back to float, `(clamp(nearbyint(x * (1/scale)) + zp, qmin, qmax)
-//! - zp) * scale` in f32 (PyTorch's `fake_quantize_per_tensor_affine` and
+//! affine quantization and back to float,
+//! `(clamp(nearbyint(x * (1/scale)) + zp, qmin, qmax) - zp) * scale` in f32 (PyTorch's
+//! `fake_quantize_per_tensor_affine` and
 //! `fake_quantize_per_channel_affine`), with the straight-through estimator as backward: the
 //! gradient passes where the rounded value lies in `[qmin, qmax]` and is 0 elsewhere. The
 //! learnable variants (PyTorch's `_fake_quantize_learnable_per_tensor_affine` and
@@ -217,10 +218,7 @@ impl FakeQuantOp {
                         (dy * (fq - x) * inv * grad_factor, 0.0)
                     } else {
                         let end = if q < qmin { qmin } else { qmax };
-                        (
-                            dy * (end - zp) as f32 * grad_factor,
-                            dy * -1.0 * s * grad_factor,
-                        )
+                        (dy * (end - zp) as f32 * grad_factor, -dy * s * grad_factor)
                     };
                     dscale[c] += f64::from(ds);
                     dzero[c] += f64::from(dz);
