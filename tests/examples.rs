@@ -23,6 +23,9 @@ mod modules_training;
 #[path = "../examples/optimize.rs"]
 mod optimize;
 #[allow(dead_code)]
+#[path = "../examples/qat.rs"]
+mod qat;
+#[allow(dead_code)]
 #[path = "../examples/trace.rs"]
 mod trace;
 #[allow(dead_code)]
@@ -75,6 +78,22 @@ fn train_shapes_checkpoints_reload_into_identical_models() -> Outcome {
     ]))?;
     assert!(dir.path().join("checkpoint.pt").is_file());
     assert!(dir.path().join("model.safetensors").is_file());
+    Ok(())
+}
+
+#[test]
+fn qat_example_trains_quantizes_and_converts_the_shapes_cnn() -> Outcome {
+    qat::run(&qat::Args::parse_from([
+        "qat",
+        "--epochs",
+        "1",
+        "--qat-epochs",
+        "1",
+        "--train-size",
+        "96",
+        "--test-size",
+        "48",
+    ]))?;
     Ok(())
 }
 

@@ -28,7 +28,7 @@ pub use fold_batch_norm::FoldBatchNorm;
 pub use fusion_groups::{FuseGroups, FusionGroup, FusionGrouping, fusion_groups};
 pub use manager::{PassManager, PassReport, PassTiming};
 pub use pass::{Changed, Pass};
-pub use quantize::{ConvertStatic, InsertObservers, QuantizeDynamic, calibrate};
+pub use quantize::{ConvertStatic, InsertObservers, PrepareQat, QuantizeDynamic, calibrate};
 pub use remove_dropout_identity::RemoveDropoutIdentity;
 pub use simplify::{Simplify, SimplifyReport};
 pub use structured_prune::StructuredPrune;

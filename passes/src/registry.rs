@@ -2,7 +2,7 @@
 
 use crate::{
     CommonSubexpressionElimination, ConstantFold, ConvertStatic, DeadCodeElimination,
-    FoldBatchNorm, FuseGroups, InsertObservers, Pass, PassError, QuantizeDynamic,
+    FoldBatchNorm, FuseGroups, InsertObservers, Pass, PassError, PrepareQat, QuantizeDynamic,
     RemoveDropoutIdentity, Result, Simplify, StructuredPrune,
 };
 
@@ -20,6 +20,7 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(FuseGroups),
         Box::new(QuantizeDynamic::new(true)),
         Box::new(InsertObservers),
+        Box::new(PrepareQat),
         Box::new(ConvertStatic { per_channel: true }),
     ]
 }

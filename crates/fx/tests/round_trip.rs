@@ -207,6 +207,26 @@ fn every_op() -> Vec<Op> {
             relu: false,
             bias: true,
         }),
+        Op::FakeQuant(FakeQuantOp::PerTensor {
+            quant_min: 0,
+            quant_max: 255,
+        }),
+        Op::FakeQuant(FakeQuantOp::PerChannel {
+            axis: 0,
+            quant_min: -128,
+            quant_max: 127,
+        }),
+        Op::FakeQuant(FakeQuantOp::LearnablePerTensor {
+            quant_min: 0,
+            quant_max: 255,
+            grad_factor: 0.25,
+        }),
+        Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
+            axis: 1,
+            quant_min: -128,
+            quant_max: 127,
+            grad_factor: 1.0,
+        }),
     ]);
     ops
 }

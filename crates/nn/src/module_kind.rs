@@ -150,6 +150,9 @@ module_kinds! {
         QuantizedConvReLU2d,
         DynamicQuantizedLinear,
         MinMaxObserver,
+        FakeQuantize,
+        QatConv2d,
+        QatLinear,
     ],
 }
 

@@ -91,9 +91,12 @@ fn builtin_types_have_their_variant_as_kind() {
         QuantizedConvReLU2d,
         DynamicQuantizedLinear,
         MinMaxObserver,
+        FakeQuantize,
+        QatConv2d,
+        QatLinear,
     );
     assert_eq!(ModuleKind::LAYERS.len(), 69);
-    assert_eq!(ModuleKind::QUANTIZED.len(), 6);
+    assert_eq!(ModuleKind::QUANTIZED.len(), 9);
 }
 
 #[test]

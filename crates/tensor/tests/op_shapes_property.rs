@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::collections::BTreeSet;
 use tessera_tensor::op::{
-    BinaryOp, CompareOp, ConvOp, ConvParams, DropoutOp, EmbeddingOp, IndexOp, LossOp, NormOp,
-    Pool2dParams, PoolOp, QuantOp, ReduceOp, Reduction, ScalarOp, UnaryOp, ViewOp,
+    BinaryOp, CompareOp, ConvOp, ConvParams, DropoutOp, EmbeddingOp, FakeQuantOp, IndexOp, LossOp,
+    NormOp, Pool2dParams, PoolOp, QuantOp, ReduceOp, Reduction, ScalarOp, UnaryOp, ViewOp,
 };
 use tessera_tensor::{DType, Op, Tensor, TensorMeta};
 use tessera_testkit::every_reduce_kind;
@@ -448,6 +448,52 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
             })
             .boxed(),
     );
+    // Ranges include an empty one (`quant_min > quant_max`), which is an error.
+    let range = || prop::sample::select(vec![(0i64, 255i64), (-128, 127), (5, 2)]);
+    all.push(
+        range()
+            .prop_map(|(quant_min, quant_max)| {
+                Op::FakeQuant(FakeQuantOp::PerTensor {
+                    quant_min,
+                    quant_max,
+                })
+            })
+            .boxed(),
+    );
+    all.push(
+        (small(), range())
+            .prop_map(|(axis, (quant_min, quant_max))| {
+                Op::FakeQuant(FakeQuantOp::PerChannel {
+                    axis,
+                    quant_min,
+                    quant_max,
+                })
+            })
+            .boxed(),
+    );
+    all.push(
+        range()
+            .prop_map(|(quant_min, quant_max)| {
+                Op::FakeQuant(FakeQuantOp::LearnablePerTensor {
+                    quant_min,
+                    quant_max,
+                    grad_factor: 1.0,
+                })
+            })
+            .boxed(),
+    );
+    all.push(
+        (small(), range())
+            .prop_map(|(axis, (quant_min, quant_max))| {
+                Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
+                    axis,
+                    quant_min,
+                    quant_max,
+                    grad_factor: 0.5,
+                })
+            })
+            .boxed(),
+    );
     all
 }
 
@@ -562,6 +608,12 @@ fn variant(op: &Op) -> &'static str {
             QuantOp::Add { .. } => "quant.add",
             QuantOp::AvgPool { .. } => "quant.avg_pool",
         },
+        Op::FakeQuant(f) => match f {
+            FakeQuantOp::PerTensor { .. } => "fake_quant.per_tensor",
+            FakeQuantOp::PerChannel { .. } => "fake_quant.per_channel",
+            FakeQuantOp::LearnablePerTensor { .. } => "fake_quant.learnable_per_tensor",
+            FakeQuantOp::LearnablePerChannel { .. } => "fake_quant.learnable_per_channel",
+        },
         // A user-defined op runs the user's own meta and kernel; the tests of custom ops
         // cover the table's side of it.
         Op::Custom(_) => "custom",
@@ -654,6 +706,10 @@ const VARIANTS: &[&str] = &[
     "quant.conv2d",
     "quant.add",
     "quant.avg_pool",
+    "fake_quant.per_tensor",
+    "fake_quant.per_channel",
+    "fake_quant.learnable_per_tensor",
+    "fake_quant.learnable_per_channel",
 ];
 
 /// The dtype of each input an op takes (optional inputs included when the attribute says).
@@ -707,6 +763,10 @@ fn input_dtypes(op: &Op) -> Vec<DType> {
         }
         Op::Quant(QuantOp::Add { .. }) => vec![U8, U8],
         Op::Quant(QuantOp::AvgPool { .. }) => vec![U8],
+        Op::FakeQuant(FakeQuantOp::PerTensor { .. } | FakeQuantOp::PerChannel { .. }) => {
+            vec![F32, F32, I64]
+        }
+        Op::FakeQuant(_) => vec![F32, F32, F32],
         Op::Custom(_) => vec![],
     }
 }

@@ -1,4 +1,5 @@
-//! The blocks static quantization works on: a `call_module` Conv2d or Linear, optionally
+//! The blocks static quantization works on: a `call_module` Conv2d or Linear (or their
+//! quantization-aware training forms, QatConv2d and QatLinear), optionally
 //! followed by a ReLU (a `call_module` ReLU or a `call_function` relu) that is the only user
 //! of its output, which becomes one fused quantized module.
 
@@ -9,7 +10,12 @@ use tessera_tensor::Op;
 use tessera_tensor::op::UnaryOp;
 
 /// The module kinds that start a block.
-const BLOCK_STARTS: [ModuleKind; 2] = [ModuleKind::Conv2d, ModuleKind::Linear];
+const BLOCK_STARTS: [ModuleKind; 4] = [
+    ModuleKind::Conv2d,
+    ModuleKind::Linear,
+    ModuleKind::QatConv2d,
+    ModuleKind::QatLinear,
+];
 
 /// One conv or linear, and the ReLU fused after it if any.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,7 +24,7 @@ pub struct Block {
     pub layer: NodeId,
     /// Its module path.
     pub target: String,
-    /// `Conv2d` or `Linear`.
+    /// `Conv2d`, `Linear`, `QatConv2d` or `QatLinear`.
     pub kind: ModuleKind,
     /// The ReLU applied to the layer's output, when it is the layer's only user.
     pub relu: Option<NodeId>,

@@ -9,6 +9,9 @@
 //! parameters is folded, so that the graph stays in u8 between blocks.
 //! Blocks without observers on both sides, and convs with groups other than 1, stay float.
 //! An observer that never saw a value is an error naming it: calibrate first.
+//! A graph prepared for quantization-aware training (`PrepareQat`) converts the same way:
+//! its `FakeQuantize` modules stand for the observers, with the parameters training left in
+//! them, and each QAT layer's weight is rounded with its weight fake quantizer's parameters.
 
 use super::blocks::{Block, find_blocks};
 use super::hoist_dequantize::hoist_dequantize;
@@ -21,7 +24,8 @@ use crate::{Changed, Pass, PassError, Result};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
 use tessera_nn::layers::{Conv2d, Linear};
 use tessera_nn::quantized::{
-    MinMaxObserver, QuantizedConv2d, QuantizedConvReLU2d, QuantizedLinear, QuantizedLinearReLU,
+    FakeQuantize, MinMaxObserver, QatConv2d, QatLinear, QuantizedConv2d, QuantizedConvReLU2d,
+    QuantizedLinear, QuantizedLinearReLU,
 };
 use tessera_nn::{Module, ModuleExt};
 use tessera_tensor::op::QuantOp;
@@ -48,25 +52,39 @@ fn observer_params(gm: &GraphModule, node: &NodeId) -> Result<QParams> {
             gm.graph.display(node)
         )));
     };
-    let observer = gm
-        .owned_modules()
-        .get(target)
-        .and_then(|m| m.as_any().downcast_ref::<MinMaxObserver>())
+    let module = gm.owned_modules().get(target).map(|m| m.as_any());
+    let not_calibrated = || PassError::NotCalibrated {
+        observer: target.clone(),
+        node: gm.graph.display(node),
+    };
+    let read_error = |e| PassError::Unsupported(format!("observer `{target}`: {e}"));
+    if let Some(fake_quant) = module.and_then(|m| m.downcast_ref::<FakeQuantize>()) {
+        if !fake_quant.has_observed().map_err(read_error)? {
+            return Err(not_calibrated());
+        }
+        if (fake_quant.quant_min, fake_quant.quant_max) != (0, 255) || fake_quant.symmetric {
+            return Err(PassError::Unsupported(format!(
+                "observer `{target}`: the static int8 ops read and write u8 [0, 255] affine, got [{}, {}]{}",
+                fake_quant.quant_min,
+                fake_quant.quant_max,
+                if fake_quant.symmetric {
+                    " symmetric"
+                } else {
+                    ""
+                }
+            )));
+        }
+        return fake_quant.qparams().map_err(read_error);
+    }
+    let observer = module
+        .and_then(|m| m.downcast_ref::<MinMaxObserver>())
         .ok_or_else(|| {
             PassError::Unsupported(format!("{} is not an observer", gm.graph.display(node)))
         })?;
-    let calibrated = observer
-        .range()
-        .map_err(|e| PassError::Unsupported(format!("reading observer `{target}`: {e}")))?;
-    if calibrated.is_none() {
-        return Err(PassError::NotCalibrated {
-            observer: target.clone(),
-            node: gm.graph.display(node),
-        });
+    if observer.range().map_err(read_error)?.is_none() {
+        return Err(not_calibrated());
     }
-    observer
-        .qparams()
-        .map_err(|e| PassError::Unsupported(format!("observer `{target}`: {e}")))
+    observer.qparams().map_err(read_error)
 }
 
 /// The quantized module replacing `block`, or `None` for a layer this pass leaves float.
@@ -106,6 +124,28 @@ fn quantized_module(
             )
         } else {
             Box::new(QuantizedLinear::from_float(linear, input, output, per_channel).map_err(err)?)
+        }));
+    }
+    if let Some(qat) = any.downcast_ref::<QatConv2d>() {
+        let (conv, weight) = (
+            qat.to_float().map_err(err)?,
+            qat.quantized_weight().map_err(err)?,
+        );
+        return Ok(Some(if relu {
+            Box::new(QuantizedConvReLU2d::with_weight(&conv, weight, input, output).map_err(err)?)
+        } else {
+            Box::new(QuantizedConv2d::with_weight(&conv, weight, input, output).map_err(err)?)
+        }));
+    }
+    if let Some(qat) = any.downcast_ref::<QatLinear>() {
+        let (linear, weight) = (
+            qat.to_float().map_err(err)?,
+            qat.quantized_weight().map_err(err)?,
+        );
+        return Ok(Some(if relu {
+            Box::new(QuantizedLinearReLU::with_weight(&linear, weight, input, output).map_err(err)?)
+        } else {
+            Box::new(QuantizedLinear::with_weight(&linear, weight, input, output).map_err(err)?)
         }));
     }
     Ok(None)

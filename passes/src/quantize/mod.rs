@@ -9,6 +9,9 @@
 //! (PyTorch's shared qparams), and the dequantize/quantize pair around those ops is removed,
 //! so that they run on u8 (average pools as `quantized_avg_pool2d` with the zero point). The
 //! traced model's modules are never changed; every new module is owned by the graph module.
+//! Quantization-aware training: [`PrepareQat`] swaps each block's layer for a QAT layer
+//! fake-quantizing its weight and puts `FakeQuantize` modules where the observers would go;
+//! after training, [`ConvertStatic`] converts it as a calibrated graph.
 
 mod blocks;
 mod calibrate;
@@ -16,6 +19,7 @@ mod convert;
 mod dynamic;
 mod hoist_dequantize;
 mod observers;
+mod prepare_qat;
 mod quantized_adds;
 mod round_trips;
 mod shared_qparams;
@@ -26,6 +30,7 @@ pub use calibrate::calibrate;
 pub use convert::ConvertStatic;
 pub use dynamic::QuantizeDynamic;
 pub use observers::InsertObservers;
+pub use prepare_qat::PrepareQat;
 
 use crate::PassError;
 use crate::lookup::module_at;

@@ -9,6 +9,7 @@ mod fold_batch_norm;
 mod fusion_groups;
 mod manager;
 mod models;
+mod qat;
 mod quantize;
 mod quantize_residual;
 mod quantize_x86;

@@ -52,6 +52,18 @@ macro_rules! quantized_conv {
                 output: QParams,
                 per_channel: bool,
             ) -> Result<Self> {
+                let q = QuantizedWeight::symmetric(&conv.weight, per_channel)?;
+                Self::with_weight(conv, q, input, output)
+            }
+
+            /// `conv` with the int8 weight `q` (quantization-aware training chose its
+            /// parameters) in place of its float one.
+            pub fn with_weight(
+                conv: &Conv2d,
+                q: QuantizedWeight,
+                input: QParams,
+                output: QParams,
+            ) -> Result<Self> {
                 let o = &conv.options;
                 if o.groups != 1 {
                     return Err(NnError::Invalid(format!(
@@ -61,7 +73,6 @@ macro_rules! quantized_conv {
                     )));
                 }
                 let params = ConvParams::conv2d(o.stride.pair(), o.padding.pair(), o.dilation.pair(), 1);
-                let q = QuantizedWeight::symmetric(&conv.weight, per_channel)?;
                 let bias = f32_bias(conv.bias.as_ref())?;
                 Ok($name {
                     core: ModuleCore::default(),
@@ -75,7 +86,7 @@ macro_rules! quantized_conv {
                     bias,
                     input,
                     output,
-                    per_channel,
+                    per_channel: q.per_channel,
                 })
             }
 

@@ -51,6 +51,17 @@ macro_rules! quantized_linear {
                 per_channel: bool,
             ) -> Result<Self> {
                 let q = QuantizedWeight::symmetric(&linear.weight, per_channel)?;
+                Self::with_weight(linear, q, input, output)
+            }
+
+            /// `linear` with the int8 weight `q` (quantization-aware training chose its
+            /// parameters) in place of its float one.
+            pub fn with_weight(
+                linear: &Linear,
+                q: QuantizedWeight,
+                input: QParams,
+                output: QParams,
+            ) -> Result<Self> {
                 let bias = f32_bias(linear.bias.as_ref())?;
                 Ok($name {
                     core: ModuleCore::default(),
@@ -62,7 +73,7 @@ macro_rules! quantized_linear {
                     bias,
                     input,
                     output,
-                    per_channel,
+                    per_channel: q.per_channel,
                 })
             }
 

@@ -11,6 +11,7 @@ mod custom;
 mod dropout;
 mod embedding;
 mod facts;
+mod fake_quant;
 mod index;
 mod loss;
 mod matmul;
@@ -29,6 +30,11 @@ pub use custom::{CustomFunction, CustomOp, register_custom};
 pub use dropout::DropoutOp;
 pub use embedding::EmbeddingOp;
 pub use facts::{Effects, FusionRole, OpKind, Producer};
+pub use fake_quant::{
+    FakeQuantOp, fake_quantize_learnable_per_channel_affine,
+    fake_quantize_learnable_per_tensor_affine, fake_quantize_per_channel_affine,
+    fake_quantize_per_tensor_affine,
+};
 pub use index::IndexOp;
 pub use loss::{LossOp, Reduction};
 pub use norm::NormOp;
@@ -86,6 +92,8 @@ pub enum Op {
     Loss(LossOp),
     /// Quantize, dequantize and the int8 inference ops.
     Quant(QuantOp),
+    /// Fake quantization for quantization-aware training (differentiable).
+    FakeQuant(FakeQuantOp),
     /// A user-defined op with its own backward.
     #[serde(skip)]
     Custom(CustomOp),
@@ -199,6 +207,7 @@ macro_rules! delegate {
             Op::Index($def) => $body,
             Op::Loss($def) => $body,
             Op::Quant($def) => $body,
+            Op::FakeQuant($def) => $body,
             Op::Custom($def) => $body,
         }
     };
@@ -260,6 +269,7 @@ impl Op {
             .or_else(|| decode_variant(name, attrs).map(Op::Index))
             .or_else(|| decode_variant(name, attrs).map(Op::Loss))
             .or_else(|| decode_variant(name, attrs).map(Op::Quant))
+            .or_else(|| decode_variant(name, attrs).map(Op::FakeQuant))
             .or_else(|| custom::decode(name, attrs).map(Op::Custom))
     }
 

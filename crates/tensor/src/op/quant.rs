@@ -538,6 +538,33 @@ impl QuantizedWeight {
         })
     }
 
+    /// Quantizes a float weight `[C_out, ..]` to i8 with given scales (f32) and zero points
+    /// (i64), one per output channel or one for the whole tensor, as quantization-aware
+    /// training's weight fake quantization rounded it.
+    pub fn with_qparams(
+        weight: &Tensor,
+        scales: &Tensor,
+        zero_points: &Tensor,
+    ) -> Result<QuantizedWeight> {
+        let w = weight.detach().to_dtype(DType::F32)?;
+        let per_channel = scales.numel() != 1;
+        let q = if per_channel {
+            quantize_per_channel(&w, scales, zero_points, 0, DType::I8)?
+        } else {
+            let (scale, zero_point) = (scales.to_vec::<f32>()?, zero_points.to_vec::<i64>()?);
+            quantize_per_tensor(&w, QParams::new(scale[0], zero_point[0]), DType::I8)?
+        };
+        // Copies, so that the quantized module keeps these parameters when the fake quantizer
+        // that chose them observes again.
+        let n = scales.numel();
+        Ok(QuantizedWeight {
+            weight: q,
+            scales: Tensor::from_vec(scales.to_vec::<f32>()?, &[n])?,
+            zero_points: Tensor::from_vec(zero_points.to_vec::<i64>()?, &[n])?,
+            per_channel,
+        })
+    }
+
     /// The float weight the int8 one stands for.
     pub fn dequantize(&self) -> Result<Tensor> {
         dequantize_per_channel(
