@@ -1,6 +1,6 @@
 //! Pooling on u8 (static int8 activations that keep their scale and zero point): the max
 //! equals quantize(max(dequantize(q))) exactly, the mean is within one step of it and rounds
-//! half to even, and what u8 cannot do (counted padding, gradients, other integer dtypes) is
+//! half to even, channels-last inputs pool in place to channels-last outputs, and what u8 cannot do (counted padding, gradients, other integer dtypes) is
 //! an error.
 
 use tessera_tensor::functional::{
@@ -47,6 +47,30 @@ const MAX_CASES: [MaxCase; 5] = [
     ([2, 3], [1, 2], [1, 1], [2, 2], true),
     ([3, 3], [3, 3], [0, 0], [1, 1], true),
 ];
+
+#[test]
+fn u8_max_pool_of_a_channels_last_view_equals_the_contiguous_one_and_stays_channels_last() {
+    let q = bytes(&[2, 5, 9, 7], 3);
+    // The same values stored channels last (as quantized convolutions write them).
+    let channels_last = q
+        .permute(&[0, 2, 3, 1])
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .permute(&[0, 3, 1, 2])
+        .unwrap();
+    for (k, s, p, d, ceil) in MAX_CASES {
+        let expected = max_pool2d(&q, k, s, p, d, ceil).unwrap();
+        let y = max_pool2d(&channels_last, k, s, p, d, ceil).unwrap();
+        assert_eq!(y.shape(), expected.shape());
+        assert_eq!(
+            y.to_vec::<u8>().unwrap(),
+            expected.to_vec::<u8>().unwrap(),
+            "{k:?} {s:?} {p:?} {d:?} {ceil}"
+        );
+        assert!(y.permute(&[0, 2, 3, 1]).unwrap().is_contiguous());
+    }
+}
 
 #[test]
 fn u8_max_pool_equals_the_float_round_trip_exactly() {

@@ -3,6 +3,7 @@
 //! window arithmetic and kernels live in [`windows`]. The forward ops also take u8 (static
 //! int8 activations, whose scale and zero point the output keeps); they have no backward.
 
+mod channels_last;
 mod windows;
 
 use super::{BackwardCtx, Op, OpDef, OpKind, expect_float};
@@ -277,6 +278,11 @@ impl PoolOp {
         out_shape: &[usize],
     ) -> Result<Vec<Tensor>> {
         let [rows, cols] = self.windows(op, plane_size(op, &x.shape())?)?;
+        if let PoolOp::MaxPool2dValues(_) = self
+            && let Some(y) = channels_last::max_values_u8(x, &rows, &cols)?
+        {
+            return Ok(vec![y]);
+        }
         let x = x.to_vec::<u8>()?;
         Ok(match self {
             PoolOp::MaxPool2d(_) => {

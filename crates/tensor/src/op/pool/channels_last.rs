@@ -9,7 +9,11 @@ use rayon::prelude::*;
 
 /// The max pool of `x [N, C, H, W]` over `rows` x `cols` windows when `x` is a channels-last
 /// view, as a channels-last view `[N, C, oH, oW]`; `None` for any other layout.
-pub(super) fn max_values_u8(x: &Tensor, rows: &[Window], cols: &[Window]) -> Result<Option<Tensor>> {
+pub(super) fn max_values_u8(
+    x: &Tensor,
+    rows: &[Window],
+    cols: &[Window],
+) -> Result<Option<Tensor>> {
     let shape = x.shape();
     let nhwc = match shape.as_slice() {
         [_, _, _, _] => x.permute(&[0, 2, 3, 1])?,

@@ -20,7 +20,7 @@ pub(super) struct Window {
 }
 
 impl Window {
-    fn positions(&self) -> impl Iterator<Item = usize> {
+    pub(super) fn positions(&self) -> impl Iterator<Item = usize> {
         (self.start..self.end).step_by(self.step)
     }
 
