@@ -48,27 +48,50 @@ const MAX_CASES: [MaxCase; 5] = [
     ([3, 3], [3, 3], [0, 0], [1, 1], true),
 ];
 
-#[test]
-fn u8_max_pool_of_a_channels_last_view_equals_the_contiguous_one_and_stays_channels_last() {
-    let q = bytes(&[2, 5, 9, 7], 3);
-    // The same values stored channels last (as quantized convolutions write them).
-    let channels_last = q
-        .permute(&[0, 2, 3, 1])
+/// The same values stored channels last (as quantized convolutions write them).
+fn channels_last(q: &Tensor) -> Tensor {
+    q.permute(&[0, 2, 3, 1])
         .unwrap()
         .contiguous()
         .unwrap()
         .permute(&[0, 3, 1, 2])
-        .unwrap();
+        .unwrap()
+}
+
+/// Asserts `pool` gives the same values on `q` and on its channels-last copy, and a
+/// channels-last output for the latter.
+fn assert_channels_last_agrees(q: &Tensor, pool: impl Fn(&Tensor) -> Tensor, what: &str) {
+    let expected = pool(q);
+    let y = pool(&channels_last(q));
+    assert_eq!(y.shape(), expected.shape(), "{what}");
+    assert_eq!(
+        y.to_vec::<u8>().unwrap(),
+        expected.to_vec::<u8>().unwrap(),
+        "{what}"
+    );
+    assert!(y.permute(&[0, 2, 3, 1]).unwrap().is_contiguous(), "{what}");
+}
+
+#[test]
+fn u8_pools_of_a_channels_last_view_equal_the_contiguous_ones_and_stay_channels_last() {
+    let q = bytes(&[2, 5, 9, 7], 3);
     for (k, s, p, d, ceil) in MAX_CASES {
-        let expected = max_pool2d(&q, k, s, p, d, ceil).unwrap();
-        let y = max_pool2d(&channels_last, k, s, p, d, ceil).unwrap();
-        assert_eq!(y.shape(), expected.shape());
-        assert_eq!(
-            y.to_vec::<u8>().unwrap(),
-            expected.to_vec::<u8>().unwrap(),
-            "{k:?} {s:?} {p:?} {d:?} {ceil}"
-        );
-        assert!(y.permute(&[0, 2, 3, 1]).unwrap().is_contiguous());
+        let what = format!("max {k:?} {s:?} {p:?} {d:?} {ceil}");
+        assert_channels_last_agrees(&q, |x| max_pool2d(x, k, s, p, d, ceil).unwrap(), &what);
+        let what = format!("avg {k:?} {s:?} {p:?} {ceil}");
+        let p = [p[0].min(k[0] / 2), p[1].min(k[1] / 2)];
+        assert_channels_last_agrees(&q, |x| avg_pool2d(x, k, s, p, ceil, false).unwrap(), &what);
+    }
+    for size in [[1, 1], [2, 3], [4, 4]] {
+        assert_channels_last_agrees(&q, |x| adaptive_avg_pool2d(x, size).unwrap(), "adaptive");
+        for zero_point in [37, 38] {
+            let op = Op::Quant(QuantOp::AvgPool {
+                pool: PoolOp::AdaptiveAvgPool2d { output_size: size },
+                zero_point,
+            });
+            let pool = |x: &Tensor| op.apply1(&[x]).unwrap();
+            assert_channels_last_agrees(&q, pool, "quantized adaptive");
+        }
     }
 }
 

@@ -278,9 +278,15 @@ impl PoolOp {
         out_shape: &[usize],
     ) -> Result<Vec<Tensor>> {
         let [rows, cols] = self.windows(op, plane_size(op, &x.shape())?)?;
-        if let PoolOp::MaxPool2dValues(_) = self
-            && let Some(y) = channels_last::max_values_u8(x, &rows, &cols)?
-        {
+        // Channels-last views (quantized convolutions' outputs) pool in place.
+        let in_place = match self {
+            PoolOp::MaxPool2dValues(_) => channels_last::max_values_u8(x, &rows, &cols)?,
+            PoolOp::AvgPool2d { .. } | PoolOp::AdaptiveAvgPool2d { .. } => {
+                channels_last::avg_values_u8(x, &rows, &cols, 0)?
+            }
+            _ => None,
+        };
+        if let Some(y) = in_place {
             return Ok(vec![y]);
         }
         let x = x.to_vec::<u8>()?;
@@ -334,6 +340,9 @@ pub(crate) fn average_u8(pool: &PoolOp, x: &Tensor, zero_point: i64) -> Result<T
     let in_size = plane_size(&op, &shape)?;
     let planes = Planes::new(count, in_size, plane_size(&op, &out_shape)?);
     let [rows, cols] = pool.windows(&op, in_size)?;
+    if let Some(y) = channels_last::avg_values_u8(x, &rows, &cols, zero_point)? {
+        return Ok(y);
+    }
     let values = x.to_vec::<u8>()?;
     let y = windows::avg_forward_u8(&planes, &rows, &cols, &values, zero_point);
     Ok(tensor_from(y, &out_shape))

@@ -249,7 +249,7 @@ fn per_plane<T: Send>(out: &mut [T], plane: usize, fill: impl Fn(usize, &mut [T]
 }
 
 /// The window's divisor: its padded size or the number of input elements it covers.
-fn divisor(row: &Window, col: &Window, count_include_pad: bool) -> usize {
+pub(super) fn divisor(row: &Window, col: &Window, count_include_pad: bool) -> usize {
     if count_include_pad {
         row.padded * col.padded
     } else {
@@ -501,7 +501,7 @@ pub(super) fn avg_forward_u8(
 
 /// `clamp(round_half_even((sum - n * zero_point) * (1 / n)) + zero_point, 0, 255)`, the
 /// product in f32 as PyTorch's `requantize_from_int`.
-fn requantize_mean(sum: u64, n: usize, zero_point: i64) -> u8 {
+pub(super) fn requantize_mean(sum: u64, n: usize, zero_point: i64) -> u8 {
     let acc = sum as i64 - n as i64 * zero_point;
     let multiplier = (1.0 / n as f64) as f32;
     (crate::op::quant::round_half_even(acc as f32 * multiplier) + zero_point).clamp(0, 255) as u8

@@ -63,17 +63,58 @@ fn im2row_nhwc(g: &Geometry, x: &[u8], pad: u8, first: usize, patches: &mut [u8]
             if iy >= g.h {
                 taps.fill(pad);
             } else if row_inside && p.dilation[1] == 1 {
-                taps.copy_from_slice(&image[(iy * g.w + ix0) * c..][..g.kw * c]);
+                copy_bytes(taps, &image[(iy * g.w + ix0) * c..][..g.kw * c]);
             } else {
                 for (j, tap) in taps.chunks_exact_mut(c).enumerate() {
                     let ix = ix0.wrapping_add(j * p.dilation[1]);
                     if ix < g.w {
-                        tap.copy_from_slice(&image[(iy * g.w + ix) * c..][..c]);
+                        copy_bytes(tap, &image[(iy * g.w + ix) * c..][..c]);
                     } else {
                         tap.fill(pad);
                     }
                 }
             }
+        }
+    }
+}
+
+/// Calls `f` with the bytes of u8 `x [N, C, H, W]` in channels-last order `[N, H, W, C]`:
+/// in place for a channels-last view, transposed plane by plane for a contiguous one (the
+/// network's input, quantized from NCHW floats), gathered otherwise.
+fn with_channels_last<R>(op: &str, x: &Tensor, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+    let nhwc = x.permute(&[0, 2, 3, 1])?;
+    if nhwc.is_contiguous() || !x.is_contiguous() {
+        return nhwc.with_slice(f);
+    }
+    let shape = x.shape();
+    let (c, pixels) = (shape[1], shape[2] * shape[3]);
+    let mut transposed = crate::cpu::try_uninit_buffer::<u8>(op, x.numel())?;
+    x.with_slice(|x: &[u8]| {
+        transposed
+            .par_chunks_mut((c * pixels).max(1))
+            .zip(x.par_chunks((c * pixels).max(1)))
+            .for_each(|(dst, src)| {
+                for (ch, plane) in src.chunks_exact(pixels.max(1)).enumerate() {
+                    for (p, &v) in plane.iter().enumerate() {
+                        dst[p * c + ch] = v;
+                    }
+                }
+            })
+    })?;
+    let result = f(&transposed);
+    crate::buffer_cache::recycle(transposed);
+    Ok(result)
+}
+
+/// `dst.copy_from_slice(src)`, by a byte loop for the few bytes of a narrow layer's kernel
+/// row (3 channels by 3 taps), where a call to `memcpy` costs more than the copy.
+#[inline]
+fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    if dst.len() >= 64 {
+        dst.copy_from_slice(src);
+    } else {
+        for (d, &v) in dst.iter_mut().zip(src) {
+            *d = v;
         }
     }
 }
@@ -120,33 +161,31 @@ pub(super) fn conv2d_static(
     let pad = xq.zero_point.clamp(0, 255) as u8;
     let mut out = crate::cpu::try_uninit_buffer::<u8>(op, rows * n)?;
     let per_task = rows_per_task(rows);
-    inputs[0]
-        .permute(&[0, 2, 3, 1])?
-        .with_slice(|x: &[u8]| -> Result<()> {
-            out.par_chunks_mut((per_task * n).max(1))
-                .enumerate()
-                .try_for_each(|(task, y)| -> Result<()> {
-                    let (first, count) = (task * per_task, y.len() / n.max(1));
-                    let product = if is_pointwise(&g) {
-                        int8_product(&x[first * k..(first + count) * k], count, &w, false)?
-                    } else {
-                        let mut patches = crate::cpu::try_uninit_buffer::<u8>(op, count * k)?;
-                        im2row_nhwc(&g, x, pad, first, &mut patches);
-                        let product = int8_product(&patches, count, &w, false)?;
-                        crate::buffer_cache::recycle(patches);
-                        product
-                    };
-                    let (acc, row_sums) = product;
-                    for ((y, acc), &rs) in y
-                        .chunks_exact_mut(n.max(1))
-                        .zip(acc.chunks_exact(n.max(1)))
-                        .zip(&row_sums)
-                    {
-                        requantize.row(acc, rs, y);
-                    }
-                    crate::buffer_cache::recycle(acc);
-                    Ok(())
-                })
-        })??;
+    with_channels_last(op, inputs[0], |x: &[u8]| -> Result<()> {
+        out.par_chunks_mut((per_task * n).max(1))
+            .enumerate()
+            .try_for_each(|(task, y)| -> Result<()> {
+                let (first, count) = (task * per_task, y.len() / n.max(1));
+                let product = if is_pointwise(&g) {
+                    int8_product(&x[first * k..(first + count) * k], count, &w, false)?
+                } else {
+                    let mut patches = crate::cpu::try_uninit_buffer::<u8>(op, count * k)?;
+                    im2row_nhwc(&g, x, pad, first, &mut patches);
+                    let product = int8_product(&patches, count, &w, false)?;
+                    crate::buffer_cache::recycle(patches);
+                    product
+                };
+                let (acc, row_sums) = product;
+                for ((y, acc), &rs) in y
+                    .chunks_exact_mut(n.max(1))
+                    .zip(acc.chunks_exact(n.max(1)))
+                    .zip(&row_sums)
+                {
+                    requantize.row(acc, rs, y);
+                }
+                crate::buffer_cache::recycle(acc);
+                Ok(())
+            })
+    })??;
     tensor_from(out, &[g.n, g.oh, g.ow, g.c_out]).permute(&[0, 3, 1, 2])
 }

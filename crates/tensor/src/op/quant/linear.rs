@@ -115,11 +115,11 @@ impl Requantize {
         }
     }
 
-    /// The fast path four channels at a time with SSE2 (the x86-64 baseline): the same
-    /// operations in the same order as the scalar loop, `cvtps2dq` rounding half to even;
-    /// returns how many leading channels it wrote.
+    /// The fast path four channels at a time with SSE2 (the x86-64 baseline) from channel
+    /// `start`: the same operations in the same order as the scalar loop, `cvtps2dq`
+    /// rounding half to even; returns how many leading channels are written.
     #[cfg(target_arch = "x86_64")]
-    fn row_sse2(&self, acc: &[i32], offset: &[i32], out: &mut [u8]) -> usize {
+    fn row_sse2(&self, acc: &[i32], offset: &[i32], out: &mut [u8], start: usize) -> usize {
         use std::arch::x86_64::*;
         let n = out
             .len()
@@ -127,7 +127,7 @@ impl Requantize {
             .min(offset.len())
             .min(self.multiplier.len())
             .min(self.shift.len());
-        let mut j = 0;
+        let mut j = start;
         // SAFETY: SSE2 is part of the x86-64 baseline; every load and store covers
         // elements j..j+4 < n of slices at least n long.
         unsafe {
@@ -150,9 +150,59 @@ impl Requantize {
         j
     }
 
+    /// The same eight channels at a time with AVX2 (checked at run time, once); returns how
+    /// many leading channels it wrote.
+    #[cfg(target_arch = "x86_64")]
+    fn row_avx2(&self, acc: &[i32], offset: &[i32], out: &mut [u8]) -> usize {
+        static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !*AVX2.get_or_init(|| is_x86_feature_detected!("avx2")) {
+            return 0;
+        }
+        // SAFETY: the CPU runs AVX2 (checked above).
+        unsafe { self.row_avx2_unchecked(acc, offset, out) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn row_avx2_unchecked(&self, acc: &[i32], offset: &[i32], out: &mut [u8]) -> usize {
+        use std::arch::x86_64::*;
+        let n = out
+            .len()
+            .min(acc.len())
+            .min(offset.len())
+            .min(self.multiplier.len())
+            .min(self.shift.len());
+        let mut j = 0;
+        // SAFETY: every load and store covers elements j..j+8 < n of slices at least n long.
+        unsafe {
+            let (lo, hi) = (_mm256_set1_ps(self.lo), _mm256_set1_ps(255.0));
+            while j + 8 <= n {
+                let a = _mm256_loadu_si256(acc.as_ptr().add(j) as *const __m256i);
+                let off = _mm256_loadu_si256(offset.as_ptr().add(j) as *const __m256i);
+                let v = _mm256_cvtepi32_ps(_mm256_add_epi32(a, off));
+                let v = _mm256_add_ps(
+                    _mm256_mul_ps(v, _mm256_loadu_ps(self.multiplier.as_ptr().add(j))),
+                    _mm256_loadu_ps(self.shift.as_ptr().add(j)),
+                );
+                let q = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));
+                let words =
+                    _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+                let bytes = _mm_packus_epi16(words, words);
+                _mm_storel_epi64(out.as_mut_ptr().add(j) as *mut __m128i, bytes);
+                j += 8;
+            }
+        }
+        j
+    }
+
     #[cfg(not(target_arch = "x86_64"))]
-    fn row_sse2(&self, _acc: &[i32], _offset: &[i32], _out: &mut [u8]) -> usize {
+    fn row_avx2(&self, _acc: &[i32], _offset: &[i32], _out: &mut [u8]) -> usize {
         0
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn row_sse2(&self, _acc: &[i32], _offset: &[i32], _out: &mut [u8], start: usize) -> usize {
+        start
     }
 
     /// The u8 outputs of one row from its raw sums and its input row's sum.
@@ -160,7 +210,8 @@ impl Requantize {
         let finish = |v: f32| round_half_even(v.clamp(self.lo, 255.0)) as u8;
         match &self.offset_i32 {
             Some(offset) => {
-                let done = self.row_sse2(acc, offset, out);
+                let done = self.row_avx2(acc, offset, out);
+                let done = self.row_sse2(acc, offset, out, done);
                 for ((((o, &a), &off), &m), &sh) in out
                     .iter_mut()
                     .zip(acc)
