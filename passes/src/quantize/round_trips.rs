@@ -5,6 +5,7 @@
 //! [`super::u8_average`]). Chains whose values are also read as float, and round trips whose
 //! two parameters differ, are left alone.
 
+use super::hoist_dequantize::dequantized_u8;
 use super::shared_qparams::keeps_qparams;
 use super::u8_average::give_zero_point;
 use crate::Result;
@@ -27,27 +28,6 @@ fn quantize_params(gm: &GraphModule, node: &NodeId) -> Result<Option<(f64, i64)>
     })
 }
 
-/// The `scale` and `zero_point` a node dequantizes with, if it dequantizes a u8 tensor.
-fn dequantize_params(gm: &GraphModule, node: &NodeId) -> Result<Option<(f64, i64)>> {
-    let n = gm.graph.node(node)?;
-    let NodeKind::CallFunction {
-        op: Op::Quant(QuantOp::DequantizePerTensor { scale, zero_point }),
-    } = &n.kind
-    else {
-        return Ok(None);
-    };
-    let Some(input) = gm.graph.operands(node)?.into_iter().next() else {
-        return Ok(None);
-    };
-    let u8_input = gm
-        .graph
-        .node(&input)?
-        .meta
-        .iter()
-        .all(|m| m.dtype == DType::U8);
-    Ok(u8_input.then_some((*scale, *zero_point)))
-}
-
 /// Folds every round trip of the graph; returns whether any was folded.
 pub(super) fn fold_round_trips(gm: &mut GraphModule) -> Result<bool> {
     let mut changed = false;
@@ -67,7 +47,7 @@ pub(super) fn fold_round_trips(gm: &mut GraphModule) -> Result<bool> {
             chain.push(node);
             node = operand;
         }
-        if dequantize_params(gm, &node)? != Some(params) {
+        if dequantized_u8(gm, &node)?.map(|(params, _)| params) != Some(params) {
             continue;
         }
         let dequantize = node;

@@ -199,6 +199,26 @@ fn check_static_inputs(
 }
 
 impl QuantOp {
+    /// The `(scale, zero_point)` of an add's `a`, `b` and output (zeros for other ops).
+    fn add_params(&self) -> [(f64, i64); 3] {
+        match self {
+            QuantOp::Add {
+                a_scale,
+                a_zero_point,
+                b_scale,
+                b_zero_point,
+                out_scale,
+                out_zero_point,
+                ..
+            } => [
+                (*a_scale, *a_zero_point),
+                (*b_scale, *b_zero_point),
+                (*out_scale, *out_zero_point),
+            ],
+            _ => [(0.0, 0); 3],
+        }
+    }
+
     fn op_name(&self) -> &'static str {
         match self {
             QuantOp::QuantizePerTensor { .. } => "quantize_per_tensor",
@@ -299,15 +319,12 @@ impl OpDef for QuantOp {
                 let g = conv::geometry(op, params, &inputs[0].shape, &inputs[1].shape)?;
                 TensorMeta::new(g.output_shape(), DType::U8)
             }
-            QuantOp::Add {
-                a_scale,
-                a_zero_point,
-                b_scale,
-                b_zero_point,
-                out_scale,
-                out_zero_point,
-                ..
-            } => {
+            QuantOp::Add { .. } => {
+                let [
+                    (a_scale, a_zero_point),
+                    (b_scale, b_zero_point),
+                    (out_scale, out_zero_point),
+                ] = self.add_params();
                 expect_count(op, inputs, 2)?;
                 for (what, (x, scale, zero_point)) in [
                     ("a", (&inputs[0], a_scale, a_zero_point)),
@@ -315,7 +332,7 @@ impl OpDef for QuantOp {
                     ("output", (&inputs[0], out_scale, out_zero_point)),
                 ] {
                     expect_dtype(op, what, x, &[DType::U8])?;
-                    check_qparams(op, *scale, *zero_point, DType::U8)?;
+                    check_qparams(op, scale, zero_point, DType::U8)?;
                 }
                 if inputs[0].shape != inputs[1].shape {
                     return Err(TensorError::shapes(
@@ -379,21 +396,10 @@ impl OpDef for QuantOp {
                 QParams::new(*out_scale as f32, *out_zero_point),
                 *relu,
             )?,
-            QuantOp::Add {
-                a_scale,
-                a_zero_point,
-                b_scale,
-                b_zero_point,
-                out_scale,
-                out_zero_point,
-                relu,
-            } => add::add_static(
-                self.op_name(),
-                (inputs[0], QParams::new(*a_scale as f32, *a_zero_point)),
-                (inputs[1], QParams::new(*b_scale as f32, *b_zero_point)),
-                QParams::new(*out_scale as f32, *out_zero_point),
-                *relu,
-            )?,
+            QuantOp::Add { relu, .. } => {
+                let [a, b, out] = self.add_params().map(|(s, z)| QParams::new(s as f32, z));
+                add::add_static(self.op_name(), (inputs[0], a), (inputs[1], b), out, *relu)?
+            }
             QuantOp::AvgPool { pool, zero_point } => {
                 super::pool::average_u8(pool, inputs[0], *zero_point)?
             }
