@@ -49,6 +49,43 @@ fn quantize_rounds_half_to_even_and_clamps_to_the_dtype() {
 }
 
 #[test]
+fn u8_quantize_of_every_kind_of_f32_equals_the_definition() {
+    // Ties at every half step, values past both ends, infinities and NaN, with a length that
+    // leaves a tail after the eight-wide vector loop.
+    let mut values: Vec<f32> = (-600..600).map(|i| i as f32 * 0.25).collect();
+    values.extend([
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e30,
+        -1e30,
+        3.0e9,
+        -3.0e9,
+    ]);
+    for q in [
+        QParams::new(0.5, 10),
+        QParams::new(0.1, 255),
+        QParams::new(3.0, 0),
+    ] {
+        let expected: Vec<u8> = values
+            .iter()
+            .map(|&v| {
+                let r = v * (1.0 / q.scale);
+                let r = if r.is_nan() {
+                    0
+                } else {
+                    r.round_ties_even() as i64
+                };
+                r.saturating_add(q.zero_point).clamp(0, 255) as u8
+            })
+            .collect();
+        let x = f32s(&values, &[values.len()]);
+        let y = quantize_per_tensor(&x, q, DType::U8).unwrap();
+        assert_eq!(y.to_vec::<u8>().unwrap(), expected, "{q:?}");
+    }
+}
+
+#[test]
 fn dequantize_of_quantize_is_within_half_a_step() {
     let x = randn(&[1000], 1);
     let v = values(&x);

@@ -10,6 +10,7 @@ mod conv;
 pub mod gemm_i8;
 mod linear;
 mod pool;
+mod quantize_u8;
 mod weights;
 
 pub(crate) use affine::round_half_even;

@@ -134,7 +134,9 @@ pub(crate) fn quantize_f32(x: f32, q: QParams, (qmin, qmax): (i64, i64)) -> i64 
     // PyTorch (`quantize_val`, fbgemm's `Quantize`) multiplies by the f32 reciprocal of the
     // scale rather than dividing: the two differ in the last bit, which decides exact ties
     // (a weight at -127.5 steps rounds to -128 one way and -127 the other).
-    (round_half_even(x * (1.0 / q.scale)) + q.zero_point).clamp(qmin, qmax)
+    round_half_even(x * (1.0 / q.scale))
+        .saturating_add(q.zero_point)
+        .clamp(qmin, qmax)
 }
 
 /// The same in f64.
@@ -211,6 +213,9 @@ pub(super) fn quantize_per_tensor(
 ) -> Result<Tensor> {
     let op = "quantize_per_tensor";
     let range = super::qrange(op, dtype)?;
+    if dtype == DType::U8 && x.dtype() == DType::F32 {
+        return super::quantize_u8::quantize_f32_to_u8(x, QParams::new(scale as f32, zero_point));
+    }
     let params = move |_: usize| (scale, zero_point);
     qint_dispatch!(dtype, op, Q => quantize_with::<Q>(x, op, &params, range))
 }
