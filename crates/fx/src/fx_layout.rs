@@ -142,7 +142,8 @@ impl GraphModule {
     }
 
     /// Owned module name -> traced path, for the replacements torch.fx's layout can show:
-    /// no node uses the traced module any more and no other owned module claims its path.
+    /// no node uses the traced module any more and no other owned module that a node uses
+    /// claims its path (a folded conv replaced again by its quantized copy claims nothing).
     fn valid_replacements(&self) -> HashMap<String, String> {
         let used: HashSet<&str> = self
             .graph
@@ -156,7 +157,8 @@ impl GraphModule {
             .collect();
         let mut claims: HashMap<&str, Vec<&str>> = HashMap::new();
         for (name, traced) in &self.replaces {
-            if self.owned_modules().contains_key(name) {
+            let called = used.iter().any(|t| split_first(t).0 == name.as_str());
+            if self.owned_modules().contains_key(name) && called {
                 claims.entry(traced.as_str()).or_default().push(name);
             }
         }

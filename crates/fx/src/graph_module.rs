@@ -75,7 +75,9 @@ impl GraphModule {
     /// `traced_path` (the conv `conv1` with a batch norm folded in), as torch.fx's `fuse`
     /// replaces a module in place: [`GraphModule::fx_state_dict`] files it under
     /// `traced_path` once no node calls the traced module any more. The ordinary state dict
-    /// keeps both under their own names.
+    /// keeps both under their own names. `traced_path` may name an owned module that itself
+    /// replaces a traced one (a quantized copy of a folded conv): the new module then stands
+    /// in for that traced module.
     pub fn add_owned_module_replacing(
         &mut self,
         name: &str,
@@ -83,7 +85,9 @@ impl GraphModule {
         traced_path: &str,
     ) -> crate::Result<()> {
         self.add_owned_module(name, module)?;
-        self.replaces.insert(name.into(), traced_path.into());
+        let traced = self.replaces.get(traced_path).cloned();
+        let traced = traced.unwrap_or_else(|| traced_path.into());
+        self.replaces.insert(name.into(), traced);
         Ok(())
     }
 

@@ -8,6 +8,7 @@
 //! order, and written as `.pt` it loads strictly into PyTorch's fused model with the same
 //! output (checked with `python scripts/fuse_fixtures.py --check target/tmp/fuse_tessera.pt`
 //! after this file's tests ran: `<All keys matched successfully>`, outputs 3e-8 apart).
+//! Statically quantized, each quantized module sits at the path of the layer it replaced.
 
 use crate::common::traced;
 use std::path::PathBuf;
@@ -23,7 +24,7 @@ use tessera_nn::{
     load_pt_state_dict, load_safetensors, save_pt_state_dict,
 };
 use tessera_passes::{FoldBatchNorm, Pass};
-use tessera_tensor::{Tensor, no_grad};
+use tessera_tensor::{DType, Tensor, no_grad};
 use tessera_testkit::assert_close;
 
 /// `FuseNet` of `scripts/fuse_fixtures.py`.
@@ -187,7 +188,7 @@ fn a_conv_still_called_keeps_its_key_and_the_folded_copy_its_own_name() {
         bn: BatchNorm2d::new(2).unwrap(),
     });
     model.eval();
-    let meta = tessera_tensor::TensorMeta::new(vec![1, 2, 3, 3], tessera_tensor::DType::F32);
+    let meta = tessera_tensor::TensorMeta::new(vec![1, 2, 3, 3], DType::F32);
     let mut gm = traced(model, meta, LeafPolicy::default());
     FoldBatchNorm.run(&mut gm).unwrap();
     let state = gm.fx_state_dict().unwrap();
@@ -196,4 +197,32 @@ fn a_conv_still_called_keeps_its_key_and_the_folded_copy_its_own_name() {
         keys,
         ["conv.weight", "conv.bias", "conv_bn.weight", "conv_bn.bias"]
     );
+}
+
+/// After static quantization each quantized module sits at the path of the layer it replaced,
+/// as after PyTorch's `convert_fx`; its leaf keys are Tessera's own (PyTorch's quantized
+/// modules keep quantized tensors and packed parameters that only torch can write: see the
+/// README's quantization section).
+#[test]
+fn quantized_modules_sit_at_the_converted_layers_paths() {
+    let gm = {
+        let weights = load_pt_state_dict(fixture("fuse_model.pt")).unwrap();
+        let mut gm = folded(Some(&weights));
+        tessera_passes::InsertObservers.run(&mut gm).unwrap();
+        let (input, _) = input_and_output();
+        tessera_passes::calibrate(&gm, &[vec![input]]).unwrap();
+        tessera_passes::ConvertStatic { per_channel: true }
+            .run(&mut gm)
+            .unwrap();
+        gm
+    };
+    let state = gm.fx_state_dict().unwrap();
+    let paths = ["conv1", "layer1.0.conv1", "layer1.0.conv2", "head", "fc"];
+    let leaves = ["weight", "weight_scale", "weight_zero_point", "bias"];
+    let expected: Vec<String> = paths
+        .iter()
+        .flat_map(|p| leaves.iter().map(move |l| format!("{p}.{l}")))
+        .collect();
+    assert_eq!(state.keys().collect::<Vec<_>>(), expected);
+    assert_eq!(state.get("conv1.weight").unwrap().dtype(), DType::I8);
 }
