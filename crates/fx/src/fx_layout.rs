@@ -26,7 +26,7 @@ pub struct FxLayout {
 /// One attribute of a layout module.
 enum Entry {
     /// A plain module made to hold the next segment of deeper paths.
-    Holder(FxLayout),
+    Holder(Box<FxLayout>),
     /// The submodule at `path` inside `owner` (the traced root or an owned module).
     Module {
         owner: Arc<dyn Module>,
@@ -57,7 +57,7 @@ impl FxLayout {
             let next = node
                 .entries
                 .entry(segment.into())
-                .or_insert_with(|| Entry::Holder(FxLayout::holder("Module")));
+                .or_insert_with(|| Entry::Holder(Box::new(FxLayout::holder("Module"))));
             let Entry::Holder(holder) = next else {
                 return;
             };
@@ -73,7 +73,7 @@ impl Module for FxLayout {
     fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
         for (name, entry) in &self.entries {
             match entry {
-                Entry::Holder(holder) => visitor.child(name, holder),
+                Entry::Holder(holder) => visitor.child(name, holder.as_ref()),
                 Entry::Module { owner, path } => {
                     // Resolved when the layout was built, from modules that never change.
                     if let Ok(module) = owner.get_submodule(path) {
