@@ -95,6 +95,19 @@ pub enum FxError {
         #[source]
         source: TraceError,
     },
+    /// A `call_module` or `get_attr` target that names no module, parameter, buffer or
+    /// constant, so torch.fx's state-dict layout has nowhere to take it from.
+    #[error(
+        "torch.fx layout: %{node} targets `{target}`, which is no module, parameter, buffer or constant"
+    )]
+    LayoutTarget { node: String, target: String },
+    /// Writing or loading the state dict of torch.fx's layout failed (a missing or
+    /// unexpected key, a shape mismatch: the cause names the key).
+    #[error("torch.fx layout state dict: {source}")]
+    LayoutState {
+        #[source]
+        source: Box<NnError>,
+    },
     /// A rewrite whose pattern or replacement graph cannot be used.
     #[error("rewrite: {problem}")]
     Pattern { problem: PatternError },

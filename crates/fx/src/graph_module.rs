@@ -26,6 +26,9 @@ pub struct GraphModule {
     /// Modules the graph module owns (added by passes), children next to the root's; shared
     /// with the graph module's [`GraphModule::share`]d copies.
     owned: IndexMap<String, Arc<dyn Module>>,
+    /// Owned module name -> the path of the traced module it stands in for (a folded conv for
+    /// `conv1`), where torch.fx's layout ([`GraphModule::fx_state_dict`]) files it.
+    pub(crate) replaces: IndexMap<String, String>,
     /// The names of the root's own parameters, buffers and children (the shared root cannot
     /// change), collected once for [`GraphModule::fresh_name`].
     root_names: OnceLock<HashSet<String>>,
@@ -45,6 +48,7 @@ impl GraphModule {
             graph: traced.graph,
             constants,
             owned: IndexMap::new(),
+            replaces: IndexMap::new(),
             root_names: OnceLock::new(),
         }
     }
@@ -67,9 +71,36 @@ impl GraphModule {
         Ok(())
     }
 
+    /// [`GraphModule::add_owned_module`] for a module that stands in for the traced module at
+    /// `traced_path` (the conv `conv1` with a batch norm folded in), as torch.fx's `fuse`
+    /// replaces a module in place: [`GraphModule::fx_state_dict`] files it under
+    /// `traced_path` once no node calls the traced module any more. The ordinary state dict
+    /// keeps both under their own names. `traced_path` may name an owned module that itself
+    /// replaces a traced one (a quantized copy of a folded conv): the new module then stands
+    /// in for that traced module.
+    pub fn add_owned_module_replacing(
+        &mut self,
+        name: &str,
+        module: Box<dyn Module>,
+        traced_path: &str,
+    ) -> crate::Result<()> {
+        self.add_owned_module(name, module)?;
+        let traced = self.replaces.get(traced_path).cloned();
+        let traced = traced.unwrap_or_else(|| traced_path.into());
+        self.replaces.insert(name.into(), traced);
+        Ok(())
+    }
+
     /// Removes the owned module `name` (a pass that replaces it again), if there is one.
     pub fn remove_owned_module(&mut self, name: &str) -> Option<Arc<dyn Module>> {
+        self.replaces.shift_remove(name);
         self.owned.shift_remove(name)
+    }
+
+    /// The traced module path the owned module `name` stands in for, if it was added with
+    /// [`GraphModule::add_owned_module_replacing`].
+    pub fn replaced_path(&self, name: &str) -> Option<&str> {
+        self.replaces.get(name).map(String::as_str)
     }
 
     /// The modules the graph module owns, in the order they were added.
@@ -87,6 +118,7 @@ impl GraphModule {
             graph: self.graph.clone(),
             constants: self.constants.clone(),
             owned: self.owned.clone(),
+            replaces: self.replaces.clone(),
             root_names: OnceLock::new(),
         }
     }
@@ -113,6 +145,11 @@ impl GraphModule {
     /// The module the graph was traced from.
     pub fn root(&self) -> &dyn Module {
         self.root.as_module()
+    }
+
+    /// The shared handle of the module the graph was traced from.
+    pub(crate) fn root_handle(&self) -> &Arc<dyn Module> {
+        &self.root
     }
 
     /// Saves the graph as a deployment artifact (see [`crate::artifact`]): module calls are

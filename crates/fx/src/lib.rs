@@ -52,6 +52,7 @@ mod code;
 mod dot;
 mod edit;
 mod error;
+pub mod fx_layout;
 mod graph;
 pub mod graph_module;
 mod graph_serde;
@@ -76,6 +77,7 @@ pub use edit::ValueMap;
 pub use error::{
     ArtifactError, FxError, InlineError, PatternError, Result, Role, RunError, TraceError,
 };
+pub use fx_layout::FxLayout;
 pub use graph::Graph;
 pub use graph_module::GraphModule;
 pub use names::sanitize as sanitize_name;

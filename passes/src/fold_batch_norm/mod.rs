@@ -3,8 +3,11 @@
 //! (`call_module` pairs, [`modules`]) and at op level (`conv2d`/`linear` then `batch_norm`,
 //! [`ops`]). Unlike torch.fx's `fuse`, it never changes a module of the traced model: folded
 //! layers are new modules or constants the graph module owns, and other uses of the conv (its
-//! output read elsewhere, the conv module called again) keep the original. A graph with a
-//! training-mode batch norm is refused: its output depends on the batch, not on constants.
+//! output read elsewhere, the conv module called again) keep the original. The graph module's
+//! state dict keeps the traced model's keys; its torch.fx layout
+//! (`GraphModule::fx_state_dict`) has `fuse`'s keys: the folded conv under the conv's path and
+//! no batch norm keys. A graph with a training-mode batch norm is refused: its output depends
+//! on the batch, not on constants.
 
 pub mod formula;
 mod modules;

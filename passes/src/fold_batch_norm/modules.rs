@@ -1,7 +1,8 @@
 //! Module-level folding: `call_module[bn](call_module[conv](x))` becomes one call of a new
 //! conv the graph module owns, whose weight and bias have the batch norm folded in. The traced
 //! model's modules are never changed, so a conv also called elsewhere, or whose output has
-//! other users, keeps working there: those uses still call the original.
+//! other users, keeps working there: those uses still call the original. The new conv is
+//! recorded as replacing the conv, so [`GraphModule::fx_state_dict`] keys it as `fuse` does.
 
 use super::attribute_error;
 use super::formula::{BatchNormStats, WeightLayout, fold};
@@ -163,7 +164,9 @@ pub(super) fn fold_module_pairs(gm: &mut GraphModule) -> Result<bool> {
         let leaf = bn_target.rsplit('.').next().unwrap_or(&bn_target);
         let name = gm.fresh_name(&format!("{conv_target}_{leaf}"));
         let (fused_kind, repr) = (fused.kind(), tessera_nn::repr(fused.as_module()));
-        gm.add_owned_module(&name, fused)?;
+        // torch.fx's `fuse` puts the folded conv in the conv's place: its layout does too,
+        // once no node calls the conv any more.
+        gm.add_owned_module_replacing(&name, fused, &conv_target)?;
         let meta = gm.graph.node(&bn_id)?.meta.clone();
         let folded = gm.graph.insert_before(&bn_id, |g| {
             g.call_module(&name, fused_kind, &repr, &[&input], meta)

@@ -186,7 +186,9 @@ impl ConvertStatic {
         let (kind, repr) = (module.kind(), tessera_nn::repr(module.as_module()));
         let leaf = if block.relu.is_some() { "_relu" } else { "" };
         let name = gm.fresh_name(&format!("{}{leaf}_quantized", block.target));
-        gm.add_owned_module(&name, module)?;
+        // As `convert_fx` swaps the (fused) conv at its path, torch.fx's layout files the
+        // quantized module under the conv's path.
+        gm.add_owned_module_replacing(&name, module, &block.target)?;
         let Some(x) = gm.graph.operands(&block.layer)?.into_iter().next() else {
             return Ok(false);
         };

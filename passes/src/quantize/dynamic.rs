@@ -58,7 +58,7 @@ impl Pass for QuantizeDynamic {
             quantized.reduce_range = self.reduce_range;
             let (quantized_kind, repr) = (quantized.kind(), tessera_nn::repr(&quantized));
             let name = gm.fresh_name(&format!("{target}_dynamic_quantized"));
-            gm.add_owned_module(&name, Box::new(quantized))?;
+            gm.add_owned_module_replacing(&name, Box::new(quantized), &target)?;
             let operands = gm.graph.operands(&id)?;
             let meta = gm.graph.node(&id)?.meta.clone();
             let new = gm.graph.insert_before(&id, |g| {
