@@ -39,12 +39,11 @@ impl Tensor {
         let version = self.version();
         {
             let values = data.storage.derived.0.lock().unwrap_or_else(poisoned);
-            if let Some(hit) = values.iter().find(|e| key(e) && e.version == version) {
-                if let Ok(value) = Arc::clone(&hit.value).downcast::<T>()
-                    && is_current(&value)
-                {
-                    return Ok(value);
-                }
+            if let Some(hit) = values.iter().find(|e| key(e) && e.version == version)
+                && let Ok(value) = Arc::clone(&hit.value).downcast::<T>()
+                && is_current(&value)
+            {
+                return Ok(value);
             }
         }
         // Computed outside the lock: `make` may read this tensor.
