@@ -37,7 +37,7 @@ fn prepared(batch: usize) -> (Arc<Sequential>, GraphModule) {
         TensorMeta::new(vec![batch, 1, 8, 8], DType::F32),
         LeafPolicy::default(),
     );
-    PrepareQat.run(&mut gm).unwrap();
+    PrepareQat::default().run(&mut gm).unwrap();
     gm.graph.verify().unwrap();
     (model, gm)
 }
@@ -97,7 +97,7 @@ fn prepare_qat_swaps_layers_and_fake_quantizes_block_inputs_and_outputs() {
         TensorMeta::new(vec![2, 1, 8, 8], DType::F32),
         LeafPolicy::default(),
     );
-    let (changed, text) = run_pass(Box::new(PrepareQat), &mut gm);
+    let (changed, text) = run_pass(Box::new(PrepareQat::default()), &mut gm);
     assert_eq!(changed, Changed::Yes);
     snapshots().bind(|| insta::assert_snapshot!("quantize_prepare_qat_cnn", text));
     let owned: Vec<&String> = gm.owned_modules().keys().collect();
