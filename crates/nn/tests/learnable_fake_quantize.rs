@@ -96,11 +96,10 @@ fn per_channel_weights_are_symmetric_with_one_scale_per_channel() {
     .unwrap();
     assert_eq!(read(&out), read(&want));
     // Eight levels per channel at most.
-    for c in 0..3 {
-        let levels: std::collections::BTreeSet<i64> = read(&out)[c * 5..(c + 1) * 5]
-            .iter()
-            .map(|v| (v / scales[c]).round() as i64)
-            .collect();
+    let values = read(&out);
+    for (channel, scale) in values.chunks(5).zip(&scales) {
+        let levels: std::collections::BTreeSet<i64> =
+            channel.iter().map(|v| (v / scale).round() as i64).collect();
         assert!(levels.iter().all(|q| (-4..=3).contains(q)), "{levels:?}");
     }
 }
