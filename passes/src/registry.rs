@@ -20,7 +20,7 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(FuseGroups),
         Box::new(QuantizeDynamic::new(true)),
         Box::new(InsertObservers),
-        Box::new(PrepareQat),
+        Box::new(PrepareQat::default()),
         Box::new(ConvertStatic { per_channel: true }),
     ]
 }

@@ -151,6 +151,7 @@ module_kinds! {
         DynamicQuantizedLinear,
         MinMaxObserver,
         FakeQuantize,
+        LearnableFakeQuantize,
         QatConv2d,
         QatLinear,
     ],

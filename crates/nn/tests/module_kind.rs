@@ -92,11 +92,12 @@ fn builtin_types_have_their_variant_as_kind() {
         DynamicQuantizedLinear,
         MinMaxObserver,
         FakeQuantize,
+        LearnableFakeQuantize,
         QatConv2d,
         QatLinear,
     );
     assert_eq!(ModuleKind::LAYERS.len(), 69);
-    assert_eq!(ModuleKind::QUANTIZED.len(), 9);
+    assert_eq!(ModuleKind::QUANTIZED.len(), 10);
 }
 
 #[test]

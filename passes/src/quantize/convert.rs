@@ -10,8 +10,9 @@
 //! Blocks without observers on both sides, and convs with groups other than 1, stay float.
 //! An observer that never saw a value is an error naming it: calibrate first.
 //! A graph prepared for quantization-aware training (`PrepareQat`) converts the same way:
-//! its `FakeQuantize` modules stand for the observers, with the parameters training left in
-//! them, and each QAT layer's weight is rounded with its weight fake quantizer's parameters.
+//! its fake quantizers stand for the observers, with the parameters training left in them
+//! (observed, or learned and rounded as PyTorch's `calculate_qparams`), and each QAT layer's
+//! weight is rounded with its weight fake quantizer's parameters and range.
 
 use super::blocks::{Block, find_blocks};
 use super::hoist_dequantize::hoist_dequantize;
@@ -24,8 +25,8 @@ use crate::{Changed, Pass, PassError, Result};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
 use tessera_nn::layers::{Conv2d, Linear};
 use tessera_nn::quantized::{
-    FakeQuantize, MinMaxObserver, QatConv2d, QatLinear, QuantizedConv2d, QuantizedConvReLU2d,
-    QuantizedLinear, QuantizedLinearReLU,
+    FakeQuantizeBase, MinMaxObserver, QatConv2d, QatLinear, QuantizedConv2d, QuantizedConvReLU2d,
+    QuantizedLinear, QuantizedLinearReLU, as_fake_quantize,
 };
 use tessera_nn::{Module, ModuleExt};
 use tessera_tensor::op::QuantOp;
@@ -52,32 +53,17 @@ fn observer_params(gm: &GraphModule, node: &NodeId) -> Result<QParams> {
             gm.graph.display(node)
         )));
     };
-    let module = gm.owned_modules().get(target).map(|m| m.as_any());
+    let module = gm.owned_modules().get(target).map(|m| &**m);
     let not_calibrated = || PassError::NotCalibrated {
         observer: target.clone(),
         node: gm.graph.display(node),
     };
     let read_error = |e| PassError::Unsupported(format!("observer `{target}`: {e}"));
-    if let Some(fake_quant) = module.and_then(|m| m.downcast_ref::<FakeQuantize>()) {
-        if !fake_quant.has_observed().map_err(read_error)? {
-            return Err(not_calibrated());
-        }
-        if (fake_quant.quant_min, fake_quant.quant_max) != (0, 255) || fake_quant.symmetric {
-            return Err(PassError::Unsupported(format!(
-                "observer `{target}`: the static int8 ops read and write u8 [0, 255] affine, got [{}, {}]{}",
-                fake_quant.quant_min,
-                fake_quant.quant_max,
-                if fake_quant.symmetric {
-                    " symmetric"
-                } else {
-                    ""
-                }
-            )));
-        }
-        return fake_quant.qparams().map_err(read_error);
+    if let Some(fake_quant) = module.and_then(as_fake_quantize) {
+        return fake_quantizer_params(fake_quant, target)?.ok_or_else(not_calibrated);
     }
     let observer = module
-        .and_then(|m| m.downcast_ref::<MinMaxObserver>())
+        .and_then(|m| m.as_any().downcast_ref::<MinMaxObserver>())
         .ok_or_else(|| {
             PassError::Unsupported(format!("{} is not an observer", gm.graph.display(node)))
         })?;
@@ -85,6 +71,40 @@ fn observer_params(gm: &GraphModule, node: &NodeId) -> Result<QParams> {
         return Err(not_calibrated());
     }
     observer.qparams().map_err(read_error)
+}
+
+/// The per-tensor u8 parameters of an activation fake quantizer called `target`, or `None`
+/// when it never observed a value.
+fn fake_quantizer_params(
+    fake_quant: &dyn FakeQuantizeBase,
+    target: &str,
+) -> Result<Option<QParams>> {
+    let read_error =
+        |e: &dyn std::fmt::Display| PassError::Unsupported(format!("observer `{target}`: {e}"));
+    if !fake_quant.has_observed().map_err(|e| read_error(&e))? {
+        return Ok(None);
+    }
+    let (quant_min, quant_max) = fake_quant.quant_range();
+    if (quant_min, quant_max) != (0, 255) || fake_quant.is_symmetric() {
+        let symmetric = if fake_quant.is_symmetric() {
+            " symmetric"
+        } else {
+            ""
+        };
+        return Err(read_error(&format!(
+            "the static int8 ops read and write u8 [0, 255] affine, got [{quant_min}, {quant_max}]{symmetric}"
+        )));
+    }
+    let (scales, zero_points) = fake_quant.calculate_qparams().map_err(|e| read_error(&e))?;
+    let scales = scales.to_vec::<f32>().map_err(|e| read_error(&e))?;
+    let zero_points = zero_points.to_vec::<i64>().map_err(|e| read_error(&e))?;
+    match (scales.as_slice(), zero_points.as_slice()) {
+        ([scale], [zero_point]) => Ok(Some(QParams::new(*scale, *zero_point))),
+        _ => Err(read_error(&format!(
+            "{} scales where a block's input or output takes one",
+            scales.len()
+        ))),
+    }
 }
 
 /// The quantized module replacing `block`, or `None` for a layer this pass leaves float.

@@ -10,21 +10,21 @@ use super::blocks::find_blocks;
 use super::shared_qparams::through_shared_qparams;
 use crate::{Changed, Pass, PassError, Result};
 use tessera_fx::{GraphModule, NodeId, NodeKind};
-use tessera_nn::quantized::{FakeQuantize, MinMaxObserver};
+use tessera_nn::quantized::{MinMaxObserver, as_fake_quantize};
 use tessera_nn::{Module, ModuleExt, ModuleKind};
 
 /// Inserts min/max observers around the blocks static quantization will convert.
 pub struct InsertObservers;
 
 /// Whether `node` calls an owned observer: a `MinMaxObserver` (post-training calibration) or
-/// a `FakeQuantize` (quantization-aware training), either of which records the parameters a
+/// a fake quantizer (quantization-aware training), either of which records the parameters a
 /// block's input or output is converted with.
 pub(super) fn is_observer(gm: &GraphModule, node: &NodeId) -> Result<bool> {
     Ok(match &gm.graph.node(node)?.kind {
-        NodeKind::CallModule { target, .. } => gm.owned_modules().get(target).is_some_and(|m| {
-            let any = m.as_any();
-            any.is::<MinMaxObserver>() || any.is::<FakeQuantize>()
-        }),
+        NodeKind::CallModule { target, .. } => gm
+            .owned_modules()
+            .get(target)
+            .is_some_and(|m| m.as_any().is::<MinMaxObserver>() || as_fake_quantize(&**m).is_some()),
         _ => false,
     })
 }

@@ -1,7 +1,9 @@
 //! Quantization-aware training: `prepare_qat` on a small conv/linear model (the printed graph,
 //! parameters shared with the float model), training through the prepared graph, and
 //! `convert_static` of the trained graph into the int8 graph whose outputs match the
-//! fake-quantized ones; converting before any training step is an error.
+//! fake-quantized ones; converting before any training step is an error. With learnable fake
+//! quantizers and 3-bit weights, calibration then training moves the scales and the int8
+//! graph still matches the fake-quantized outputs, its weights holding 3-bit values.
 
 use crate::common::{run_pass, snapshots, traced};
 use std::sync::Arc;
@@ -10,10 +12,11 @@ use tessera_fx::trace::LeafPolicy;
 use tessera_nn::layers::{Conv2d, Conv2dOptions, Flatten, Linear, MaxPool2d, ReLU};
 use tessera_nn::optim::{Adam, AdamOptions, Optimizer};
 use tessera_nn::quantized::{
-    FakeQuantize, QatConv2d, QuantizedConvReLU2d, QuantizedLinear, enable_observers,
+    FakeQuantize, LearnableFakeQuantize, QatConv2d, QuantizedConvReLU2d, QuantizedLinear,
+    enable_observers, enable_param_learning,
 };
 use tessera_nn::{Call, ModuleExt, Sequential};
-use tessera_passes::{Changed, ConvertStatic, Pass, PassError, PrepareQat};
+use tessera_passes::{Changed, ConvertStatic, Pass, PassError, PrepareQat, calibrate};
 use tessera_tensor::functional::cross_entropy;
 use tessera_tensor::{DType, Generator, Tensor, TensorMeta};
 
@@ -31,13 +34,17 @@ fn model() -> Arc<Sequential> {
 }
 
 fn prepared(batch: usize) -> (Arc<Sequential>, GraphModule) {
+    prepared_with(batch, PrepareQat::default())
+}
+
+fn prepared_with(batch: usize, prepare: PrepareQat) -> (Arc<Sequential>, GraphModule) {
     let model = model();
     let mut gm = traced(
         model.clone(),
         TensorMeta::new(vec![batch, 1, 8, 8], DType::F32),
         LeafPolicy::default(),
     );
-    PrepareQat.run(&mut gm).unwrap();
+    prepare.run(&mut gm).unwrap();
     gm.graph.verify().unwrap();
     (model, gm)
 }
@@ -97,7 +104,7 @@ fn prepare_qat_swaps_layers_and_fake_quantizes_block_inputs_and_outputs() {
         TensorMeta::new(vec![2, 1, 8, 8], DType::F32),
         LeafPolicy::default(),
     );
-    let (changed, text) = run_pass(Box::new(PrepareQat), &mut gm);
+    let (changed, text) = run_pass(Box::new(PrepareQat::default()), &mut gm);
     assert_eq!(changed, Changed::Yes);
     snapshots().bind(|| insta::assert_snapshot!("quantize_prepare_qat_cnn", text));
     let owned: Vec<&String> = gm.owned_modules().keys().collect();
@@ -189,10 +196,16 @@ fn convert_after_qat_gives_the_int8_graph_matching_the_fake_quantized_outputs() 
             .any(|m| m.as_any().is::<QuantizedConvReLU2d>())
     );
     assert!(owned.values().any(|m| m.as_any().is::<QuantizedLinear>()));
+    assert_within_one_output_step(&gm, x, &fake_quantized);
+}
+
+/// The int8 GEMM accumulates exactly and requantizes once where the float graph rounds
+/// twice in f32: the converted graph's outputs agree with the fake-quantized ones within one
+/// output step of the last fake quantizer.
+fn assert_within_one_output_step(gm: &GraphModule, x: &Tensor, fake_quantized: &[f32]) {
     let int8 = gm.call(x.clone()).unwrap().to_vec::<f32>().unwrap();
-    // The int8 GEMM accumulates exactly and requantizes once where the float graph rounds
-    // twice in f32: outputs agree within one output step of the last fake quantizer.
-    let step = owned
+    let step = gm
+        .owned_modules()
         .values()
         .find_map(|m| m.as_any().downcast_ref::<QuantizedLinear>())
         .unwrap()
@@ -200,10 +213,53 @@ fn convert_after_qat_gives_the_int8_graph_matching_the_fake_quantized_outputs() 
         .scale;
     let worst = int8
         .iter()
-        .zip(&fake_quantized)
+        .zip(fake_quantized)
         .map(|(a, b)| (a - b).abs())
         .fold(0f32, f32::max);
     assert!(worst <= 1.01 * step, "max difference {worst}, step {step}");
+}
+
+#[test]
+fn learnable_qat_trains_scales_and_converts_to_3_bit_weights_matching_the_fake_quantized_outputs() {
+    let prepare = PrepareQat {
+        learnable: true,
+        weight_range: (-4, 3),
+    };
+    let (_, mut gm) = prepared_with(48, prepare);
+    let data = data(48, 4);
+    let x = &data.0;
+    let learnable = |name: &str| {
+        gm.owned_modules()[name]
+            .as_any()
+            .downcast_ref::<LearnableFakeQuantize>()
+            .unwrap()
+            .scale
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    calibrate(&gm, &[vec![x.clone()]]).unwrap();
+    let observed = learnable("0_qat_output_fake_quant");
+    enable_param_learning(&gm).unwrap();
+    let (first, last) = train(&gm, &data, 20);
+    assert!(last < first, "loss {first} -> {last}");
+    assert_ne!(learnable("0_qat_output_fake_quant"), observed);
+    let fake_quantized = gm.call(x.clone()).unwrap().to_vec::<f32>().unwrap();
+    ConvertStatic { per_channel: true }.run(&mut gm).unwrap();
+    gm.graph.verify().unwrap();
+    assert_within_one_output_step(&gm, x, &fake_quantized);
+    let conv = gm
+        .owned_modules()
+        .values()
+        .find_map(|m| m.as_any().downcast_ref::<QuantizedConvReLU2d>())
+        .unwrap();
+    let weights = conv
+        .weight
+        .to_dtype(DType::I64)
+        .unwrap()
+        .to_vec::<i64>()
+        .unwrap();
+    assert!(weights.iter().all(|w| (-4..=3).contains(w)), "{weights:?}");
+    assert!(weights.iter().any(|w| *w == -4 || *w == 3));
 }
 
 #[test]

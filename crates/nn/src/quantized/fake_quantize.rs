@@ -3,9 +3,9 @@
 //! `zero_point` buffers from that range, and returns the input fake-quantized with them (when
 //! `fake_quant_enabled`), so that gradients flow by the straight-through estimator.
 
-use super::MinMaxObserver;
+use super::{FakeQuantizeBase, MinMaxObserver};
 use crate::layers::py_float;
-use crate::{Forward, Module, ModuleCore, ModuleExt, NnError, Result};
+use crate::{Forward, ModuleCore, NnError, Result};
 use tessera_tensor::Tensor;
 use tessera_tensor::op::quant::QParams;
 use tessera_tensor::op::{fake_quantize_per_channel_affine, fake_quantize_per_tensor_affine};
@@ -38,11 +38,13 @@ pub struct FakeQuantize {
     pub symmetric: bool,
 }
 
-fn flag(on: bool) -> Result<Tensor> {
+/// A PyTorch-style switch buffer: u8 `[1]`, 1 for on.
+pub(super) fn flag(on: bool) -> Result<Tensor> {
     Ok(Tensor::from_vec(vec![u8::from(on)], &[1])?)
 }
 
-fn is_on(flag: &Tensor) -> Result<bool> {
+/// Whether a switch buffer is on.
+pub(super) fn is_on(flag: &Tensor) -> Result<bool> {
     Ok(flag.to_vec::<u8>()?.first().is_some_and(|v| *v != 0))
 }
 
@@ -71,10 +73,11 @@ impl FakeQuantize {
         FakeQuantize::new(MinMaxObserver::new()?, (0, 255), false)
     }
 
-    /// Weights of a conv or linear: per-channel symmetric int8 `[-128, 127]` along
-    /// `ch_axis` (PyTorch's `default_per_channel_weight_fake_quant`).
-    pub fn weight_per_channel(ch_axis: usize) -> Result<Self> {
-        FakeQuantize::new(MinMaxObserver::per_channel(ch_axis)?, (-128, 127), true)
+    /// Weights of a conv or linear: per-channel symmetric along `ch_axis`, in `quant_range`
+    /// (`(-128, 127)`: PyTorch's `default_per_channel_weight_fake_quant`; `(-8, 7)`: 4-bit
+    /// values an int8 weight holds).
+    pub fn weight_per_channel(ch_axis: usize, quant_range: (i64, i64)) -> Result<Self> {
+        FakeQuantize::new(MinMaxObserver::per_channel(ch_axis)?, quant_range, true)
     }
 
     /// Turns observation (and the update of `scale` and `zero_point`) on or off.
@@ -202,25 +205,33 @@ impl Forward for FakeQuantize {
     }
 }
 
-/// Turns observation on or off in every `FakeQuantize` of `module` (PyTorch's
-/// `module.apply(torch.ao.quantization.disable_observer)` and `enable_observer`).
-pub fn enable_observers(module: &dyn Module, on: bool) -> Result<()> {
-    each_fake_quantize(module, |fq| fq.enable_observer(on))
-}
+impl FakeQuantizeBase for FakeQuantize {
+    fn quant_range(&self) -> (i64, i64) {
+        (self.quant_min, self.quant_max)
+    }
 
-/// Turns fake quantization on or off in every `FakeQuantize` of `module`.
-pub fn enable_fake_quant(module: &dyn Module, on: bool) -> Result<()> {
-    each_fake_quantize(module, |fq| fq.enable_fake_quant(on))
-}
+    fn is_symmetric(&self) -> bool {
+        self.symmetric
+    }
 
-fn each_fake_quantize(module: &dyn Module, f: impl Fn(&FakeQuantize) -> Result<()>) -> Result<()> {
-    let mut result = Ok(());
-    module.apply(&mut |m| {
-        if let Some(fq) = m.as_any().downcast_ref::<FakeQuantize>()
-            && result.is_ok()
-        {
-            result = f(fq);
-        }
-    });
-    result
+    fn ch_axis(&self) -> Option<usize> {
+        self.activation_post_process.ch_axis
+    }
+
+    fn has_observed(&self) -> Result<bool> {
+        FakeQuantize::has_observed(self)
+    }
+
+    /// Copies of the `scale` and `zero_point` buffers.
+    fn calculate_qparams(&self) -> Result<(Tensor, Tensor)> {
+        Ok((self.scale.deep_clone()?, self.zero_point.deep_clone()?))
+    }
+
+    fn enable_observer(&self, on: bool) -> Result<()> {
+        FakeQuantize::enable_observer(self, on)
+    }
+
+    fn enable_fake_quant(&self, on: bool) -> Result<()> {
+        FakeQuantize::enable_fake_quant(self, on)
+    }
 }

@@ -2,19 +2,26 @@
 //! static int8 linear and conv (with fused ReLU variants) and the min/max observer that
 //! calibration runs through. They wrap the `quant` ops of `tessera-tensor` and are built from
 //! float layers with `from_float`; none of them has a backward. Quantization-aware training
-//! adds `FakeQuantize` and the layers that train through it (`QatConv2d`, `QatLinear`, as
-//! `torch.ao.nn.qat`), which do.
+//! adds the fake quantizers (`FakeQuantize` with observed parameters, `LearnableFakeQuantize`
+//! with trained ones, both `FakeQuantizeBase`) and the layers that train through them
+//! (`QatConv2d`, `QatLinear`, as `torch.ao.nn.qat`), which do.
 
 mod conv;
 mod dynamic_linear;
 mod fake_quantize;
+mod fake_quantize_base;
+mod learnable_fake_quantize;
 mod linear;
 mod observer;
 mod qat_layers;
 
 pub use conv::{QuantizedConv2d, QuantizedConvReLU2d};
 pub use dynamic_linear::DynamicQuantizedLinear;
-pub use fake_quantize::{FakeQuantize, enable_fake_quant, enable_observers};
+pub use fake_quantize::FakeQuantize;
+pub use fake_quantize_base::{
+    FakeQuantizeBase, as_fake_quantize, enable_fake_quant, enable_observers,
+};
+pub use learnable_fake_quantize::{LearnableFakeQuantize, enable_param_learning};
 pub use linear::{QuantizedLinear, QuantizedLinearReLU};
 pub use observer::MinMaxObserver;
 pub use qat_layers::{QatConv2d, QatLinear};
