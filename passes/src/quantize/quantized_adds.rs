@@ -6,28 +6,23 @@
 
 use super::blocks::is_relu;
 use super::hoist_dequantize::dequantized_u8;
+use super::round_trips::quantize_params;
 use super::shared_qparams::keeps_qparams;
 use crate::Result;
 use tessera_fx::{GraphModule, NodeId, NodeKind};
+use tessera_tensor::Op;
 use tessera_tensor::op::{BinaryOp, QuantOp};
-use tessera_tensor::{DType, Op};
 
 /// The u8 scale and zero point `value` is quantized with by one of its readers, found
 /// through chains of ops that keep quantization parameters.
 fn quantized_as(gm: &GraphModule, value: &NodeId) -> Result<Option<(f64, i64)>> {
     let mut pending = gm.graph.users(value)?;
     while let Some(user) = pending.pop() {
-        match &gm.graph.node(&user)?.kind {
-            NodeKind::CallFunction {
-                op:
-                    Op::Quant(QuantOp::QuantizePerTensor {
-                        scale,
-                        zero_point,
-                        dtype: DType::U8,
-                    }),
-            } => return Ok(Some((*scale, *zero_point))),
-            _ if keeps_qparams(gm, &user)? => pending.extend(gm.graph.users(&user)?),
-            _ => {}
+        if let Some(params) = quantize_params(gm, &user)? {
+            return Ok(Some(params));
+        }
+        if keeps_qparams(gm, &user)? {
+            pending.extend(gm.graph.users(&user)?);
         }
     }
     Ok(None)

@@ -14,7 +14,7 @@ use tessera_tensor::op::QuantOp;
 use tessera_tensor::{DType, Op};
 
 /// The u8 `scale` and `zero_point` a node quantizes to, if it is a u8 `quantize_per_tensor`.
-fn quantize_params(gm: &GraphModule, node: &NodeId) -> Result<Option<(f64, i64)>> {
+pub(super) fn quantize_params(gm: &GraphModule, node: &NodeId) -> Result<Option<(f64, i64)>> {
     Ok(match &gm.graph.node(node)?.kind {
         NodeKind::CallFunction {
             op:
