@@ -13,6 +13,7 @@ passes/tests/fixtures/:
 - qexport_io.safetensors: the calibration batch (`input`) and the converted model's output
   for it (`output`).
 - qexport_keys.txt: the converted model's state-dict keys in order, each with what it holds.
+- qexport_converted.pt: the converted model's state dict (`torch.save(quantized.state_dict())`).
 
 `python scripts/qexport_fixtures.py --check FILE` instead loads FILE (a `.pt` state dict
 that Tessera wrote for its converted graph module) strictly into PyTorch's converted model
@@ -90,6 +91,7 @@ def main():
     with torch.no_grad():
         out = quantized(x)
     save_file({"input": x, "output": out.contiguous()}, f"{DIR}/qexport_io.safetensors")
+    torch.save(quantized.state_dict(), f"{DIR}/qexport_converted.pt")
     with open(f"{DIR}/qexport_keys.txt", "w") as f:
         for key, value in quantized.state_dict().items():
             f.write(f"{key}: {describe(value)}\n")

@@ -102,8 +102,8 @@ pub use call::{Args, Call, Forward, Plain};
 pub use call_stack::current_module_path;
 pub use checkpoint::{
     CheckpointError, CheckpointLimit, load_checkpoint, load_pt, load_pt_state_dict,
-    load_safetensors, save_checkpoint, save_pt, save_pt_state_dict, save_pt_value_state_dict,
-    save_safetensors,
+    load_pt_value_state_dict, load_safetensors, save_checkpoint, save_pt, save_pt_state_dict,
+    save_pt_value_state_dict, save_safetensors,
 };
 pub use containers::{ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential};
 pub use core::ModuleCore;

@@ -1,14 +1,15 @@
 //! Quantized tensors in `.pt` files: a [`ValueStateDict`] holding `torch.qint8` tensors (per
 //! channel and per tensor) and a `torch.qint8` dtype is written the way `torch.save` writes
-//! them (`torch._utils._rebuild_qtensor` over a `torch.QInt8Storage`), and malformed
-//! quantized tensors are refused with errors. PyTorch 2.15 reads the file this test leaves
+//! them (`torch._utils._rebuild_qtensor` over a `torch.QInt8Storage`) and read back, and
+//! malformed quantized tensors are refused with errors. Reading what `torch.save` wrote is
+//! tested in `passes/tests/passes/fx_quantized_state_dict.rs`. PyTorch 2.15 reads the file this test leaves
 //! at `target/tmp/quantized_values.pt` (checked by hand: `torch.load` gives a per-channel
 //! affine qint8 tensor with the scales, zero points and `int_repr()` written here).
 
 use std::io::Read;
 use tessera_nn::{
     QuantizedTensor, Quantizer, TorchDtype, Value, ValueStateDict, load_pt_state_dict,
-    save_pt_value_state_dict,
+    load_pt_value_state_dict, save_pt_value_state_dict,
 };
 use tessera_tensor::Tensor;
 
@@ -98,11 +99,53 @@ fn quantized_tensors_are_written_as_torch_save_writes_them() {
 }
 
 #[test]
-fn reading_a_quantized_tensor_is_an_error_not_a_panic() {
+fn quantized_tensors_read_back_as_written() {
+    let state = load_pt_value_state_dict(written("quantized_round_trip")).unwrap();
+    let Value::Quantized(weight) = &state.entries["conv.weight"] else {
+        panic!("conv.weight is not quantized");
+    };
+    assert_eq!(
+        weight.int_repr().to_vec::<i8>().unwrap(),
+        [-128, -1, 0, 1, 2, 127]
+    );
+    let Quantizer::PerChannelAffine {
+        scales,
+        zero_points,
+        axis,
+    } = weight.quantizer()
+    else {
+        panic!("not per channel");
+    };
+    assert_eq!(scales.to_vec::<f64>().unwrap(), [0.5, 0.25]);
+    assert_eq!(zero_points.to_vec::<i64>().unwrap(), [0, 0]);
+    assert_eq!(*axis, 0);
+    let Value::Tuple(packed) = &state.entries["fc._packed_params._packed_params"] else {
+        panic!("packed params are not a tuple");
+    };
+    let [Value::Quantized(fc_weight), Value::Tensor(bias)] = packed.as_slice() else {
+        panic!("packed params are not (qtensor, tensor)");
+    };
+    assert!(matches!(
+        fc_weight.quantizer(),
+        Quantizer::PerTensorAffine {
+            scale: 0.125,
+            zero_point: 0
+        }
+    ));
+    assert_eq!(bias.to_vec::<f32>().unwrap(), [1.0, 2.0]);
+    assert!(matches!(
+        state.entries["fc._packed_params.dtype"],
+        Value::Dtype(TorchDtype::QInt8)
+    ));
+    assert_eq!(state.metadata["fc"], 3);
+}
+
+#[test]
+fn a_tensor_state_dict_refuses_quantized_entries_with_an_error() {
     let err = load_pt_state_dict(written("quantized_refused"))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("_rebuild_qtensor"), "{err}");
+    assert!(err.contains("quantized tensor"), "{err}");
 }
 
 #[test]

@@ -2,13 +2,14 @@
 //! PyTorch 2.15's `prepare_fx`/`convert_fx` on the same model (`QNet`: conv + ReLU, max
 //! pool, flatten, linear). The fixtures were written by `scripts/qexport_fixtures.py`: the
 //! float weights, a calibration batch with the converted model's output, and the converted
-//! model's state-dict keys in order with what each holds. Tessera's
+//! model's state-dict keys in order with what each holds, and that state dict itself. Tessera's
 //! `fx_quantized_state_dict` has the same keys, order and kinds of value (quantized per-channel
 //! weights, packed linear parameters, the input quantize's buffers), and written with
 //! `save_pt_value_state_dict` it loads strictly into PyTorch's converted model (checked with
 //! `python scripts/qexport_fixtures.py --check target/tmp/qexport_tessera.pt` after this
 //! file's tests ran: `<All keys matched successfully>`, outputs 2e-7 apart, every value equal to
-//! `convert_fx`'s own but `fc.scale`, 1e-9 apart).
+//! `convert_fx`'s own but `fc.scale`, 1e-9 apart). PyTorch's own file reads back with
+//! `load_pt_value_state_dict` and holds the values Tessera computes.
 
 use crate::common::traced;
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ use tessera_fx::trace::LeafPolicy;
 use tessera_nn::layers::{Conv2d, Conv2dOptions, Flatten, Linear, MaxPool2d, ReLU};
 use tessera_nn::{
     Call, Forward, Module, ModuleCore, ModuleExt, Quantizer, Result, Value, ValueStateDict,
-    load_pt_state_dict, load_safetensors, save_pt_value_state_dict,
+    load_pt_state_dict, load_pt_value_state_dict, load_safetensors, save_pt_value_state_dict,
 };
 use tessera_passes::{ConvertStatic, FoldBatchNorm, InsertObservers, Pass, calibrate};
 use tessera_tensor::{Tensor, TensorMeta, no_grad};
@@ -139,4 +140,37 @@ fn converted_graph_module_matches_convert_fx_output_and_writes_pt() {
     assert_close(&actual, &expected, 0.0, step * 1.01, "converted output");
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("qexport_tessera.pt");
     save_pt_value_state_dict(&state, &path).unwrap();
+}
+
+/// The integer values of a quantized value, or the values of a tensor, as f64.
+fn numbers(value: &Value) -> Vec<f64> {
+    match value {
+        Value::Tensor(t) => t.to_vec_f64().unwrap(),
+        Value::Quantized(q) => q.int_repr().to_vec_f64().unwrap(),
+        Value::Tuple(items) => items.iter().flat_map(numbers).collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[test]
+fn convert_fx_checkpoint_reads_back_with_tesseras_keys_and_values() {
+    let torch_state = load_pt_value_state_dict(fixture("qexport_converted.pt")).unwrap();
+    let expected = std::fs::read_to_string(fixture("qexport_keys.txt")).unwrap();
+    assert_eq!(
+        described(&torch_state),
+        expected.lines().collect::<Vec<_>>()
+    );
+    assert_eq!(torch_state.metadata["fc._packed_params"], 3);
+    let (gm, _, _) = converted();
+    let ours = gm.fx_quantized_state_dict().unwrap();
+    for (key, value) in &torch_state.entries {
+        let (a, b) = (numbers(value), numbers(&ours.entries[key]));
+        assert_eq!(a.len(), b.len(), "{key}");
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x - y).abs() <= 1e-6 * x.abs().max(1.0),
+                "{key}: {x} vs {y}"
+            );
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! The only Python globals a checkpoint may name: `OrderedDict`, PyTorch's tensor rebuild
 //! functions and its typed storage classes. Everything else (`os.system`, `builtins.eval`)
-//! is refused, which is what makes unpickling an untrusted file safe. The writer also names
-//! the globals of quantized tensors, which the reader does not accept.
+//! is refused, which is what makes unpickling an untrusted file safe. Quantized tensors add
+//! their rebuild function, storage classes, quantization schemes and dtypes.
 
 use crate::TorchDtype;
 use tessera_tensor::DType;
@@ -18,7 +18,7 @@ pub(crate) enum Global {
     /// `torch.FloatStorage` and friends: only ever the type tag of a persistent id.
     Storage(DType),
     /// `torch._utils._rebuild_qtensor(storage, offset, size, stride, quantizer_params,
-    /// requires_grad, hooks)`; written, not read.
+    /// requires_grad, hooks)`.
     RebuildQTensor,
     /// `torch.QInt8Storage` and `torch.QUInt8Storage`: a quantized tensor's storage type tag.
     QStorage(TorchDtype),
@@ -37,6 +37,13 @@ impl Global {
             ("collections", "OrderedDict") => Some(Global::OrderedDict),
             ("torch._utils", "_rebuild_tensor_v2") => Some(Global::RebuildTensorV2),
             ("torch._utils", "_rebuild_parameter") => Some(Global::RebuildParameter),
+            ("torch._utils", "_rebuild_qtensor") => Some(Global::RebuildQTensor),
+            ("torch", "QInt8Storage") => Some(Global::QStorage(TorchDtype::QInt8)),
+            ("torch", "QUInt8Storage") => Some(Global::QStorage(TorchDtype::QUInt8)),
+            ("torch", "per_tensor_affine") => Some(Global::PerTensorAffine),
+            ("torch", "per_channel_affine") => Some(Global::PerChannelAffine),
+            ("torch", "qint8") => Some(Global::Dtype(TorchDtype::QInt8)),
+            ("torch", "quint8") => Some(Global::Dtype(TorchDtype::QUInt8)),
             ("torch", class) => DType::ALL
                 .into_iter()
                 .find(|&d| storage_class(d) == class)

@@ -31,6 +31,13 @@ pub fn load_pt_state_dict(path: impl AsRef<Path>) -> Result<StateDict> {
     rebuild(path.as_ref(), |r| r.state_dict())
 }
 
+/// Reads a `.pt` file holding a state dict of any values (`torch.save(quantized.state_dict(),
+/// path)` after `convert_fx`: quantized tensors, packed-parameter tuples, dtypes), with its
+/// `_metadata` versions.
+pub fn load_pt_value_state_dict(path: impl AsRef<Path>) -> Result<ValueStateDict> {
+    rebuild(path.as_ref(), |r| r.value_state_dict())
+}
+
 /// Writes `value` as `torch.save(value, path)` would, atomically. Dicts are written as
 /// plain `dict`s.
 pub fn save_pt(value: &Value, path: impl AsRef<Path>) -> Result<()> {
