@@ -109,13 +109,7 @@ impl GraphModule {
                     node: node.name.to_string(),
                     target: target.clone(),
                 })?;
-            let (first, rest) = split_first(target);
-            let path = match replacements.get(first) {
-                Some(traced) if rest.is_empty() => traced.to_string(),
-                Some(traced) => format!("{traced}.{rest}"),
-                None => target.clone(),
-            };
-            layout.install(&path, entry);
+            layout.install(&layout_path(target, &replacements), entry);
         }
         Ok(layout)
     }
@@ -144,7 +138,7 @@ impl GraphModule {
     /// Owned module name -> traced path, for the replacements torch.fx's layout can show:
     /// no node uses the traced module any more and no other owned module that a node uses
     /// claims its path (a folded conv replaced again by its quantized copy claims nothing).
-    fn valid_replacements(&self) -> HashMap<String, String> {
+    pub(crate) fn valid_replacements(&self) -> HashMap<String, String> {
         let used: HashSet<&str> = self
             .graph
             .nodes()
@@ -201,12 +195,23 @@ impl GraphModule {
     }
 }
 
+/// Where torch.fx's layout puts the `call_module` or `get_attr` target `target`: under the
+/// traced path of the owned module it starts with, if that module replaced one.
+pub(crate) fn layout_path(target: &str, replacements: &HashMap<String, String>) -> String {
+    let (first, rest) = split_first(target);
+    match replacements.get(first) {
+        Some(traced) if rest.is_empty() => traced.to_string(),
+        Some(traced) => format!("{traced}.{rest}"),
+        None => target.to_string(),
+    }
+}
+
 /// `("layer1", "0.conv1")` for `layer1.0.conv1`; `("conv1", "")` for `conv1`.
 fn split_first(path: &str) -> (&str, &str) {
     path.split_once('.').unwrap_or((path, ""))
 }
 
-fn layout_state_error(e: tessera_nn::NnError) -> FxError {
+pub(crate) fn layout_state_error(e: tessera_nn::NnError) -> FxError {
     FxError::LayoutState {
         source: Box::new(e),
     }

@@ -53,6 +53,7 @@ mod dot;
 mod edit;
 mod error;
 pub mod fx_layout;
+mod fx_quantized_layout;
 mod graph;
 pub mod graph_module;
 mod graph_serde;

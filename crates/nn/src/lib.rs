@@ -88,10 +88,12 @@ pub mod parametrizations;
 pub mod parametrize;
 pub mod prune;
 pub mod quantized;
+mod quantized_tensor;
 mod repr;
 mod state;
 mod state_dict;
 mod value;
+mod value_state_dict;
 mod visitor;
 mod walk;
 pub use walk::find_child;
@@ -100,7 +102,8 @@ pub use call::{Args, Call, Forward, Plain};
 pub use call_stack::current_module_path;
 pub use checkpoint::{
     CheckpointError, CheckpointLimit, load_checkpoint, load_pt, load_pt_state_dict,
-    load_safetensors, save_checkpoint, save_pt, save_pt_state_dict, save_safetensors,
+    load_pt_value_state_dict, load_safetensors, save_checkpoint, save_pt, save_pt_state_dict,
+    save_pt_value_state_dict, save_safetensors,
 };
 pub use containers::{ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential};
 pub use core::ModuleCore;
@@ -117,9 +120,11 @@ pub use layers::{
 pub use module::{Module, ModuleExt};
 pub use module_kind::{ModuleKind, ModuleType, OtherKind};
 pub use parameter::Parameter;
+pub use quantized_tensor::{QuantizedTensor, Quantizer, TorchDtype};
 pub use repr::{one_line_repr, repr};
 pub use state::IncompatibleKeys;
 pub use state_dict::StateDict;
 pub use tessera_macros::Module;
 pub use value::{Key, Value};
+pub use value_state_dict::ValueStateDict;
 pub use visitor::Visitor;

@@ -13,6 +13,10 @@ pub enum Value {
     Float(f64),
     Str(String),
     Tensor(Tensor),
+    /// A quantized tensor (`torch.qint8`); `.pt` files write it, the reader refuses it.
+    Quantized(crate::QuantizedTensor),
+    /// A `torch.dtype` object such as `torch.qint8`.
+    Dtype(crate::TorchDtype),
     List(Vec<Value>),
     Tuple(Vec<Value>),
     /// An insertion-ordered dict; keys are strings or ints (as in optimizer state).

@@ -200,9 +200,8 @@ fn a_conv_still_called_keeps_its_key_and_the_folded_copy_its_own_name() {
 }
 
 /// After static quantization each quantized module sits at the path of the layer it replaced,
-/// as after PyTorch's `convert_fx`; its leaf keys are Tessera's own (PyTorch's quantized
-/// modules keep quantized tensors and packed parameters that only torch can write: see the
-/// README's quantization section).
+/// as after PyTorch's `convert_fx`; its leaf keys are Tessera's own (`fx_quantized_state_dict`
+/// gives PyTorch's: see `fx_quantized_state_dict.rs`).
 #[test]
 fn quantized_modules_sit_at_the_converted_layers_paths() {
     let gm = {

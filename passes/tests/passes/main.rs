@@ -7,6 +7,7 @@ mod cse;
 mod dce;
 mod fold_batch_norm;
 mod fusion_groups;
+mod fx_quantized_state_dict;
 mod fx_state_dict;
 mod manager;
 mod models;

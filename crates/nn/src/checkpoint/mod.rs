@@ -47,7 +47,10 @@ pub use limits::{
 pub use safetensors_format::{ORDER_KEY, VERSIONS_KEY, load_safetensors, save_safetensors};
 pub use staged_dir::StagedDir;
 pub use temp_files::TEMP_MARKER;
-pub use torch_zip::{load_pt, load_pt_state_dict, save_pt, save_pt_state_dict};
+pub use torch_zip::{
+    load_pt, load_pt_state_dict, load_pt_value_state_dict, save_pt, save_pt_state_dict,
+    save_pt_value_state_dict,
+};
 
 use crate::{Result, Value};
 

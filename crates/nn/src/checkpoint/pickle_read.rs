@@ -13,6 +13,7 @@ use super::CheckpointError;
 use super::limits::MemoryBudget;
 use super::pickle_ops as op;
 use super::torch_globals::Global;
+use crate::TorchDtype;
 
 /// Most entries the value stack may hold at once.
 const MAX_STACK: usize = 1 << 20;
@@ -45,6 +46,26 @@ pub(crate) struct TensorSpec {
     pub requires_grad: bool,
 }
 
+/// The quantizer parameters of `_rebuild_qtensor`.
+#[derive(Debug, Clone)]
+pub(crate) enum QuantizerSpec {
+    /// `(torch.per_tensor_affine, scale, zero_point)`.
+    PerTensor { scale: f64, zero_point: i64 },
+    /// `(torch.per_channel_affine, scales, zero_points, axis)`, the tensors as nodes.
+    PerChannel {
+        scales: NodeId,
+        zero_points: NodeId,
+        axis: i64,
+    },
+}
+
+/// A quantized tensor as `_rebuild_qtensor` describes it: its integer view and quantizer.
+#[derive(Debug, Clone)]
+pub(crate) struct QTensorSpec {
+    pub int_repr: TensorSpec,
+    pub quantizer: QuantizerSpec,
+}
+
 /// One Python object.
 #[derive(Debug, Clone)]
 pub(crate) enum Node {
@@ -65,6 +86,8 @@ pub(crate) enum Node {
     Storage(StorageRef),
     /// Boxed: the largest variant by far, it would triple the size of every node.
     Tensor(Box<TensorSpec>),
+    /// A `torch.qint8` tensor.
+    QTensor(Box<QTensorSpec>),
 }
 
 impl Node {
@@ -83,6 +106,7 @@ impl Node {
             Node::Global(_) => "global",
             Node::Storage(_) => "storage",
             Node::Tensor(_) => "tensor",
+            Node::QTensor(_) => "quantized tensor",
         }
     }
 
@@ -98,6 +122,11 @@ impl Node {
                 size_of::<TensorSpec>()
                     + spec.storage.key.len()
                     + (spec.size.len() + spec.stride.len()) * size_of::<u64>()
+            }
+            Node::QTensor(spec) => {
+                size_of::<QTensorSpec>()
+                    + spec.int_repr.storage.key.len()
+                    + (spec.int_repr.size.len() + spec.int_repr.stride.len()) * size_of::<u64>()
             }
             Node::None | Node::Bool(_) | Node::Int(_) | Node::Float(_) | Node::Global(_) => 0,
         };
@@ -562,12 +591,15 @@ impl Machine<'_> {
         ) {
             (
                 Node::Str(tag),
-                Node::Global(Global::Storage(dtype)),
+                Node::Global(class @ (Global::Storage(_) | Global::QStorage(TorchDtype::QInt8))),
                 Node::Str(key),
                 Node::Str(_),
                 &Node::Int(numel),
             ) if tag == "storage" => Ok(StorageRef {
-                dtype: *dtype,
+                dtype: match class {
+                    Global::Storage(dtype) => *dtype,
+                    _ => DType::I8,
+                },
                 key: key.clone(),
                 numel: u64::try_from(numel).map_err(|_| self.malformed("negative storage size"))?,
             }),
@@ -601,6 +633,9 @@ impl Machine<'_> {
                 }
                 _ => Err(self.malformed("_rebuild_parameter needs 3 arguments")),
             },
+            Node::Global(Global::RebuildQTensor) => self
+                .rebuild_qtensor(args)
+                .map(|spec| Node::QTensor(Box::new(spec))),
             Node::Global(Global::OrderedDict) => {
                 Err(self.malformed("OrderedDict(...) with arguments is not supported"))
             }
@@ -646,6 +681,65 @@ impl Machine<'_> {
             size,
             stride,
             requires_grad,
+        })
+    }
+
+    /// `_rebuild_qtensor(storage, offset, size, stride, quantizer_params, requires_grad,
+    /// hooks)` over a `QInt8Storage`, per tensor or per channel affine.
+    fn rebuild_qtensor(&self, args: &[NodeId]) -> Result<QTensorSpec, CheckpointError> {
+        let [storage, offset, size, stride, params, requires_grad, hooks] = args else {
+            return Err(self.malformed(format!(
+                "_rebuild_qtensor takes 7 arguments, got {}",
+                args.len()
+            )));
+        };
+        let int_repr =
+            self.rebuild_tensor(&[*storage, *offset, *size, *stride, *requires_grad, *hooks])?;
+        let Node::Tuple(params) = self.node(*params) else {
+            return Err(self.malformed("_rebuild_qtensor: quantizer parameters are not a tuple"));
+        };
+        let scheme = params.first().map(|&p| self.node(p));
+        let quantizer = match (scheme, &params[..]) {
+            (Some(Node::Global(Global::PerTensorAffine)), [_, scale, zero_point]) => {
+                match (self.node(*scale), self.node(*zero_point)) {
+                    (&Node::Float(scale), &Node::Int(zero_point)) => {
+                        QuantizerSpec::PerTensor { scale, zero_point }
+                    }
+                    _ => {
+                        return Err(self
+                            .malformed("_rebuild_qtensor: per_tensor_affine needs (float, int)"));
+                    }
+                }
+            }
+            (Some(Node::Global(Global::PerChannelAffine)), [_, scales, zero_points, axis]) => {
+                match (
+                    self.node(*scales),
+                    self.node(*zero_points),
+                    self.node(*axis),
+                ) {
+                    (Node::Tensor(_), Node::Tensor(_), &Node::Int(axis)) => {
+                        QuantizerSpec::PerChannel {
+                            scales: *scales,
+                            zero_points: *zero_points,
+                            axis,
+                        }
+                    }
+                    _ => {
+                        return Err(self.malformed(
+                            "_rebuild_qtensor: per_channel_affine needs (tensor, tensor, int)",
+                        ));
+                    }
+                }
+            }
+            _ => {
+                return Err(self.malformed(
+                    "_rebuild_qtensor: only per_tensor_affine and per_channel_affine are supported",
+                ));
+            }
+        };
+        Ok(QTensorSpec {
+            int_repr,
+            quantizer,
         })
     }
 

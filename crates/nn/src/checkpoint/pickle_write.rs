@@ -11,7 +11,7 @@ use super::CheckpointError;
 use super::dtype_bytes::tensor_to_le_bytes;
 use super::pickle_ops as op;
 use super::torch_globals::Global;
-use crate::{Key, StateDict, Value};
+use crate::{Key, QuantizedTensor, Quantizer, StateDict, Value, ValueStateDict};
 
 /// CPython's `_BATCHSIZE`: items per `SETITEMS`/`APPENDS`.
 const BATCH: usize = 1000;
@@ -48,6 +48,24 @@ pub(crate) fn pickle_state_dict(state: &StateDict) -> Result<Pickled, Checkpoint
     p.batch_setitems(state.iter(), |p, (k, t)| {
         p.string(k);
         p.tensor(t)
+    })?;
+    if !state.metadata.is_empty() {
+        p.versions(&state.metadata)?;
+    }
+    Ok(p.finish())
+}
+
+/// Pickles a state dict of any values as [`pickle_state_dict`] does a tensor one.
+pub(crate) fn pickle_value_state_dict(state: &ValueStateDict) -> Result<Pickled, CheckpointError> {
+    let mut p = Pickler {
+        detach: true,
+        ..Pickler::default()
+    };
+    p.proto();
+    p.ordered_dict_start();
+    p.batch_setitems(state.entries.iter(), |p, (k, v)| {
+        p.string(k);
+        p.value(v)
     })?;
     if !state.metadata.is_empty() {
         p.versions(&state.metadata)?;
@@ -265,6 +283,8 @@ impl Pickler {
             &Value::Float(f) => self.float(f),
             Value::Str(s) => self.string(s),
             Value::Tensor(t) => self.tensor(t)?,
+            Value::Quantized(q) => self.quantized_tensor(q)?,
+            &Value::Dtype(dtype) => self.global(Global::Dtype(dtype)),
             Value::Tuple(items) => self.tuple(items, Self::value)?,
             Value::List(items) => {
                 self.out.push(op::EMPTY_LIST);
@@ -305,7 +325,61 @@ impl Pickler {
             self.memo_get(index);
             return Ok(());
         }
-        let dtype = tensor.dtype();
+        self.global(Global::RebuildTensorV2);
+        self.out.push(op::MARK);
+        self.storage(tensor, Global::Storage(tensor.dtype()))?;
+        self.bool(tensor.requires_grad() && !self.detach);
+        self.ordered_dict_start();
+        self.out.push(op::TUPLE);
+        self.memoize();
+        self.out.push(op::REDUCE);
+        let index = self.memoize();
+        self.tensors.insert(tensor.id(), index);
+        Ok(())
+    }
+
+    /// `_rebuild_qtensor(persistent_id(("storage", QInt8Storage, key, "cpu", numel)), 0,
+    /// size, stride, quantizer_params, False, OrderedDict())`, as `torch.save` writes a
+    /// quantized tensor: `quantizer_params` is `(torch.per_tensor_affine, scale,
+    /// zero_point)` or `(torch.per_channel_affine, scales, zero_points, axis)`.
+    fn quantized_tensor(&mut self, q: &QuantizedTensor) -> Result<(), CheckpointError> {
+        self.global(Global::RebuildQTensor);
+        self.out.push(op::MARK);
+        self.storage(q.int_repr(), Global::QStorage(crate::TorchDtype::QInt8))?;
+        match q.quantizer() {
+            &Quantizer::PerTensorAffine { scale, zero_point } => {
+                self.global(Global::PerTensorAffine);
+                self.float(scale);
+                self.int(zero_point);
+                self.out.push(op::TUPLE3);
+                self.memoize();
+            }
+            Quantizer::PerChannelAffine {
+                scales,
+                zero_points,
+                axis,
+            } => {
+                self.out.push(op::MARK);
+                self.global(Global::PerChannelAffine);
+                self.tensor(scales)?;
+                self.tensor(zero_points)?;
+                self.int(*axis as i64);
+                self.out.push(op::TUPLE);
+                self.memoize();
+            }
+        }
+        self.bool(false);
+        self.ordered_dict_start();
+        self.out.push(op::TUPLE);
+        self.memoize();
+        self.out.push(op::REDUCE);
+        self.memoize();
+        Ok(())
+    }
+
+    /// The first four arguments of a rebuild call for a new contiguous storage of `tensor`'s
+    /// bytes tagged `class`: the persistent id, offset 0, size and stride.
+    fn storage(&mut self, tensor: &Tensor, class: Global) -> Result<(), CheckpointError> {
         let shape = tensor.shape();
         let key = self.storages.len().to_string();
         let bytes =
@@ -314,13 +388,10 @@ impl Pickler {
             key: key.clone(),
             bytes,
         });
-
-        self.global(Global::RebuildTensorV2);
-        self.out.push(op::MARK);
         // The persistent id: a 5-tuple, so MARK ... TUPLE.
         self.out.push(op::MARK);
         self.string("storage");
-        self.global(Global::Storage(dtype));
+        self.global(class);
         self.fresh_string(&key);
         self.string("cpu");
         self.int(tensor.numel() as i64);
@@ -333,15 +404,7 @@ impl Pickler {
             Ok(())
         };
         self.tuple(&shape, ints)?;
-        self.tuple(&contiguous_strides(&shape), ints)?;
-        self.bool(tensor.requires_grad() && !self.detach);
-        self.ordered_dict_start();
-        self.out.push(op::TUPLE);
-        self.memoize();
-        self.out.push(op::REDUCE);
-        let index = self.memoize();
-        self.tensors.insert(tensor.id(), index);
-        Ok(())
+        self.tuple(&contiguous_strides(&shape), ints)
     }
 }
 

@@ -9,8 +9,11 @@ use tessera_tensor::Tensor;
 
 use super::CheckpointError;
 use super::dtype_bytes::tensor_from_le_bytes;
-use super::pickle_read::{MAX_DIMS, Node, NodeId, Pickle, StorageRef, TensorSpec};
-use crate::{Key, StateDict, Value};
+use super::pickle_read::{
+    MAX_DIMS, Node, NodeId, Pickle, QTensorSpec, QuantizerSpec, StorageRef, TensorSpec,
+};
+use super::torch_globals::Global;
+use crate::{Key, QuantizedTensor, Quantizer, StateDict, Value, ValueStateDict};
 
 /// Deepest container nesting accepted (real checkpoints nest a handful of levels).
 const MAX_DEPTH: usize = 128;
@@ -94,6 +97,36 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
         Ok(state)
     }
 
+    /// The pickle as a state dict of any values (quantized tensors, tuples, dtypes), with
+    /// `_metadata` versions.
+    pub(crate) fn value_state_dict(&mut self) -> Result<ValueStateDict, CheckpointError> {
+        let (items, metadata) = match self.pickle.node(self.pickle.root) {
+            Node::OrderedDict { items, metadata } => (items, *metadata),
+            Node::Dict(items) => (items, None),
+            other => {
+                return Err(contents(format!(
+                    "holds a {}, not a state dict",
+                    other.kind()
+                )));
+            }
+        };
+        let mut state = ValueStateDict::default();
+        for &(k, v) in items {
+            let Node::Str(key) = self.pickle.node(k) else {
+                return Err(contents(format!(
+                    "state dict key is a {}, not a str",
+                    self.pickle.node(k).kind()
+                )));
+            };
+            let value = self.convert(v, 1)?;
+            state.entries.insert(key.clone(), value);
+        }
+        if let Some(m) = metadata {
+            state.metadata = self.versions(m)?;
+        }
+        Ok(state)
+    }
+
     /// `_metadata`: `{prefix: {"version": n, ...}}`; prefixes without a version are skipped.
     fn versions(&self, id: NodeId) -> Result<IndexMap<String, i64>, CheckpointError> {
         let (Node::Dict(items) | Node::OrderedDict { items, .. }) = self.pickle.node(id) else {
@@ -156,6 +189,8 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
                 Value::Dict(dict)
             }
             Node::Tensor(spec) => Value::Tensor(self.tensor(id, spec)?),
+            Node::QTensor(spec) => Value::Quantized(self.quantized_tensor(id, spec)?),
+            &Node::Global(Global::Dtype(dtype)) => Value::Dtype(dtype),
             other => return Err(contents(format!("a bare {} is not a value", other.kind()))),
         })
     }
@@ -166,6 +201,41 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
         depth: usize,
     ) -> Result<Vec<Value>, CheckpointError> {
         items.iter().map(|&i| self.convert(i, depth + 1)).collect()
+    }
+
+    /// The quantized tensor of node `id`: its integer view and its quantizer's tensors.
+    fn quantized_tensor(
+        &mut self,
+        id: NodeId,
+        spec: &QTensorSpec,
+    ) -> Result<QuantizedTensor, CheckpointError> {
+        let int_repr = self.tensor(id, &spec.int_repr)?;
+        let quantizer = match spec.quantizer {
+            QuantizerSpec::PerTensor { scale, zero_point } => {
+                Quantizer::PerTensorAffine { scale, zero_point }
+            }
+            QuantizerSpec::PerChannel {
+                scales,
+                zero_points,
+                axis,
+            } => {
+                let mut tensor_at = |node: NodeId| match self.pickle.node(node) {
+                    Node::Tensor(spec) => self.tensor(node, spec),
+                    other => Err(contents(format!(
+                        "a quantizer parameter is a {}, not a tensor",
+                        other.kind()
+                    ))),
+                };
+                Quantizer::PerChannelAffine {
+                    scales: tensor_at(scales)?,
+                    zero_points: tensor_at(zero_points)?,
+                    axis: usize::try_from(axis)
+                        .map_err(|_| contents(format!("per-channel axis {axis}")))?,
+                }
+            }
+        };
+        QuantizedTensor::new(int_repr, quantizer)
+            .map_err(|e| contents(format!("quantized tensor: {e}")))
     }
 
     /// The tensor of node `id`, materialised once.

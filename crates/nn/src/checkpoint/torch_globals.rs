@@ -1,7 +1,9 @@
 //! The only Python globals a checkpoint may name: `OrderedDict`, PyTorch's tensor rebuild
 //! functions and its typed storage classes. Everything else (`os.system`, `builtins.eval`)
-//! is refused, which is what makes unpickling an untrusted file safe.
+//! is refused, which is what makes unpickling an untrusted file safe. Quantized tensors add
+//! their rebuild function, storage classes, quantization schemes and dtypes.
 
+use crate::TorchDtype;
 use tessera_tensor::DType;
 
 /// A Python global that the unpickler accepts.
@@ -15,6 +17,17 @@ pub(crate) enum Global {
     RebuildParameter,
     /// `torch.FloatStorage` and friends: only ever the type tag of a persistent id.
     Storage(DType),
+    /// `torch._utils._rebuild_qtensor(storage, offset, size, stride, quantizer_params,
+    /// requires_grad, hooks)`.
+    RebuildQTensor,
+    /// `torch.QInt8Storage` and `torch.QUInt8Storage`: a quantized tensor's storage type tag.
+    QStorage(TorchDtype),
+    /// `torch.per_tensor_affine`, the first of a per-tensor quantizer's parameters.
+    PerTensorAffine,
+    /// `torch.per_channel_affine`, the first of a per-channel quantizer's parameters.
+    PerChannelAffine,
+    /// A `torch.dtype` object (`torch.qint8`).
+    Dtype(TorchDtype),
 }
 
 impl Global {
@@ -24,6 +37,13 @@ impl Global {
             ("collections", "OrderedDict") => Some(Global::OrderedDict),
             ("torch._utils", "_rebuild_tensor_v2") => Some(Global::RebuildTensorV2),
             ("torch._utils", "_rebuild_parameter") => Some(Global::RebuildParameter),
+            ("torch._utils", "_rebuild_qtensor") => Some(Global::RebuildQTensor),
+            ("torch", "QInt8Storage") => Some(Global::QStorage(TorchDtype::QInt8)),
+            ("torch", "QUInt8Storage") => Some(Global::QStorage(TorchDtype::QUInt8)),
+            ("torch", "per_tensor_affine") => Some(Global::PerTensorAffine),
+            ("torch", "per_channel_affine") => Some(Global::PerChannelAffine),
+            ("torch", "qint8") => Some(Global::Dtype(TorchDtype::QInt8)),
+            ("torch", "quint8") => Some(Global::Dtype(TorchDtype::QUInt8)),
             ("torch", class) => DType::ALL
                 .into_iter()
                 .find(|&d| storage_class(d) == class)
@@ -39,6 +59,12 @@ impl Global {
             Global::RebuildTensorV2 => ("torch._utils", "_rebuild_tensor_v2"),
             Global::RebuildParameter => ("torch._utils", "_rebuild_parameter"),
             Global::Storage(dtype) => ("torch", storage_class(dtype)),
+            Global::RebuildQTensor => ("torch._utils", "_rebuild_qtensor"),
+            Global::QStorage(TorchDtype::QInt8) => ("torch", "QInt8Storage"),
+            Global::QStorage(TorchDtype::QUInt8) => ("torch", "QUInt8Storage"),
+            Global::PerTensorAffine => ("torch", "per_tensor_affine"),
+            Global::PerChannelAffine => ("torch", "per_channel_affine"),
+            Global::Dtype(dtype) => ("torch", dtype.name()),
         }
     }
 }

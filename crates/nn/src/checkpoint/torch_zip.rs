@@ -14,10 +14,10 @@ use super::CheckpointError;
 use super::atomic::write_atomic;
 use super::file_io::{checkpoint_error, io_error};
 use super::pickle_read::{Pickle, StorageRef, unpickle};
-use super::pickle_write::{Pickled, pickle_state_dict, pickle_value};
+use super::pickle_write::{Pickled, pickle_state_dict, pickle_value, pickle_value_state_dict};
 use super::rebuild::{Rebuilder, StorageSource};
 use super::zip_writer::write_zip;
-use crate::{Result, StateDict, Value};
+use crate::{Result, StateDict, Value, ValueStateDict};
 
 /// Reads a `.pt` file written by `torch.save` (or [`save_pt`]) as a value. Dicts and
 /// `OrderedDict`s both become [`Value::Dict`]; tensors are contiguous copies.
@@ -29,6 +29,13 @@ pub fn load_pt(path: impl AsRef<Path>) -> Result<Value> {
 /// its `_metadata` versions.
 pub fn load_pt_state_dict(path: impl AsRef<Path>) -> Result<StateDict> {
     rebuild(path.as_ref(), |r| r.state_dict())
+}
+
+/// Reads a `.pt` file holding a state dict of any values (`torch.save(quantized.state_dict(),
+/// path)` after `convert_fx`: quantized tensors, packed-parameter tuples, dtypes), with its
+/// `_metadata` versions.
+pub fn load_pt_value_state_dict(path: impl AsRef<Path>) -> Result<ValueStateDict> {
+    rebuild(path.as_ref(), |r| r.value_state_dict())
 }
 
 /// Writes `value` as `torch.save(value, path)` would, atomically. Dicts are written as
@@ -44,6 +51,15 @@ pub fn save_pt(value: &Value, path: impl AsRef<Path>) -> Result<()> {
 pub fn save_pt_state_dict(state: &StateDict, path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
     let pickled = pickle_state_dict(state).map_err(|e| checkpoint_error(path, e))?;
+    write_archive(path, &pickled)
+}
+
+/// Writes a state dict of any values (quantized tensors, packed-parameter tuples, dtypes)
+/// as `torch.save(model.state_dict(), path)` would for a PyTorch model holding them, with
+/// `_metadata`, atomically.
+pub fn save_pt_value_state_dict(state: &ValueStateDict, path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    let pickled = pickle_value_state_dict(state).map_err(|e| checkpoint_error(path, e))?;
     write_archive(path, &pickled)
 }
 

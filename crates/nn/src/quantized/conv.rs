@@ -90,6 +90,11 @@ macro_rules! quantized_conv {
                 })
             }
 
+            /// Whether the weight has a scale per output channel (else one for the tensor).
+            pub fn per_channel(&self) -> bool {
+                self.per_channel
+            }
+
             /// PyTorch's order: sizes, stride, scale, zero point, then non-default padding
             /// and dilation.
             fn repr_args(&self) -> String {

@@ -77,6 +77,11 @@ macro_rules! quantized_linear {
                 })
             }
 
+            /// Whether the weight has a scale per output channel (else one for the tensor).
+            pub fn per_channel(&self) -> bool {
+                self.per_channel
+            }
+
             fn repr_args(&self) -> String {
                 format!(
                     "in_features={}, out_features={}, scale={}, zero_point={}, qscheme={}",
