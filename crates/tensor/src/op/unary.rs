@@ -58,6 +58,31 @@ fn erf<T: Float>(x: T) -> T {
     T::from_f64(libm::erf(x.as_f64()))
 }
 
+/// `1`, `-1` or `x` itself (zeros and NaN), as PyTorch's `sign`.
+#[inline(always)]
+fn sign<T: Float>(x: T) -> T {
+    if x > T::zero() {
+        T::one()
+    } else if x < T::zero() {
+        -T::one()
+    } else {
+        x
+    }
+}
+
+/// `min(max(x, 0), 6)`; NaN passes through both comparisons, as PyTorch's hardtanh.
+#[inline(always)]
+fn relu6<T: Float>(x: T) -> T {
+    let six = T::from_f64(6.0);
+    if x < T::zero() {
+        T::zero()
+    } else if x > six {
+        six
+    } else {
+        x
+    }
+}
+
 impl UnaryOp {
     /// One op of every variant, with representative attributes (for tests that cover them
     /// all: a variant added to the enum belongs here too).
@@ -96,15 +121,7 @@ impl UnaryOp {
         match self {
             UnaryOp::Neg => -x,
             UnaryOp::Abs => x.abs(),
-            UnaryOp::Sign => {
-                if x > T::zero() {
-                    T::one()
-                } else if x < T::zero() {
-                    -T::one()
-                } else {
-                    x
-                }
-            }
+            UnaryOp::Sign => sign(x),
             UnaryOp::Exp => x.exp(),
             UnaryOp::Log => x.ln(),
             UnaryOp::Sqrt => x.sqrt(),
@@ -142,18 +159,9 @@ impl UnaryOp {
                     c(alpha) * (x.exp() - T::one())
                 }
             }
-            UnaryOp::Hardswish => x * UnaryOp::Relu6.eval(x + c(3.0)) / c(6.0),
-            UnaryOp::Hardsigmoid => UnaryOp::Relu6.eval(x + c(3.0)) / c(6.0),
-            UnaryOp::Relu6 => {
-                // NaN passes through both comparisons, as PyTorch's hardtanh.
-                if x < T::zero() {
-                    T::zero()
-                } else if x > c(6.0) {
-                    c(6.0)
-                } else {
-                    x
-                }
-            }
+            UnaryOp::Hardswish => x * relu6(x + c(3.0)) / c(6.0),
+            UnaryOp::Hardsigmoid => relu6(x + c(3.0)) / c(6.0),
+            UnaryOp::Relu6 => relu6(x),
             UnaryOp::Softplus { beta, threshold } => {
                 let bx = x * c(beta);
                 if bx > c(threshold) {
@@ -183,7 +191,7 @@ impl UnaryOp {
         let c = |v: f64| T::from_f64(v);
         match self {
             UnaryOp::Neg => -T::one(),
-            UnaryOp::Abs => UnaryOp::Sign.eval(v),
+            UnaryOp::Abs => sign(v),
             UnaryOp::Sign => T::zero(),
             UnaryOp::Exp => v,
             UnaryOp::Log => v.recip(),

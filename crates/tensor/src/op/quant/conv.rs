@@ -51,17 +51,18 @@ fn im2row_nhwc(g: &Geometry, x: &[u8], pad: u8, first: usize, patches: &mut [u8]
     let p = &g.params;
     let (c, k) = (g.c_in, g.kh * g.kw * g.c_in);
     let positions = g.oh * g.ow;
-    for (r, row) in patches.chunks_exact_mut(k.max(1)).enumerate() {
-        let (img, position) = ((first + r) / positions, (first + r) % positions);
-        let (oy, ox) = (position / g.ow, position % g.ow);
+    let span_w = (g.kw - 1) * p.dilation[1] + 1;
+    // The output pixel of the first row, then advanced row by row (no division per row).
+    let (mut img, position) = (first / positions.max(1), first % positions.max(1));
+    let (mut oy, mut ox) = (position / g.ow.max(1), position % g.ow.max(1));
+    for row in patches.chunks_exact_mut(k.max(1)) {
         let image = &x[img * g.h * g.w * c..][..g.h * g.w * c];
         let ix0 = (ox * p.stride[1]).wrapping_sub(p.padding[1]);
-        let span_w = (g.kw - 1) * p.dilation[1] + 1;
         let row_inside = ox * p.stride[1] >= p.padding[1] && ix0 + span_w <= g.w;
         for (i, taps) in row.chunks_exact_mut(g.kw * c).enumerate() {
             let iy = (oy * p.stride[0] + i * p.dilation[0]).wrapping_sub(p.padding[0]);
             if iy >= g.h {
-                taps.fill(pad);
+                fill_bytes(taps, pad);
             } else if row_inside && p.dilation[1] == 1 {
                 copy_bytes(taps, &image[(iy * g.w + ix0) * c..][..g.kw * c]);
             } else {
@@ -70,9 +71,16 @@ fn im2row_nhwc(g: &Geometry, x: &[u8], pad: u8, first: usize, patches: &mut [u8]
                     if ix < g.w {
                         copy_bytes(tap, &image[(iy * g.w + ix) * c..][..c]);
                     } else {
-                        tap.fill(pad);
+                        fill_bytes(tap, pad);
                     }
                 }
+            }
+        }
+        ox += 1;
+        if ox == g.ow {
+            (ox, oy) = (0, oy + 1);
+            if oy == g.oh {
+                (oy, img) = (0, img + 1);
             }
         }
     }
@@ -106,15 +114,43 @@ fn with_channels_last<R>(op: &str, x: &Tensor, f: impl FnOnce(&[u8]) -> R) -> Re
     Ok(result)
 }
 
-/// `dst.copy_from_slice(src)`, by a byte loop for the few bytes of a narrow layer's kernel
-/// row (3 channels by 3 taps), where a call to `memcpy` costs more than the copy.
+/// `dst.copy_from_slice(src[..dst.len()])` for the few bytes of a narrow layer's kernel row
+/// (3 channels by 3 taps: 9 bytes), where a call to `memcpy` costs more than the copy: up to
+/// 32 bytes move as two fixed-size, possibly overlapping, head and tail copies.
 #[inline]
 fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    let n = dst.len();
+    let src = &src[..n];
+    match n {
+        0..=3 => {
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = v;
+            }
+        }
+        4..=7 => {
+            dst[..4].copy_from_slice(&src[..4]);
+            dst[n - 4..].copy_from_slice(&src[n - 4..]);
+        }
+        8..=16 => {
+            dst[..8].copy_from_slice(&src[..8]);
+            dst[n - 8..].copy_from_slice(&src[n - 8..]);
+        }
+        17..=32 => {
+            dst[..16].copy_from_slice(&src[..16]);
+            dst[n - 16..].copy_from_slice(&src[n - 16..]);
+        }
+        _ => dst.copy_from_slice(src),
+    }
+}
+
+/// `dst.fill(value)`, by a byte loop for the few bytes of a padded tap.
+#[inline]
+fn fill_bytes(dst: &mut [u8], value: u8) {
     if dst.len() >= 64 {
-        dst.copy_from_slice(src);
+        dst.fill(value);
     } else {
-        for (d, &v) in dst.iter_mut().zip(src) {
-            *d = v;
+        for d in dst {
+            *d = value;
         }
     }
 }
@@ -176,13 +212,7 @@ pub(super) fn conv2d_static(
                     product
                 };
                 let (acc, row_sums) = product;
-                for ((y, acc), &rs) in y
-                    .chunks_exact_mut(n.max(1))
-                    .zip(acc.chunks_exact(n.max(1)))
-                    .zip(&row_sums)
-                {
-                    requantize.row(acc, rs, y);
-                }
+                requantize.rows(&acc, &row_sums, y);
                 crate::buffer_cache::recycle(acc);
                 Ok(())
             })

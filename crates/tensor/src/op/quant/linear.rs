@@ -154,8 +154,7 @@ impl Requantize {
     /// many leading channels it wrote.
     #[cfg(target_arch = "x86_64")]
     fn row_avx2(&self, acc: &[i32], offset: &[i32], out: &mut [u8]) -> usize {
-        static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if !*AVX2.get_or_init(|| is_x86_feature_detected!("avx2")) {
+        if !avx2_available() {
             return 0;
         }
         // SAFETY: the CPU runs AVX2 (checked above).
@@ -207,23 +206,13 @@ impl Requantize {
 
     /// The u8 outputs of one row from its raw sums and its input row's sum.
     pub(super) fn row(&self, acc: &[i32], row_sum: i64, out: &mut [u8]) {
-        let finish = |v: f32| round_half_even(v.clamp(self.lo, 255.0)) as u8;
         match &self.offset_i32 {
             Some(offset) => {
                 let done = self.row_avx2(acc, offset, out);
-                let done = self.row_sse2(acc, offset, out, done);
-                for ((((o, &a), &off), &m), &sh) in out
-                    .iter_mut()
-                    .zip(acc)
-                    .zip(offset)
-                    .zip(&self.multiplier)
-                    .zip(&self.shift)
-                    .skip(done)
-                {
-                    *o = finish(a.wrapping_add(off) as f32 * m + sh);
-                }
+                self.row_tail(acc, offset, out, done);
             }
             None => {
+                let finish = |v: f32| round_half_even(v.clamp(self.lo, 255.0)) as u8;
                 for (j, (o, &a)) in out.iter_mut().zip(acc).enumerate() {
                     let exact = i64::from(a) - self.w_zp[j] * row_sum + self.offset[j];
                     *o = finish(exact as f32 * self.multiplier[j] + self.shift[j]);
@@ -231,6 +220,61 @@ impl Requantize {
             }
         }
     }
+
+    /// Channels `start..` of a row on the fast path: SSE2, then one at a time.
+    #[inline]
+    fn row_tail(&self, acc: &[i32], offset: &[i32], out: &mut [u8], start: usize) {
+        let finish = |v: f32| round_half_even(v.clamp(self.lo, 255.0)) as u8;
+        let done = self.row_sse2(acc, offset, out, start);
+        for ((((o, &a), &off), &m), &sh) in out
+            .iter_mut()
+            .zip(acc)
+            .zip(offset)
+            .zip(&self.multiplier)
+            .zip(&self.shift)
+            .skip(done)
+        {
+            *o = finish(a.wrapping_add(off) as f32 * m + sh);
+        }
+    }
+
+    /// [`Requantize::row`] for consecutive rows of `acc` and `out` (as many as `row_sums`),
+    /// choosing the instructions once for them all.
+    pub(super) fn rows(&self, acc: &[i32], row_sums: &[i64], out: &mut [u8]) {
+        let n = self.multiplier.len().max(1);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(offset) = &self.offset_i32
+            && avx2_available()
+        {
+            // SAFETY: the CPU runs AVX2 (checked above).
+            unsafe { self.rows_avx2(acc, offset, out, n) };
+            return;
+        }
+        for ((y, acc), &rs) in out
+            .chunks_exact_mut(n)
+            .zip(acc.chunks_exact(n))
+            .zip(row_sums)
+        {
+            self.row(acc, rs, y);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn rows_avx2(&self, acc: &[i32], offset: &[i32], out: &mut [u8], n: usize) {
+        for (y, acc) in out.chunks_exact_mut(n).zip(acc.chunks_exact(n)) {
+            // SAFETY: this function runs only where AVX2 is available.
+            let done = unsafe { self.row_avx2_unchecked(acc, offset, y) };
+            self.row_tail(acc, offset, y, done);
+        }
+    }
+}
+
+/// Whether the CPU runs AVX2, detected once.
+#[cfg(target_arch = "x86_64")]
+fn avx2_available() -> bool {
+    static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVX2.get_or_init(|| is_x86_feature_detected!("avx2"))
 }
 
 /// Inputs `x (u8 [.., K]), w, w_scale, w_zero_point[, bias]`; u8 `[.., N]`.
