@@ -163,10 +163,12 @@ fn is_pointwise(g: &Geometry) -> bool {
 }
 
 /// Output rows per parallel task: about four tasks per thread, in whole groups of four rows
-/// (the GEMM's micro-kernel height), at most 128 rows so a task's patches stay in cache.
-fn rows_per_task(rows: usize) -> usize {
+/// (the GEMM's micro-kernel height), with at most 32 KiB of patches (`k` bytes a row) and
+/// 512 rows, so that a task's patches stay in cache.
+fn rows_per_task(rows: usize, k: usize) -> usize {
     let tasks = rayon::current_num_threads() * 4;
-    rows.div_ceil(tasks).div_ceil(4).clamp(1, 32) * 4
+    let most = ((32 << 10) / k.max(1)).clamp(4, 512) / 4;
+    rows.div_ceil(tasks).div_ceil(4).clamp(1, most) * 4
 }
 
 /// Inputs `x (u8 [N, C, H, W]), w (i8 [C_out, C, kH, kW]), w_scale, w_zero_point[, bias]`.
@@ -196,7 +198,7 @@ pub(super) fn conv2d_static(
     let requantize = Requantize::new(&w, xq, outq, relu);
     let pad = xq.zero_point.clamp(0, 255) as u8;
     let mut out = crate::cpu::try_uninit_buffer::<u8>(op, rows * n)?;
-    let per_task = rows_per_task(rows);
+    let per_task = rows_per_task(rows, k);
     with_channels_last(op, inputs[0], |x: &[u8]| -> Result<()> {
         out.par_chunks_mut((per_task * n).max(1))
             .enumerate()
