@@ -1,7 +1,8 @@
 //! The static int8 conv2d and add against exact references: every u8 output equals the one
 //! computed from the integer sum `sum (x - x_zp) * w` with the kernel's requantization
-//! arithmetic, for strides, padding, dilation, 1x1 kernels, batches whose parallel tasks span
-//! images, odd channel counts, channels-last and strided inputs; the packed weights kept
+//! arithmetic, for strides, padding, dilation, 1x1 kernels, few input channels (the direct
+//! convolution), batches whose parallel tasks span images, odd channel counts, channels-last
+//! and strided inputs; the packed weights kept
 //! beside a weight's storage are rebuilt when it or its scales are written.
 
 use tessera_tensor::op::quant::{QParams, QuantizedWeight, quantize_per_tensor};
@@ -92,7 +93,7 @@ fn conv_op(case: &Case, xq: QParams, outq: QParams, relu: bool) -> Op {
     })
 }
 
-const CASES: [Case; 6] = [
+const CASES: [Case; 8] = [
     // Padding, stride 2, odd sizes; a batch large enough for tasks to span images.
     Case {
         x: [3, 5, 11, 9],
@@ -136,6 +137,25 @@ const CASES: [Case; 6] = [
         kernel: [7, 7],
         stride: [2, 2],
         padding: [3, 3],
+        dilation: [1, 1],
+    },
+    // Few input channels (the direct convolution): two blocks of output channels, the last
+    // one partial, and a batch whose parallel tasks span images.
+    Case {
+        x: [3, 3, 10, 9],
+        c_out: 19,
+        kernel: [3, 3],
+        stride: [1, 1],
+        padding: [1, 1],
+        dilation: [1, 1],
+    },
+    // One input channel, a tall kernel, stride and padding on one axis only.
+    Case {
+        x: [2, 1, 7, 8],
+        c_out: 8,
+        kernel: [5, 3],
+        stride: [2, 1],
+        padding: [2, 0],
         dilation: [1, 1],
     },
     // Padding wider than the kernel's reach: windows entirely in the padding.

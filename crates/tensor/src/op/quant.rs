@@ -7,6 +7,7 @@
 mod add;
 mod affine;
 mod conv;
+mod direct_conv;
 pub mod gemm_i8;
 mod linear;
 mod pool;

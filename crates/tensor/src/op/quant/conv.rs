@@ -5,6 +5,7 @@
 //! Groups other than 1 are refused.
 
 use super::affine::QParams;
+use super::direct_conv::DirectConv;
 use super::linear::{Requantize, int8_product};
 use super::weights::Weights;
 use crate::cpu::tensor_from;
@@ -199,12 +200,24 @@ pub(super) fn conv2d_static(
     let pad = xq.zero_point.clamp(0, 255) as u8;
     let mut out = crate::cpu::try_uninit_buffer::<u8>(op, rows * n)?;
     let per_task = rows_per_task(rows, k);
+    // Few input channels (a first layer): no patches, the padded input read directly.
+    let direct = if g.c_in <= 4 && !is_pointwise(&g) {
+        let symmetric = w.zero_points.iter().all(|&z| z == 0);
+        DirectConv::new(&g, &weight.to_vec::<i8>()?, symmetric)
+    } else {
+        None
+    };
     with_channels_last(op, inputs[0], |x: &[u8]| -> Result<()> {
+        let padded = direct.as_ref().map(|d| d.pad(&g, x, pad));
         out.par_chunks_mut((per_task * n).max(1))
             .enumerate()
             .try_for_each(|(task, y)| -> Result<()> {
                 let (first, count) = (task * per_task, y.len() / n.max(1));
-                let product = if is_pointwise(&g) {
+                let product = if let (Some(direct), Some(input)) = (&direct, &padded) {
+                    let mut acc = crate::cpu::try_uninit_buffer::<i32>(op, count * n)?;
+                    direct.rows(&g, input, first, &mut acc);
+                    (acc, vec![0; count])
+                } else if is_pointwise(&g) {
                     int8_product(&x[first * k..(first + count) * k], count, &w, false)?
                 } else {
                     let mut patches = crate::cpu::try_uninit_buffer::<u8>(op, count * k)?;
