@@ -64,24 +64,9 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
 
     /// The pickle as a state dict: a dict of name -> tensor, with `_metadata` versions.
     pub(crate) fn state_dict(&mut self) -> Result<StateDict, CheckpointError> {
-        let (items, metadata) = match self.pickle.node(self.pickle.root) {
-            Node::OrderedDict { items, metadata } => (items, *metadata),
-            Node::Dict(items) => (items, None),
-            other => {
-                return Err(contents(format!(
-                    "holds a {}, not a state dict",
-                    other.kind()
-                )));
-            }
-        };
+        let (entries, metadata) = self.state_entries()?;
         let mut state = StateDict::new();
-        for &(k, v) in items {
-            let Node::Str(key) = self.pickle.node(k) else {
-                return Err(contents(format!(
-                    "state dict key is a {}, not a str",
-                    self.pickle.node(k).kind()
-                )));
-            };
+        for (key, v) in entries {
             let Node::Tensor(spec) = self.pickle.node(v) else {
                 return Err(contents(format!(
                     "state dict entry {key} is a {}, not a tensor",
@@ -91,16 +76,31 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
             let tensor = self.tensor(v, spec)?;
             state.insert(key.clone(), tensor);
         }
-        if let Some(m) = metadata {
-            state.metadata = self.versions(m)?;
-        }
+        state.metadata = metadata;
         Ok(state)
     }
 
     /// The pickle as a state dict of any values (quantized tensors, tuples, dtypes), with
     /// `_metadata` versions.
     pub(crate) fn value_state_dict(&mut self) -> Result<ValueStateDict, CheckpointError> {
-        let (items, metadata) = match self.pickle.node(self.pickle.root) {
+        let (entries, metadata) = self.state_entries()?;
+        let mut state = ValueStateDict::default();
+        for (key, v) in entries {
+            let value = self.convert(v, 1)?;
+            state.entries.insert(key.clone(), value);
+        }
+        state.metadata = metadata;
+        Ok(state)
+    }
+
+    /// The root dict's keys with their value nodes, and its `_metadata` versions (empty
+    /// without any): what both kinds of state dict read.
+    #[allow(clippy::type_complexity)] // one pair: the entries and the versions
+    fn state_entries(
+        &self,
+    ) -> Result<(Vec<(&'a String, NodeId)>, IndexMap<String, i64>), CheckpointError> {
+        let pickle = self.pickle;
+        let (items, metadata) = match pickle.node(pickle.root) {
             Node::OrderedDict { items, metadata } => (items, *metadata),
             Node::Dict(items) => (items, None),
             other => {
@@ -110,21 +110,21 @@ impl<'a, S: StorageSource> Rebuilder<'a, S> {
                 )));
             }
         };
-        let mut state = ValueStateDict::default();
+        let mut entries = Vec::with_capacity(items.len());
         for &(k, v) in items {
-            let Node::Str(key) = self.pickle.node(k) else {
+            let Node::Str(key) = pickle.node(k) else {
                 return Err(contents(format!(
                     "state dict key is a {}, not a str",
-                    self.pickle.node(k).kind()
+                    pickle.node(k).kind()
                 )));
             };
-            let value = self.convert(v, 1)?;
-            state.entries.insert(key.clone(), value);
+            entries.push((key, v));
         }
-        if let Some(m) = metadata {
-            state.metadata = self.versions(m)?;
-        }
-        Ok(state)
+        let versions = match metadata {
+            Some(m) => self.versions(m)?,
+            None => IndexMap::new(),
+        };
+        Ok((entries, versions))
     }
 
     /// `_metadata`: `{prefix: {"version": n, ...}}`; prefixes without a version are skipped.

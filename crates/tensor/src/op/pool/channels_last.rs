@@ -8,16 +8,17 @@ use crate::cpu::tensor_from;
 use crate::{Result, Tensor};
 use rayon::prelude::*;
 
-/// `pixel(window_row, window_col, image, out)` for every output pixel of `x [N, C, H, W]`
+/// `pixel(window_row, window_col, image, out, scratch)` for every output pixel of `x [N, C, H, W]`
 /// over `rows` x `cols` windows when `x` is a channels-last view (`image` is one image's
-/// `[H, W, C]` bytes, `out` the pixel's `C` channels), as a channels-last view
+/// `[H, W, C]` bytes, `out` the pixel's `C` channels, `scratch` a buffer each parallel task
+/// reuses), as a channels-last view
 /// `[N, C, oH, oW]`; `None` for any other layout.
 fn pool_channels_last(
     op: &str,
     x: &Tensor,
     rows: &[Window],
     cols: &[Window],
-    pixel: impl Fn(&Window, &Window, &[u8], &mut [u8]) + Sync,
+    pixel: impl Fn(&Window, &Window, &[u8], &mut [u8], &mut Vec<u32>) + Sync,
 ) -> Result<Option<Tensor>> {
     let shape = x.shape();
     let nhwc = match shape.as_slice() {
@@ -34,11 +35,11 @@ fn pool_channels_last(
         let image = x.len().checked_div(n).unwrap_or(0);
         out.par_chunks_mut((ow * c).max(1))
             .enumerate()
-            .for_each(|(row, y)| {
+            .for_each_init(Vec::new, |scratch, (row, y)| {
                 let (img, r) = (row / oh, row % oh);
                 let src = &x[img * image..][..image];
                 for (col, out) in cols.iter().zip(y.chunks_exact_mut(c.max(1))) {
-                    pixel(&rows[r], col, src, out);
+                    pixel(&rows[r], col, src, out, scratch);
                 }
             })
     })?;
@@ -55,7 +56,7 @@ pub(super) fn max_values_u8(
     cols: &[Window],
 ) -> Result<Option<Tensor>> {
     let w = x.shape().get(3).copied().unwrap_or(0);
-    pool_channels_last("max_pool2d", x, rows, cols, |row, col, src, best| {
+    pool_channels_last("max_pool2d", x, rows, cols, |row, col, src, best, _| {
         let c = best.len();
         // PyTorch's windows are never empty; 0 is the smallest u8.
         best.fill(0);
@@ -79,9 +80,10 @@ pub(super) fn avg_values_u8(
     zero_point: i64,
 ) -> Result<Option<Tensor>> {
     let w = x.shape().get(3).copied().unwrap_or(0);
-    pool_channels_last("avg_pool2d", x, rows, cols, |row, col, src, mean| {
+    pool_channels_last("avg_pool2d", x, rows, cols, |row, col, src, mean, sums| {
         let c = mean.len();
-        let mut sums = vec![0u32; c];
+        sums.clear();
+        sums.resize(c, 0);
         for iy in row.positions() {
             for ix in col.positions() {
                 for (s, &v) in sums.iter_mut().zip(&src[(iy * w + ix) * c..][..c]) {
@@ -90,7 +92,7 @@ pub(super) fn avg_values_u8(
             }
         }
         let n = divisor(row, col, false);
-        for (m, &s) in mean.iter_mut().zip(&sums) {
+        for (m, &s) in mean.iter_mut().zip(sums.iter()) {
             *m = if n == 0 {
                 0
             } else {

@@ -201,11 +201,10 @@ pub(super) fn conv2d_static(
     let mut out = crate::cpu::try_uninit_buffer::<u8>(op, rows * n)?;
     let per_task = rows_per_task(rows, k);
     // Few input channels (a first layer): no patches, the padded input read directly.
-    let direct = if g.c_in <= 4 && !is_pointwise(&g) {
-        let symmetric = w.zero_points.iter().all(|&z| z == 0);
-        DirectConv::new(&g, &weight.to_vec::<i8>()?, symmetric)
-    } else {
+    let direct = if is_pointwise(&g) {
         None
+    } else {
+        DirectConv::new(&g, &weight, &w.zero_points)?
     };
     with_channels_last(op, inputs[0], |x: &[u8]| -> Result<()> {
         let padded = direct.as_ref().map(|d| d.pad(&g, x, pad));

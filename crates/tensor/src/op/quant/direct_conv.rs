@@ -5,6 +5,7 @@
 //! zero point) and multiplied by weights packed per kernel row with AVX-512 VNNI.
 
 use crate::op::conv::Geometry;
+use crate::{Result, Tensor};
 
 /// Input channels up to which the direct convolution runs.
 const MAX_CHANNELS: usize = 4;
@@ -29,18 +30,26 @@ pub(super) struct PaddedInput {
 }
 
 impl DirectConv {
-    /// The packed weights when the direct convolution applies: few input channels, no
-    /// dilation, kernel rows of at most 64 bytes, symmetric weights and a CPU with VNNI.
-    pub(super) fn new(g: &Geometry, weight: &[i8], symmetric: bool) -> Option<DirectConv> {
+    /// The packed weights (`weight` is the channels-last view `[C_out, kH, kW, C]`) when the
+    /// direct convolution applies: few input channels, no dilation, kernel rows of at most 64
+    /// bytes, symmetric weights (`zero_points` all 0) and a CPU with VNNI.
+    pub(super) fn new(
+        g: &Geometry,
+        weight: &Tensor,
+        zero_points: &[i64],
+    ) -> Result<Option<DirectConv>> {
         let row = g.kw * g.c_in;
         let applies = g.c_in <= MAX_CHANNELS
             && g.params.dilation == [1, 1]
             && row <= 64
-            && symmetric
-            && vnni_available()
-            && weight.len() == g.c_out * g.kh * row;
+            && zero_points.iter().all(|&z| z == 0)
+            && vnni_available();
         if !applies {
-            return None;
+            return Ok(None);
+        }
+        let weight = weight.to_vec::<i8>()?;
+        if weight.len() != g.c_out * g.kh * row {
+            return Ok(None);
         }
         let groups = row.div_ceil(4);
         let blocks = g.c_out.div_ceil(BLOCK);
@@ -55,12 +64,12 @@ impl DirectConv {
                 }
             }
         }
-        Some(DirectConv {
+        Ok(Some(DirectConv {
             groups,
             blocks,
             n: g.c_out,
             packed,
-        })
+        }))
     }
 
     /// `x [N, H, W, C]` padded by `pad` (the input's zero point, which stands for 0.0).
