@@ -23,6 +23,10 @@ const GEMM_BLOCK_ELEMENTS: usize = 1 << 20;
 /// Rows per GEMM block at least, so that each call amortises packing its right operand.
 const GEMM_MIN_ROWS: usize = 256;
 
+/// Elements of a convolution kernel's block of output images (1 MiB of f32: half of it per
+/// thread's L2 cache on two threads), so that the epilogue reads the block from cache.
+const CONV_BLOCK_ELEMENTS: usize = 1 << 18;
+
 /// The entry point of a compiled kernel.
 type KernelFn = unsafe extern "C" fn(*const *mut u8, i64, i64);
 
@@ -252,7 +256,7 @@ impl KernelExecutor for JitProgram {
             // epilogue, and enough images share out across the threads.
             (_, Some(c)) => {
                 let per_image = c.image_len(kernel).max(1);
-                let images = (GEMM_BLOCK_ELEMENTS / per_image).max(rayon::current_num_threads());
+                let images = (CONV_BLOCK_ELEMENTS / per_image).max(rayon::current_num_threads());
                 images.max(1) as i64
             }
             _ => end.max(1),

@@ -1,6 +1,8 @@
 //! Convolutions (conv1d, conv2d) and their two backward ops, checked here and lowered to GEMMs
 //! in [`lowering`]; conv1d is a conv2d whose input and kernel have one row.
 
+mod direct;
+mod direct_tile;
 mod lowering;
 
 use super::{BackwardCtx, Op, OpDef, OpKind, expect_float};
@@ -522,7 +524,7 @@ pub fn conv2d_images_into<T: crate::Float>(
         ));
     }
     if image_len > 0 {
-        lowering::forward_into(&g, x, w, None, images.start, out);
+        lowering::forward_into(&g, x, w, None, images.start, out)?;
     }
     Ok(())
 }

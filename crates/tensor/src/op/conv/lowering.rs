@@ -136,7 +136,7 @@ pub(super) fn forward<T: Float>(
     bias: Option<&[T]>,
 ) -> crate::Result<Vec<T>> {
     let mut out = crate::cpu::try_uninit_buffer::<T>("conv", g.n * g.c_out * g.oh * g.ow)?;
-    forward_into(g, x, w, bias, 0, &mut out);
+    forward_into(g, x, w, bias, 0, &mut out)?;
     Ok(out)
 }
 
@@ -149,7 +149,12 @@ pub(super) fn forward_into<T: Float>(
     bias: Option<&[T]>,
     first: usize,
     out: &mut [T],
-) {
+) -> crate::Result<()> {
+    if let Some((x, w, bias, out)) = as_f32(x, w, bias, out)
+        && super::direct::applies(g)
+    {
+        return super::direct::forward_into(g, x, w, bias, first, out);
+    }
     let (groups, cin_g, cout_g, k) = (g.params.groups, g.cin_g(), g.cout_g(), g.patch_len());
     let (in_plane, out_plane) = (g.h * g.w, g.oh * g.ow);
     let images = out.len().checked_div(g.c_out * out_plane).unwrap_or(0);
@@ -176,6 +181,31 @@ pub(super) fn forward_into<T: Float>(
             }
         }
     });
+    Ok(())
+}
+
+/// The operands of a forward convolution as f32 slices, when `T` is f32.
+#[allow(clippy::type_complexity)] // the four operands, as given
+fn as_f32<'a, T: Float>(
+    x: &'a [T],
+    w: &'a [T],
+    bias: Option<&'a [T]>,
+    out: &'a mut [T],
+) -> Option<(&'a [f32], &'a [f32], Option<&'a [f32]>, &'a mut [f32])> {
+    if T::DTYPE != crate::DType::F32 {
+        return None;
+    }
+    // SAFETY: `T` is f32 (its dtype says so, and only f32 has that dtype), so each slice is
+    // reinterpreted as itself with the same length and lifetime.
+    unsafe {
+        let cast = |s: &'a [T]| std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len());
+        Some((
+            cast(x),
+            cast(w),
+            bias.map(cast),
+            std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f32, out.len()),
+        ))
+    }
 }
 
 /// `dx[N, C_in, H, W] = col2im(w^T @ grad_out)` per image and group.

@@ -1,0 +1,142 @@
+//! The register tile of the direct f32 convolution: `OCB` output channels by `NV` vectors of
+//! one output row, accumulated over a block of input channels and every kernel tap, with the
+//! vector type (AVX-512 or AVX2) chosen at run time by the caller.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// The vector operations the tile needs.
+pub(super) trait Lanes {
+    type V: Copy;
+    const LANES: usize;
+    unsafe fn splat(v: f32) -> Self::V;
+    unsafe fn load(p: *const f32) -> Self::V;
+    unsafe fn store(p: *mut f32, v: Self::V);
+    /// `a * b + c`.
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+}
+
+/// 16 f32 lanes in a zmm register.
+#[cfg(target_arch = "x86_64")]
+pub(super) struct Zmm;
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for Zmm {
+    type V = __m512;
+    const LANES: usize = 16;
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> __m512 {
+        unsafe { _mm512_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m512 {
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m512) {
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+}
+
+/// 8 f32 lanes in a ymm register.
+#[cfg(target_arch = "x86_64")]
+pub(super) struct Ymm;
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for Ymm {
+    type V = __m256;
+    const LANES: usize = 8;
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> __m256 {
+        unsafe { _mm256_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m256 {
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m256) {
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+}
+
+/// Where one tile reads and writes. Every pointer is valid for what the tile touches: the
+/// caller sized the padded input and the staging rows for whole tiles.
+pub(super) struct TileArgs {
+    /// The padded input at (first channel of the block, column phase 0, the tile's first
+    /// padded row, the tile's first column).
+    pub x: *const f32,
+    /// Floats between channels of the padded input.
+    pub x_channel: usize,
+    /// Floats between padded rows.
+    pub x_row: usize,
+    /// Weights of the tile's first output channel at the block's first channel
+    /// (`[C_out, C_in, kH, kW]` as given); output channel `o` at `w + o * w_row`.
+    pub w: *const f32,
+    pub w_row: usize,
+    pub channels: usize,
+    pub kh: usize,
+    /// Per kernel column, its offset in the padded input (phase and column).
+    pub taps: *const usize,
+    pub kw: usize,
+    /// Output row of channel `o` of the tile starts at `out + o * out_channel`.
+    pub out: *mut f32,
+    pub out_channel: usize,
+    /// Start from what `out` holds (a later channel block) instead of `init`.
+    pub accumulate: bool,
+    /// Starting value per output channel of the tile (the bias, or zeros).
+    pub init: *const f32,
+}
+
+/// Accumulates one `OCB x (NV * LANES)` tile and stores it.
+///
+/// # Safety
+/// The CPU supports `L`'s instructions; `a`'s pointers are valid as [`TileArgs`] says.
+#[inline(always)]
+pub(super) unsafe fn tile<L: Lanes, const NV: usize, const OCB: usize>(a: &TileArgs) {
+    unsafe {
+        let mut acc = [[L::splat(0.0); NV]; OCB];
+        for (o, row) in acc.iter_mut().enumerate() {
+            for (v, lane) in row.iter_mut().enumerate() {
+                *lane = if a.accumulate {
+                    L::load(a.out.add(o * a.out_channel + v * L::LANES))
+                } else {
+                    L::splat(*a.init.add(o))
+                };
+            }
+        }
+        let mut w = a.w;
+        for c in 0..a.channels {
+            for i in 0..a.kh {
+                let row = a.x.add(c * a.x_channel + i * a.x_row);
+                for j in 0..a.kw {
+                    let src = row.add(*a.taps.add(j));
+                    let mut xv = [L::splat(0.0); NV];
+                    for (v, x) in xv.iter_mut().enumerate() {
+                        *x = L::load(src.add(v * L::LANES));
+                    }
+                    for (o, row) in acc.iter_mut().enumerate() {
+                        let wv = L::splat(*w.add(o * a.w_row));
+                        for (lane, &x) in row.iter_mut().zip(&xv) {
+                            *lane = L::fma(x, wv, *lane);
+                        }
+                    }
+                    w = w.add(1);
+                }
+            }
+        }
+        for (o, row) in acc.iter().enumerate() {
+            for (v, &lane) in row.iter().enumerate() {
+                L::store(a.out.add(o * a.out_channel + v * L::LANES), lane);
+            }
+        }
+    }
+}
