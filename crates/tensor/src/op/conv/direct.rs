@@ -78,11 +78,17 @@ fn choose(g: &Geometry, isa: Isa) -> Option<Choice> {
     })
 }
 
-/// Whether the direct kernel computes `g`: one group, no dilation, a CPU with FMA. Pointwise
-/// convolutions stay GEMMs (they need no patches).
+/// Patch lengths (`C_in * kH * kW`) up to which the direct kernel beats im2col + GEMM. Short
+/// patches leave the GEMM little to amortise its packing over (first layers: 27 to 147);
+/// measured on ResNet-18, whose 3x3 layers (576 and up) ran 15% slower direct.
+const MAX_DIRECT_PATCH: usize = 320;
+
+/// Whether the direct kernel computes `g`: one group, no dilation, a short patch, a CPU with
+/// FMA. Pointwise convolutions stay GEMMs (they need no patches).
 pub(super) fn applies(g: &Geometry) -> bool {
     let p = &g.params;
-    p.groups == 1
+    g.patch_len() <= MAX_DIRECT_PATCH
+        && p.groups == 1
         && p.dilation == [1, 1]
         && !g.is_pointwise()
         && p.stride[1] <= 4
@@ -507,13 +513,13 @@ mod tests {
         (3, 16, 32, 32, 3, 3, [1, 1], [1, 1]),
         (16, 32, 16, 16, 3, 3, [2, 2], [1, 1]),
         (1, 7, 9, 5, 3, 3, [1, 1], [2, 2]),
-        (40, 13, 11, 17, 3, 3, [1, 1], [1, 1]),
+        (35, 13, 11, 17, 3, 3, [1, 1], [1, 1]),
         (5, 25, 12, 33, 5, 5, [2, 2], [2, 2]),
         (3, 9, 23, 23, 7, 7, [2, 2], [3, 3]),
         (4, 8, 10, 19, 2, 2, [2, 2], [0, 0]),
         (6, 12, 8, 40, 1, 3, [1, 3], [0, 1]),
         (2, 30, 7, 7, 3, 3, [1, 1], [1, 1]),
-        (64, 64, 14, 14, 3, 3, [1, 1], [1, 1]),
+        (32, 20, 14, 14, 3, 3, [1, 1], [1, 1]),
         (2, 3, 4, 60, 3, 5, [3, 2], [1, 2]),
         (8, 24, 3, 3, 3, 3, [1, 1], [0, 0]),
     ];
