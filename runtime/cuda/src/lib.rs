@@ -1,10 +1,21 @@
 //! Tessera's GPU backend (work in progress).
 
+mod body;
+mod elementwise;
 mod emit;
 mod error;
+mod index;
 #[cfg(test)]
 mod math_accuracy;
 pub mod math_fns;
 pub mod math_ir;
+mod reduce;
+mod render;
+mod rendered;
+mod scalar_table;
+mod target;
 
 pub use error::{CudaError, Result};
+pub use render::render;
+pub use rendered::{BLOCKS_PER_MULTIPROCESSOR, RenderedKernel};
+pub use target::PtxTarget;
