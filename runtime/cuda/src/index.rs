@@ -131,9 +131,7 @@ impl Body<'_> {
             IntWidth::U32 => self
                 .e
                 .ins(format!("mul.wide.u32 {bytes}, {element}, {size}")),
-            IntWidth::U64 => self
-                .e
-                .ins(format!("mul.lo.u64 {bytes}, {element}, {size}")),
+            IntWidth::U64 => self.e.ins(format!("mul.lo.u64 {bytes}, {element}, {size}")),
         }
         let a = self.e.reg(RegClass::B64);
         self.e.ins(format!("add.s64 {a}, {base}, {bytes}"));

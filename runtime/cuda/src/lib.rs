@@ -1,6 +1,7 @@
 //! Tessera's GPU backend (work in progress).
 
 mod body;
+mod device;
 mod elementwise;
 mod emit;
 mod error;
@@ -15,6 +16,7 @@ mod rendered;
 mod scalar_table;
 mod target;
 
+pub use device::{CudaDevice, DeviceBuffer, LoadedKernel, driver_present};
 pub use error::{CudaError, Result};
 pub use render::render;
 pub use rendered::{BLOCKS_PER_MULTIPROCESSOR, RenderedKernel};

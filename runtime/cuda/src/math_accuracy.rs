@@ -63,7 +63,15 @@ fn inputs32(lo: f32, hi: f32) -> Vec<f32> {
         .map(f32::from_bits)
         .filter(|x| *x >= lo && *x <= hi)
         .collect();
-    v.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, lo, hi]);
+    v.extend([
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        lo,
+        hi,
+    ]);
     v
 }
 
@@ -183,4 +191,3 @@ fn pow_is_close_to_the_interpreter_and_exact_on_special_cases() {
     assert!(worst.0 <= 64, "pow f64: {worst:?}");
     assert!(worst32.0 <= 1, "pow f32: {worst32:?}");
 }
-

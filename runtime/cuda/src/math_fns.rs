@@ -370,7 +370,10 @@ fn sin_cos(m: &mut M, x: MathReg, cos: bool) -> MathReg {
     let inv = inverse_factorials(22);
     // sin r = r + r z S(z), S = -1/3! + z/5! - ...; cos r = 1 + z C(z), C = -1/2! + z/4! - ...
     let sign = |k: usize| if (k / 2) % 2 == 1 { -1.0 } else { 1.0 };
-    let s_coeffs: Vec<f64> = (1..=9).rev().map(|n| sign(2 * n + 1) * inv[2 * n + 1]).collect();
+    let s_coeffs: Vec<f64> = (1..=9)
+        .rev()
+        .map(|n| sign(2 * n + 1) * inv[2 * n + 1])
+        .collect();
     let c_coeffs: Vec<f64> = (1..=10).rev().map(|n| sign(2 * n) * inv[2 * n]).collect();
     let sp = m.horner(z, &s_coeffs);
     let rz = m.mul(r, z);

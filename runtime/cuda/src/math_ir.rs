@@ -126,7 +126,8 @@ impl MathProgram {
     }
 
     pub fn output(&self) -> MathReg {
-        self.output.unwrap_or(MathReg(self.ops.len().saturating_sub(1)))
+        self.output
+            .unwrap_or(MathReg(self.ops.len().saturating_sub(1)))
     }
 
     pub fn len(&self) -> usize {

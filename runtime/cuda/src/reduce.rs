@@ -28,12 +28,7 @@ pub fn reduction_block(n: usize) -> u32 {
 /// Bytes of shared memory a reduction kernel with block `block` needs: one 8-byte slot per
 /// warp for each reduction of its busiest sweep.
 pub fn shared_bytes(stages: &Stages, block: u32) -> usize {
-    let most = stages
-        .sweep_reduces
-        .iter()
-        .map(Vec::len)
-        .max()
-        .unwrap_or(0);
+    let most = stages.sweep_reduces.iter().map(Vec::len).max().unwrap_or(0);
     most * (block as usize / 32) * 8
 }
 
@@ -176,7 +171,9 @@ fn block_combine(
     for (j, &(id, acc)) in accs.iter().enumerate() {
         let s = suffix(b.kernel.value(id).ty);
         let at = j * slot_bytes;
-        b.e.ins(format!("@{first_lane} st.shared.{s} [{warp_slot}+{at}], {acc}"));
+        b.e.ins(format!(
+            "@{first_lane} st.shared.{s} [{warp_slot}+{at}], {acc}"
+        ));
     }
     b.e.ins("bar.sync 0");
     for (j, &(id, acc)) in accs.iter().enumerate() {

@@ -93,7 +93,8 @@ impl Body<'_> {
             Expr::Compare(f, a, b) => {
                 let t = suffix(self.kernel.value(*a).ty);
                 let (a, b) = (self.value(*a), self.value(*b));
-                self.e.ins(format!("setp.{}.{t} {d}, {a}, {b}", compare(*f)));
+                self.e
+                    .ins(format!("setp.{}.{t} {d}, {a}, {b}", compare(*f)));
             }
             Expr::Select { cond, a, b } => {
                 let (c, a, b) = (self.value(*cond), self.value(*a), self.value(*b));
@@ -128,11 +129,10 @@ impl Body<'_> {
                         imm(t, 0.0)
                     )),
                     // float -> bool is `x != 0`, true for NaN.
-                    (f, _) => self.e.ins(format!(
-                        "setp.neu.{} {d}, {a}, {}",
-                        suffix(f),
-                        imm(f, 0.0)
-                    )),
+                    (f, _) => {
+                        self.e
+                            .ins(format!("setp.neu.{} {d}, {a}, {}", suffix(f), imm(f, 0.0)))
+                    }
                 }
             }
             Expr::Reduce(..) => {}

@@ -22,12 +22,16 @@ impl PtxTarget {
     /// supports, never below 7.0, which the renderer's instructions need.
     pub fn for_driver(self, driver: i32) -> PtxTarget {
         let (major, minor) = (driver / 1000, (driver % 1000) / 10);
-        // CUDA 11.x supports PTX 7.x with x = the minor version; CUDA 12.x supports PTX 8.x.
-        let version = match major {
-            ..=10 => (7, 0),
-            11 => (7, minor.clamp(0, 8) as u32),
-            12 => (8, minor.clamp(0, 8) as u32),
-            _ => (8, 8),
+        // The PTX ISA release notes: CUDA 11.x brings PTX 7.x, 12.0-12.5 PTX 8.0-8.5, 12.6
+        // still 8.5, 12.8 PTX 8.7, 12.9 PTX 8.8, 13.0 PTX 9.0.
+        let version = match (major, minor) {
+            (..=10, _) => (7, 0),
+            (11, m) => (7, m.clamp(0, 8) as u32),
+            (12, m @ 0..=5) => (8, m as u32),
+            (12, 6 | 7) => (8, 5),
+            (12, 8) => (8, 7),
+            (12, _) => (8, 8),
+            _ => (9, 0),
         };
         PtxTarget { version, ..self }
     }
@@ -44,5 +48,24 @@ impl PtxTarget {
 impl Default for PtxTarget {
     fn default() -> Self {
         PtxTarget::SM80
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PtxTarget;
+
+    #[test]
+    fn ptx_version_follows_the_driver_and_never_drops_below_7_0() {
+        let v = |d| PtxTarget::SM80.for_driver(d).version;
+        assert_eq!(v(10020), (7, 0));
+        assert_eq!(v(11000), (7, 0));
+        assert_eq!(v(11080), (7, 8));
+        assert_eq!(v(12040), (8, 4));
+        assert_eq!(v(12060), (8, 5));
+        assert_eq!(v(12080), (8, 7));
+        assert_eq!(v(12090), (8, 8));
+        assert_eq!(v(13000), (9, 0));
+        assert_eq!(PtxTarget::SM80.with_compute_capability(9, 0).sm, 90);
     }
 }

@@ -104,7 +104,11 @@ fn reductions_assemble_for_sm80_and_sm90() {
     ];
     for dtype in [DType::F32, DType::F64] {
         for kind in kinds {
-            check(&ptxas, &format!("{kind:?}"), &reduce_graph(kind, dtype, 4, 300));
+            check(
+                &ptxas,
+                &format!("{kind:?}"),
+                &reduce_graph(kind, dtype, 4, 300),
+            );
         }
         for log in [false, true] {
             let g = op_graph(Op::Softmax { dim: 1, log }, dtype, &[&[4, 300]]);
@@ -124,4 +128,3 @@ fn reductions_assemble_for_sm80_and_sm90() {
         check(&ptxas, "rms norm", &g);
     }
 }
-
