@@ -1,0 +1,332 @@
+//! Running rendered kernels on an NVIDIA GPU through the driver API (cudarc, libcuda loaded at
+//! run time). [`CudaDevice::new`] checks that libcuda is present before any driver call (cudarc
+//! panics otherwise) and reports a typed [`CudaError::DeviceUnavailable`]; modules are loaded
+//! with `cuModuleLoadDataEx` and the JIT's error log, so a rejected kernel's error names the
+//! line, after its `.version` and `.target` are set for the driver and device found.
+
+use crate::{CudaError, PtxTarget, RenderedKernel, Result};
+use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+use tessera_kernel::ScalarType;
+
+/// One GPU: its context, default stream, driver version and PTX target.
+#[derive(Debug)]
+pub struct CudaDevice {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    driver_version: i32,
+    target: PtxTarget,
+    multiprocessors: u32,
+}
+
+/// A buffer in device memory, of one of the kernel IR's element types.
+#[derive(Debug)]
+pub enum DeviceBuffer {
+    F32(CudaSlice<f32>),
+    F64(CudaSlice<f64>),
+}
+
+impl DeviceBuffer {
+    pub fn ty(&self) -> ScalarType {
+        match self {
+            DeviceBuffer::F32(_) => ScalarType::F32,
+            DeviceBuffer::F64(_) => ScalarType::F64,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            DeviceBuffer::F32(s) => s.len(),
+            DeviceBuffer::F64(s) => s.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A kernel loaded into a device's context, unloaded when dropped.
+#[derive(Debug)]
+pub struct LoadedKernel {
+    ctx: Arc<CudaContext>,
+    module: sys::CUmodule,
+    function: sys::CUfunction,
+    /// The rendering it was loaded from (its text as rendered, before the version was set).
+    pub rendered: RenderedKernel,
+}
+
+impl Drop for LoadedKernel {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the module was loaded in this context and is unloaded once.
+            let _ = unsafe { sys::cuModuleUnload(self.module) };
+        }
+    }
+}
+
+fn driver(call: &'static str, r: CUresult) -> Result<()> {
+    if r == CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(CudaError::Driver {
+            call,
+            code: format!("{r:?}"),
+        })
+    }
+}
+
+fn driver_error(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> CudaError {
+    move |e| CudaError::Driver {
+        call,
+        code: format!("{e:?}"),
+    }
+}
+
+/// Whether the CUDA driver library can be loaded (no driver call is made).
+pub fn driver_present() -> bool {
+    // SAFETY: only looks for the library.
+    unsafe { sys::is_culib_present() }
+}
+
+impl CudaDevice {
+    /// The device `ordinal`, or [`CudaError::DeviceUnavailable`] when libcuda is absent, the
+    /// driver fails to initialise, or there is no such device. Never panics.
+    pub fn new(ordinal: usize) -> Result<CudaDevice> {
+        // cudarc panics on any driver call without the library.
+        if !driver_present() {
+            return Err(CudaError::DeviceUnavailable {
+                reason: "the CUDA driver library (libcuda) was not found".into(),
+            });
+        }
+        let unavailable =
+            |what: &str, e: cudarc::driver::DriverError| CudaError::DeviceUnavailable {
+                reason: format!("{what}: {e:?}"),
+            };
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| unavailable(&format!("creating a context on device {ordinal}"), e))?;
+        let mut driver_version = 0;
+        // SAFETY: the driver is initialised (the context exists); writes one int.
+        driver("cuDriverGetVersion", unsafe {
+            sys::cuDriverGetVersion(&mut driver_version)
+        })?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(driver_error("compute_capability"))?;
+        let multiprocessors = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver_error("cuDeviceGetAttribute"))?;
+        let target = PtxTarget::SM80
+            .for_driver(driver_version)
+            .with_compute_capability(major, minor);
+        Ok(CudaDevice {
+            stream: ctx.default_stream(),
+            ctx,
+            driver_version,
+            target,
+            multiprocessors: multiprocessors.max(1) as u32,
+        })
+    }
+
+    /// The driver's CUDA version (`cuDriverGetVersion`: 12040 for 12.4).
+    pub fn driver_version(&self) -> i32 {
+        self.driver_version
+    }
+
+    /// The PTX version and architecture kernels are loaded with on this device.
+    pub fn target(&self) -> PtxTarget {
+        self.target
+    }
+
+    pub fn multiprocessors(&self) -> u32 {
+        self.multiprocessors
+    }
+
+    /// `kernel`'s text with its `.version` and `.target` lines set for this device.
+    pub fn ptx_for_device(&self, kernel: &RenderedKernel) -> String {
+        let t = self.target;
+        kernel
+            .ptx
+            .lines()
+            .map(|l| {
+                if l.starts_with(".version ") {
+                    format!(".version {}.{}", t.version.0, t.version.1)
+                } else if l.starts_with(".target ") {
+                    format!(".target sm_{}", t.sm)
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Loads `kernel` with the driver's JIT; a rejection is [`CudaError::ModuleRejected`] with
+    /// the JIT's log.
+    pub fn load(&self, kernel: &RenderedKernel) -> Result<LoadedKernel> {
+        let text = CString::new(self.ptx_for_device(kernel)).map_err(|_| CudaError::Launch {
+            kernel: kernel.name.clone(),
+            message: "the PTX text contains a NUL byte".into(),
+        })?;
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver_error("cuCtxSetCurrent"))?;
+        let mut log = vec![0u8; 16 * 1024];
+        let mut options = [
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        let mut values = [log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
+        let mut module: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: `text` is NUL-terminated PTX; the options point at a live buffer of the
+        // size given, which the driver fills with a NUL-terminated log.
+        let r = unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut module,
+                text.as_ptr() as *const c_void,
+                options.len() as u32,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        };
+        if r != CUresult::CUDA_SUCCESS {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            return Err(CudaError::ModuleRejected {
+                kernel: kernel.name.clone(),
+                code: format!("{r:?}"),
+                log: String::from_utf8_lossy(&log[..end]).into_owned(),
+            });
+        }
+        let name = CString::new(kernel.name.clone()).unwrap_or_default();
+        let mut function: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: the module was just loaded; `name` is NUL-terminated.
+        let found = unsafe { sys::cuModuleGetFunction(&mut function, module, name.as_ptr()) };
+        let loaded = LoadedKernel {
+            ctx: self.ctx.clone(),
+            module,
+            function,
+            rendered: kernel.clone(),
+        };
+        driver("cuModuleGetFunction", found)?;
+        Ok(loaded)
+    }
+
+    /// Copies `data` to a new device buffer.
+    pub fn upload_f32(&self, data: &[f32]) -> Result<DeviceBuffer> {
+        let s = self
+            .stream
+            .clone_htod(data)
+            .map_err(driver_error("cuMemcpyHtoD"))?;
+        Ok(DeviceBuffer::F32(s))
+    }
+
+    /// See [`CudaDevice::upload_f32`].
+    pub fn upload_f64(&self, data: &[f64]) -> Result<DeviceBuffer> {
+        let s = self
+            .stream
+            .clone_htod(data)
+            .map_err(driver_error("cuMemcpyHtoD"))?;
+        Ok(DeviceBuffer::F64(s))
+    }
+
+    /// A zeroed device buffer of `len` elements of `ty` (f32 for bool, which kernels never
+    /// store).
+    pub fn zeros(&self, ty: ScalarType, len: usize) -> Result<DeviceBuffer> {
+        let alloc = driver_error("cuMemAlloc");
+        Ok(match ty {
+            ScalarType::F64 => DeviceBuffer::F64(self.stream.alloc_zeros(len).map_err(alloc)?),
+            _ => DeviceBuffer::F32(self.stream.alloc_zeros(len).map_err(alloc)?),
+        })
+    }
+
+    /// The buffer's elements, as f64 (after the work queued before it finishes).
+    pub fn download(&self, buffer: &DeviceBuffer) -> Result<Vec<f64>> {
+        let copy = driver_error("cuMemcpyDtoH");
+        Ok(match buffer {
+            DeviceBuffer::F32(s) => self
+                .stream
+                .clone_dtoh(s)
+                .map_err(copy)?
+                .into_iter()
+                .map(f64::from)
+                .collect(),
+            DeviceBuffer::F64(s) => self.stream.clone_dtoh(s).map_err(copy)?,
+        })
+    }
+
+    /// Queues `kernel` on the device's stream with `buffers` as its parameters, in order, and
+    /// the grid [`RenderedKernel::grid_for`] this device's multiprocessors.
+    pub fn launch(&self, kernel: &LoadedKernel, buffers: &mut [&mut DeviceBuffer]) -> Result<()> {
+        let r = &kernel.rendered;
+        let fail = |message: String| CudaError::Launch {
+            kernel: r.name.clone(),
+            message,
+        };
+        if buffers.len() != r.buffers.len() {
+            return Err(fail(format!(
+                "takes {} buffers, got {}",
+                r.buffers.len(),
+                buffers.len()
+            )));
+        }
+        for (i, (b, p)) in buffers.iter().zip(&r.buffers).enumerate() {
+            if b.ty() != p.ty || b.len() < p.len {
+                return Err(fail(format!(
+                    "buffer {i} is {}[{}], the kernel needs {}[{}]",
+                    b.ty(),
+                    b.len(),
+                    p.ty,
+                    p.len
+                )));
+            }
+        }
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver_error("cuCtxSetCurrent"))?;
+        let stream = &self.stream;
+        let mut guards = Vec::with_capacity(buffers.len());
+        let mut pointers: Vec<sys::CUdeviceptr> = Vec::with_capacity(buffers.len());
+        for b in buffers.iter_mut() {
+            let (ptr, guard) = match &mut **b {
+                DeviceBuffer::F32(s) => s.device_ptr_mut(stream),
+                DeviceBuffer::F64(s) => s.device_ptr_mut(stream),
+            };
+            pointers.push(ptr);
+            guards.push(guard);
+        }
+        let mut params: Vec<*mut c_void> = pointers
+            .iter_mut()
+            .map(|p| p as *mut sys::CUdeviceptr as *mut c_void)
+            .collect();
+        let grid = r.grid_for(self.multiprocessors);
+        // SAFETY: the function takes one u64 pointer per buffer (the renderer's `.entry`), each
+        // checked above to be of the parameter's type and at least its length, and the kernel
+        // accesses nothing past those lengths (`Kernel::verify`).
+        let launched = unsafe {
+            sys::cuLaunchKernel(
+                kernel.function,
+                grid,
+                1,
+                1,
+                r.block,
+                1,
+                1,
+                0,
+                stream.cu_stream(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        drop(guards);
+        driver("cuLaunchKernel", launched)
+    }
+
+    /// Waits for the work queued on the device's stream.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(driver_error("cuStreamSynchronize"))
+    }
+}

@@ -1,0 +1,33 @@
+//! The CUDA backend's one error type: what could not be rendered, found, loaded or launched,
+//! naming the kernel and keeping the driver's message.
+
+/// Errors of the CUDA backend.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// The kernel uses something the PTX renderer does not render yet (an external GEMM or
+    /// convolution call, a bool buffer, a domain too large for the index arithmetic).
+    #[error("kernel {kernel}: the PTX renderer does not support {what} yet")]
+    Unsupported { kernel: String, what: String },
+    /// No usable CUDA driver or device: libcuda is absent, or the driver found no device.
+    #[error("no CUDA device available: {reason}")]
+    DeviceUnavailable { reason: String },
+    /// A driver call failed.
+    #[error("CUDA driver call {call} failed: {code}")]
+    Driver { call: &'static str, code: String },
+    /// The driver's JIT rejected a kernel's PTX; `log` is its error log, which names the line.
+    #[error("kernel {kernel}: the CUDA driver rejected its PTX ({code}):\n{log}")]
+    ModuleRejected {
+        kernel: String,
+        code: String,
+        log: String,
+    },
+    /// A launch was given buffers that do not match the kernel's parameters.
+    #[error("kernel {kernel}: {message}")]
+    Launch { kernel: String, message: String },
+    /// The kernel is invalid (its verifier).
+    #[error(transparent)]
+    Kernel(#[from] tessera_kernel::KernelError),
+}
+
+/// Results of this crate.
+pub type Result<T, E = CudaError> = std::result::Result<T, E>;

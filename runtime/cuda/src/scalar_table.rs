@@ -1,0 +1,176 @@
+//! The scalar-op table: each [`Expr`] of a kernel's DAG as PTX instructions. Arithmetic is
+//! IEEE round-to-nearest (`.rn`, never contracted into fused operations, so results round as
+//! the interpreter's), comparisons follow Rust's `PartialOrd` (`!=` is the unordered `neu`, true
+//! for NaN), and the transcendental functions are the programs of [`crate::math_fns`].
+
+use crate::body::Body;
+use crate::emit::{Reg, RegClass, f32_imm, f64_imm};
+use crate::math_fns;
+use tessera_kernel::{BinaryFn, CompareFn, Expr, ReduceFn, ScalarType, UnaryFn, ValueId};
+
+/// The register class of a value of type `ty`.
+pub fn class(ty: ScalarType) -> RegClass {
+    match ty {
+        ScalarType::F32 => RegClass::F32,
+        ScalarType::F64 => RegClass::F64,
+        ScalarType::Bool => RegClass::Pred,
+    }
+}
+
+/// The PTX type suffix of a float type.
+pub fn suffix(ty: ScalarType) -> &'static str {
+    match ty {
+        ScalarType::F64 => "f64",
+        _ => "f32",
+    }
+}
+
+/// A float immediate of type `ty`.
+pub fn imm(ty: ScalarType, v: f64) -> String {
+    match ty {
+        ScalarType::F64 => f64_imm(v),
+        _ => f32_imm(v as f32),
+    }
+}
+
+fn compare(f: CompareFn) -> &'static str {
+    match f {
+        CompareFn::Eq => "eq",
+        CompareFn::Ne => "neu",
+        CompareFn::Lt => "lt",
+        CompareFn::Le => "le",
+        CompareFn::Gt => "gt",
+        CompareFn::Ge => "ge",
+    }
+}
+
+impl Body<'_> {
+    /// Emits value `id` at the current loop indices and records its register. A reduction's
+    /// value is its accumulator, set by the reduction code, and emits nothing here.
+    pub fn emit_value(&mut self, id: ValueId) {
+        let v = self.kernel.value(id).clone();
+        if let Expr::Reduce(..) = v.expr {
+            return;
+        }
+        let ty = v.ty;
+        let s = suffix(ty);
+        let d = self.e.reg(class(ty));
+        match &v.expr {
+            Expr::Load { buffer, index } => {
+                let a = self.address(*buffer, index);
+                self.e.ins(format!("ld.global.{s} {d}, [{a}]"));
+            }
+            Expr::Const(c) => self.e.ins(format!("mov.{s} {d}, {}", imm(ty, *c))),
+            Expr::Unary(f, a) => {
+                let a = self.value(*a);
+                match f {
+                    UnaryFn::Neg => self.e.ins(format!("neg.{s} {d}, {a}")),
+                    UnaryFn::Abs => self.e.ins(format!("abs.{s} {d}, {a}")),
+                    UnaryFn::Sqrt => self.e.ins(format!("sqrt.rn.{s} {d}, {a}")),
+                    _ => {
+                        if let Some(p) = math_fns::unary(*f, ty) {
+                            self.e.comment(format!("{}.{s}", f.name()));
+                            let r = p.render(&mut self.e, &[a]);
+                            self.e.ins(format!("mov.{s} {d}, {r}"));
+                        }
+                    }
+                }
+            }
+            Expr::Binary(f, a, b) => {
+                let (a, b) = (self.value(*a), self.value(*b));
+                match f {
+                    BinaryFn::Add => self.e.ins(format!("add.rn.{s} {d}, {a}, {b}")),
+                    BinaryFn::Sub => self.e.ins(format!("sub.rn.{s} {d}, {a}, {b}")),
+                    BinaryFn::Mul => self.e.ins(format!("mul.rn.{s} {d}, {a}, {b}")),
+                    BinaryFn::Div => self.e.ins(format!("div.rn.{s} {d}, {a}, {b}")),
+                    BinaryFn::Pow => {
+                        self.e.comment(format!("pow.{s}"));
+                        let r = math_fns::pow(ty).render(&mut self.e, &[a, b]);
+                        self.e.ins(format!("mov.{s} {d}, {r}"));
+                    }
+                }
+            }
+            Expr::Compare(f, a, b) => {
+                let t = suffix(self.kernel.value(*a).ty);
+                let (a, b) = (self.value(*a), self.value(*b));
+                self.e
+                    .ins(format!("setp.{}.{t} {d}, {a}, {b}", compare(*f)));
+            }
+            Expr::Select { cond, a, b } => {
+                let (c, a, b) = (self.value(*cond), self.value(*a), self.value(*b));
+                if ty == ScalarType::Bool {
+                    let (t, n, u) = (
+                        self.e.reg(RegClass::Pred),
+                        self.e.reg(RegClass::Pred),
+                        self.e.reg(RegClass::Pred),
+                    );
+                    self.e.ins(format!("and.pred {t}, {c}, {a}"));
+                    self.e.ins(format!("not.pred {n}, {c}"));
+                    self.e.ins(format!("and.pred {u}, {n}, {b}"));
+                    self.e.ins(format!("or.pred {d}, {t}, {u}"));
+                } else {
+                    self.e.ins(format!("selp.{s} {d}, {a}, {b}, {c}"));
+                }
+            }
+            Expr::Cast(a) => {
+                let from = self.kernel.value(*a).ty;
+                let a = self.value(*a);
+                match (from, ty) {
+                    (f, t) if f == t => self.e.ins(format!("mov.{} {d}, {a}", mov_ty(t))),
+                    (ScalarType::F32, ScalarType::F64) => {
+                        self.e.ins(format!("cvt.f64.f32 {d}, {a}"))
+                    }
+                    (ScalarType::F64, ScalarType::F32) => {
+                        self.e.ins(format!("cvt.rn.f32.f64 {d}, {a}"))
+                    }
+                    (ScalarType::Bool, t) => self.e.ins(format!(
+                        "selp.{s} {d}, {}, {}, {a}",
+                        imm(t, 1.0),
+                        imm(t, 0.0)
+                    )),
+                    // float -> bool is `x != 0`, true for NaN.
+                    (f, _) => {
+                        self.e
+                            .ins(format!("setp.neu.{} {d}, {a}, {}", suffix(f), imm(f, 0.0)))
+                    }
+                }
+            }
+            Expr::Reduce(..) => {}
+        }
+        self.values[id.index()] = Some(d);
+    }
+
+    /// `acc = combine(acc, x)` for a reduction of type `ty`: a sum, or the larger (smaller)
+    /// with NaN winning, as [`ReduceFn::combine`].
+    pub fn combine(&mut self, f: ReduceFn, ty: ScalarType, acc: Reg, x: Reg) {
+        let s = suffix(ty);
+        let cmp = match f {
+            ReduceFn::Sum => {
+                self.e.ins(format!("add.rn.{s} {acc}, {acc}, {x}"));
+                return;
+            }
+            ReduceFn::Max => "gt",
+            ReduceFn::Min => "lt",
+        };
+        let (wins, x_nan, acc_nan) = (
+            self.e.reg(RegClass::Pred),
+            self.e.reg(RegClass::Pred),
+            self.e.reg(RegClass::Pred),
+        );
+        let t = self.e.reg(class(ty));
+        self.e.ins(format!("setp.{cmp}.{s} {wins}, {x}, {acc}"));
+        self.e.ins(format!("selp.{s} {t}, {x}, {acc}, {wins}"));
+        self.e.ins(format!("setp.nan.{s} {x_nan}, {x}, {x}"));
+        self.e.ins(format!("selp.{s} {t}, {x}, {t}, {x_nan}"));
+        self.e.ins(format!("setp.nan.{s} {acc_nan}, {acc}, {acc}"));
+        self.e.ins(format!("selp.{s} {acc}, {acc}, {t}, {acc_nan}"));
+    }
+}
+
+fn mov_ty(ty: ScalarType) -> &'static str {
+    match ty {
+        ScalarType::F32 => "f32",
+        ScalarType::F64 => "f64",
+        ScalarType::Bool => "pred",
+    }
+}
