@@ -3,13 +3,22 @@
 //! (`tessera-kernel`) and the kernels JIT-compiled (`tessera-cpu`). What the lowering does not
 //! cover runs its eager kernel inside the compiled program, so compiling never fails on an
 //! op; [`CompiledModule::report`] lists every node that fell back and why.
+//!
+//! The batch (the leading size every input shares) is an argument of the compiled code where
+//! the kernels allow it: a call at a new batch lowers the graph again for it (cheap) and runs
+//! the code already compiled; other shape changes compile once, through an in-memory cache
+//! keyed by graph, input layouts and dtypes, and options ([`CompiledModule::compile_count`]).
 
+mod batch;
+mod cache;
 mod dump;
 mod module;
 mod state_stamp;
 
 pub use dump::DUMP_KERNELS_ENV;
 
+use batch::{batch_of, reshaped_graph, with_batch};
+use cache::{Code, CodeCache, CodeKey, Signature};
 use state_stamp::StateStamp;
 
 use crate::fx::trace::{TracedGraph, inline, trace};
@@ -29,7 +38,7 @@ use tessera_kernel::{
 use tessera_tensor::{Layout, Tensor};
 
 /// How a compiled program runs its kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Backend {
     /// Native code from cranelift (the default).
     #[default]
@@ -39,7 +48,7 @@ pub enum Backend {
 }
 
 /// What [`compile`] does.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CompileOptions {
     /// Run the inference passes (batch-norm folding, clean-up, simplification) before lowering.
     pub optimize: bool,
@@ -107,8 +116,36 @@ pub struct CompileReport {
     pub kernels: usize,
     pub fallbacks: Vec<Fallback>,
     pub compile_time: Duration,
-    /// How many programs were compiled (one per distinct input shapes and layouts).
+    /// How many times code was compiled: once per input layouts and dtypes, but a new batch
+    /// compiles nothing when [`CompileReport::batch`] is [`BatchMode::Dynamic`].
     pub compiles: usize,
+    /// Whether the code last compiled runs any batch, or why not.
+    pub batch: BatchMode,
+}
+
+/// Whether compiled code takes the batch (the leading size every input shares) at run time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchMode {
+    /// Any batch runs the same code: its kernels take the batch as their outermost loop's
+    /// range, an argument of the compiled code.
+    Dynamic,
+    /// Each batch compiles its own code, for the reason given.
+    Specialised(String),
+}
+
+impl Default for BatchMode {
+    fn default() -> Self {
+        BatchMode::Specialised("nothing compiled yet".into())
+    }
+}
+
+impl fmt::Display for BatchMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BatchMode::Dynamic => write!(f, "dynamic batch: any batch runs the same code"),
+            BatchMode::Specialised(why) => write!(f, "batch specialised: {why}"),
+        }
+    }
 }
 
 impl fmt::Display for CompileReport {
@@ -121,6 +158,7 @@ impl fmt::Display for CompileReport {
             self.compile_time,
             self.compiles
         )?;
+        writeln!(f, "{}", self.batch)?;
         writeln!(f, "passes: {}", self.passes.join(", "))?;
         for (pass, error) in &self.skipped_passes {
             writeln!(f, "skipped pass {pass}: {error}")?;
@@ -132,15 +170,17 @@ impl fmt::Display for CompileReport {
     }
 }
 
-/// A program and its compiled code.
+/// A program and its compiled code (compiled for this program, or for one whose kernels
+/// differ only in what the code takes at run time).
 pub(crate) struct Compiled {
     pub(crate) program: Program,
-    jit: Option<JitProgram>,
+    jit: Option<Arc<JitProgram>>,
 }
 
 /// A graph module compiled for inference, itself a module: its parameters, buffers and
 /// `state_dict` keys are those of the module it was compiled from (shared, not copied), and
-/// calling it runs the compiled program. Inputs of other shapes or strides compile again
+/// calling it runs the compiled program. A new batch runs the same code where the kernels
+/// allow it ([`CompileReport::batch`]); inputs of other shapes or strides compile again
 /// (cached); a parameter or buffer changed since compiling (`load_state_dict`, an optimizer
 /// step, `set_data`) makes the next call prepare and compile again, so the program always runs
 /// the current weights. Hooks are refused ([`CompileError::Hooks`]): compiled code runs none.
@@ -150,6 +190,8 @@ pub struct CompiledModule {
     source: GraphModule,
     options: CompileOptions,
     prepared: Mutex<Prepared>,
+    /// Compiled code, kept across state changes (it reads the weights when it runs).
+    code: Mutex<CodeCache>,
     report: Mutex<CompileReport>,
 }
 
@@ -160,7 +202,9 @@ struct Prepared {
     gm: Arc<GraphModule>,
     /// The source's parameters and buffers as they were when `gm` was made.
     stamp: StateStamp,
-    programs: HashMap<Vec<(Layout, tessera_tensor::DType)>, Arc<Compiled>>,
+    /// `gm`'s printed graph, part of the code cache's keys.
+    graph_text: Arc<str>,
+    programs: HashMap<Signature, Arc<Compiled>>,
 }
 
 /// The graph module's attributes (parameters, buffers, constants) by qualified name.
@@ -217,6 +261,7 @@ pub fn compile(
         source,
         options,
         prepared: Mutex::new(prepared),
+        code: Mutex::new(CodeCache::default()),
         report: Mutex::new(report),
     };
     compiled.program_for(example_inputs)?;
@@ -287,6 +332,7 @@ fn prepare(
         }
     }
     Ok(Prepared {
+        graph_text: inlined.graph.to_string().into(),
         gm: Arc::new(inlined),
         stamp,
         programs: HashMap::new(),
@@ -315,8 +361,7 @@ impl CompiledModule {
         &self,
         inputs: &[Tensor],
     ) -> Result<(Arc<Compiled>, Arc<GraphModule>), CompileError> {
-        let key: Vec<(Layout, tessera_tensor::DType)> =
-            inputs.iter().map(|t| (t.layout(), t.dtype())).collect();
+        let key: Signature = inputs.iter().map(|t| (t.layout(), t.dtype())).collect();
         let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
         if !prepared.stamp.is_current(&self.source) {
             let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
@@ -326,40 +371,78 @@ impl CompiledModule {
         if let Some(p) = prepared.programs.get(&key) {
             return Ok((p.clone(), gm));
         }
-        let mut graph = gm.graph.clone();
         let metas: Vec<tessera_tensor::TensorMeta> = inputs.iter().map(Tensor::meta).collect();
-        let traced_metas: Vec<tessera_tensor::TensorMeta> = graph
-            .placeholders()
-            .iter()
-            .filter_map(|p| graph.node(p).ok()?.meta.first().cloned())
-            .collect();
-        if metas != traced_metas {
-            let mut interpreter = crate::fx::interpreter::GraphInterpreter {
-                root: gm.as_module(),
-                constants: Some(&gm.constants),
-            };
-            crate::fx::shape_prop::propagate_shapes(&mut graph, &mut interpreter, &metas).map_err(
-                |e| CompileError::Shapes {
-                    source: Box::new(e),
-                },
-            )?;
-        }
         let layouts: Vec<Layout> = key.iter().map(|(l, _)| l.clone()).collect();
-        let program = lower(&graph, &layouts)?;
+        let program = lower(&reshaped_graph(&gm, &metas)?, &layouts)?;
+        let code = self.code_for(&gm, &prepared.graph_text, &key, &metas, program)?;
+        let compiled = Arc::new(Compiled {
+            program: code.0,
+            jit: code.1,
+        });
+        prepared.programs.insert(key, compiled.clone());
+        Ok((compiled, gm))
+    }
+
+    /// The code that runs `program` (lowered from `gm` for inputs `key` of `metas`), from the
+    /// cache or compiled now; with the program to run.
+    fn code_for(
+        &self,
+        gm: &GraphModule,
+        graph_text: &Arc<str>,
+        key: &Signature,
+        metas: &[tessera_tensor::TensorMeta],
+        program: Program,
+    ) -> Result<(Program, Option<Arc<JitProgram>>), CompileError> {
+        let batch = batch_of(metas);
+        let exact = CodeKey::exact(graph_text, key, &self.options);
+        let any_batch = CodeKey::any_batch(graph_text, key, &self.options);
+        let keys: Vec<&CodeKey> = match batch {
+            Some(_) => vec![&any_batch, &exact],
+            None => vec![&exact],
+        };
+        let mut cache = self.code.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(code) = cache.find(&keys, &program) {
+            return Ok((program, code.jit.clone()));
+        }
         let jit = match self.options.backend {
-            Backend::Jit => Some(JitProgram::compile(&program)?),
+            Backend::Jit => Some(Arc::new(JitProgram::compile(&program)?)),
             Backend::Interpreter => None,
         };
+        let mode = match batch {
+            Some(b) => batch_mode(gm, key, metas, b, &program),
+            None => BatchMode::Specialised(
+                "the inputs share no leading size (or one is a scalar)".into(),
+            ),
+        };
+        let code = Arc::new(Code {
+            program: program.clone(),
+            jit: jit.clone(),
+        });
+        cache.insert(
+            if mode == BatchMode::Dynamic {
+                any_batch
+            } else {
+                exact
+            },
+            code.clone(),
+        );
         let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
         report.kernels = program.kernels().count();
         report.fallbacks = program.fallbacks.clone();
         report.compiles += 1;
-        let compiled = Arc::new(Compiled { program, jit });
+        report.batch = mode;
         if let Some(dir) = std::env::var_os(DUMP_KERNELS_ENV) {
-            dump_compiled(std::path::Path::new(&dir), &compiled)?;
+            dump_program(std::path::Path::new(&dir), &program, jit.as_deref())?;
         }
-        prepared.programs.insert(key, compiled.clone());
-        Ok((compiled, gm))
+        Ok((program, jit))
+    }
+
+    /// How many times this module compiled code ([`CompileReport::compiles`]).
+    pub fn compile_count(&self) -> usize {
+        self.report
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .compiles
     }
 
     /// Runs the compiled program on `inputs` (one per graph input, in order).
@@ -387,7 +470,7 @@ impl CompiledModule {
         let env = Attributes(&gm);
         let program = &compiled.program;
         let outputs = match &compiled.jit {
-            Some(jit) => run_program_timed(program, &env, jit, inputs, timer)?,
+            Some(jit) => run_program_timed(program, &env, &**jit, inputs, timer)?,
             None => run_program_timed(program, &env, &Interpreter, inputs, timer)?,
         };
         Ok((outputs, compiled.clone()))
@@ -440,12 +523,51 @@ impl CompiledModule {
     }
 }
 
+/// Whether the code compiled for `program` (lowered for `metas`, of batch `batch`) runs any
+/// batch: the kernels lowered for the next batch must differ only in what the code takes at
+/// run time.
+fn batch_mode(
+    gm: &GraphModule,
+    key: &Signature,
+    metas: &[tessera_tensor::TensorMeta],
+    batch: usize,
+    program: &Program,
+) -> BatchMode {
+    let next = batch + 1;
+    // The same strides: those of the batch dimension do not depend on its size.
+    let layouts: Vec<Layout> = key
+        .iter()
+        .map(|(l, _)| {
+            let mut l = l.clone();
+            if let Some(first) = l.shape.first_mut() {
+                *first = next;
+            }
+            l
+        })
+        .collect();
+    let other = reshaped_graph(gm, &with_batch(metas, next))
+        .and_then(|g| lower(&g, &layouts).map_err(CompileError::from));
+    match other {
+        Err(e) => BatchMode::Specialised(format!("at batch {next}: {e}")),
+        Ok(other) => match program.code_difference(&other) {
+            None => BatchMode::Dynamic,
+            Some(why) => BatchMode::Specialised(format!("at batch {next}, {why}")),
+        },
+    }
+}
+
 fn dump_compiled(dir: &std::path::Path, compiled: &Compiled) -> Result<(), CompileError> {
-    dump::dump_program(dir, &compiled.program, compiled.jit.as_ref()).map_err(|source| {
-        CompileError::Dump {
-            dir: dir.display().to_string(),
-            source,
-        }
+    dump_program(dir, &compiled.program, compiled.jit.as_deref())
+}
+
+fn dump_program(
+    dir: &std::path::Path,
+    program: &Program,
+    jit: Option<&JitProgram>,
+) -> Result<(), CompileError> {
+    dump::dump_program(dir, program, jit).map_err(|source| CompileError::Dump {
+        dir: dir.display().to_string(),
+        source,
     })
 }
 

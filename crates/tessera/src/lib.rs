@@ -15,8 +15,8 @@ pub mod profiler;
 pub use exit::{error_report, exit_code};
 
 pub use compile::{
-    Backend, CompileError, CompileOptions, CompileReport, CompiledModule, DUMP_KERNELS_ENV,
-    compile, compile_layer,
+    Backend, BatchMode, CompileError, CompileOptions, CompileReport, CompiledModule,
+    DUMP_KERNELS_ENV, compile, compile_layer,
 };
 pub use tessera_cpu as cpu;
 pub use tessera_distributed as distributed;

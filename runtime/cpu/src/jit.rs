@@ -225,6 +225,11 @@ impl KernelExecutor for JitProgram {
                 kernel: kernel.name.clone(),
                 message: format!("step {step} has no compiled kernel"),
             })?;
+        // A kernel with no output point writes nothing (its external call's product would
+        // be read by no one); the code may be another batch's (`Kernel::code_difference`).
+        if kernel.points() == 0 {
+            return Ok(());
+        }
         let ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.ptr).collect();
         let end = if kernel.domain.is_empty() {
             1

@@ -64,9 +64,16 @@
 //!   parallel split is a change of the caller only.
 //! - **Memory plan**: slots are dropped after their last use today; a plan assigns each slot
 //!   an offset in one arena from the same liveness, and kernels' output buffers point into it.
-//! - **Dynamic batch**: the leading extent of `domain` and index strides that depend on it
-//!   become a run-time parameter of the kernel (one symbol per program).
+//!
+//! # Dynamic batch
+//!
+//! The outermost loop's range is an argument of every compiled kernel, so code compiled for
+//! one leading (batch) extent runs a program lowered for another whenever their kernels
+//! differ only there, in buffer lengths and in the runner's choices
+//! ([`Kernel::code_difference`], [`Program::code_difference`]). The schedule keeps an
+//! outermost loop of extent 1 for this reason: a batch of one has the same loops as any other.
 
+mod code_identity;
 pub mod conv;
 mod error;
 pub mod exp_poly;

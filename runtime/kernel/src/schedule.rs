@@ -53,7 +53,8 @@ fn indices_mut(kernel: &mut Kernel) -> Vec<&mut crate::IndexExpr> {
         .collect()
 }
 
-/// Drops loops of extent 1, and merges loop `l` into loop `l + 1` wherever every access has
+/// Drops loops of extent 1 but the outermost output loop (a batch of one keeps the loops of
+/// any other batch, see [`Kernel::code_difference`]), and merges loop `l` into loop `l + 1` wherever every access has
 /// `stride[l] == stride[l + 1] * extent[l + 1]`, within the output loops and within the
 /// reduction loops (never across; one reduction loop always stays). An empty elementwise nest
 /// (some extent 0) becomes the single loop `i0 < 0`; an empty reduction nest is left as is.
@@ -70,22 +71,33 @@ fn coalesce_loops(kernel: &mut Kernel) {
     let outer = kernel.domain.len();
     let (domain, reduce) = (kernel.domain.clone(), kernel.reduce.clone());
     let mut indices = indices_mut(kernel);
-    let reduce = coalesce_group(&mut indices, outer, &reduce, true);
-    let domain = coalesce_group(&mut indices, 0, &domain, false);
+    let reduce = coalesce_group(&mut indices, outer, &reduce, UnitLoop::LastOfAllUnit);
+    let domain = coalesce_group(&mut indices, 0, &domain, UnitLoop::Outermost);
     kernel.domain = domain;
     kernel.reduce = reduce;
 }
 
+/// Which loop of extent 1 a group keeps.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum UnitLoop {
+    /// The last one, when every loop of the group has extent 1.
+    LastOfAllUnit,
+    /// The outermost one, always.
+    Outermost,
+}
+
 /// Coalesces the loops `first..first + extents.len()` of every index; returns their new
-/// extents. With `keep_one`, a group of extent-1 loops keeps its last one.
+/// extents. Loops of extent 1 are dropped, except the one `unit` keeps.
 fn coalesce_group(
     indices: &mut [&mut crate::IndexExpr],
     first: usize,
     extents: &[usize],
-    keep_one: bool,
+    unit: UnitLoop,
 ) -> Vec<usize> {
-    let mut keep: Vec<usize> = (0..extents.len()).filter(|&l| extents[l] != 1).collect();
-    if keep.is_empty() && keep_one && !extents.is_empty() {
+    let mut keep: Vec<usize> = (0..extents.len())
+        .filter(|&l| extents[l] != 1 || (l == 0 && unit == UnitLoop::Outermost))
+        .collect();
+    if keep.is_empty() && unit == UnitLoop::LastOfAllUnit && !extents.is_empty() {
         keep.push(extents.len() - 1);
     }
     for index in indices.iter_mut() {
