@@ -1,6 +1,7 @@
 //! A compiled module is a module: it has the source module's state under the same keys,
-//! loading a state dict into it (or changing the source's weights) changes what it runs, an
-//! unchanged state never recompiles, and hooks are refused with an error naming the module.
+//! loading a state dict into it (or changing the source's weights) changes what it runs
+//! without compiling again, an unchanged state is never prepared again, and hooks are refused
+//! with an error naming the module.
 
 use std::sync::Arc;
 use tessera::fx::GraphModule;
@@ -69,7 +70,9 @@ fn loading_a_state_dict_into_the_compiled_module_updates_what_it_runs() {
     // folded again from the loaded statistics.
     Case::load("d_cnn_eval").check("output", &after);
     assert_ne!(before.to_vec_f64().unwrap(), after.to_vec_f64().unwrap());
-    assert_eq!(compiled.report().compiles, 2, "{}", compiled.report());
+    // The graph was prepared again (batch norms folded from the new statistics), but it
+    // prints the same, so the code compiled for it is reused: it reads the weights as it runs.
+    assert_eq!(compiled.report().compiles, 1, "{}", compiled.report());
 }
 
 #[test]
@@ -136,7 +139,8 @@ fn weights_given_new_storage_by_set_data_are_seen_by_the_compiled_module() {
         weight.set_data(&fresh);
         runs_like_eager(&compiled, &model, &x, "after set_data");
     }
-    assert_eq!(compiled.report().compiles, 3);
+    // Each new weight is read by the code compiled first (the cache is keyed by the graph).
+    assert_eq!(compiled.report().compiles, 1);
 }
 
 #[test]

@@ -182,8 +182,9 @@ pub(crate) struct Compiled {
 /// calling it runs the compiled program. A new batch runs the same code where the kernels
 /// allow it ([`CompileReport::batch`]); inputs of other shapes or strides compile again
 /// (cached); a parameter or buffer changed since compiling (`load_state_dict`, an optimizer
-/// step, `set_data`) makes the next call prepare and compile again, so the program always runs
-/// the current weights. Hooks are refused ([`CompileError::Hooks`]): compiled code runs none.
+/// step, `set_data`) makes the next call prepare the graph again (folded weights), so the
+/// program always runs the current weights; its code is compiled again only if the prepared
+/// graph prints differently. Hooks are refused ([`CompileError::Hooks`]): compiled code runs none.
 pub struct CompiledModule {
     core: ModuleCore,
     /// The module compiled, sharing its state with the caller's graph module.
