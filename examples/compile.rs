@@ -13,7 +13,9 @@ use tessera::fx::GraphModule;
 use tessera::fx::trace::{LeafPolicy, trace};
 use tessera::nn::models::SmallCnn;
 use tessera::nn::{Forward, Layer, ModuleExt, ModuleKind};
-use tessera::{CompileOptions, DType, Generator, Tensor, compile, manual_seed, no_grad};
+use tessera::{
+    CompileOptions, CompiledModule, DType, Generator, Tensor, compile, manual_seed, no_grad,
+};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -117,6 +119,8 @@ fn compare<M: Layer + 'static>(model: M, x: Tensor, args: &Args) -> Result<(), E
         println!("{name} output equals eager within {difference:.1e}");
     }
 
+    new_batch(&compiled, &x)?;
+
     let (eager_ms, _) = support::time(args.runs, || model.forward(x.clone()).map(drop))?;
     let (interp_ms, _) = support::time(args.runs, || gm.forward(x.clone()).map(drop))?;
     let (compiled_ms, _) = support::time(args.runs, || compiled.run(inputs).map(drop))?;
@@ -128,5 +132,30 @@ fn compare<M: Layer + 'static>(model: M, x: Tensor, args: &Args) -> Result<(), E
     ] {
         println!("{name:<12} {ms:>11.3} {:>8.2}x", eager_ms / ms);
     }
+    Ok(())
+}
+
+/// Times the first and second call at the next batch: with a dynamic batch the first one
+/// lowers the graph again and runs the code already compiled.
+fn new_batch(compiled: &CompiledModule, x: &Tensor) -> Result<(), Error> {
+    let mut shape = x.shape();
+    let Some(batch) = shape.first_mut() else {
+        return Ok(());
+    };
+    *batch += 1;
+    let next = [Tensor::zeros(&shape, x.dtype())?];
+    let compiles = compiled.compile_count();
+    let start = Instant::now();
+    compiled.run(&next)?;
+    let first_ms = start.elapsed().as_secs_f64() * 1e3;
+    let start = Instant::now();
+    compiled.run(&next)?;
+    let second_ms = start.elapsed().as_secs_f64() * 1e3;
+    println!(
+        "batch {}: first call {first_ms:.2} ms, second {second_ms:.2} ms, {} new compiles ({})",
+        shape[0],
+        compiled.compile_count() - compiles,
+        compiled.report().batch
+    );
     Ok(())
 }
