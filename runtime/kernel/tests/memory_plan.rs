@@ -103,7 +103,7 @@ fn runs_reusing_one_workspace_agree_with_eager_ops() {
             &mut ws,
             &NoEnvironment,
             &Interpreter,
-            &[x.clone()],
+            std::slice::from_ref(&x),
             None,
         )
         .unwrap();
@@ -129,7 +129,7 @@ fn a_run_into_caller_buffers_writes_them_in_place() {
         &mut ws,
         &NoEnvironment,
         &Interpreter,
-        &[x.clone()],
+        std::slice::from_ref(&x),
         &[out],
     )
     .unwrap();
@@ -153,7 +153,7 @@ fn a_run_into_refuses_outputs_of_another_shape_layout_or_sharing_an_input() {
             &mut ws,
             &NoEnvironment,
             &Interpreter,
-            &[x.clone()],
+            std::slice::from_ref(&x),
             &[out],
         )
         .unwrap_err()
@@ -183,7 +183,7 @@ fn a_run_into_refuses_outputs_of_another_shape_layout_or_sharing_an_input() {
         &mut ws,
         &NoEnvironment,
         &Interpreter,
-        &[x.clone()],
+        std::slice::from_ref(&x),
         &[],
     )
     .unwrap_err();
