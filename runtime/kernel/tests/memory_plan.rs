@@ -237,3 +237,32 @@ fn a_plan_made_for_another_program_is_refused() {
     .unwrap_err();
     assert!(e.to_string().contains("does not fit"), "{e}");
 }
+
+#[test]
+fn a_run_into_an_offset_view_writes_only_that_view() {
+    let program = program(1);
+    let plan = MemoryPlan::new(&program);
+    let mut ws = Workspace::new(&program, &plan);
+    let x = Tensor::randn(&[16, 256], DType::F32).unwrap();
+    let whole = Tensor::zeros(&[32, 256], DType::F32).unwrap();
+    let lower_half = whole.narrow(0, 16, 16).unwrap();
+    let outputs = [lower_half];
+    let env = &NoEnvironment;
+    let inputs = std::slice::from_ref(&x);
+    run_planned_into(
+        &program,
+        &plan,
+        &mut ws,
+        env,
+        &Interpreter,
+        inputs,
+        &outputs,
+    )
+    .unwrap();
+    let values = whole.to_vec::<f32>().unwrap();
+    let want = eager_softmax_chain(1, &x).to_vec::<f32>().unwrap();
+    assert!(values[..16 * 256].iter().all(|&v| v == 0.0));
+    for (g, w) in values[16 * 256..].iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-6, "{g} vs {w}");
+    }
+}
