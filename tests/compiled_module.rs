@@ -164,3 +164,84 @@ fn hook_added_to_a_submodule_after_compiling_is_refused() {
     handle.remove();
     compiled.call(x.clone()).unwrap();
 }
+
+#[test]
+fn run_into_writes_what_run_returns_into_the_callers_tensor() {
+    let (model, gm, x) = random_cnn();
+    let compiled = compiled(&gm, &x);
+    let eager = model.call(x.clone()).unwrap();
+    let out = Tensor::zeros(&eager.shape(), DType::F32).unwrap();
+    compiled
+        .run_into(std::slice::from_ref(&x), std::slice::from_ref(&out))
+        .unwrap();
+    assert_close(&out, &eager, 1e-5, 1e-5, "run_into");
+    // A second call into the same tensor overwrites it with the same values.
+    compiled
+        .run_into(std::slice::from_ref(&x), std::slice::from_ref(&out))
+        .unwrap();
+    assert_close(&out, &eager, 1e-5, 1e-5, "run_into again");
+}
+
+#[test]
+fn run_into_an_output_of_another_shape_names_the_output_and_both_shapes() {
+    let (model, gm, x) = random_cnn();
+    let compiled = compiled(&gm, &x);
+    let shape = model.call(x.clone()).unwrap().shape();
+    let mut wrong = shape.clone();
+    wrong[1] += 1;
+    let out = Tensor::zeros(&wrong, DType::F32).unwrap();
+    let e = compiled
+        .run_into(std::slice::from_ref(&x), std::slice::from_ref(&out))
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("output 0")
+            && text.contains(&format!("{wrong:?}"))
+            && text.contains(&format!("{shape:?}")),
+        "{text}"
+    );
+    let e = compiled
+        .run_into(std::slice::from_ref(&x), std::slice::from_ref(&x))
+        .unwrap_err();
+    assert!(e.to_string().contains("output 0"), "{e}");
+}
+
+#[test]
+fn two_threads_calling_one_compiled_module_get_their_own_results() {
+    let (model, gm, x) = random_cnn();
+    let compiled = Arc::new(compiled(&gm, &x));
+    let inputs: Vec<Tensor> = (0..2)
+        .map(|i| x.mul_scalar(1.0 + i as f64).unwrap())
+        .collect();
+    let wanted: Vec<Tensor> = inputs
+        .iter()
+        .map(|x| model.call(x.clone()).unwrap())
+        .collect();
+    std::thread::scope(|scope| {
+        for (x, want) in inputs.iter().zip(&wanted) {
+            let compiled = compiled.clone();
+            scope.spawn(move || {
+                let out = Tensor::zeros(&want.shape(), DType::F32).unwrap();
+                for _ in 0..20 {
+                    assert_close(&compiled.call(x.clone()).unwrap(), want, 1e-5, 1e-5, "call");
+                    compiled
+                        .run_into(std::slice::from_ref(x), std::slice::from_ref(&out))
+                        .unwrap();
+                    assert_close(&out, want, 1e-5, 1e-5, "run_into");
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn kernels_print_the_arena_and_each_buffers_offset() {
+    let (_, gm, x) = random_cnn();
+    let text = compiled(&gm, &x).kernels();
+    let plan = text
+        .split("; memory plan\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(plan.starts_with("arena: "), "{plan}");
+    assert!(plan.contains(" at 0.."), "{plan}");
+}

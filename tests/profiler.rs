@@ -110,11 +110,16 @@ fn compiled_runs_record_each_kernel_and_each_eager_step() {
     let events = profiler.events();
     let kernels: Vec<_> = events.iter().filter(|e| e.name.starts_with('k')).collect();
     assert_eq!(kernels.len(), compiled.report().kernels, "{events:?}");
-    // Each kernel writes fresh packed outputs and names the graph nodes it computes.
+    // Each kernel writes its outputs and names the graph nodes it computes; those only
+    // kernels read live in the compiled module's arena, so their steps allocate no storage.
     assert!(
         kernels
             .iter()
-            .all(|e| e.allocated_bytes >= e.output_bytes && e.path.starts_with('%')),
+            .all(|e| e.output_bytes > 0 && e.path.starts_with('%')),
+        "{kernels:?}"
+    );
+    assert!(
+        kernels.iter().any(|e| e.allocated_bytes == 0),
         "{kernels:?}"
     );
     // A convolution with an elementwise epilogue (ReLU, residual add) is a generated kernel

@@ -260,12 +260,18 @@ impl Tensor {
 
     /// True when both tensors view the same storage buffer.
     pub fn shares_storage(&self, other: &Tensor) -> bool {
-        Arc::ptr_eq(&self.data().storage, &other.data().storage)
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return true;
+        }
+        let mine = self.0.data.read().unwrap_or_else(poisoned);
+        let theirs = other.0.data.read().unwrap_or_else(poisoned);
+        Arc::ptr_eq(&mine.storage, &theirs.storage)
     }
 
     /// How many in-place writes the storage has seen.
     pub fn version(&self) -> u64 {
-        self.data().storage.version.load(Ordering::Relaxed)
+        let d = self.0.data.read().unwrap_or_else(poisoned);
+        d.storage.version.load(Ordering::Relaxed)
     }
 
     // ----- autograd state -----
@@ -395,6 +401,61 @@ impl Tensor {
         f: impl FnOnce(&[T], &Layout) -> R,
     ) -> Result<R> {
         self.read_storage("with_storage_slice", f)
+    }
+
+    /// The tensor's layout and dtype, read in place (no copy, so no allocation: what a
+    /// compiled program's warm call checks its inputs with).
+    pub fn with_layout<R>(&self, f: impl FnOnce(&Layout, DType) -> R) -> R {
+        let d = self.0.data.read().unwrap_or_else(poisoned);
+        f(&d.layout, d.dtype)
+    }
+
+    /// [`Tensor::with_storage_slice`] for CPU storage, copying nothing (no allocation). This
+    /// handle's metadata stays read-locked while `f` runs: `f` must not `set_data` it.
+    pub fn with_cpu_slice<T: StorageElement, R>(
+        &self,
+        f: impl FnOnce(&[T], &Layout) -> R,
+    ) -> Result<R> {
+        let op = "with_cpu_slice";
+        let d = self.0.data.read().unwrap_or_else(poisoned);
+        if d.dtype != T::DTYPE {
+            return Err(TensorError::DTypeMismatch {
+                op: op.into(),
+                expected: T::DTYPE,
+                got: d.dtype,
+            });
+        }
+        let guard = d.storage.buffer.read().unwrap_or_else(poisoned);
+        let slice = T::slice(guard.cpu(op)?).expect("storage dtype matches tensor dtype");
+        Ok(f(slice, &d.layout))
+    }
+
+    /// [`Tensor::with_cpu_slice`], writable: the storage is write-locked and its version
+    /// bumped (an in-place write, as autograd counts them). `f` gets the whole storage and
+    /// this view's layout into it, and must not `set_data` this handle.
+    pub fn with_cpu_slice_mut<T: StorageElement, R>(
+        &self,
+        f: impl FnOnce(&mut [T], &Layout) -> R,
+    ) -> Result<R> {
+        let op = "with_cpu_slice_mut";
+        let d = self.0.data.read().unwrap_or_else(poisoned);
+        if d.dtype != T::DTYPE {
+            return Err(TensorError::DTypeMismatch {
+                op: op.into(),
+                expected: T::DTYPE,
+                got: d.dtype,
+            });
+        }
+        d.storage.version.fetch_add(1, Ordering::Relaxed);
+        let mut guard = d.storage.buffer.write().unwrap_or_else(poisoned);
+        if let Storage::Cpu(cpu) = &mut *guard {
+            let slice = T::slice_mut(cpu).expect("storage dtype matches tensor dtype");
+            return Ok(f(slice, &d.layout));
+        }
+        Err(match guard.cpu(op) {
+            Err(e) => e,
+            Ok(_) => TensorError::NoData { op: op.into() },
+        })
     }
 
     /// [`Tensor::with_storage_slice`] for the method `op`, which errors name.

@@ -32,8 +32,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_cpu::{CpuError, JitProgram};
 use tessera_kernel::{
-    BoxError, Environment, Fallback, Interpreter, KernelError, Program, StepTimer, lower,
-    run_program_timed,
+    BoxError, Environment, Fallback, Interpreter, KernelError, KernelExecutor, MemoryPlan, Program,
+    StepTimer, Workspace, lower, run_planned, run_planned_into,
 };
 use tessera_tensor::{Layout, Tensor};
 
@@ -170,11 +170,49 @@ impl fmt::Display for CompileReport {
     }
 }
 
-/// A program and its compiled code (compiled for this program, or for one whose kernels
-/// differ only in what the code takes at run time).
+/// A program, its memory plan, its compiled code (compiled for this program, or for one
+/// whose kernels differ only in what the code takes at run time), and the workspaces of its
+/// runs (one per concurrent call, kept between calls so that warm calls allocate no arena).
 pub(crate) struct Compiled {
     pub(crate) program: Program,
+    plan: MemoryPlan,
     jit: Option<Arc<JitProgram>>,
+    workspaces: Mutex<Vec<Workspace>>,
+}
+
+impl Compiled {
+    fn new(program: Program, jit: Option<Arc<JitProgram>>) -> Compiled {
+        Compiled {
+            plan: MemoryPlan::new(&program),
+            program,
+            jit,
+            workspaces: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `f` with a workspace of its own: a kept one, or a new one (its arena allocated)
+    /// when every kept one is in use by another call; kept again afterwards.
+    fn with_workspace<R>(&self, f: impl FnOnce(&mut Workspace) -> R) -> R {
+        let kept = self
+            .workspaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        let mut ws = kept.unwrap_or_else(|| Workspace::new(&self.program, &self.plan));
+        let r = f(&mut ws);
+        self.workspaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ws);
+        r
+    }
+
+    fn executor(&self) -> &dyn KernelExecutor {
+        match &self.jit {
+            Some(jit) => &**jit,
+            None => &Interpreter,
+        }
+    }
 }
 
 /// A graph module compiled for inference, itself a module: its parameters, buffers and
@@ -362,24 +400,29 @@ impl CompiledModule {
         &self,
         inputs: &[Tensor],
     ) -> Result<(Arc<Compiled>, Arc<GraphModule>), CompileError> {
-        let key: Signature = inputs.iter().map(|t| (t.layout(), t.dtype())).collect();
         let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
         if !prepared.stamp.is_current(&self.source) {
             let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
             *prepared = prepare(&self.source, &self.options, &mut report)?;
         }
         let gm = prepared.gm.clone();
-        if let Some(p) = prepared.programs.get(&key) {
+        // The inputs' signature compared in place (a warm call builds no key).
+        let cached = prepared.programs.iter().find(|(key, _)| {
+            key.len() == inputs.len()
+                && key
+                    .iter()
+                    .zip(inputs)
+                    .all(|((l, d), t)| t.with_layout(|tl, td| tl == l && td == *d))
+        });
+        if let Some((_, p)) = cached {
             return Ok((p.clone(), gm));
         }
+        let key: Signature = inputs.iter().map(|t| (t.layout(), t.dtype())).collect();
         let metas: Vec<tessera_tensor::TensorMeta> = inputs.iter().map(Tensor::meta).collect();
         let layouts: Vec<Layout> = key.iter().map(|(l, _)| l.clone()).collect();
         let program = lower(&reshaped_graph(&gm, &metas)?, &layouts)?;
         let code = self.code_for(&gm, &prepared.graph_text, &key, &metas, program)?;
-        let compiled = Arc::new(Compiled {
-            program: code.0,
-            jit: code.1,
-        });
+        let compiled = Arc::new(Compiled::new(code.0, code.1));
         prepared.programs.insert(key, compiled.clone());
         Ok((compiled, gm))
     }
@@ -458,7 +501,43 @@ impl CompiledModule {
         inputs: &[Tensor],
         timer: Option<StepTimer<'_>>,
     ) -> Result<(Vec<Tensor>, Arc<Compiled>), CompileError> {
-        // Hooks added after compiling, on this module or any of the source's, are refused too.
+        self.check_hooks()?;
+        let (compiled, gm) = self.program_for(inputs)?;
+        let env = Attributes(&gm);
+        let (program, plan) = (&compiled.program, &compiled.plan);
+        let outputs = compiled.with_workspace(|ws| {
+            run_planned(program, plan, ws, &env, compiled.executor(), inputs, timer)
+        })?;
+        Ok((outputs, compiled))
+    }
+
+    /// Runs the compiled program on `inputs`, writing its outputs into `outputs` (PyTorch's
+    /// `out=`): one tensor per program output, of its shape and dtype, contiguous, on the
+    /// CPU, sharing storage with no input, weight or other output (a typed error names the
+    /// output and both shapes). Kernels write straight into them; once warm, a call whose
+    /// outputs are all computed by kernels allocates nothing.
+    pub fn run_into(&self, inputs: &[Tensor], outputs: &[Tensor]) -> Result<(), CompileError> {
+        self.check_hooks()?;
+        let (compiled, gm) = self.program_for(inputs)?;
+        let env = Attributes(&gm);
+        let (program, plan) = (&compiled.program, &compiled.plan);
+        compiled.with_workspace(|ws| {
+            run_planned_into(
+                program,
+                plan,
+                ws,
+                &env,
+                compiled.executor(),
+                inputs,
+                outputs,
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Fails when this module or any module of the source's tree has hooks (added after
+    /// compiling: compiled code would not run them). Allocates nothing when there are none.
+    fn check_hooks(&self) -> Result<(), CompileError> {
         let hooks = call_hooks(self);
         if hooks > 0 {
             return Err(CompileError::Hooks {
@@ -466,15 +545,16 @@ impl CompiledModule {
                 hooks,
             });
         }
-        refuse_hooks(self.source.root())?;
-        let (compiled, gm) = self.program_for(inputs)?;
-        let env = Attributes(&gm);
-        let program = &compiled.program;
-        let outputs = match &compiled.jit {
-            Some(jit) => run_program_timed(program, &env, &**jit, inputs, timer)?,
-            None => run_program_timed(program, &env, &Interpreter, inputs, timer)?,
-        };
-        Ok((outputs, compiled.clone()))
+        let mut any = false;
+        state_stamp::visit_state(self.source.root(), &mut |item| {
+            if let state_stamp::StateItem::Module(m) = item {
+                any = any || call_hooks(m) > 0;
+            }
+        });
+        if any {
+            refuse_hooks(self.source.root())?;
+        }
+        Ok(())
     }
 
     /// What compiling did (for the most recently compiled input shapes).
@@ -492,6 +572,7 @@ impl CompiledModule {
         let mut text = String::new();
         for compiled in prepared.programs.values() {
             text.push_str(&compiled.program.to_string());
+            text.push_str(&format!("\n; memory plan\n{}", compiled.plan));
             if let Some(jit) = &compiled.jit {
                 for k in jit.kernels() {
                     text.push_str(&format!("\n; CLIF of {}\n{}", k.name, k.clif));

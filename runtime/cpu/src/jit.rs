@@ -27,6 +27,9 @@ const GEMM_MIN_ROWS: usize = 256;
 /// thread's L2 cache on two threads), so that the epilogue reads the block from cache.
 const CONV_BLOCK_ELEMENTS: usize = 1 << 18;
 
+/// Buffer parameters a kernel call passes without allocating its pointer table.
+const STACK_BUFFERS: usize = 32;
+
 /// The entry point of a compiled kernel.
 type KernelFn = unsafe extern "C" fn(*const *mut u8, i64, i64);
 
@@ -230,7 +233,19 @@ impl KernelExecutor for JitProgram {
         if kernel.points() == 0 {
             return Ok(());
         }
-        let ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.ptr).collect();
+        // The pointer table the entry point takes, on the stack for kernels of up to
+        // `STACK_BUFFERS` parameters (no allocation per call).
+        let mut on_stack = [std::ptr::null_mut::<u8>(); STACK_BUFFERS];
+        let on_heap: Vec<*mut u8>;
+        let ptrs: &[*mut u8] = if buffers.len() <= STACK_BUFFERS {
+            for (p, b) in on_stack.iter_mut().zip(buffers) {
+                *p = b.ptr;
+            }
+            &on_stack[..buffers.len()]
+        } else {
+            on_heap = buffers.iter().map(|b| b.ptr).collect();
+            &on_heap
+        };
         let end = if kernel.domain.is_empty() {
             1
         } else {

@@ -33,9 +33,11 @@ pub(crate) unsafe fn run_split(
     let chunk = (count + chunks - 1) / chunks;
     let chunk = (chunk + align - 1) / align * align;
     let buffers = Buffers(buffers);
-    let starts: Vec<i64> = (start..end).step_by(chunk.max(1) as usize).collect();
-    starts.into_par_iter().for_each(|begin| {
+    let chunk = chunk.max(1);
+    let count = (end - start + chunk - 1) / chunk;
+    (0..count).into_par_iter().for_each(|c| {
         let buffers = &buffers;
+        let begin = start + c * chunk;
         // SAFETY: the caller's contract, for the range `begin..stop` of `start..end`.
         unsafe { entry(buffers.0, begin, (begin + chunk).min(end)) };
     });

@@ -77,6 +77,41 @@ pub enum KernelError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A run into caller buffers got another number of outputs than the program returns.
+    #[error("the program returns {expected} outputs, {got} output tensors were given")]
+    OutputCount { expected: usize, got: usize },
+    /// A caller's output tensor differs in shape or dtype from the program's output.
+    #[error(
+        "output {index} is {got_dtype:?}{got_shape:?}, the program returns {dtype:?}{shape:?} there"
+    )]
+    OutputMeta {
+        index: usize,
+        shape: Vec<usize>,
+        dtype: DType,
+        got_shape: Vec<usize>,
+        got_dtype: DType,
+    },
+    /// A caller's output tensor is not packed row-major in CPU storage.
+    #[error(
+        "output {index} (shape {shape:?}) has strides {strides:?} on {device:?}: outputs must be \
+         contiguous CPU tensors"
+    )]
+    OutputLayout {
+        index: usize,
+        shape: Vec<usize>,
+        strides: Vec<usize>,
+        device: tessera_tensor::Device,
+    },
+    /// A caller's output tensor shares storage with something the run reads or writes.
+    #[error("output {index} shares storage with {other}; give each output storage of its own")]
+    OutputShares { index: usize, other: String },
+    /// Writing into a caller's output tensor failed.
+    #[error("writing output {index}: {source}")]
+    Output {
+        index: usize,
+        #[source]
+        source: Box<TensorError>,
+    },
     /// A backend failed to execute a kernel.
     #[error("kernel {kernel}: {message}")]
     Backend { kernel: String, message: String },

@@ -54,6 +54,14 @@
 //! `gemm` crate into a scratch buffer for the current block of its outermost loop, which its
 //! elementwise epilogue (bias, activation, residual) then reads while it is in cache.
 //!
+//! # Memory
+//!
+//! A [`MemoryPlan`], computed once per program from the steps' liveness, gives every
+//! intermediate kernel buffer (outputs only kernels read, GEMM and convolution scratch) an
+//! offset in one arena, reusing the bytes of buffers no longer live; a [`Workspace`] holds
+//! the arena and the run's tables, so a warm [`run_planned`] allocates only its output tensors
+//! and [`run_planned_into`] writes them into the caller's.
+//!
 //! # Plan: what fits in later without redesign
 //!
 //! - **Convolution**: an external call like [`GemmCall`] (im2col + GEMM, or the eager conv
@@ -62,9 +70,6 @@
 //!   parallel; backends follow it, the lowering's [`schedule`] pass chooses it. Kernels
 //!   compiled by the CPU backend already take the outer loop's range as arguments, so a
 //!   parallel split is a change of the caller only.
-//! - **Memory plan**: slots are dropped after their last use today; a plan assigns each slot
-//!   an offset in one arena from the same liveness, and kernels' output buffers point into it.
-//!
 //! # Dynamic batch
 //!
 //! The outermost loop's range is an argument of every compiled kernel, so code compiled for
@@ -83,14 +88,17 @@ mod interpret;
 mod kernel;
 mod lower;
 pub mod math;
+pub mod memory_plan;
 mod print;
 mod program;
 mod reduce_table;
 mod run;
+mod run_into;
 mod scalar;
 pub mod schedule;
 mod stages;
 mod table;
+mod workspace;
 
 pub use conv::{ConvCall, run_conv};
 pub use error::{KernelError, Result};
@@ -101,13 +109,16 @@ pub use kernel::{
     BufferParam, BufferRole, IndexExpr, Kernel, KernelBuilder, Schedule, Store, operands,
 };
 pub use lower::lower;
+pub use memory_plan::{ArenaBuffer, MemoryPlan, SlotHome};
 pub use program::{ExternalCall, Fallback, Program, Slot, SlotSource, SlotView, Step};
 pub use reduce_table::lower_reduction;
 pub use run::{
     BoxError, BufferPtr, Environment, KernelExecutor, NoEnvironment, StepCost, StepTimer,
-    run_program, run_program_timed,
+    run_planned, run_program, run_program_timed,
 };
+pub use run_into::run_planned_into;
 pub use scalar::{BinaryFn, CompareFn, Expr, ReduceFn, ScalarType, UnaryFn, Value};
 pub use schedule::schedule;
 pub use stages::Stages;
 pub use table::lower_elementwise;
+pub use workspace::Workspace;

@@ -1,11 +1,12 @@
-//! Running a [`Program`] on tensors: slots are filled from the inputs, the environment
-//! (attributes, module calls) and the steps; kernels run through a [`KernelExecutor`] (the
-//! kernel-IR interpreter, or a backend's compiled code) on raw buffers; each slot is dropped
-//! after its last use.
+//! Running a [`Program`] on tensors under its [`MemoryPlan`]: slots are filled from the inputs,
+//! the environment (attributes, module calls) and the steps; kernels run through a
+//! [`KernelExecutor`] (the kernel-IR interpreter, or a backend's compiled code) on raw buffers,
+//! intermediate ones in the workspace's arena; each tensor slot is dropped after its last use.
 
+use crate::memory_plan::{MemoryPlan, SlotHome};
 use crate::{
     BufferRole, ExternalCall, Kernel, KernelError, Program, Result, ScalarType, SlotId, SlotSource,
-    SlotView, Step,
+    SlotView, Step, Workspace,
 };
 use std::time::{Duration, Instant};
 use tessera_tensor::op::ViewOp;
@@ -44,14 +45,14 @@ pub trait KernelExecutor {
 }
 
 /// The packed storage of a kernel output before it becomes a tensor.
-enum OutVec {
+pub(crate) enum OutVec {
     F32(Vec<f32>),
     F64(Vec<f64>),
 }
 
 impl OutVec {
     /// A buffer of `len` elements of `ty` from the tensor crate's cache of freed buffers.
-    fn new(ty: ScalarType, len: usize, kernel: &str) -> tessera_tensor::Result<OutVec> {
+    pub(crate) fn new(ty: ScalarType, len: usize, kernel: &str) -> tessera_tensor::Result<OutVec> {
         Ok(match ty {
             ScalarType::F64 => OutVec::F64(tessera_tensor::try_uninit_buffer(kernel, len)?),
             _ => OutVec::F32(tessera_tensor::try_uninit_buffer(kernel, len)?),
@@ -64,14 +65,6 @@ impl OutVec {
             OutVec::F64(v) => v.as_mut_ptr() as *mut u8,
         };
         BufferPtr { ptr, len, ty }
-    }
-
-    /// Hands the buffer back to the tensor crate's cache.
-    fn recycle(self) {
-        match self {
-            OutVec::F32(v) => tessera_tensor::recycle(v),
-            OutVec::F64(v) => tessera_tensor::recycle(v),
-        }
     }
 
     /// The tensor of the buffer's first `len` elements (all of them: outputs are allocated
@@ -103,7 +96,7 @@ fn step_error(
 }
 
 /// A slot's tensor seen through its views, applied eagerly.
-fn materialize(slots: &[Option<Tensor>], v: &SlotView, step: usize) -> Result<Tensor> {
+pub(crate) fn materialize(slots: &[Option<Tensor>], v: &SlotView, step: usize) -> Result<Tensor> {
     let mut t = slots[v.slot.index()]
         .clone()
         .ok_or_else(|| KernelError::Backend {
@@ -137,44 +130,47 @@ fn packed(t: &Tensor, step: usize) -> Result<Tensor> {
     }
 }
 
-/// Holds a read lock on the storage of each tensor from `all[next..]` while `f` runs on all
-/// their buffers; a tensor sharing storage with an earlier one reuses its pointer (one lock
-/// per storage, so a lock is never taken twice).
+/// Holds a read lock on the storage of each tensor from `all[next..]` while `f` runs on their
+/// buffers (the whole storage of each); a tensor sharing storage with an earlier one reuses
+/// its pointer (one lock per storage, so a lock is never taken twice). Allocates nothing when
+/// `acc` has room for every buffer.
 fn with_reads<R>(
-    all: &[&Tensor],
+    all: &[(Tensor, usize)],
     next: usize,
-    acc: &mut Vec<(BufferPtr, Layout)>,
+    acc: &mut Vec<BufferPtr>,
     step: usize,
-    f: &mut dyn FnMut(&[(BufferPtr, Layout)]) -> Result<R>,
+    f: &mut dyn FnMut(&[BufferPtr]) -> Result<R>,
 ) -> Result<R> {
-    let Some(first) = all.get(next) else {
+    let Some((first, _)) = all.get(next) else {
         return f(acc);
     };
-    if let Some(j) = (0..next).find(|&j| all[j].shares_storage(first)) {
-        acc.push((acc[j].0, first.layout()));
+    if let Some(j) = (0..next).find(|&j| all[j].0.shares_storage(first)) {
+        acc.push(acc[j]);
         let r = with_reads(all, next + 1, acc, step, f);
         acc.pop();
         return r;
     }
-    let err = step_error(step, "reading a kernel input");
+    let on_cpu = first.device() == tessera_tensor::Device::Cpu;
     macro_rules! read {
-        ($t:ty, $ty:expr) => {
-            first
-                .with_storage_slice(|s: &[$t], layout| {
-                    acc.push((
-                        BufferPtr {
-                            ptr: s.as_ptr() as *mut u8,
-                            len: s.len(),
-                            ty: $ty,
-                        },
-                        layout.clone(),
-                    ));
-                    let r = with_reads(all, next + 1, acc, step, f);
-                    acc.pop();
-                    r
-                })
-                .map_err(err)?
-        };
+        ($t:ty, $ty:expr) => {{
+            let mut go = |s: &[$t], _: &Layout| {
+                acc.push(BufferPtr {
+                    ptr: s.as_ptr() as *mut u8,
+                    len: s.len(),
+                    ty: $ty,
+                });
+                let r = with_reads(all, next + 1, acc, step, f);
+                acc.pop();
+                r
+            };
+            // Device storage is copied to the host for the kernel (the copy allocates).
+            let read = if on_cpu {
+                first.with_cpu_slice(|s: &[$t], l| go(s, l))
+            } else {
+                first.with_storage_slice(|s: &[$t], l| go(s, l))
+            };
+            read.map_err(|e| step_error(step, "reading a kernel input")(e))?
+        }};
     }
     match first.dtype() {
         DType::F32 => read!(f32, ScalarType::F32),
@@ -186,7 +182,8 @@ fn with_reads<R>(
     }
 }
 
-/// Runs `program` on `inputs` with kernels executed by `executor`.
+/// Runs `program` on `inputs` with kernels executed by `executor`, planning its memory for
+/// this one run (a compiled module plans once and keeps its workspace: [`run_planned`]).
 pub fn run_program(
     program: &Program,
     env: &dyn Environment,
@@ -205,9 +202,12 @@ pub struct StepCost {
     /// Bytes of tensor storage the step created on the running thread
     /// ([`tessera_tensor::allocated_bytes`]).
     pub allocated_bytes: u64,
+    /// Bytes of the values the step wrote (in the arena or in tensors).
+    pub output_bytes: u64,
 }
 
-/// Called after each step of a timed run with what it cost and the step's output tensors.
+/// Called after each step of a timed run with what it cost and the step's output tensors
+/// (those that are tensors: values in the arena are not).
 pub type StepTimer<'a> = &'a mut dyn FnMut(StepCost, &[&Tensor]);
 
 /// [`run_program`], calling `timer` after each step (what a profiler records). Without a
@@ -217,146 +217,347 @@ pub fn run_program_timed(
     env: &dyn Environment,
     executor: &dyn KernelExecutor,
     inputs: &[Tensor],
-    mut timer: Option<StepTimer<'_>>,
+    timer: Option<StepTimer<'_>>,
 ) -> Result<Vec<Tensor>> {
-    let expected = program.input_count();
-    if inputs.len() != expected {
-        return Err(KernelError::InputCount {
-            expected,
-            got: inputs.len(),
-        });
-    }
-    let mut slots: Vec<Option<Tensor>> = vec![None; program.slots.len()];
-    let mut uses = vec![0usize; program.slots.len()];
-    for step in &program.steps {
-        match step {
-            Step::Kernel { inputs, .. } => inputs.iter().for_each(|s| uses[s.index()] += 1),
-            Step::External { inputs, .. } => inputs.iter().for_each(|v| uses[v.slot.index()] += 1),
+    let plan = MemoryPlan::new(program);
+    let mut workspace = Workspace::new(program, &plan);
+    run_planned(program, &plan, &mut workspace, env, executor, inputs, timer)
+}
+
+/// Runs `program` under its memory plan `plan` in `workspace` (made for that plan): once the
+/// workspace is warm, only the output tensors are allocated (and what external steps and
+/// the GEMM library allocate themselves).
+pub fn run_planned(
+    program: &Program,
+    plan: &MemoryPlan,
+    workspace: &mut Workspace,
+    env: &dyn Environment,
+    executor: &dyn KernelExecutor,
+    inputs: &[Tensor],
+    timer: Option<StepTimer<'_>>,
+) -> Result<Vec<Tensor>> {
+    let run = Run {
+        program,
+        plan,
+        env,
+        executor,
+    };
+    let result = run.load(workspace, inputs).and_then(|()| {
+        run.steps(workspace, timer)?;
+        let end = program.steps.len();
+        program
+            .outputs
+            .iter()
+            .map(|v| materialize(&workspace.slots, v, end))
+            .collect()
+    });
+    workspace.reset();
+    result
+}
+
+/// One run's fixed parts: the program, its plan, and what runs its steps.
+pub(crate) struct Run<'a> {
+    pub(crate) program: &'a Program,
+    pub(crate) plan: &'a MemoryPlan,
+    pub(crate) env: &'a dyn Environment,
+    pub(crate) executor: &'a dyn KernelExecutor,
+}
+
+impl Run<'_> {
+    /// Checks that `ws` was made for this plan and fills the input and attribute slots.
+    pub(crate) fn load(&self, ws: &mut Workspace, inputs: &[Tensor]) -> Result<()> {
+        let program = self.program;
+        let expected = program.input_count();
+        if inputs.len() != expected {
+            return Err(KernelError::InputCount {
+                expected,
+                got: inputs.len(),
+            });
         }
-    }
-    for v in &program.outputs {
-        uses[v.slot.index()] += 1;
-    }
-    for (i, slot) in program.slots.iter().enumerate() {
-        let tensor = match &slot.source {
-            SlotSource::Input(n) => {
-                let t = &inputs[*n];
-                if t.shape() != slot.meta.shape || t.dtype() != slot.meta.dtype {
-                    return Err(KernelError::InputMeta {
-                        index: *n,
-                        shape: slot.meta.shape.clone(),
-                        dtype: slot.meta.dtype,
-                        got_shape: t.shape(),
-                        got_dtype: t.dtype(),
-                    });
-                }
-                t.clone()
-            }
-            SlotSource::Attribute(target) => {
-                let t = env
-                    .attribute(target)
-                    .map_err(|source| KernelError::Environment {
-                        what: format!("reading attribute {target}"),
-                        source,
-                    })?;
-                if t.shape() != slot.meta.shape || t.dtype() != slot.meta.dtype {
-                    return Err(KernelError::SlotMeta {
-                        slot: SlotId::from_index(i).to_string(),
-                        name: target.clone(),
-                        shape: slot.meta.shape.clone(),
-                        dtype: slot.meta.dtype,
-                        got_shape: t.shape(),
-                        got_dtype: t.dtype(),
-                    });
-                }
-                t
-            }
-            SlotSource::Step => continue,
-        };
-        slots[i] = Some(tensor);
-    }
-    for (index, step) in program.steps.iter().enumerate() {
-        let started = timer
-            .is_some()
-            .then(|| (Instant::now(), tessera_tensor::allocated_bytes()));
-        let read: Vec<SlotId> = match step {
-            Step::Kernel {
-                kernel,
-                inputs,
-                outputs,
-                ..
-            } => {
-                run_kernel(
-                    program, &mut slots, executor, index, kernel, inputs, outputs,
-                )?;
-                inputs.clone()
-            }
-            Step::External {
-                node,
-                call,
-                inputs,
-                outputs,
-            } => {
-                let args = inputs
-                    .iter()
-                    .map(|v| materialize(&slots, v, index))
-                    .collect::<Result<Vec<_>>>()?;
-                let results = match call {
-                    ExternalCall::Op(op) => {
-                        let refs: Vec<&Tensor> = args.iter().collect();
-                        op.apply(&refs)
-                            .map_err(step_error(index, format!("%{node} = {}", op.name())))?
+        if ws.slots.len() != program.slots.len() || ws.arena_bytes() < self.plan.arena_bytes {
+            return Err(KernelError::Backend {
+                kernel: "(runner)".into(),
+                message: format!(
+                    "a workspace of {} slots and {} arena bytes for a program of {} slots \
+                     planned for {} bytes",
+                    ws.slots.len(),
+                    ws.arena_bytes(),
+                    program.slots.len(),
+                    self.plan.arena_bytes
+                ),
+            });
+        }
+        self.plan.check(program)?;
+        ws.reset();
+        for (i, slot) in program.slots.iter().enumerate() {
+            let fits = |t: &Tensor| {
+                t.with_layout(|l, d| l.shape == slot.meta.shape && d == slot.meta.dtype)
+            };
+            let tensor = match &slot.source {
+                SlotSource::Input(n) => {
+                    let t = &inputs[*n];
+                    if !fits(t) {
+                        return Err(KernelError::InputMeta {
+                            index: *n,
+                            shape: slot.meta.shape.clone(),
+                            dtype: slot.meta.dtype,
+                            got_shape: t.shape(),
+                            got_dtype: t.dtype(),
+                        });
                     }
-                    ExternalCall::Module(target) => {
-                        env.call_module(target, args).map_err(|source| {
-                            KernelError::Environment {
-                                what: format!("calling module {target} for %{node}"),
+                    t.clone()
+                }
+                SlotSource::Attribute(target) => {
+                    let t =
+                        self.env
+                            .attribute(target)
+                            .map_err(|source| KernelError::Environment {
+                                what: format!("reading attribute {target}"),
                                 source,
-                            }
-                        })?
+                            })?;
+                    if !fits(&t) {
+                        return Err(KernelError::SlotMeta {
+                            slot: SlotId::from_index(i).to_string(),
+                            name: target.clone(),
+                            shape: slot.meta.shape.clone(),
+                            dtype: slot.meta.dtype,
+                            got_shape: t.shape(),
+                            got_dtype: t.dtype(),
+                        });
                     }
+                    t
+                }
+                SlotSource::Step => continue,
+            };
+            ws.slots[i] = Some(tensor);
+        }
+        Ok(())
+    }
+
+    /// Runs every step, dropping each tensor slot after its last use.
+    pub(crate) fn steps(&self, ws: &mut Workspace, mut timer: Option<StepTimer<'_>>) -> Result<()> {
+        for (index, step) in self.program.steps.iter().enumerate() {
+            let started = timer
+                .is_some()
+                .then(|| (Instant::now(), tessera_tensor::allocated_bytes()));
+            match step {
+                Step::Kernel {
+                    kernel,
+                    inputs,
+                    outputs,
+                    ..
+                } => self.kernel(ws, index, kernel, inputs, outputs)?,
+                Step::External {
+                    node,
+                    call,
+                    inputs,
+                    outputs,
+                } => self.external(ws, index, node, call, inputs, outputs)?,
+            }
+            if let (Some(timer), Some((started, allocated))) = (timer.as_mut(), started) {
+                let written = step_outputs(step);
+                let cost = StepCost {
+                    step: index,
+                    elapsed: started.elapsed(),
+                    allocated_bytes: tessera_tensor::allocated_bytes().wrapping_sub(allocated),
+                    output_bytes: written
+                        .iter()
+                        .map(|s| {
+                            let meta = &self.program.slot(*s).meta;
+                            (meta.numel() * meta.dtype.size_in_bytes()) as u64
+                        })
+                        .sum(),
                 };
-                if results.len() != outputs.len() {
+                let outputs: Vec<&Tensor> = written
+                    .iter()
+                    .filter_map(|s| ws.slots[s.index()].as_ref())
+                    .collect();
+                timer(cost, &outputs);
+            }
+            for s in &self.plan.releases[index] {
+                ws.slots[s.index()] = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs an external step: its arguments are materialised as tensors (the fallback path
+    /// allocates), its results stored in their slots.
+    fn external(
+        &self,
+        ws: &mut Workspace,
+        index: usize,
+        node: &str,
+        call: &ExternalCall,
+        inputs: &[SlotView],
+        outputs: &[SlotId],
+    ) -> Result<()> {
+        let args = inputs
+            .iter()
+            .map(|v| materialize(&ws.slots, v, index))
+            .collect::<Result<Vec<_>>>()?;
+        let results = match call {
+            ExternalCall::Op(op) => {
+                let refs: Vec<&Tensor> = args.iter().collect();
+                op.apply(&refs)
+                    .map_err(step_error(index, format!("%{node} = {}", op.name())))?
+            }
+            ExternalCall::Module(target) => {
+                self.env
+                    .call_module(target, args)
+                    .map_err(|source| KernelError::Environment {
+                        what: format!("calling module {target} for %{node}"),
+                        source,
+                    })?
+            }
+        };
+        if results.len() != outputs.len() {
+            return Err(KernelError::Backend {
+                kernel: format!("%{node}"),
+                message: format!("gave {} values, {} expected", results.len(), outputs.len()),
+            });
+        }
+        for (slot, t) in outputs.iter().zip(results) {
+            ws.slots[slot.index()] = Some(t);
+        }
+        Ok(())
+    }
+
+    /// Runs one kernel step: arena buffers and the caller's output buffers by pointer, tensor
+    /// inputs read-locked (packed first when the kernel was compiled for packed data they are
+    /// not in), outputs that leave the arena in new buffers that become their slots' tensors.
+    fn kernel(
+        &self,
+        ws: &mut Workspace,
+        index: usize,
+        kernel: &Kernel,
+        inputs: &[SlotId],
+        outputs: &[SlotId],
+    ) -> Result<()> {
+        let missing = || KernelError::Backend {
+            kernel: kernel.name.clone(),
+            message: "fewer buffers than parameters".into(),
+        };
+        ws.buffers.clear();
+        ws.reads.clear();
+        ws.fresh.clear();
+        let (mut ins, mut outs) = (inputs.iter(), outputs.iter());
+        let mut scratch = self.plan.scratch[index].iter();
+        for (at, param) in kernel.buffers.iter().enumerate() {
+            let b = match param.role {
+                BufferRole::Input => {
+                    let s = *ins.next().ok_or_else(missing)?;
+                    match (self.plan.slots[s.index()], ws.targets[s.index()]) {
+                        (SlotHome::Arena(b), _) => ws.arena_ptr(&b),
+                        (_, Some(target)) => target,
+                        _ => {
+                            let t = self.kernel_input(ws, index, kernel, s)?;
+                            ws.reads.push((t, at));
+                            BufferPtr {
+                                ptr: std::ptr::null_mut(),
+                                len: 0,
+                                ty: param.ty,
+                            }
+                        }
+                    }
+                }
+                BufferRole::Output => {
+                    let s = *outs.next().ok_or_else(missing)?;
+                    match (self.plan.slots[s.index()], ws.targets[s.index()]) {
+                        (SlotHome::Arena(b), _) => ws.arena_ptr(&b),
+                        (_, Some(target)) => target,
+                        _ => {
+                            let mut v = OutVec::new(param.ty, param.len, &kernel.name)
+                                .map_err(|e| step_error(index, "allocating the outputs")(e))?;
+                            let b = v.ptr(param.ty, param.len);
+                            ws.fresh.push((v, s, param.len));
+                            b
+                        }
+                    }
+                }
+                BufferRole::Scratch => {
+                    let b = *scratch.next().ok_or_else(missing)?;
+                    ws.arena_ptr(&b)
+                }
+            };
+            ws.buffers.push(b);
+        }
+        let Workspace {
+            reads,
+            read_ptrs,
+            buffers,
+            ..
+        } = ws;
+        let executor = self.executor;
+        with_reads(reads, 0, read_ptrs, index, &mut |ptrs| {
+            for (ptr, (_, at)) in ptrs.iter().zip(reads.iter()) {
+                buffers[*at] = *ptr;
+            }
+            for (b, param) in buffers.iter().zip(&kernel.buffers) {
+                if b.ty != param.ty || b.len < param.len {
                     return Err(KernelError::Backend {
-                        kernel: format!("%{node}"),
+                        kernel: kernel.name.clone(),
                         message: format!(
-                            "gave {} values, {} expected",
-                            results.len(),
-                            outputs.len()
+                            "a {} buffer of {} elements for a {} parameter of {}",
+                            b.ty, b.len, param.ty, param.len
                         ),
                     });
                 }
-                for (slot, t) in outputs.iter().zip(results) {
-                    slots[slot.index()] = Some(t);
-                }
-                inputs.iter().map(|v| v.slot).collect()
             }
-        };
-        if let (Some(timer), Some((started, allocated))) = (timer.as_mut(), started) {
-            let cost = StepCost {
-                step: index,
-                elapsed: started.elapsed(),
-                allocated_bytes: tessera_tensor::allocated_bytes().wrapping_sub(allocated),
-            };
-            let written = step_outputs(step);
-            let outputs: Vec<&Tensor> = written
-                .iter()
-                .filter_map(|s| slots[s.index()].as_ref())
-                .collect();
-            timer(cost, &outputs);
+            // SAFETY: tensor inputs are live storage under read locks, arena buffers lie in the
+            // workspace's arena (checked against the plan when the run started) and are
+            // disjoint from every buffer live at the same step, outputs are fresh vectors or
+            // the caller's write-locked storage; all were checked above against the
+            // parameters' types and lengths.
+            unsafe { executor.execute(index, kernel, buffers) }
+        })?;
+        ws.reads.clear();
+        for (vec, slot, len) in ws.fresh.drain(..) {
+            let shape = &self.program.slot(slot).meta.shape;
+            // The kernel stored every point of its nest into each output, whose elements are
+            // packed one per point (`Kernel::verify`'s bounds and the lowering's packed store
+            // index).
+            let t = vec
+                .into_tensor(len, shape)
+                .map_err(|e| step_error(index, kernel.name.clone())(e))?;
+            ws.slots[slot.index()] = Some(t);
         }
-        for s in read {
-            uses[s.index()] -= 1;
-            if uses[s.index()] == 0 {
-                slots[s.index()] = None;
-            }
-        }
+        Ok(())
     }
-    program
-        .outputs
-        .iter()
-        .map(|v| materialize(&slots, v, program.steps.len()))
-        .collect()
+
+    /// The tensor in slot `s` in the layout `kernel` was compiled for it.
+    fn kernel_input(
+        &self,
+        ws: &Workspace,
+        index: usize,
+        kernel: &Kernel,
+        s: SlotId,
+    ) -> Result<Tensor> {
+        let slot = self.program.slot(s);
+        let t = ws.slots[s.index()]
+            .clone()
+            .ok_or_else(|| KernelError::Backend {
+                kernel: kernel.name.clone(),
+                message: format!("slot {s} is empty when read"),
+            })?;
+        if t.with_layout(|l, _| *l == slot.layout) {
+            return Ok(t);
+        }
+        if slot.layout == Layout::contiguous(&slot.meta.shape) {
+            return packed(&t, index);
+        }
+        let l = t.layout();
+        Err(KernelError::InputLayout {
+            index: match slot.source {
+                SlotSource::Input(n) => n,
+                _ => s.index(),
+            },
+            expected: slot.layout.strides.clone(),
+            offset: slot.layout.offset,
+            got: l.strides,
+            got_offset: l.offset,
+        })
+    }
 }
 
 /// The slots a step writes.
@@ -364,109 +565,6 @@ fn step_outputs(step: &Step) -> &[SlotId] {
     match step {
         Step::Kernel { outputs, .. } | Step::External { outputs, .. } => outputs,
     }
-}
-
-/// Runs one kernel step: checks its inputs against the layouts it was compiled for (packing
-/// those compiled packed that are not), allocates its outputs, and calls the executor.
-fn run_kernel(
-    program: &Program,
-    slots: &mut [Option<Tensor>],
-    executor: &dyn KernelExecutor,
-    index: usize,
-    kernel: &Kernel,
-    inputs: &[SlotId],
-    outputs: &[SlotId],
-) -> Result<()> {
-    let mut tensors = Vec::new();
-    for s in inputs {
-        let slot = program.slot(*s);
-        let t = slots[s.index()]
-            .clone()
-            .ok_or_else(|| KernelError::Backend {
-                kernel: kernel.name.clone(),
-                message: format!("slot {s} is empty when read"),
-            })?;
-        let t = if t.layout() == slot.layout {
-            t
-        } else if slot.layout == Layout::contiguous(&slot.meta.shape) {
-            packed(&t, index)?
-        } else {
-            let l = t.layout();
-            return Err(KernelError::InputLayout {
-                index: match slot.source {
-                    SlotSource::Input(n) => n,
-                    _ => s.index(),
-                },
-                expected: slot.layout.strides.clone(),
-                offset: slot.layout.offset,
-                got: l.strides,
-                got_offset: l.offset,
-            });
-        };
-        tensors.push(t);
-    }
-    let out_params: Vec<_> = kernel
-        .buffers
-        .iter()
-        .filter(|b| b.role == BufferRole::Output)
-        .cloned()
-        .collect();
-    let mut out_vecs: Vec<OutVec> = out_params
-        .iter()
-        .map(|p| OutVec::new(p.ty, p.len, &kernel.name))
-        .collect::<tessera_tensor::Result<_>>()
-        .map_err(step_error(index, "allocating the outputs"))?;
-    // Scratch buffers come from the buffer cache too: the external call writes each block of
-    // them before any load of the kernel reads it.
-    let mut scratch: Vec<(OutVec, ScalarType, usize)> = kernel
-        .buffers
-        .iter()
-        .filter(|b| b.role == BufferRole::Scratch)
-        .map(|b| Ok((OutVec::new(b.ty, b.len, &kernel.name)?, b.ty, b.len)))
-        .collect::<tessera_tensor::Result<_>>()
-        .map_err(step_error(index, "allocating the scratch buffers"))?;
-    let refs: Vec<&Tensor> = tensors.iter().collect();
-    with_reads(&refs, 0, &mut Vec::new(), index, &mut |reads| {
-        let mut buffers = Vec::new();
-        let (mut next_in, mut next_out) = (reads.iter(), out_vecs.iter_mut().zip(&out_params));
-        let mut next_scratch = scratch.iter_mut();
-        for param in &kernel.buffers {
-            let b = match param.role {
-                BufferRole::Input => next_in.next().map(|(b, _)| *b),
-                BufferRole::Output => next_out.next().map(|(v, p)| v.ptr(p.ty, p.len)),
-                BufferRole::Scratch => next_scratch.next().map(|(v, ty, len)| v.ptr(*ty, *len)),
-            };
-            let b = b.ok_or_else(|| KernelError::Backend {
-                kernel: kernel.name.clone(),
-                message: "fewer buffers than parameters".into(),
-            })?;
-            if b.ty != param.ty || b.len < param.len {
-                return Err(KernelError::Backend {
-                    kernel: kernel.name.clone(),
-                    message: format!(
-                        "a {} buffer of {} elements for a {} parameter of {}",
-                        b.ty, b.len, param.ty, param.len
-                    ),
-                });
-            }
-            buffers.push(b);
-        }
-        // SAFETY: inputs are live storage under read locks, checked above against the
-        // parameters' types and lengths; outputs are fresh vectors of the parameters' lengths.
-        unsafe { executor.execute(index, kernel, &buffers) }
-    })?;
-    // The scratch buffers go back to the cache for the next call (they are no tensors').
-    scratch.into_iter().for_each(|(vec, _, _)| vec.recycle());
-    for ((vec, slot), param) in out_vecs.into_iter().zip(outputs).zip(&out_params) {
-        let shape = &program.slot(*slot).meta.shape;
-        // The kernel stored every point of its nest into each output, whose elements are packed
-        // one per point (`Kernel::verify`'s bounds and the lowering's packed store index).
-        let t = vec
-            .into_tensor(param.len, shape)
-            .map_err(step_error(index, kernel.name.clone()))?;
-        slots[slot.index()] = Some(t);
-    }
-    Ok(())
 }
 
 /// An environment with no attributes and no modules (a graph of inputs and ops only).

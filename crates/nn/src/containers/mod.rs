@@ -21,8 +21,12 @@ use indexmap::IndexMap;
 macro_rules! indexed_children {
     ($items:ident) => {
         fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
+            let mut name = [0u8; 20];
             for (i, child) in self.$items.iter().enumerate() {
-                visitor.child(&i.to_string(), child.as_module());
+                visitor.child(
+                    $crate::containers::index_name(i, &mut name),
+                    child.as_module(),
+                );
             }
         }
         fn child_module(&self, name: &str) -> Option<&dyn Module> {
@@ -36,6 +40,21 @@ macro_rules! indexed_children {
     };
 }
 pub(crate) use indexed_children;
+
+/// `i` in decimal, written into `buf` (a child's name, made without allocating: walking a
+/// module tree, as a compiled module's every call does, then allocates nothing).
+pub(crate) fn index_name(i: usize, buf: &mut [u8; 20]) -> &str {
+    let (mut n, mut at) = (i, buf.len());
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[at..]).unwrap_or_default()
+}
 
 /// Inserts `value` under `name` (`what` names the kind in the error), refusing a name that
 /// cannot stand in a qualified path; a replaced entry keeps its position.

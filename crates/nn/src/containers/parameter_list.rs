@@ -51,8 +51,9 @@ impl std::ops::Index<usize> for ParameterList {
 impl Module for ParameterList {
     crate::module_core_methods!();
     fn visit_fields<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
+        let mut name = [0u8; 20];
         for (i, p) in self.items.iter().enumerate() {
-            visitor.parameter(&i.to_string(), Some(p));
+            visitor.parameter(super::index_name(i, &mut name), Some(p));
         }
     }
     fn type_name(&self) -> String {

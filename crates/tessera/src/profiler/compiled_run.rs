@@ -3,7 +3,7 @@
 //! the module whose weights they read) or a node that runs its eager kernel (named after its
 //! op, with the node and the module its weights come from).
 
-use super::{Event, EventKind, Profiler, bytes_of};
+use super::{Event, EventKind, Profiler};
 use crate::compile::{CompileError, CompiledModule};
 use std::time::Instant;
 use tessera_fx::Graph;
@@ -19,11 +19,11 @@ impl Profiler {
         inputs: &[Tensor],
     ) -> Result<Vec<Tensor>, CompileError> {
         let mut timed: Vec<(StepCost, Instant, u64)> = Vec::new();
-        let mut timer = |cost: StepCost, outputs: &[&Tensor]| {
+        let mut timer = |cost: StepCost, _outputs: &[&Tensor]| {
             let start = Instant::now()
                 .checked_sub(cost.elapsed)
                 .unwrap_or_else(Instant::now);
-            timed.push((cost, start, bytes_of(outputs.iter().copied())));
+            timed.push((cost, start, cost.output_bytes));
         };
         let (outputs, program) = compiled.run_timed(inputs, Some(&mut timer))?;
         let graph = compiled.graph();

@@ -1,0 +1,151 @@
+//! Running a planned program into the caller's output tensors (PyTorch's `out=`): each output
+//! is checked against the program's (shape, dtype, packed CPU storage, no sharing with an
+//! input, an attribute or another output); a kernel that computes an output writes it straight
+//! into the caller's storage, write-locked for the run, and other outputs (views, inputs
+//! returned as they are, external results) are copied in after it.
+
+use crate::run::{Run, materialize};
+use crate::{
+    BufferPtr, Environment, KernelError, KernelExecutor, MemoryPlan, Program, Result, ScalarType,
+    SlotSource, Workspace,
+};
+use tessera_tensor::{DType, Device, Tensor};
+
+/// Runs `program` under `plan` in `workspace`, writing its outputs into `outputs`. When every
+/// output is computed by a kernel, a warm run allocates nothing of its own.
+pub fn run_planned_into(
+    program: &Program,
+    plan: &MemoryPlan,
+    workspace: &mut Workspace,
+    env: &dyn Environment,
+    executor: &dyn KernelExecutor,
+    inputs: &[Tensor],
+    outputs: &[Tensor],
+) -> Result<()> {
+    check_outputs(plan, outputs)?;
+    let run = Run {
+        program,
+        plan,
+        env,
+        executor,
+    };
+    let result = run.load(workspace, inputs).and_then(|()| {
+        check_sharing(program, workspace, outputs)?;
+        with_targets(&run, workspace, outputs, 0)?;
+        let end = program.steps.len();
+        for (k, out) in outputs.iter().enumerate() {
+            if !plan.direct[k] {
+                let value = materialize(&workspace.slots, &program.outputs[k], end)?;
+                out.copy_(&value).map_err(|source| KernelError::Output {
+                    index: k,
+                    source: Box::new(source),
+                })?;
+            }
+        }
+        Ok(())
+    });
+    workspace.reset();
+    result
+}
+
+/// Each output has its program output's shape and dtype, in packed CPU storage of its own.
+fn check_outputs(plan: &MemoryPlan, outputs: &[Tensor]) -> Result<()> {
+    if outputs.len() != plan.outputs.len() {
+        return Err(KernelError::OutputCount {
+            expected: plan.outputs.len(),
+            got: outputs.len(),
+        });
+    }
+    for (index, (t, meta)) in outputs.iter().zip(&plan.outputs).enumerate() {
+        let (fits, packed) =
+            t.with_layout(|l, d| (l.shape == meta.shape && d == meta.dtype, l.is_contiguous()));
+        if !fits {
+            return Err(KernelError::OutputMeta {
+                index,
+                shape: meta.shape.clone(),
+                dtype: meta.dtype,
+                got_shape: t.shape(),
+                got_dtype: t.dtype(),
+            });
+        }
+        if !packed || t.device() != Device::Cpu {
+            return Err(KernelError::OutputLayout {
+                index,
+                shape: meta.shape.clone(),
+                strides: t.strides(),
+                device: t.device(),
+            });
+        }
+        if let Some(other) = outputs[..index].iter().position(|o| o.shares_storage(t)) {
+            return Err(KernelError::OutputShares {
+                index,
+                other: format!("output {other}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// No output shares storage with a tensor the program reads (the run would read what it
+/// writes, and lock one storage twice).
+fn check_sharing(program: &Program, ws: &Workspace, outputs: &[Tensor]) -> Result<()> {
+    for (index, out) in outputs.iter().enumerate() {
+        for (slot, t) in program.slots.iter().zip(&ws.slots) {
+            if t.as_ref().is_some_and(|t| t.shares_storage(out)) {
+                let other = match &slot.source {
+                    SlotSource::Input(n) => format!("input {n}"),
+                    SlotSource::Attribute(name) => format!("attribute {name}"),
+                    SlotSource::Step => format!("%{}", slot.name),
+                };
+                return Err(KernelError::OutputShares { index, other });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Write-locks the storage of each output from `outputs[next..]` that a kernel writes, points
+/// its slot's target at it, and runs the steps with every lock held.
+fn with_targets(run: &Run<'_>, ws: &mut Workspace, outputs: &[Tensor], next: usize) -> Result<()> {
+    let Some(out) = outputs.get(next) else {
+        return run.steps(ws, None);
+    };
+    if !run.plan.direct[next] {
+        return with_targets(run, ws, outputs, next + 1);
+    }
+    let slot = run.program.outputs[next].slot.index();
+    let numel = run.plan.outputs[next].numel();
+    let locked = |source| KernelError::Output {
+        index: next,
+        source: Box::new(source),
+    };
+    macro_rules! write {
+        ($t:ty, $ty:expr) => {
+            out.with_cpu_slice_mut(|s: &mut [$t], layout| {
+                if layout.offset + numel > s.len() {
+                    return Err(KernelError::Backend {
+                        kernel: "(runner)".into(),
+                        message: format!("output {next}'s storage is shorter than its view"),
+                    });
+                }
+                ws.targets[slot] = Some(BufferPtr {
+                    ptr: s[layout.offset..].as_mut_ptr() as *mut u8,
+                    len: numel,
+                    ty: $ty,
+                });
+                let r = with_targets(run, ws, outputs, next + 1);
+                ws.targets[slot] = None;
+                r
+            })
+            .map_err(locked)?
+        };
+    }
+    match run.plan.outputs[next].dtype {
+        DType::F32 => write!(f32, ScalarType::F32),
+        DType::F64 => write!(f64, ScalarType::F64),
+        d => Err(KernelError::Backend {
+            kernel: "(runner)".into(),
+            message: format!("a kernel writes output {next} as {d:?}"),
+        }),
+    }
+}
