@@ -80,11 +80,34 @@ pub fn lower_reduction(
         Op::Pool(PoolOp::AdaptiveAvgPool2d {
             output_size: [1, 1],
         }) => vec![e.mean(x, n)],
-        Op::Norm(norm @ (NormOp::LayerNorm { .. } | NormOp::RmsNorm { .. })) => {
+        Op::Norm(NormOp::BatchNorm {
+            training: false,
+            eps,
+            weight,
+            bias,
+        }) => {
+            let at = |i: usize| operands.get(i).copied().ok_or("a missing norm operand");
+            let (mean, var) = (at(1)?, at(2)?);
+            let w = weight.then(|| at(3)).transpose()?;
+            let bias = bias.then(|| at(3 + usize::from(*weight))).transpose()?;
+            let (scale, shift) = e.running_affine(mean, var, *eps, w, bias);
+            let scaled = e.bin(BinaryFn::Mul, x, scale);
+            vec![e.bin(BinaryFn::Add, scaled, shift), mean, var]
+        }
+        Op::Norm(
+            norm @ (NormOp::LayerNorm { .. }
+            | NormOp::RmsNorm { .. }
+            | NormOp::GroupNorm { .. }
+            | NormOp::InstanceNorm { .. }),
+        ) => {
             let (eps, weight, bias, centred) = match *norm {
                 NormOp::LayerNorm {
                     eps, weight, bias, ..
-                } => (eps, weight, bias, true),
+                }
+                | NormOp::GroupNorm {
+                    eps, weight, bias, ..
+                }
+                | NormOp::InstanceNorm { eps, weight, bias } => (eps, weight, bias, true),
                 NormOp::RmsNorm { eps, weight, .. } => (eps, weight, false, false),
                 _ => return Err("not a layer norm".into()),
             };
@@ -160,6 +183,61 @@ impl Emit<'_> {
         };
         let d2 = self.bin(BinaryFn::Mul, d, d);
         self.reduce(ReduceFn::Sum, d2)
+    }
+
+    /// An eval-mode batch norm's `(scale, shift)` from the running `mean` and `var` and the
+    /// optional affine `w` and `b`, as the eager kernel computes them: in f64,
+    /// `scale = w / sqrt(var + eps)`, `shift = -mean * invstd * w + b`, then rounded to the
+    /// element type, so that `x * scale + shift` equals eager results bit for bit.
+    fn running_affine(
+        &mut self,
+        mean: ValueId,
+        var: ValueId,
+        eps: f64,
+        w: Option<ValueId>,
+        b: Option<ValueId>,
+    ) -> (ValueId, ValueId) {
+        let ty = self.ty;
+        let mut wide = Emit {
+            b: &mut *self.b,
+            ty: ScalarType::F64,
+        };
+        let (mean, var) = (wide.widen(mean), wide.widen(var));
+        let eps = wide.c(eps);
+        let var_eps = wide.bin(BinaryFn::Add, var, eps);
+        let root = wide.un(UnaryFn::Sqrt, var_eps);
+        let one = wide.c(1.0);
+        let invstd = wide.bin(BinaryFn::Div, one, root);
+        let minus_mean = wide.un(UnaryFn::Neg, mean);
+        let (mut scale, mut shift) = (invstd, wide.bin(BinaryFn::Mul, minus_mean, invstd));
+        if let Some(w) = w {
+            let w = wide.widen(w);
+            scale = wide.bin(BinaryFn::Mul, scale, w);
+            shift = wide.bin(BinaryFn::Mul, shift, w);
+        }
+        if let Some(b) = b {
+            let b = wide.widen(b);
+            shift = wide.bin(BinaryFn::Add, shift, b);
+        }
+        (self.narrow(scale, ty), self.narrow(shift, ty))
+    }
+
+    /// `x` as an f64 (itself when it is one).
+    fn widen(&mut self, x: ValueId) -> ValueId {
+        if self.b.ty(x) == ScalarType::F64 {
+            x
+        } else {
+            self.b.push(ScalarType::F64, Expr::Cast(x))
+        }
+    }
+
+    /// `x` rounded to `ty` (itself when it is one).
+    fn narrow(&mut self, x: ValueId, ty: ScalarType) -> ValueId {
+        if self.b.ty(x) == ty {
+            x
+        } else {
+            self.b.push(ty, Expr::Cast(x))
+        }
     }
 
     /// The maximum `m`, whether it is infinite, and `m` taken as 0 when it is.

@@ -3,7 +3,7 @@
 //! vector width and unroll are chosen, and whether the outermost loop is split across
 //! threads. None of this changes what the kernel computes.
 
-use crate::{Expr, Kernel, LoopId, ScalarType, Schedule};
+use crate::{Expr, Kernel, LoopId, ScalarType, Schedule, ValueId};
 
 /// f32 lanes of the vectors backends emit (128-bit, the widest cranelift lowers on x86).
 pub const F32_LANES: usize = 4;
@@ -44,9 +44,13 @@ fn parallel_loop(kernel: &Kernel) -> Option<LoopId> {
 
 /// Every index expression of `kernel`, mutably.
 fn indices_mut(kernel: &mut Kernel) -> Vec<&mut crate::IndexExpr> {
-    let loads = kernel.values.iter_mut().filter_map(|v| match &mut v.expr {
-        Expr::Load { index, .. } => Some(index),
-        _ => None,
+    let loads = kernel.values.iter_mut().flat_map(|v| match &mut v.expr {
+        Expr::Load { index, .. } => vec![index],
+        // A guarded load's coordinates are indices of the nest too.
+        Expr::LoadIf { index, bounds, .. } => std::iter::once(index)
+            .chain(bounds.iter_mut().map(|b| &mut b.coord))
+            .collect(),
+        _ => vec![],
     });
     loads
         .chain(kernel.stores.iter_mut().map(|s| &mut s.index))
@@ -125,7 +129,8 @@ fn coalesce_group(
 }
 
 /// F32X4 vectors unrolled 4 times along the innermost loop (the innermost reduction loop of a
-/// reduction kernel) when every value is f32 (or a comparison of f32s), every load walks it
+/// reduction kernel) when every value computed per point of it is f32 (or a comparison of
+/// f32s) and reads no f64, every load walks it
 /// with a stride of at most [`MAX_GATHER_STRIDE`] (strided ones gathering their lanes) and
 /// every store inside it with stride 1; scalar code otherwise.
 fn choose(kernel: &Kernel) -> Schedule {
@@ -133,15 +138,21 @@ fn choose(kernel: &Kernel) -> Schedule {
     let Some(&inner) = extents.last() else {
         return Schedule::SCALAR;
     };
-    let all_f32 = kernel.values.iter().all(|v| v.ty != ScalarType::F64)
-        && kernel.buffers.iter().all(|b| b.ty == ScalarType::F32);
+    let stages = crate::Stages::of(kernel);
+    // A reduction kernel computes its outer values once per output point, in scalar code: they
+    // may be f64 (an eval batch norm's affine) where no vector value reads them.
+    let wide = |v: &ValueId| kernel.value(*v).ty == ScalarType::F64;
+    let all_f32 = kernel.values.iter().enumerate().all(|(i, v)| {
+        let id = ValueId::from_index(i);
+        (!kernel.reduce.is_empty() && !stages.is_inner(id))
+            || (v.ty != ScalarType::F64 && !crate::operands(&v.expr).iter().any(wide))
+    }) && kernel.buffers.iter().all(|b| b.ty == ScalarType::F32);
     let last = extents.len() - 1;
     // Strided loads gather their lanes, at byte offsets a backend can give as immediates.
     let loads_ok = kernel.values.iter().all(|v| match &v.expr {
         Expr::Load { index, .. } => index.strides[last] <= MAX_GATHER_STRIDE,
         _ => true,
     });
-    let stages = crate::Stages::of(kernel);
     let stores_ok = kernel.stores.iter().enumerate().all(|(i, s)| {
         s.index.strides[last] == 1
             || (!kernel.reduce.is_empty() && stages.outer_stores.contains(&i))

@@ -13,6 +13,7 @@ use crate::{
 use std::collections::{HashMap, HashSet};
 use tessera_fx::{NodeId, NodeKind};
 use tessera_tensor::layout::{Layout, broadcast_layout};
+use tessera_tensor::op::view_strides;
 use tessera_tensor::{Op, TensorMeta};
 
 /// For each dim of a tensor, the kernel loop it walks (`None`: a size-1 dim of a statistic).
@@ -33,6 +34,10 @@ pub(super) struct Frame {
     pub(super) locals: HashMap<NodeId, Vec<Local>>,
     buffers: HashMap<SlotId, BufferId>,
     inputs: Vec<SlotId>,
+    /// Graph tensors of the first shape are seen in the second, one of whose dims is split in
+    /// two (group norm's `[N, C, ...]` as `[N, G, C / G, ...]`): members of the graph shape are
+    /// built over the frame shape, and their operands are loaded through the split.
+    pub(super) regroup: Option<(Vec<usize>, Vec<usize>)>,
 }
 
 impl Frame {
@@ -42,6 +47,15 @@ impl Frame {
             locals: HashMap::new(),
             buffers: HashMap::new(),
             inputs: Vec::new(),
+            regroup: None,
+        }
+    }
+
+    /// The graph shape of tensors built over the frame shape `shape`.
+    pub(super) fn graph_shape<'s>(&'s self, shape: &'s [usize]) -> &'s [usize] {
+        match &self.regroup {
+            Some((graph, frame)) if frame == shape => graph,
+            _ => shape,
         }
     }
 }
@@ -155,7 +169,8 @@ impl Lowering<'_> {
                 let numel: usize = meta.shape.iter().product();
                 let buffer = k.b.buffer(BufferRole::Output, ty, numel);
                 let index = match &local.map {
-                    Some(map) => frame_index(&Layout::contiguous(&meta.shape), map, loops),
+                    // Over the local's own shape: a regrouped value is packed in the frame's.
+                    Some(map) => frame_index(&Layout::contiguous(&local.shape), map, loops),
                     None if numel != domain.iter().product::<usize>() => {
                         // A norm over no elements has no statistics, however many rows.
                         return Ok(Err(format!(
@@ -175,12 +190,7 @@ impl Lowering<'_> {
         }
         let mut kernel = k.b.finish();
         for buffer in k.buffers.values() {
-            let extent = kernel
-                .accesses()
-                .filter(|(b, _)| b == buffer)
-                .map(|(_, ix)| kernel.reach(ix))
-                .max()
-                .unwrap_or(0);
+            let extent = kernel.buffer_reach(*buffer);
             let operand = kernel.gemm.as_ref().and_then(|g| {
                 let (rows, n, _) = kernel.gemm_shape()?;
                 if g.a == *buffer {
@@ -241,7 +251,7 @@ impl Lowering<'_> {
         let Some(out) = self.meta(id)?.first().cloned() else {
             return Ok(Err("the node has no value".into()));
         };
-        if out.shape != shape {
+        if out.shape != k.graph_shape(shape) {
             return Ok(Err(format!("{:?} differs from {shape:?}", out.shape)));
         }
         let Some(out_ty) = ScalarType::of_value(out.dtype) else {
@@ -299,18 +309,76 @@ impl Lowering<'_> {
             });
         }
         let val = self.value(o)?;
-        let dtype = self.program.slot(val.slot).meta.dtype;
-        let Some(ty) = ScalarType::of_buffer(dtype) else {
-            return Ok(Err(format!("reading {dtype:?} tensors is not lowered")));
-        };
-        let Ok(view) = broadcast_layout("load", &val.layout, shape) else {
+        self.load(k, val.slot, &val.layout, shape, map)
+    }
+
+    /// A per-channel operand (a `[C]` weight, bias or running statistic of a batch, group or
+    /// instance norm) read at `shape`, whose dim 1 is the channel, with frame map `map`.
+    pub(super) fn channel_operand(
+        &mut self,
+        k: &mut Frame,
+        o: &NodeId,
+        shape: &[usize],
+        map: &FrameMap,
+    ) -> Result<std::result::Result<ValueId, String>> {
+        let val = self.value(o)?;
+        let graph = k.graph_shape(shape).to_vec();
+        let (&[channels], &[stride]) = (val.layout.shape.as_slice(), val.layout.strides.as_slice())
+        else {
             return Ok(Err(format!(
-                "{:?} does not broadcast to {shape:?}",
+                "a per-channel operand of shape {:?}",
                 val.layout.shape
             )));
         };
+        if graph.len() < 2 || graph[1] != channels {
+            return Ok(Err(format!(
+                "{channels} channels for an input of {graph:?}"
+            )));
+        }
+        let mut unsqueezed = Layout {
+            shape: vec![1; graph.len()],
+            strides: vec![0; graph.len()],
+            offset: val.layout.offset,
+        };
+        unsqueezed.shape[1] = channels;
+        unsqueezed.strides[1] = stride;
+        self.load(k, val.slot, &unsqueezed, shape, map)
+    }
+
+    /// A load of `slot`, seen with `layout`, broadcast to `shape` (through the frame's
+    /// regrouping when `shape` is its frame shape) with frame map `map`.
+    fn load(
+        &mut self,
+        k: &mut Frame,
+        slot: SlotId,
+        layout: &Layout,
+        shape: &[usize],
+        map: &FrameMap,
+    ) -> Result<std::result::Result<ValueId, String>> {
+        let dtype = self.program.slot(slot).meta.dtype;
+        let Some(ty) = ScalarType::of_buffer(dtype) else {
+            return Ok(Err(format!("reading {dtype:?} tensors is not lowered")));
+        };
+        let graph = k.graph_shape(shape).to_vec();
+        let Ok(mut view) = broadcast_layout("load", layout, &graph) else {
+            return Ok(Err(format!(
+                "{:?} does not broadcast to {graph:?}",
+                layout.shape
+            )));
+        };
+        if graph != shape {
+            // Splitting a dim is a view of any layout.
+            let Some(strides) = view_strides(&view, shape) else {
+                return Ok(Err(format!("{graph:?} does not split into {shape:?}")));
+            };
+            view = Layout {
+                shape: shape.to_vec(),
+                strides,
+                offset: view.offset,
+            };
+        }
         let loops = k.b.loop_count();
-        let buffer = Self::input_buffer(k, val.slot, ty);
+        let buffer = Self::input_buffer(k, slot, ty);
         let index = frame_index(&view, map, loops);
         Ok(Ok(k.b.push(ty, Expr::Load { buffer, index })))
     }

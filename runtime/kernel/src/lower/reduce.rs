@@ -1,9 +1,13 @@
 //! Lowering of reductions (sum, mean, amax/amin, var/std, logsumexp, softmax, log-softmax,
-//! layer and RMS norm, global average pooling) into one kernel each, with the elementwise
-//! prologue of their fusion group and an elementwise epilogue that only they feed fused in.
-//! The kernel's output loops are the input's kept dims and its reduction loops the reduced
-//! dims; every tensor a member reads or writes is indexed through a *frame map* from its
-//! dims to those loops, so broadcasting a statistic back over the input is a zero stride.
+//! layer, RMS, group and instance norm, eval-mode batch norm, global average pooling) into
+//! one kernel each, with the elementwise prologue of their fusion group and an elementwise
+//! epilogue that only they feed fused in. The kernel's output loops are the input's kept dims
+//! and its reduction loops the reduced dims; every tensor a member reads or writes is indexed
+//! through a *frame map* from its dims to those loops, so broadcasting a statistic back over
+//! the input is a zero stride. Group norm's frame splits the channels into `[groups,
+//! channels per group]` (one output loop, one reduction loop); an eval-mode batch norm reduces
+//! nothing, but its spatial dims are reduction loops all the same, so that its per-channel
+//! scale and shift are computed once per channel and image, outside them.
 
 use super::frame::{Frame, FrameMap, Local};
 use super::{Lowering, graph_error};
@@ -19,6 +23,9 @@ use tessera_tensor::op::{NormOp, PoolOp, ReduceKind};
 pub(super) struct ReduceSpec {
     reduced: Vec<usize>,
     outputs: Vec<Option<FrameMap>>,
+    /// The shape the input is seen in, when not its own (group norm's split channels);
+    /// `reduced` and the maps refer to its dims.
+    frame: Option<Vec<usize>>,
 }
 
 /// Whether `op` on an input of `shape` is a reduction the kernel IR expresses.
@@ -68,6 +75,34 @@ pub(super) fn reducible(op: &Op, shape: &[usize]) -> Option<ReduceSpec> {
         ) if *normalized_ndim >= 1 && *normalized_ndim <= nd => {
             ((nd - normalized_ndim..nd).collect(), vec![None, None, None])
         }
+        // Statistics per image and channel over the spatial dims.
+        Op::Norm(NormOp::InstanceNorm { .. }) if nd >= 3 => {
+            ((2..nd).collect(), vec![None, None, None])
+        }
+        // Running statistics per channel: nothing is reduced, the spatial dims are the
+        // reduction loops; the statistics outputs are the running ones, per channel.
+        Op::Norm(NormOp::BatchNorm {
+            training: false, ..
+        }) if nd >= 2 => {
+            let channel: FrameMap = vec![Some(1)];
+            (
+                (2..nd).collect(),
+                vec![None, Some(channel.clone()), Some(channel)],
+            )
+        }
+        Op::Norm(NormOp::GroupNorm { num_groups, .. })
+            if nd >= 2 && *num_groups > 0 && shape[1] % num_groups == 0 =>
+        {
+            // `[N, C, ...]` seen as `[N, G, C / G, ...]`, reduced over all but `N, G`.
+            let mut frame = vec![shape[0], *num_groups, shape[1] / num_groups];
+            frame.extend(&shape[2..]);
+            let input = input_map(&(2..nd + 1).collect::<Vec<_>>(), nd + 1);
+            return Some(ReduceSpec {
+                reduced: (2..nd + 1).collect(),
+                outputs: vec![Some(input), None, None],
+                frame: Some(frame),
+            });
+        }
         _ => return None,
     };
     // An output of `None` is the input's own frame (softmax, a norm's `y`), except for a
@@ -83,7 +118,19 @@ pub(super) fn reducible(op: &Op, shape: &[usize]) -> Option<ReduceSpec> {
             None => Some(input.clone()),
         })
         .collect();
-    Some(ReduceSpec { reduced, outputs })
+    Some(ReduceSpec {
+        reduced,
+        outputs,
+        frame: None,
+    })
+}
+
+/// Whether `op`'s operands after the input are per-channel `[C]` tensors.
+fn per_channel(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Norm(NormOp::BatchNorm { .. } | NormOp::GroupNorm { .. } | NormOp::InstanceNorm { .. })
+    )
 }
 
 /// The frame map of the input: kept dims on the output loops, reduced dims on the reduction
@@ -171,11 +218,13 @@ impl Lowering<'_> {
         let Some(op) = self.op_of(&r)? else {
             return Ok(Err("not an op".into()));
         };
-        let kept: Vec<usize> = (0..input_shape.len())
+        // The shape every member of the input's shape is built over.
+        let frame_shape = spec.frame.clone().unwrap_or_else(|| input_shape.clone());
+        let kept: Vec<usize> = (0..frame_shape.len())
             .filter(|d| !spec.reduced.contains(d))
             .collect();
-        let domain: Vec<usize> = kept.iter().map(|&d| input_shape[d]).collect();
-        let reduce: Vec<usize> = spec.reduced.iter().map(|&d| input_shape[d]).collect();
+        let domain: Vec<usize> = kept.iter().map(|&d| frame_shape[d]).collect();
+        let reduce: Vec<usize> = spec.reduced.iter().map(|&d| frame_shape[d]).collect();
         let names: Vec<String> = group
             .prologue
             .iter()
@@ -190,7 +239,10 @@ impl Lowering<'_> {
             domain.clone(),
             reduce.clone(),
         ));
-        let in_map = input_map(&spec.reduced, input_shape.len());
+        if frame_shape != input_shape {
+            k.regroup = Some((input_shape.clone(), frame_shape.clone()));
+        }
+        let in_map = input_map(&spec.reduced, frame_shape.len());
         let fused: HashSet<NodeId> = group
             .prologue
             .iter()
@@ -201,7 +253,7 @@ impl Lowering<'_> {
             .collect();
         // The prologue, over the input's frame.
         for id in group.prologue {
-            if let Err(why) = self.elementwise_member(&mut k, id, &input_shape, &in_map)? {
+            if let Err(why) = self.elementwise_member(&mut k, id, &frame_shape, &in_map)? {
                 return Ok(Err(why));
             }
         }
@@ -214,8 +266,14 @@ impl Lowering<'_> {
             return Ok(Err("the reduction's dtype is not lowered".into()));
         };
         let mut operands = Vec::new();
-        for o in self.operands(&r)? {
-            match self.operand(&mut k, &o, &input_shape, &in_map)? {
+        for (i, o) in self.operands(&r)?.iter().enumerate() {
+            // A batch, group or instance norm's other operands are per channel.
+            let loaded = if i > 0 && per_channel(&op) {
+                self.channel_operand(&mut k, o, &frame_shape, &in_map)?
+            } else {
+                self.operand(&mut k, o, &frame_shape, &in_map)?
+            };
+            match loaded {
                 Ok(v) => operands.push(v),
                 Err(why) => return Ok(Err(why)),
             }
@@ -235,7 +293,12 @@ impl Lowering<'_> {
             .zip(&out_meta)
             .map(|((v, map), m)| Local {
                 value: *v,
-                shape: m.shape.clone(),
+                // A value of the input's shape is built over the frame's.
+                shape: if m.shape == input_shape {
+                    frame_shape.clone()
+                } else {
+                    m.shape.clone()
+                },
                 map: map.clone(),
             })
             .collect();
@@ -247,8 +310,9 @@ impl Lowering<'_> {
         k.locals.insert(r, locals);
         // The epilogue, over the input's frame or the output's.
         if let Some(last) = group.epilogue.last() {
-            let shape = self.meta(last)?.remove(0).shape;
+            let mut shape = self.meta(last)?.remove(0).shape;
             let map = if shape == input_shape {
+                shape = frame_shape.clone();
                 in_map.clone()
             } else {
                 match spec.outputs.first().cloned().flatten() {
