@@ -72,6 +72,23 @@ fn same_width_int(ty: ScalarType) -> Option<Type> {
     }
 }
 
+/// `cond ? x : y` for scalars of type `ty`; floats are picked by bit masks, branch-free (x64
+/// lowers a float `select` to a jump, which the data mispredicts: a max pooling's comparisons,
+/// a where's mask, a padded window's bounds).
+fn select_bits(b: &mut FunctionBuilder, cond: Value, x: Value, y: Value, ty: ScalarType) -> Value {
+    let Some(int) = same_width_int(ty) else {
+        return b.ins().select(cond, x, y);
+    };
+    let flags = MemFlagsData::new();
+    let mask = b.ins().bmask(int, cond);
+    let (xi, yi) = (
+        b.ins().bitcast(int, flags, x),
+        b.ins().bitcast(int, flags, y),
+    );
+    let picked = b.ins().bitselect(mask, xi, yi);
+    b.ins().bitcast(clif_type(ty), flags, picked)
+}
+
 fn float_cc(f: CompareFn) -> FloatCC {
     match f {
         CompareFn::Eq => FloatCC::Equal,
@@ -212,6 +229,13 @@ impl Renderer<'_> {
         j: Option<Value>,
         size: i64,
     ) -> Value {
+        let elements = self.elements(b, index, j);
+        let bytes = b.ins().imul_imm_s(elements, size);
+        b.ins().iadd(self.bases[buffer], bytes)
+    }
+
+    /// The value of `index` (an i64 element position) at innermost index `j`.
+    fn elements(&self, b: &mut FunctionBuilder, index: &IndexExpr, j: Option<Value>) -> Value {
         let mut at: Option<Value> = None;
         let loops = self.indices.iter().copied().chain(j);
         for (stride, i) in index.strides.iter().zip(loops) {
@@ -225,13 +249,58 @@ impl Renderer<'_> {
                 Some(sum) => b.ins().iadd(sum, term),
             });
         }
-        let elements = match (at, index.offset) {
+        match (at, index.offset) {
             (None, offset) => b.ins().iconst(types::I64, offset as i64),
             (Some(sum), 0) => sum,
             (Some(sum), offset) => b.ins().iadd_imm_s(sum, offset as i64),
+        }
+    }
+
+    /// A guarded load of one element at innermost index `j`: every bound's coordinate is
+    /// checked (one unsigned compare finds it negative or past the dim), the element read at
+    /// the guarded position, or at the buffer's start when a check fails, and `fill` chosen
+    /// then, without a branch.
+    #[allow(clippy::too_many_arguments)]
+    fn guarded_load(
+        &self,
+        b: &mut FunctionBuilder,
+        buffer: usize,
+        index: &IndexExpr,
+        bounds: &[tessera_kernel::Bound],
+        fill: f64,
+        ty: ScalarType,
+        j: Option<Value>,
+    ) -> Value {
+        let mut at = self.elements(b, index, j);
+        let mut inside: Option<Value> = None;
+        for bound in bounds {
+            let coord = self.elements(b, &bound.coord, j);
+            let c = b.ins().iadd_imm_s(coord, -(bound.pad as i64));
+            let ok = b
+                .ins()
+                .icmp_imm_u(IntCC::UnsignedLessThan, c, bound.len as i64);
+            inside = Some(match inside {
+                None => ok,
+                Some(all) => b.ins().band(all, ok),
+            });
+            let step = match bound.stride {
+                1 => c,
+                s => b.ins().imul_imm_s(c, s as i64),
+            };
+            at = b.ins().iadd(at, step);
+        }
+        let inside = inside.unwrap_or_else(|| b.ins().iconst(types::I8, 1));
+        let zero = b.ins().iconst(types::I64, 0);
+        let safe = b.ins().select(inside, at, zero);
+        let size = if ty == ScalarType::F64 { 8 } else { 4 };
+        let bytes = b.ins().imul_imm_s(safe, size);
+        let addr = b.ins().iadd(self.bases[buffer], bytes);
+        let x = b.ins().load(clif_type(ty), self.flags, addr, 0);
+        let fill = match ty {
+            ScalarType::F64 => b.ins().f64const(fill),
+            _ => b.ins().f32const(fill as f32),
         };
-        let bytes = b.ins().imul_imm_s(elements, size);
-        b.ins().iadd(self.bases[buffer], bytes)
+        select_bits(b, inside, x, fill, ty)
     }
 
     fn call(&self, b: &mut FunctionBuilder, symbol: &str, args: &[Value]) -> Value {
@@ -378,6 +447,34 @@ impl Renderer<'_> {
                     }
                 }
             }
+            Expr::LoadIf {
+                buffer,
+                index,
+                bounds,
+                fill,
+            } => {
+                let load = |b: &mut FunctionBuilder, j: Option<Value>| {
+                    self.guarded_load(b, buffer.index(), index, bounds, *fill, v.ty, j)
+                };
+                match j.filter(|_| vector) {
+                    // Each lane is its own guarded load, gathered into the vector.
+                    Some(j) => {
+                        let first = load(b, Some(j));
+                        let mut lanes_value = b.ins().splat(types::F32X4, first);
+                        for lane in 1..4u8 {
+                            let at = b.ins().iadd_imm_s(j, i64::from(lane));
+                            let s = load(b, Some(at));
+                            lanes_value = b.ins().insertlane(lanes_value, s, lane);
+                        }
+                        lanes_value
+                    }
+                    None if vector => {
+                        let s = load(b, None);
+                        b.ins().splat(types::F32X4, s)
+                    }
+                    None => load(b, j),
+                }
+            }
             Expr::Const(c) => {
                 let s = match v.ty {
                     ScalarType::F64 => b.ins().f64const(*c),
@@ -423,19 +520,8 @@ impl Renderer<'_> {
                 if vector {
                     let mask = b.ins().bitcast(types::F32X4, MemFlagsData::new(), c);
                     b.ins().bitselect(mask, x, y)
-                } else if let Some(int) = same_width_int(v.ty) {
-                    // Branch-free: x64 lowers a float `select` to a jump, which the data
-                    // mispredicts (a max pooling's comparisons, a where's mask).
-                    let flags = MemFlagsData::new();
-                    let mask = b.ins().bmask(int, c);
-                    let (xi, yi) = (
-                        b.ins().bitcast(int, flags, x),
-                        b.ins().bitcast(int, flags, y),
-                    );
-                    let picked = b.ins().bitselect(mask, xi, yi);
-                    b.ins().bitcast(clif_type(v.ty), flags, picked)
                 } else {
-                    b.ins().select(c, x, y)
+                    select_bits(b, c, x, y, v.ty)
                 }
             }
             Expr::Cast(a) => {

@@ -1,7 +1,8 @@
 //! Max pooling (values only) and average pooling without padding are one kernel each (taps
 //! unrolled, or reduction loops for large windows) whose interpreted and compiled results equal
-//! eager pooling, for strided inputs, strides, dilations and 3-D inputs; padded windows and
-//! ceil mode's partial windows run the eager kernel, reported with the reason.
+//! eager pooling, for strided inputs, strides, dilations and 3-D inputs; a ceil-mode average
+//! window past the padding with `count_include_pad` runs the eager kernel, reported with the
+//! reason (padded windows: `padded_pooling.rs`).
 
 mod common;
 
@@ -98,21 +99,23 @@ fn pooling_alone_is_one_kernel() {
 }
 
 #[test]
-fn padded_and_partial_windows_run_the_eager_kernel() {
-    let padded = PoolOp::max_pool2d_values([3, 3], [2, 2], [1, 1], [1, 1], false);
-    let partial = PoolOp::avg_pool2d([2, 2], [2, 2], [0, 0], true, true);
-    for (pool, reason) in [
-        (padded, "padded windows"),
-        (partial, "past the input's end"),
-    ] {
-        let b = pooled(DType::F32, &[1, 2, 7, 7], pool, false);
-        let program = lowered(&b.graph, &b.inputs);
-        assert!(
-            program
-                .fallbacks
-                .iter()
-                .any(|f| f.op.contains("pool") && f.reason.contains(reason)),
-            "{program}"
-        );
-    }
+fn ceil_mode_window_past_the_padding_with_count_include_pad_runs_the_eager_kernel() {
+    // Input 6, kernel 3, stride 2, padding 1, ceil mode: the last window starts at padded
+    // position 6 and ends past the right padding, so its padded size is 2, not 3.
+    let partial = PoolOp::avg_pool2d([3, 3], [2, 2], [1, 1], true, true);
+    let b = pooled(DType::F32, &[1, 2, 6, 6], partial, false);
+    let program = lowered(&b.graph, &b.inputs);
+    assert!(
+        program
+            .fallbacks
+            .iter()
+            .any(|f| f.op.contains("pool") && f.reason.contains("past the padding")),
+        "{program}"
+    );
+    common::check_backends(
+        &program,
+        &b.inputs,
+        &common::eager(&b.graph, &b.inputs),
+        0.0,
+    );
 }

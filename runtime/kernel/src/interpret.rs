@@ -231,6 +231,25 @@ unsafe fn eval(
                 }
             }
         }
+        Expr::LoadIf {
+            buffer,
+            index,
+            bounds,
+            fill,
+        } => match crate::guard::guarded_index(index, bounds, point) {
+            Some(at) => {
+                let b = buffers[buffer.index()];
+                // SAFETY: `verify` bounds the guarded index by the parameter's length, and
+                // the caller's buffer is at least that long and of this type.
+                unsafe {
+                    match b.ty {
+                        ScalarType::F64 => Scalar::F64(*(b.ptr as *const f64).add(at)),
+                        _ => Scalar::F32(*(b.ptr as *const f32).add(at)),
+                    }
+                }
+            }
+            None => Scalar::of(v.ty, *fill),
+        },
         Expr::Const(c) => Scalar::of(v.ty, *c),
         Expr::Unary(f, a) => match get(*a) {
             Scalar::F32(x) => Scalar::F32(unary(*f, x, |x| unary_fn(*f).map_or(x, |m| (m.f32)(x)))),

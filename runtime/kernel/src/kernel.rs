@@ -251,6 +251,16 @@ impl Kernel {
                         return Err(fail(format!("{here} loads {ty} as {}", v.ty)));
                     }
                 }
+                Expr::LoadIf {
+                    buffer,
+                    index,
+                    bounds,
+                    ..
+                } => {
+                    float(v.ty)?;
+                    self.verify_guarded(here, *buffer, index, bounds)
+                        .map_err(fail)?;
+                }
                 Expr::Const(_) => float(v.ty)?,
                 Expr::Unary(_, a) => {
                     float(v.ty)?;
@@ -476,7 +486,7 @@ impl KernelBuilder {
 /// The operands of an expression.
 pub fn operands(expr: &Expr) -> Vec<ValueId> {
     match expr {
-        Expr::Load { .. } | Expr::Const(_) => vec![],
+        Expr::Load { .. } | Expr::LoadIf { .. } | Expr::Const(_) => vec![],
         Expr::Unary(_, a) | Expr::Cast(a) | Expr::Reduce(_, a) => vec![*a],
         Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![*a, *b],
         Expr::Select { cond, a, b } => vec![*cond, *a, *b],
@@ -485,7 +495,7 @@ pub fn operands(expr: &Expr) -> Vec<ValueId> {
 
 fn operands_mut(expr: &mut Expr) -> Vec<&mut ValueId> {
     match expr {
-        Expr::Load { .. } | Expr::Const(_) => vec![],
+        Expr::Load { .. } | Expr::LoadIf { .. } | Expr::Const(_) => vec![],
         Expr::Unary(_, a) | Expr::Cast(a) | Expr::Reduce(_, a) => vec![a],
         Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![a, b],
         Expr::Select { cond, a, b } => vec![cond, a, b],

@@ -83,6 +83,7 @@ pub mod conv;
 mod error;
 pub mod exp_poly;
 pub mod gemm;
+pub mod guard;
 mod ids;
 mod interpret;
 mod kernel;
@@ -103,6 +104,7 @@ mod workspace;
 pub use conv::{ConvCall, run_conv};
 pub use error::{KernelError, Result};
 pub use gemm::{GemmCall, MatrixIndex};
+pub use guard::Bound;
 pub use ids::{BufferId, LoopId, SlotId, ValueId};
 pub use interpret::{Interpreter, interpret};
 pub use kernel::{

@@ -116,6 +116,22 @@ impl fmt::Display for Kernel {
         for (i, v) in self.values.iter().enumerate() {
             let rhs = match &v.expr {
                 Expr::Load { buffer, index } => format!("load {buffer}{index}"),
+                Expr::LoadIf {
+                    buffer,
+                    index,
+                    bounds,
+                    fill,
+                } => {
+                    let dims: Vec<String> = bounds
+                        .iter()
+                        .map(|b| format!("{}*({} - {} in 0..{})", b.stride, b.coord, b.pad, b.len))
+                        .collect();
+                    format!(
+                        "load_if {buffer}{index} + {} else {}",
+                        dims.join(" + "),
+                        constant(*fill)
+                    )
+                }
                 Expr::Const(c) => format!("const {}", constant(*c)),
                 Expr::Unary(op, a) => format!("{} {a}", op.name()),
                 Expr::Binary(op, a, b) => format!("{} {a}, {b}", op.name()),

@@ -225,6 +225,15 @@ pub enum Expr {
         buffer: BufferId,
         index: IndexExpr,
     },
+    /// The element of `buffer` at `index` plus each bound's coordinate times its stride, when
+    /// every coordinate lies inside its dim; `fill` (rounded to the value's type) elsewhere,
+    /// where no memory is read. The taps of a padded window ([`crate::guard`]).
+    LoadIf {
+        buffer: BufferId,
+        index: IndexExpr,
+        bounds: Vec<crate::Bound>,
+        fill: f64,
+    },
     /// A constant, rounded to the value's type.
     Const(f64),
     Unary(UnaryFn, ValueId),

@@ -47,6 +47,12 @@ impl Stages {
                     inner[i] = index.strides.len() == kernel.extents().len()
                         && kernel.walks_reduction(index);
                 }
+                Expr::LoadIf { index, bounds, .. } => {
+                    let loops = kernel.extents().len();
+                    inner[i] = std::iter::once(index)
+                        .chain(bounds.iter().map(|b| &b.coord))
+                        .any(|ix| ix.strides.len() == loops && kernel.walks_reduction(ix));
+                }
                 Expr::Reduce(_, a) if a.index() < i => pass[i] = pass[a.index()] + 1,
                 _ => {
                     inner[i] = ops.iter().any(|o| inner[o.index()]);

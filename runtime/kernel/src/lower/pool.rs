@@ -1,15 +1,20 @@
-//! Lowering of 2-D max pooling (values only, as inference calls it) and average pooling with
-//! no padding into one kernel each over the output's `[N, C, oH, oW]`, the input read at row
-//! `oh * stride + kh * dilation` through strides alone. A window of at most
-//! [`UNROLLED_WINDOW`] taps is unrolled into one load per tap, folded in the eager kernel's
-//! order (so results are bit-identical); a larger one becomes reduction loops over `[kH, kW]`.
-//! Padded windows, which need bounds checks, and ceil mode's partial windows run their eager
-//! kernel.
+//! Lowering of 2-D max pooling (values only, as inference calls it) and average pooling into
+//! one kernel each over the output's `[N, C, oH, oW]`, the input read at row
+//! `oh * stride + kh * dilation - pad`. A window of at most [`UNROLLED_WINDOW`] taps is
+//! unrolled into one load per tap, folded in the eager kernel's order (so results are
+//! bit-identical); a larger one becomes reduction loops over `[kH, kW]`. Along an axis whose
+//! windows all lie inside the input the taps are plain strided loads; along one with padding
+//! or ceil mode's windows cut short they are guarded loads ([`crate::guard`]) that read -inf
+//! (max) or -0.0 (the identity of the average's sum) outside the input. An average's divisor
+//! is the window's size, or, without `count_include_pad` (or for a window cut short), the
+//! number of taps inside the input, counted per point; a ceil-mode window past the padding
+//! with `count_include_pad` (its padded size) runs the eager kernel.
 
 use super::Lowering;
 use super::frame::{Frame, Local};
 use crate::{
-    BinaryFn, Expr, ExternalCall, IndexExpr, KernelBuilder, ReduceFn, Result, ScalarType, ValueId,
+    BinaryFn, Bound, CompareFn, Expr, ExternalCall, IndexExpr, KernelBuilder, ReduceFn, Result,
+    ScalarType, ValueId,
 };
 use std::collections::HashSet;
 use tessera_fx::NodeId;
@@ -47,9 +52,6 @@ impl Lowering<'_> {
         let Some((p, average)) = window_pool(op) else {
             return Ok(Err("not a window pooling".into()));
         };
-        if p.padding != [0, 0] {
-            return Ok(Err("padded windows need bounds checks".into()));
-        }
         let (Some(input), Some(out)) = (
             self.operands(id)?.first().copied(),
             self.meta(id)?.first().cloned(),
@@ -68,59 +70,127 @@ impl Lowering<'_> {
         if !(3..=4).contains(&nd) || layout.shape.len() != nd {
             return Ok(Err("pooling of other than 3-D or 4-D tensors".into()));
         }
-        // Every window lies inside the input: no padding, and the last window's end (ceil
-        // mode's may pass it) within the plane.
+        let mut axes = Vec::new();
         for a in 0..2 {
-            let (o, i) = (shape[nd - 2 + a], layout.shape[nd - 2 + a]);
-            // Checked: a graph compiled without verification may carry any window.
-            let last = o.saturating_sub(1).checked_mul(p.stride[a]).and_then(|s| {
-                p.kernel[a]
-                    .checked_sub(1)?
-                    .checked_mul(p.dilation[a])?
-                    .checked_add(s)
-            });
-            match last {
+            match Axis::of(&p, a, shape[nd - 2 + a], layout.shape[nd - 2 + a]) {
+                Some(axis) => axes.push(axis),
                 None => return Ok(Err("an empty or overflowing window".into())),
-                Some(last) if o > 0 && last >= i => {
-                    return Ok(Err("a window past the input's end (ceil mode)".into()));
-                }
-                Some(_) => {}
             }
         }
+        let count_include_pad = match op {
+            Op::Pool(PoolOp::AvgPool2d {
+                count_include_pad, ..
+            }) => *count_include_pad,
+            _ => false,
+        };
+        // The divisor of an average: the window's taps, or, where padding does not count or
+        // a ceil-mode window is cut short, the taps inside the input (counted per point).
+        let counted = average
+            && if count_include_pad {
+                match (axes[0].padded_past(), axes[1].padded_past()) {
+                    (false, false) => false,
+                    // Cut short by the input's end with no padding: the taps inside it count.
+                    _ if axes.iter().all(|a| a.pad == 0) => true,
+                    _ => {
+                        return Ok(Err(
+                            "a ceil-mode window past the padding with count_include_pad".into(),
+                        ));
+                    }
+                }
+            } else {
+                axes.iter().any(|a| a.guarded())
+            };
         let plane = &layout.strides[nd - 2..];
         let mut outer: Vec<usize> = layout.strides[..nd - 2].to_vec();
-        outer.extend((0..2).map(|a| p.stride[a] * plane[a]));
-        let taps = [p.dilation[0] * plane[0], p.dilation[1] * plane[1]];
+        outer.extend([0, 0]);
         let name = format!("k{}_{}", self.kernel_count(), op.name());
         let unrolled = p.kernel[0] * p.kernel[1] <= UNROLLED_WINDOW;
         let reduce = if unrolled { vec![] } else { p.kernel.to_vec() };
+        let loops = nd + reduce.len();
         let mut frame = Frame::new(KernelBuilder::reduction(name, shape.clone(), reduce));
         let buffer = Self::input_buffer(&mut frame, x.slot, ty);
         let b = &mut frame.b;
-        let count = b.push(ty, Expr::Const((p.kernel[0] * p.kernel[1]) as f64));
-        let value = if unrolled {
-            let mut load = |row: usize, col: usize| {
-                let index = IndexExpr {
-                    offset: layout.offset + row * taps[0] + col * taps[1],
-                    strides: outer.clone(),
-                };
-                b.push(ty, Expr::Load { buffer, index })
+        // The tap at window row `row` and column `col` (the reduction loops' indices when
+        // `None`), read as `fill` in the padding.
+        let tap = |b: &mut KernelBuilder, (row, col): (Option<usize>, Option<usize>), fill| {
+            let mut index = IndexExpr {
+                offset: layout.offset,
+                strides: outer.clone(),
             };
+            index.strides.resize(loops, 0);
+            let mut bounds = Vec::new();
+            for (a, k) in [row, col].into_iter().enumerate() {
+                let axis = &axes[a];
+                // The position in the padded input: `o * stride + k * dilation`.
+                let mut coord = IndexExpr {
+                    offset: k.unwrap_or(0) * axis.dilation,
+                    strides: vec![0; loops],
+                };
+                coord.strides[nd - 2 + a] = axis.stride;
+                if k.is_none() {
+                    coord.strides[nd + a] = axis.dilation;
+                }
+                if axis.guarded() {
+                    bounds.push(Bound {
+                        coord,
+                        pad: axis.pad,
+                        len: axis.input,
+                        stride: plane[a],
+                    });
+                } else {
+                    index.offset += coord.offset * plane[a];
+                    for (s, c) in index.strides.iter_mut().zip(&coord.strides) {
+                        *s += c * plane[a];
+                    }
+                }
+            }
+            if bounds.is_empty() {
+                b.push(ty, Expr::Load { buffer, index })
+            } else {
+                b.push(
+                    ty,
+                    Expr::LoadIf {
+                        buffer,
+                        index,
+                        bounds,
+                        fill,
+                    },
+                )
+            }
+        };
+        // Padding taps: -inf never wins a maximum, -0.0 is the identity of addition.
+        let fill = if average { -0.0 } else { f64::NEG_INFINITY };
+        let taps = (p.kernel[0] * p.kernel[1]) as f64;
+        let value = if unrolled {
             let rows: Vec<Vec<ValueId>> = (0..p.kernel[0])
-                .map(|r| (0..p.kernel[1]).map(|c| load(r, c)).collect())
+                .map(|r| {
+                    (0..p.kernel[1])
+                        .map(|c| tap(b, (Some(r), Some(c)), fill))
+                        .collect()
+                })
                 .collect();
             if average {
-                // Eager: each row's sum, then the sum of the rows, divided by the taps.
+                // Eager: each row's sum, then the sum of the rows, divided by the divisor.
                 let sums: Vec<ValueId> = rows.iter().map(|row| fold_sum(b, ty, row)).collect();
                 let sum = fold_sum(b, ty, &sums);
-                b.push(ty, Expr::Binary(BinaryFn::Div, sum, count))
+                let divisor = if counted {
+                    let inside: Vec<ValueId> = (0..p.kernel[0])
+                        .flat_map(|r| (0..p.kernel[1]).map(move |c| (Some(r), Some(c))))
+                        .map(|at| inside(b, ty, |b, fill| tap(b, at, fill)))
+                        .collect();
+                    fold_sum(b, ty, &inside)
+                } else {
+                    b.push(ty, Expr::Const(taps))
+                };
+                b.push(ty, Expr::Binary(BinaryFn::Div, sum, divisor))
             } else {
                 // Eager: a tap replaces the best so far when it is larger or NaN, which is
                 // `maximum(tap, best)` of the lowering table.
                 let maximum = Op::Binary(BinaryOp::Maximum);
                 let mut taps = rows.into_iter().flatten();
-                let first = taps.next().unwrap_or(count);
-                let mut best = first;
+                let Some(mut best) = taps.next() else {
+                    return Ok(Err("an empty window".into()));
+                };
                 for x in taps {
                     match crate::lower_elementwise(&maximum, b, &[x, best], ty) {
                         Ok(v) => best = v,
@@ -130,16 +200,16 @@ impl Lowering<'_> {
                 best
             }
         } else {
-            let mut strides = outer.clone();
-            strides.extend(taps);
-            let index = IndexExpr {
-                offset: layout.offset,
-                strides,
-            };
-            let element = b.push(ty, Expr::Load { buffer, index });
+            let element = tap(b, (None, None), fill);
             if average {
                 let sum = b.push(ty, Expr::Reduce(ReduceFn::Sum, element));
-                b.push(ty, Expr::Binary(BinaryFn::Div, sum, count))
+                let divisor = if counted {
+                    let one = inside(b, ty, |b, fill| tap(b, (None, None), fill));
+                    b.push(ty, Expr::Reduce(ReduceFn::Sum, one))
+                } else {
+                    b.push(ty, Expr::Const(taps))
+                };
+                b.push(ty, Expr::Binary(BinaryFn::Div, sum, divisor))
             } else {
                 b.push(ty, Expr::Reduce(ReduceFn::Max, element))
             }
@@ -153,6 +223,67 @@ impl Lowering<'_> {
             }],
         );
         self.emit_frame(frame, &[*id], &HashSet::from([*id]))
+    }
+}
+
+/// 1 where a tap lies inside the input, 0 in the padding: its guarded loads with fills 0 and 1
+/// agree inside (a NaN tap, which they do not, makes the window's sum NaN whatever the
+/// divisor).
+fn inside(
+    b: &mut KernelBuilder,
+    ty: ScalarType,
+    mut tap: impl FnMut(&mut KernelBuilder, f64) -> ValueId,
+) -> ValueId {
+    let (zero, one) = (tap(b, 0.0), tap(b, 1.0));
+    let same = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Eq, zero, one));
+    b.push(ty, Expr::Cast(same))
+}
+
+/// One axis of a pooling window over an input dim.
+struct Axis {
+    output: usize,
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+    dilation: usize,
+}
+
+impl Axis {
+    /// Axis `a` of `p` for `output` windows over `input` elements; `None` when a window is
+    /// empty or its arithmetic overflows (a graph compiled without verification may carry any
+    /// window).
+    fn of(p: &Pool2dParams, a: usize, output: usize, input: usize) -> Option<Axis> {
+        let axis = Axis {
+            output,
+            input,
+            kernel: p.kernel[a],
+            stride: p.stride[a],
+            pad: p.padding[a],
+            dilation: p.dilation[a],
+        };
+        axis.last_tap()?;
+        (axis.kernel > 0).then_some(axis)
+    }
+
+    /// The last window's last tap, in padded coordinates (`o * stride + k * dilation`).
+    fn last_tap(&self) -> Option<usize> {
+        self.output
+            .saturating_sub(1)
+            .checked_mul(self.stride)?
+            .checked_add(self.kernel.checked_sub(1)?.checked_mul(self.dilation)?)
+    }
+
+    /// Whether some tap lies outside the input (in the padding, or past the end in ceil mode).
+    fn guarded(&self) -> bool {
+        self.pad > 0 || self.last_tap().is_none_or(|t| t >= self.input)
+    }
+
+    /// Whether the last window passes the end of the right padding (ceil mode), so that its
+    /// padded size is smaller than the kernel.
+    fn padded_past(&self) -> bool {
+        let start = self.output.saturating_sub(1).saturating_mul(self.stride);
+        start.saturating_add(self.kernel) > self.input.saturating_add(2 * self.pad)
     }
 }
 
