@@ -256,10 +256,9 @@ impl Renderer<'_> {
         }
     }
 
-    /// A guarded load of one element at innermost index `j`: every bound's coordinate is
-    /// checked (one unsigned compare finds it negative or past the dim), the element read at
-    /// the guarded position, or at the buffer's start when a check fails, and `fill` chosen
-    /// then, without a branch.
+    /// A guarded load of one element at innermost index `j`: the element read at the guarded
+    /// position, or at the buffer's start when a bound fails, and `fill` chosen then, without a
+    /// branch.
     #[allow(clippy::too_many_arguments)]
     fn guarded_load(
         &self,
@@ -271,6 +270,81 @@ impl Renderer<'_> {
         ty: ScalarType,
         j: Option<Value>,
     ) -> Value {
+        let (at, inside) = self.guard(b, index, bounds, j);
+        let zero = b.ins().iconst(types::I64, 0);
+        let safe = b.ins().select(inside, at, zero);
+        let size = if ty == ScalarType::F64 { 8 } else { 4 };
+        let bytes = b.ins().imul_imm_s(safe, size);
+        let addr = b.ins().iadd(self.bases[buffer], bytes);
+        let x = b.ins().load(clif_type(ty), self.flags, addr, 0);
+        let fill = match ty {
+            ScalarType::F64 => b.ins().f64const(fill),
+            _ => b.ins().f32const(fill as f32),
+        };
+        select_bits(b, inside, x, fill, ty)
+    }
+
+    /// Four lanes of an f32 guarded load from innermost index `j`. Coordinates never decrease
+    /// along the loop, so when the first and the last lane are inside every lane is: the lanes
+    /// are then gathered as a strided load's (the common case, a window inside the input);
+    /// otherwise each lane is a guarded load of its own.
+    fn guarded_vector(
+        &self,
+        b: &mut FunctionBuilder,
+        buffer: usize,
+        index: &IndexExpr,
+        bounds: &[tessera_kernel::Bound],
+        fill: f64,
+        j: Value,
+    ) -> Value {
+        let (first, first_inside) = self.guard(b, index, bounds, Some(j));
+        let last_j = b.ins().iadd_imm_s(j, 3);
+        let (_, last_inside) = self.guard(b, index, bounds, Some(last_j));
+        let all_inside = b.ins().band(first_inside, last_inside);
+        let (inside, border, join) = (b.create_block(), b.create_block(), b.create_block());
+        let result = b.append_block_param(join, types::F32X4);
+        b.ins().brif(all_inside, inside, &[], border, &[]);
+        b.switch_to_block(inside);
+        // The element step between lanes: the innermost strides of the index and the bounds.
+        let last = index.strides.len().saturating_sub(1);
+        let step = index.strides.get(last).copied().unwrap_or(0)
+            + bounds
+                .iter()
+                .map(|bd| bd.coord.strides.get(last).copied().unwrap_or(0) * bd.stride)
+                .sum::<usize>();
+        let bytes = b.ins().imul_imm_s(first, 4);
+        let mut addr = b.ins().iadd(self.bases[buffer], bytes);
+        let x = b.ins().load(types::F32, self.flags, addr, 0);
+        let mut lanes = b.ins().splat(types::F32X4, x);
+        for lane in 1..4u8 {
+            addr = b.ins().iadd_imm_s(addr, (step * 4) as i64);
+            let x = b.ins().load(types::F32, self.flags, addr, 0);
+            lanes = b.ins().insertlane(lanes, x, lane);
+        }
+        b.ins().jump(join, &[lanes.into()]);
+        b.switch_to_block(border);
+        let x = self.guarded_load(b, buffer, index, bounds, fill, ScalarType::F32, Some(j));
+        let mut lanes = b.ins().splat(types::F32X4, x);
+        for lane in 1..4u8 {
+            let at = b.ins().iadd_imm_s(j, i64::from(lane));
+            let x = self.guarded_load(b, buffer, index, bounds, fill, ScalarType::F32, Some(at));
+            lanes = b.ins().insertlane(lanes, x, lane);
+        }
+        b.ins().jump(join, &[lanes.into()]);
+        b.switch_to_block(join);
+        result
+    }
+
+    /// A guarded load's element position at innermost index `j` (meaningful where it is
+    /// inside) and whether every bound holds there (one unsigned compare per bound finds a
+    /// coordinate negative or past its dim).
+    fn guard(
+        &self,
+        b: &mut FunctionBuilder,
+        index: &IndexExpr,
+        bounds: &[tessera_kernel::Bound],
+        j: Option<Value>,
+    ) -> (Value, Value) {
         let mut at = self.elements(b, index, j);
         let mut inside: Option<Value> = None;
         for bound in bounds {
@@ -290,17 +364,7 @@ impl Renderer<'_> {
             at = b.ins().iadd(at, step);
         }
         let inside = inside.unwrap_or_else(|| b.ins().iconst(types::I8, 1));
-        let zero = b.ins().iconst(types::I64, 0);
-        let safe = b.ins().select(inside, at, zero);
-        let size = if ty == ScalarType::F64 { 8 } else { 4 };
-        let bytes = b.ins().imul_imm_s(safe, size);
-        let addr = b.ins().iadd(self.bases[buffer], bytes);
-        let x = b.ins().load(clif_type(ty), self.flags, addr, 0);
-        let fill = match ty {
-            ScalarType::F64 => b.ins().f64const(fill),
-            _ => b.ins().f32const(fill as f32),
-        };
-        select_bits(b, inside, x, fill, ty)
+        (at, inside)
     }
 
     fn call(&self, b: &mut FunctionBuilder, symbol: &str, args: &[Value]) -> Value {
@@ -457,17 +521,7 @@ impl Renderer<'_> {
                     self.guarded_load(b, buffer.index(), index, bounds, *fill, v.ty, j)
                 };
                 match j.filter(|_| vector) {
-                    // Each lane is its own guarded load, gathered into the vector.
-                    Some(j) => {
-                        let first = load(b, Some(j));
-                        let mut lanes_value = b.ins().splat(types::F32X4, first);
-                        for lane in 1..4u8 {
-                            let at = b.ins().iadd_imm_s(j, i64::from(lane));
-                            let s = load(b, Some(at));
-                            lanes_value = b.ins().insertlane(lanes_value, s, lane);
-                        }
-                        lanes_value
-                    }
+                    Some(j) => self.guarded_vector(b, buffer.index(), index, bounds, *fill, j),
                     None if vector => {
                         let s = load(b, None);
                         b.ins().splat(types::F32X4, s)

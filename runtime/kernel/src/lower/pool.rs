@@ -110,16 +110,20 @@ impl Lowering<'_> {
         let mut frame = Frame::new(KernelBuilder::reduction(name, shape.clone(), reduce));
         let buffer = Self::input_buffer(&mut frame, x.slot, ty);
         let b = &mut frame.b;
-        // The tap at window row `row` and column `col` (the reduction loops' indices when
-        // `None`), read as `fill` in the padding.
-        let tap = |b: &mut KernelBuilder, (row, col): (Option<usize>, Option<usize>), fill| {
+        // The tap at window row `row` and column `col`, read as `fill` in the padding.
+        let tap = |b: &mut KernelBuilder, (row, col): (At, At), fill| {
             let mut index = IndexExpr {
                 offset: layout.offset,
                 strides: outer.clone(),
             };
             index.strides.resize(loops, 0);
             let mut bounds = Vec::new();
-            for (a, k) in [row, col].into_iter().enumerate() {
+            for (a, at) in [row, col].into_iter().enumerate() {
+                let k = match at {
+                    At::Tap(k) => Some(k),
+                    At::Loop => None,
+                    At::Start => continue,
+                };
                 let axis = &axes[a];
                 // The position in the padded input: `o * stride + k * dilation`.
                 let mut coord = IndexExpr {
@@ -165,7 +169,7 @@ impl Lowering<'_> {
             let rows: Vec<Vec<ValueId>> = (0..p.kernel[0])
                 .map(|r| {
                     (0..p.kernel[1])
-                        .map(|c| tap(b, (Some(r), Some(c)), fill))
+                        .map(|c| tap(b, (At::Tap(r), At::Tap(c)), fill))
                         .collect()
                 })
                 .collect();
@@ -174,11 +178,27 @@ impl Lowering<'_> {
                 let sums: Vec<ValueId> = rows.iter().map(|row| fold_sum(b, ty, row)).collect();
                 let sum = fold_sum(b, ty, &sums);
                 let divisor = if counted {
-                    let inside: Vec<ValueId> = (0..p.kernel[0])
-                        .flat_map(|r| (0..p.kernel[1]).map(move |c| (Some(r), Some(c))))
-                        .map(|at| inside(b, ty, |b, fill| tap(b, at, fill)))
-                        .collect();
-                    fold_sum(b, ty, &inside)
+                    // Taps inside the input: the product of the rows and the columns inside,
+                    // each counted along its own axis (the other read at its start).
+                    let mut counts = Vec::new();
+                    for a in 0..2 {
+                        let count = if axes[a].guarded() {
+                            let inside: Vec<ValueId> = (0..p.kernel[a])
+                                .map(|k| {
+                                    let at = match a {
+                                        0 => (At::Tap(k), At::Start),
+                                        _ => (At::Start, At::Tap(k)),
+                                    };
+                                    inside(b, ty, |b, fill| tap(b, at, fill))
+                                })
+                                .collect();
+                            fold_sum(b, ty, &inside)
+                        } else {
+                            b.push(ty, Expr::Const(p.kernel[a] as f64))
+                        };
+                        counts.push(count);
+                    }
+                    b.push(ty, Expr::Binary(BinaryFn::Mul, counts[0], counts[1]))
                 } else {
                     b.push(ty, Expr::Const(taps))
                 };
@@ -200,11 +220,11 @@ impl Lowering<'_> {
                 best
             }
         } else {
-            let element = tap(b, (None, None), fill);
+            let element = tap(b, (At::Loop, At::Loop), fill);
             if average {
                 let sum = b.push(ty, Expr::Reduce(ReduceFn::Sum, element));
                 let divisor = if counted {
-                    let one = inside(b, ty, |b, fill| tap(b, (None, None), fill));
+                    let one = inside(b, ty, |b, fill| tap(b, (At::Loop, At::Loop), fill));
                     b.push(ty, Expr::Reduce(ReduceFn::Sum, one))
                 } else {
                     b.push(ty, Expr::Const(taps))
@@ -226,17 +246,36 @@ impl Lowering<'_> {
     }
 }
 
+/// Where a tap lies along one window axis.
+#[derive(Debug, Clone, Copy)]
+enum At {
+    /// Tap `k` of the window.
+    Tap(usize),
+    /// The reduction loop's tap.
+    Loop,
+    /// The input's first element along the axis, whatever the window (for a count along the
+    /// other axis).
+    Start,
+}
+
 /// 1 where a tap lies inside the input, 0 in the padding: its guarded loads with fills 0 and 1
-/// agree inside (a NaN tap, which they do not, makes the window's sum NaN whatever the
-/// divisor).
+/// read one value inside, which is never less than itself (NaN included), and 0 < 1 outside.
 fn inside(
     b: &mut KernelBuilder,
     ty: ScalarType,
     mut tap: impl FnMut(&mut KernelBuilder, f64) -> ValueId,
 ) -> ValueId {
     let (zero, one) = (tap(b, 0.0), tap(b, 1.0));
-    let same = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Eq, zero, one));
-    b.push(ty, Expr::Cast(same))
+    let outside = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Lt, zero, one));
+    let (no, yes) = (b.push(ty, Expr::Const(0.0)), b.push(ty, Expr::Const(1.0)));
+    b.push(
+        ty,
+        Expr::Select {
+            cond: outside,
+            a: no,
+            b: yes,
+        },
+    )
 }
 
 /// One axis of a pooling window over an input dim.
