@@ -5,6 +5,7 @@ mod device;
 mod elementwise;
 mod emit;
 mod error;
+mod guarded;
 mod index;
 #[cfg(test)]
 mod math_accuracy;

@@ -28,7 +28,15 @@ pub fn reduction_block(n: usize) -> u32 {
 /// Bytes of shared memory a reduction kernel with block `block` needs: one 8-byte slot per
 /// warp for each reduction of its busiest sweep.
 pub fn shared_bytes(stages: &Stages, block: u32) -> usize {
-    let most = stages.sweep_reduces.iter().map(Vec::len).max().unwrap_or(0);
+    // At least one per warp: the body takes the array's address even when no sweep
+    // accumulates (an eval batch norm's sweep only stores).
+    let most = stages
+        .sweep_reduces
+        .iter()
+        .map(Vec::len)
+        .max()
+        .unwrap_or(0)
+        .max(1);
     most * (block as usize / 32) * 8
 }
 

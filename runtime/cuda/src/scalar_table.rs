@@ -60,6 +60,12 @@ impl Body<'_> {
                 let a = self.address(*buffer, index);
                 self.e.ins(format!("ld.global.{s} {d}, [{a}]"));
             }
+            Expr::LoadIf {
+                buffer,
+                index,
+                bounds,
+                fill,
+            } => self.guarded_load(d, *buffer, index, bounds, *fill, ty),
             Expr::Const(c) => self.e.ins(format!("mov.{s} {d}, {}", imm(ty, *c))),
             Expr::Unary(f, a) => {
                 let a = self.value(*a);

@@ -9,7 +9,7 @@ mod common;
 use common::{assemble, kernels, layer_norm_graph, op_graph, ptxas, reduce_graph};
 use tessera_cuda::{PtxTarget, render};
 use tessera_fx::Graph;
-use tessera_tensor::op::{BinaryOp, CompareOp, NormOp, ReduceKind, ScalarOp, UnaryOp};
+use tessera_tensor::op::{BinaryOp, CompareOp, NormOp, PoolOp, ReduceKind, ScalarOp, UnaryOp};
 use tessera_tensor::{DType, Op};
 
 const ARCHS: [u32; 2] = [80, 90];
@@ -126,5 +126,57 @@ fn reductions_assemble_for_sm80_and_sm90() {
         let y = g.getitem(&norm, 0).unwrap();
         g.output(&[&y]).unwrap();
         check(&ptxas, "rms norm", &g);
+    }
+}
+
+#[test]
+fn padded_pooling_and_channel_norms_assemble_for_sm80_and_sm90() {
+    let Some(ptxas) = ptxas() else { return };
+    let pools = [
+        PoolOp::max_pool2d_values([3, 3], [2, 2], [1, 1], [1, 1], false),
+        PoolOp::max_pool2d_values([9, 9], [2, 2], [4, 4], [1, 1], true),
+        PoolOp::avg_pool2d([3, 3], [2, 2], [1, 1], true, false),
+    ];
+    let norms = [
+        NormOp::GroupNorm {
+            num_groups: 2,
+            eps: 1e-5,
+            weight: false,
+            bias: false,
+        },
+        NormOp::InstanceNorm {
+            eps: 1e-5,
+            weight: false,
+            bias: false,
+        },
+    ];
+    for dtype in [DType::F32, DType::F64] {
+        for pool in &pools {
+            let g = op_graph(Op::Pool(pool.clone()), dtype, &[&[2, 4, 19, 17]]);
+            check(&ptxas, &format!("{pool:?}"), &g);
+        }
+        for norm in &norms {
+            let mut g = Graph::new();
+            let x = g.placeholder("x", tessera_tensor::TensorMeta::new([2, 4, 5, 7], dtype));
+            let n = g.call_function(Op::Norm(norm.clone()), &[&x]).unwrap();
+            let y = g.getitem(&n, 0).unwrap();
+            g.output(&[&y]).unwrap();
+            check(&ptxas, &format!("{norm:?}"), &g);
+        }
+        let mut g = Graph::new();
+        let meta = |s: &[usize]| tessera_tensor::TensorMeta::new(s.to_vec(), dtype);
+        let x = g.placeholder("x", meta(&[2, 4, 5, 7]));
+        let mean = g.placeholder("mean", meta(&[4]));
+        let var = g.placeholder("var", meta(&[4]));
+        let bn = Op::Norm(NormOp::BatchNorm {
+            training: false,
+            eps: 1e-5,
+            weight: false,
+            bias: false,
+        });
+        let n = g.call_function(bn, &[&x, &mean, &var]).unwrap();
+        let y = g.getitem(&n, 0).unwrap();
+        g.output(&[&y]).unwrap();
+        check(&ptxas, "eval batch norm", &g);
     }
 }
