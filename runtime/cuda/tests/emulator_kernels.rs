@@ -313,3 +313,62 @@ fn f64_fma_and_halves_shuffled_through_b32_registers() {
         .collect();
     assert_eq!(mem.read_f64("out").unwrap(), want);
 }
+
+#[test]
+fn integer_instructions_wrap_clamp_and_extend_as_ptx_says() {
+    let m = module(include_str!("ptx/int_ops.ptx"));
+    let keys: Vec<u32> = vec![0, 1, 2, 99, 100, 101, 250, 4_000_000_000, u32::MAX, 7];
+    let n = keys.len();
+    let mut mem = GlobalMemory::default();
+    let (pk, out) = (mem.upload_u32("keys", &keys), mem.alloc("out", n * 96));
+    m.launch("int_ops", LaunchConfig::new(1, 32), &[ParamValue::Ptr(pk), ParamValue::Ptr(out), ParamValue::U32(n as u32)], &mut mem).unwrap();
+    let got = mem.read_f64("out").unwrap();
+    for (i, &k) in keys.iter().enumerate() {
+        let s = k.wrapping_sub(100) as i32;
+        let want = [
+            (k / 3) as f64,
+            (k % 3) as f64,
+            k.wrapping_shl(3) as f64,
+            (s >> 2) as f64,
+            0.0,
+            s.min(-5) as f64,
+            k.max(50) as f64,
+            (s as i64 * -7) as f64,
+            s.wrapping_mul(3).wrapping_add(1) as f64,
+            (!k) as f64,
+            s as f64,
+            (k as u64 ^ 0xff00) as f64,
+        ];
+        assert_eq!(got[12 * i..12 * i + 12], want, "key {k}");
+    }
+}
+
+#[test]
+fn f32_unary_instructions_round_once_and_flush_subnormals_for_ftz() {
+    let m = module(include_str!("ptx/f32_unary.ptx"));
+    let mut x = awkward_f32();
+    x.extend([-150.0, 128.0, 0.5, 3.0]);
+    let n = x.len();
+    let mut mem = GlobalMemory::default();
+    let (px, out) = (mem.upload_f32("x", &x), mem.alloc("out", n * 24));
+    m.launch("f32_unary", LaunchConfig::new(1, 32), &[ParamValue::Ptr(px), ParamValue::Ptr(out), ParamValue::U32(n as u32)], &mut mem).unwrap();
+    let got = mem.read_f32("out").unwrap();
+    let ftz = |v: f32| if v.is_subnormal() { 0.0f32.copysign(v) } else { v };
+    for (i, &v) in x.iter().enumerate() {
+        let want = [
+            ftz(((ftz(v) as f64).exp2()) as f32),
+            ((ftz(v) as f64).log2()) as f32,
+            v.sqrt(),
+            1.0 / v,
+            v / 3.0,
+            v.abs(),
+        ];
+        let got: Vec<u32> = got[6 * i..6 * i + 6].iter().map(|g| g.to_bits()).collect();
+        let want: Vec<u32> = want.iter().map(|w| canonical(*w)).collect();
+        assert_eq!(got[..5], want[..5], "ex2, lg2, sqrt, rcp, div of {v}");
+        assert_eq!(got[5], v.abs().to_bits(), "abs(neg({v})) keeps NaN bits but the sign");
+    }
+    // ex2 of -150 is 2^-150, below the smallest normal: flushed to +0; lg2 of a subnormal is -inf.
+    assert_eq!(got[6 * 12], 0.0);
+    assert_eq!(got[6 * 7 + 1], f32::NEG_INFINITY);
+}
