@@ -42,6 +42,16 @@ impl GlobalMemory {
         self.insert(name, data.iter().flat_map(|v| v.to_le_bytes()).collect())
     }
 
+    /// Uploads raw little-endian bytes (any element type).
+    pub fn upload_bytes(&mut self, name: &str, bytes: &[u8]) -> u64 {
+        self.insert(name, bytes.to_vec())
+    }
+
+    /// The raw bytes of buffer `name`.
+    pub fn read_bytes(&self, name: &str) -> Result<&[u8]> {
+        Ok(&self.buffer(name)?.bytes)
+    }
+
     fn insert(&mut self, name: &str, bytes: Vec<u8>) -> u64 {
         let address = self.buffers.last().map_or(FIRST_ADDRESS, |b| {
             (b.address + b.bytes.len() as u64 + GUARD_BYTES).div_ceil(256) * 256
