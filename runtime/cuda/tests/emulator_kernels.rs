@@ -321,7 +321,17 @@ fn integer_instructions_wrap_clamp_and_extend_as_ptx_says() {
     let n = keys.len();
     let mut mem = GlobalMemory::default();
     let (pk, out) = (mem.upload_u32("keys", &keys), mem.alloc("out", n * 96));
-    m.launch("int_ops", LaunchConfig::new(1, 32), &[ParamValue::Ptr(pk), ParamValue::Ptr(out), ParamValue::U32(n as u32)], &mut mem).unwrap();
+    m.launch(
+        "int_ops",
+        LaunchConfig::new(1, 32),
+        &[
+            ParamValue::Ptr(pk),
+            ParamValue::Ptr(out),
+            ParamValue::U32(n as u32),
+        ],
+        &mut mem,
+    )
+    .unwrap();
     let got = mem.read_f64("out").unwrap();
     for (i, &k) in keys.iter().enumerate() {
         let s = k.wrapping_sub(100) as i32;
@@ -351,9 +361,25 @@ fn f32_unary_instructions_round_once_and_flush_subnormals_for_ftz() {
     let n = x.len();
     let mut mem = GlobalMemory::default();
     let (px, out) = (mem.upload_f32("x", &x), mem.alloc("out", n * 24));
-    m.launch("f32_unary", LaunchConfig::new(1, 32), &[ParamValue::Ptr(px), ParamValue::Ptr(out), ParamValue::U32(n as u32)], &mut mem).unwrap();
+    m.launch(
+        "f32_unary",
+        LaunchConfig::new(1, 32),
+        &[
+            ParamValue::Ptr(px),
+            ParamValue::Ptr(out),
+            ParamValue::U32(n as u32),
+        ],
+        &mut mem,
+    )
+    .unwrap();
     let got = mem.read_f32("out").unwrap();
-    let ftz = |v: f32| if v.is_subnormal() { 0.0f32.copysign(v) } else { v };
+    let ftz = |v: f32| {
+        if v.is_subnormal() {
+            0.0f32.copysign(v)
+        } else {
+            v
+        }
+    };
     for (i, &v) in x.iter().enumerate() {
         let want = [
             ftz(((ftz(v) as f64).exp2()) as f32),
@@ -366,7 +392,11 @@ fn f32_unary_instructions_round_once_and_flush_subnormals_for_ftz() {
         let got: Vec<u32> = got[6 * i..6 * i + 6].iter().map(|g| g.to_bits()).collect();
         let want: Vec<u32> = want.iter().map(|w| canonical(*w)).collect();
         assert_eq!(got[..5], want[..5], "ex2, lg2, sqrt, rcp, div of {v}");
-        assert_eq!(got[5], v.abs().to_bits(), "abs(neg({v})) keeps NaN bits but the sign");
+        assert_eq!(
+            got[5],
+            v.abs().to_bits(),
+            "abs(neg({v})) keeps NaN bits but the sign"
+        );
     }
     // ex2 of -150 is 2^-150, below the smallest normal: flushed to +0; lg2 of a subnormal is -inf.
     assert_eq!(got[6 * 12], 0.0);
