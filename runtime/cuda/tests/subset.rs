@@ -98,16 +98,26 @@ fn opcodes(ptx: &str) -> (BTreeSet<String>, Vec<String>) {
             None => body,
         };
         ops.insert(body.split_whitespace().next().unwrap_or("").to_string());
-        for special in body.split(|c: char| c == ',' || c.is_whitespace()) {
-            if special.starts_with("%") && special.contains('.') {
-                let allowed = ["%tid.x", "%ntid.x", "%ctaid.x", "%nctaid.x"];
-                if !allowed.contains(&special) {
-                    strange.push(line.to_string());
-                }
-            }
+        let operands = body.split(|c: char| ",{}[]+ \t".contains(c));
+        if operands
+            .filter(|o| o.starts_with('%'))
+            .any(|o| !register_or_special(o))
+        {
+            strange.push(line.to_string());
         }
     }
     (ops, strange)
+}
+
+/// A virtual register of the declared classes (`%p3`, `%rd12`) or an allowed special register.
+fn register_or_special(operand: &str) -> bool {
+    let specials = ["%tid.x", "%ntid.x", "%ctaid.x", "%nctaid.x"];
+    let digits = operand.trim_start_matches(|c: char| c == '%' || c.is_ascii_alphabetic());
+    let prefix = &operand[..operand.len() - digits.len()];
+    specials.contains(&operand)
+        || (["%p", "%r", "%rd", "%f", "%fd"].contains(&prefix)
+            && !digits.is_empty()
+            && digits.chars().all(|c| c.is_ascii_digit()))
 }
 
 #[test]
