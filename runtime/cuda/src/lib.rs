@@ -15,7 +15,9 @@
 //! - [`math_fns`] / [`math_ir`]: the transcendental functions, written once in a small IR that
 //!   renders to PTX and evaluates on the CPU with PTX semantics, so their accuracy is tested
 //!   by ordinary unit tests;
-//! - `elementwise`: a 1-D grid-stride loop over the flattened output domain;
+//! - `elementwise`: a 1-D grid-stride loop over the flattened output domain, four points per
+//!   thread with `ld/st.global.v4.f32` when every access of an f32 kernel is contiguous or
+//!   broadcast (buffers 16-byte aligned), and a scalar tail;
 //! - `reduce`: one block per output point, threads striding over the reduction loops once per
 //!   sweep of [`Stages`](tessera_kernel::Stages), partials combined by `shfl.sync.bfly` and
 //!   across warps through shared memory with `bar.sync`.
@@ -61,9 +63,10 @@
 //!
 //! let rendered = render(&kernel, &PtxTarget::SM80)?;
 //! assert!(rendered.ptx.contains(".visible .entry exp_kernel("));
-//! assert!(rendered.ptx.contains("ld.global.f32"));
+//! // Contiguous f32: four points per thread and iteration, with vector loads and stores.
+//! assert!(rendered.ptx.contains("ld.global.v4.f32"));
 //! assert_eq!(rendered.block, 256);
-//! assert_eq!(rendered.grid_for(132), 4); // 1000 points, 256 threads per block
+//! assert_eq!(rendered.grid_for(132), 1); // 250 groups of four, 256 threads per block
 //! # Ok::<(), tessera_cuda::CudaError>(())
 //! ```
 
