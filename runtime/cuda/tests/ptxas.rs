@@ -102,5 +102,70 @@ fn padded_pooling_and_channel_norms_assemble_for_sm80_and_sm90() {
         let y = g.getitem(&n, 0).unwrap();
         g.output(&[&y]).unwrap();
         check(&ptxas, "eval batch norm", &g);
+
+/// `y = exp(x)` over `n` f32 points, or the sum of each of `rows` rows of `n` when `rows` is
+/// set: kernel IR only, so sizes past 2^31 (64-bit index arithmetic) need no memory.
+fn big_kernel(n: usize, rows: Option<usize>) -> tessera_kernel::Kernel {
+    use tessera_kernel::{
+        BufferRole, Expr, IndexExpr, KernelBuilder, ReduceFn, ScalarType, UnaryFn,
+    };
+    let f32 = ScalarType::F32;
+    match rows {
+        None => {
+            let mut b = KernelBuilder::new("big_exp", vec![n]);
+            let x = b.buffer(BufferRole::Input, f32, n);
+            let y = b.buffer(BufferRole::Output, f32, n);
+            let at = IndexExpr {
+                offset: 0,
+                strides: vec![1],
+            };
+            let v = b.push(
+                f32,
+                Expr::Load {
+                    buffer: x,
+                    index: at.clone(),
+                },
+            );
+            let e = b.push(f32, Expr::Unary(UnaryFn::Exp, v));
+            b.store(y, at, e);
+            b.finish()
+        }
+        Some(rows) => {
+            let mut b = KernelBuilder::reduction("big_sum", vec![rows], vec![n]);
+            let x = b.buffer(BufferRole::Input, f32, rows * n);
+            let y = b.buffer(BufferRole::Output, f32, rows);
+            let v = b.push(
+                f32,
+                Expr::Load {
+                    buffer: x,
+                    index: IndexExpr {
+                        offset: 0,
+                        strides: vec![n, 1],
+                    },
+                },
+            );
+            let s = b.push(f32, Expr::Reduce(ReduceFn::Sum, v));
+            b.store(
+                y,
+                IndexExpr {
+                    offset: 0,
+                    strides: vec![1, 0],
+                },
+                s,
+            );
+            b.finish()
+        }
+    }
+}
+
+#[test]
+fn kernels_past_2_pow_31_points_use_64_bit_indices_and_assemble() {
+    let Some(ptxas) = ptxas() else { return };
+    let n = (1usize << 31) + 7;
+    for kernel in [big_kernel(n, None), big_kernel(n, Some(3))] {
+        kernel.verify().unwrap();
+        let r = render(&kernel, &PtxTarget::SM80).unwrap();
+        assert!(r.ptx.contains("setp.ge.u64"), "{}", r.ptx);
+        assemble(&ptxas, &r.name, &r.ptx, &ARCHS);
     }
 }
