@@ -21,7 +21,7 @@ pub const VECTOR: usize = 4;
 pub fn vectorizable(kernel: &Kernel) -> bool {
     let contiguous_or_broadcast = |ix: &tessera_kernel::IndexExpr| match ix.strides.as_slice() {
         [0] => true,
-        [1] => ix.offset % VECTOR == 0,
+        [1] => ix.offset.is_multiple_of(VECTOR),
         _ => false,
     };
     kernel.domain.len() == 1
@@ -86,7 +86,7 @@ pub(crate) fn elementwise(b: &mut Body) -> usize {
     b.e.ins(format!("add.{t} {j}, {j}, {stride}"));
     b.e.ins(format!("bra.uni {top}"));
     b.e.label(&end);
-    if points % VECTOR != 0 {
+    if !points.is_multiple_of(VECTOR) {
         b.e.comment("the scalar tail");
         let start = b.int_reg();
         b.e.ins(format!("add.{t} {start}, {first}, {}", groups * VECTOR));
