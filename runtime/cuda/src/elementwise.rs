@@ -29,6 +29,8 @@ pub fn vectorizable(kernel: &Kernel) -> bool {
         && kernel.points() >= VECTOR
         && kernel.buffers.iter().all(|b| b.ty == ScalarType::F32)
         && kernel.values.iter().all(|v| v.ty != ScalarType::F64)
+        // A guarded load reads at its own lane's coordinates: lanes are not evaluated apart.
+        && !kernel.values.iter().any(|v| matches!(v.expr, Expr::LoadIf { .. }))
         && kernel.accesses().all(|(_, ix)| contiguous_or_broadcast(ix))
         && kernel.stores.iter().all(|s| s.index.strides == [1])
 }

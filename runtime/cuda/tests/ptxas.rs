@@ -102,6 +102,8 @@ fn padded_pooling_and_channel_norms_assemble_for_sm80_and_sm90() {
         let y = g.getitem(&n, 0).unwrap();
         g.output(&[&y]).unwrap();
         check(&ptxas, "eval batch norm", &g);
+    }
+}
 
 /// `y = exp(x)` over `n` f32 points, or the sum of each of `rows` rows of `n` when `rows` is
 /// set: kernel IR only, so sizes past 2^31 (64-bit index arithmetic) need no memory.
