@@ -19,6 +19,7 @@ pub use compile::{
     DUMP_KERNELS_ENV, compile, compile_layer,
 };
 pub use tessera_cpu as cpu;
+pub use tessera_cuda as cuda;
 pub use tessera_distributed as distributed;
 pub use tessera_kernel as kernel;
 

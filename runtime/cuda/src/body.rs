@@ -16,6 +16,9 @@ pub(crate) struct Body<'k> {
     pub loops: Vec<Option<Reg>>,
     /// Per value, the register holding it where it was last computed.
     pub values: Vec<Option<Reg>>,
+    /// Per load, a register already holding it (a lane of a vector load), used instead of
+    /// loading again.
+    pub preloaded: Vec<Option<Reg>>,
 }
 
 impl<'k> Body<'k> {
@@ -38,6 +41,7 @@ impl<'k> Body<'k> {
             width,
             loops: vec![None; kernel.extents().len()],
             values: vec![None; kernel.values.len()],
+            preloaded: vec![None; kernel.values.len()],
         }
     }
 

@@ -296,6 +296,13 @@ impl CudaDevice {
             pointers.push(ptr);
             guards.push(guard);
         }
+        if r.vector_width > 1
+            && let Some(i) = pointers.iter().position(|p| p % 16 != 0)
+        {
+            return Err(fail(format!(
+                "buffer {i} is not 16-byte aligned, which vector loads need"
+            )));
+        }
         let mut params: Vec<*mut c_void> = pointers
             .iter_mut()
             .map(|p| p as *mut sys::CUdeviceptr as *mut c_void)

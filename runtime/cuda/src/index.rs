@@ -100,12 +100,24 @@ impl Body<'_> {
                 class: self.width.class(),
                 number: 0,
             });
-            let d = self.int_reg();
-            match element {
-                None => self.e.ins(format!("mul.lo.{t} {d}, {i}, {stride}")),
-                Some(acc) => self.e.ins(format!("mad.lo.{t} {d}, {i}, {stride}, {acc}")),
-            }
-            element = Some(d);
+            element = Some(match (element, stride) {
+                (None, 1) => i,
+                (None, _) => {
+                    let d = self.int_reg();
+                    self.e.ins(format!("mul.lo.{t} {d}, {i}, {stride}"));
+                    d
+                }
+                (Some(acc), 1) => {
+                    let d = self.int_reg();
+                    self.e.ins(format!("add.{t} {d}, {acc}, {i}"));
+                    d
+                }
+                (Some(acc), _) => {
+                    let d = self.int_reg();
+                    self.e.ins(format!("mad.lo.{t} {d}, {i}, {stride}, {acc}"));
+                    d
+                }
+            });
         }
         let base = self.bases[buffer.index()];
         let size = element_size(self.kernel.buffer(buffer).ty);

@@ -22,7 +22,7 @@ pub fn unary(f: UnaryFn, ty: ScalarType) -> Option<MathProgram> {
     let out = if ty == ScalarType::F32 && f == UnaryFn::Exp {
         exp_f32(&mut m, x)
     } else {
-        let x = m.to_f64(x);
+        let x = m.widen(x);
         let y = match f {
             UnaryFn::Exp => exp(&mut m, x),
             UnaryFn::Log => log(&mut m, x),
@@ -32,7 +32,7 @@ pub fn unary(f: UnaryFn, ty: ScalarType) -> Option<MathProgram> {
             UnaryFn::Erf => erf(&mut m, x),
             UnaryFn::Neg | UnaryFn::Abs | UnaryFn::Sqrt => return None,
         };
-        m.from_f64(y, ty)
+        m.narrow(y, ty)
     };
     m.p.set_output(out);
     Some(m.p)
@@ -43,9 +43,9 @@ pub fn pow(ty: ScalarType) -> MathProgram {
     let mut m = M::default();
     let a = m.input(0, ty);
     let b = m.input(1, ty);
-    let (a, b) = (m.to_f64(a), m.to_f64(b));
+    let (a, b) = (m.widen(a), m.widen(b));
     let y = pow_f64(&mut m, a, b);
-    let out = m.from_f64(y, ty);
+    let out = m.narrow(y, ty);
     m.p.set_output(out);
     m.p
 }
@@ -65,14 +65,14 @@ impl M {
         };
         self.p.push(t, MathOp::Input(n))
     }
-    fn to_f64(&mut self, x: MathReg) -> MathReg {
+    fn widen(&mut self, x: MathReg) -> MathReg {
         if self.p.ty(x) == MathTy::F64 {
             x
         } else {
             self.p.push(MathTy::F64, MathOp::Convert(x))
         }
     }
-    fn from_f64(&mut self, x: MathReg, ty: ScalarType) -> MathReg {
+    fn narrow(&mut self, x: MathReg, ty: ScalarType) -> MathReg {
         if ty == ScalarType::F32 {
             self.p.push(MathTy::F32, MathOp::Convert(x))
         } else {

@@ -31,9 +31,14 @@ pub fn render(kernel: &Kernel, target: &PtxTarget) -> Result<RenderedKernel> {
     let name = entry_name(&kernel.name);
     let width = IntWidth::of(kernel);
     let mut body = Body::new(kernel, width);
+    let vector_width = if kernel.reduce.is_empty() && crate::elementwise::vectorizable(kernel) {
+        crate::elementwise::VECTOR as u32
+    } else {
+        1
+    };
     let (block, blocks_needed, shared) = if kernel.reduce.is_empty() {
-        elementwise(&mut body);
-        let blocks = kernel.points().div_ceil(ELEMENTWISE_BLOCK as usize);
+        let work = elementwise(&mut body);
+        let blocks = work.div_ceil(ELEMENTWISE_BLOCK as usize);
         (ELEMENTWISE_BLOCK, blocks, 0)
     } else {
         let block = reduction_block(kernel.reduce_points());
@@ -74,6 +79,7 @@ pub fn render(kernel: &Kernel, target: &PtxTarget) -> Result<RenderedKernel> {
         block,
         blocks_needed: u32::try_from(blocks_needed).unwrap_or(u32::MAX),
         buffers: kernel.buffers.clone(),
+        vector_width,
     })
 }
 

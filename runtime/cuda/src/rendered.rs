@@ -21,6 +21,9 @@ pub struct RenderedKernel {
     pub blocks_needed: u32,
     /// The buffer parameters, in the `.entry`'s parameter order (one `.u64` pointer each).
     pub buffers: Vec<BufferParam>,
+    /// Points per thread and iteration: 4 when the kernel uses `ld/st.global.v4.f32`, whose
+    /// buffers must then be 16-byte aligned; 1 otherwise.
+    pub vector_width: u32,
 }
 
 impl RenderedKernel {

@@ -52,6 +52,10 @@ impl Body<'_> {
         if let Expr::Reduce(..) = v.expr {
             return;
         }
+        if let Some(r) = self.preloaded[id.index()] {
+            self.values[id.index()] = Some(r);
+            return;
+        }
         let ty = v.ty;
         let s = suffix(ty);
         let d = self.e.reg(class(ty));

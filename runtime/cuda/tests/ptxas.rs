@@ -6,10 +6,12 @@
 
 mod common;
 
-use common::{assemble, kernels, layer_norm_graph, op_graph, ptxas, reduce_graph};
+use common::{
+    assemble, elementwise_graphs, kernels, layout_graphs, op_graph, ptxas, reduction_graphs,
+};
 use tessera_cuda::{PtxTarget, render};
 use tessera_fx::Graph;
-use tessera_tensor::op::{BinaryOp, CompareOp, NormOp, PoolOp, ReduceKind, ScalarOp, UnaryOp};
+use tessera_tensor::op::{NormOp, PoolOp};
 use tessera_tensor::{DType, Op};
 
 const ARCHS: [u32; 2] = [80, 90];
@@ -21,63 +23,6 @@ fn check(ptxas: &str, what: &str, graph: &Graph) {
         let r = render(&k, &PtxTarget::SM80).unwrap_or_else(|e| panic!("{what}: {e}"));
         assemble(ptxas, &r.name, &r.ptx, &ARCHS);
     }
-}
-
-fn elementwise_graphs(dtype: DType) -> Vec<(String, Graph)> {
-    let shape: &[usize] = &[3, 37];
-    let mut out = Vec::new();
-    for u in UnaryOp::EVERY {
-        out.push((format!("{u:?}"), op_graph(Op::Unary(u), dtype, &[shape])));
-    }
-    for b in BinaryOp::EVERY {
-        // The second operand broadcast along the rows.
-        out.push((
-            format!("{b:?}"),
-            op_graph(Op::Binary(b), dtype, &[shape, &[37]]),
-        ));
-        out.push((
-            format!("{b:?} scalar"),
-            op_graph(
-                Op::Scalar(ScalarOp {
-                    op: b,
-                    value: 1.5,
-                    reversed: true,
-                }),
-                dtype,
-                &[shape],
-            ),
-        ));
-    }
-    for c in CompareOp::EVERY {
-        let mut g = Graph::new();
-        let x = g.placeholder("x", tessera_tensor::TensorMeta::new(shape.to_vec(), dtype));
-        let y = g.placeholder("y", tessera_tensor::TensorMeta::new(shape.to_vec(), dtype));
-        let cond = g.call_function(Op::Compare(c), &[&x, &y]).unwrap();
-        let w = g.call_function(Op::Where, &[&cond, &x, &y]).unwrap();
-        g.output(&[&w]).unwrap();
-        out.push((format!("{c:?} where"), g));
-    }
-    out.push((
-        "clamp".into(),
-        op_graph(
-            Op::Clamp {
-                min: Some(-0.5),
-                max: Some(0.5),
-            },
-            dtype,
-            &[shape],
-        ),
-    ));
-    let other = if dtype == DType::F32 {
-        DType::F64
-    } else {
-        DType::F32
-    };
-    out.push((
-        "to_dtype".into(),
-        op_graph(Op::ToDType(other), dtype, &[shape]),
-    ));
-    out
 }
 
 #[test]
@@ -93,39 +38,18 @@ fn every_elementwise_op_assembles_for_sm80_and_sm90() {
 #[test]
 fn reductions_assemble_for_sm80_and_sm90() {
     let Some(ptxas) = ptxas() else { return };
-    let kinds = [
-        ReduceKind::Sum,
-        ReduceKind::Mean,
-        ReduceKind::Amax,
-        ReduceKind::Amin,
-        ReduceKind::Var { correction: 1 },
-        ReduceKind::Std { correction: 0 },
-        ReduceKind::LogSumExp,
-    ];
     for dtype in [DType::F32, DType::F64] {
-        for kind in kinds {
-            check(
-                &ptxas,
-                &format!("{kind:?}"),
-                &reduce_graph(kind, dtype, 4, 300),
-            );
+        for (what, g) in reduction_graphs(dtype) {
+            check(&ptxas, &format!("{what} {dtype:?}"), &g);
         }
-        for log in [false, true] {
-            let g = op_graph(Op::Softmax { dim: 1, log }, dtype, &[&[4, 300]]);
-            check(&ptxas, "softmax", &g);
-        }
-        check(&ptxas, "layer norm", &layer_norm_graph(dtype, 4, 300));
-        let mut g = Graph::new();
-        let x = g.placeholder("x", tessera_tensor::TensorMeta::new([4, 300], dtype));
-        let rms = Op::Norm(NormOp::RmsNorm {
-            normalized_ndim: 1,
-            eps: 1e-5,
-            weight: false,
-        });
-        let norm = g.call_function(rms, &[&x]).unwrap();
-        let y = g.getitem(&norm, 0).unwrap();
-        g.output(&[&y]).unwrap();
-        check(&ptxas, "rms norm", &g);
+    }
+}
+
+#[test]
+fn views_broadcasts_and_degenerate_domains_assemble() {
+    let Some(ptxas) = ptxas() else { return };
+    for (what, g) in layout_graphs() {
+        check(&ptxas, &what, &g);
     }
 }
 
@@ -178,5 +102,72 @@ fn padded_pooling_and_channel_norms_assemble_for_sm80_and_sm90() {
         let y = g.getitem(&n, 0).unwrap();
         g.output(&[&y]).unwrap();
         check(&ptxas, "eval batch norm", &g);
+    }
+}
+
+/// `y = exp(x)` over `n` f32 points, or the sum of each of `rows` rows of `n` when `rows` is
+/// set: kernel IR only, so sizes past 2^31 (64-bit index arithmetic) need no memory.
+fn big_kernel(n: usize, rows: Option<usize>) -> tessera_kernel::Kernel {
+    use tessera_kernel::{
+        BufferRole, Expr, IndexExpr, KernelBuilder, ReduceFn, ScalarType, UnaryFn,
+    };
+    let f32 = ScalarType::F32;
+    match rows {
+        None => {
+            let mut b = KernelBuilder::new("big_exp", vec![n]);
+            let x = b.buffer(BufferRole::Input, f32, n);
+            let y = b.buffer(BufferRole::Output, f32, n);
+            let at = IndexExpr {
+                offset: 0,
+                strides: vec![1],
+            };
+            let v = b.push(
+                f32,
+                Expr::Load {
+                    buffer: x,
+                    index: at.clone(),
+                },
+            );
+            let e = b.push(f32, Expr::Unary(UnaryFn::Exp, v));
+            b.store(y, at, e);
+            b.finish()
+        }
+        Some(rows) => {
+            let mut b = KernelBuilder::reduction("big_sum", vec![rows], vec![n]);
+            let x = b.buffer(BufferRole::Input, f32, rows * n);
+            let y = b.buffer(BufferRole::Output, f32, rows);
+            let v = b.push(
+                f32,
+                Expr::Load {
+                    buffer: x,
+                    index: IndexExpr {
+                        offset: 0,
+                        strides: vec![n, 1],
+                    },
+                },
+            );
+            let s = b.push(f32, Expr::Reduce(ReduceFn::Sum, v));
+            b.store(
+                y,
+                IndexExpr {
+                    offset: 0,
+                    strides: vec![1, 0],
+                },
+                s,
+            );
+            b.finish()
+        }
+    }
+}
+
+#[test]
+fn kernels_past_2_pow_31_points_use_64_bit_indices_and_assemble() {
+    let Some(ptxas) = ptxas() else { return };
+    let n = (1usize << 31) + 7;
+    for kernel in [big_kernel(n, None), big_kernel(n, Some(3))] {
+        kernel.verify().unwrap();
+        let r = render(&kernel, &PtxTarget::SM80).unwrap();
+        assert!(r.ptx.contains("setp.ge.u64"), "{}", r.ptx);
+        assemble(&ptxas, &r.name, &r.ptx, &ARCHS);
     }
 }

@@ -1,6 +1,7 @@
 //! What the renderer refuses and what it returns besides the text: a kernel with an external
-//! GEMM call is a typed `Unsupported` error naming the kernel (never a panic), and the launch
-//! configuration covers the work with a grid capped per multiprocessor.
+//! GEMM call is a typed `Unsupported` error naming the kernel (never a panic), the launch
+//! configuration covers the work with a grid capped per multiprocessor, and contiguous f32
+//! kernels use vector loads with a scalar tail.
 
 mod common;
 
@@ -38,12 +39,22 @@ fn elementwise_launch_gives_every_point_a_thread_within_the_grid_cap() {
     let g = op_graph(Op::Unary(UnaryOp::Relu), DType::F32, &[&[1000, 1000]]);
     let r = render(&kernels(&g)[0], &PtxTarget::SM80).unwrap();
     assert_eq!(r.block % 32, 0);
+    // Contiguous f32: four points per thread.
+    assert!(r.ptx.contains("ld.global.v4.f32"), "{}", r.ptx);
+    assert_eq!(
+        r.blocks_needed as usize,
+        250_000usize.div_ceil(r.block as usize)
+    );
+    assert_eq!(r.grid_for(100), 100 * BLOCKS_PER_MULTIPROCESSOR);
+    assert_eq!(r.grid_for(100_000), r.blocks_needed);
+    // f64: one point per thread.
+    let g = op_graph(Op::Unary(UnaryOp::Relu), DType::F64, &[&[1000, 1000]]);
+    let r = render(&kernels(&g)[0], &PtxTarget::SM80).unwrap();
+    assert!(!r.ptx.contains(".v4"), "{}", r.ptx);
     assert_eq!(
         r.blocks_needed as usize,
         1_000_000usize.div_ceil(r.block as usize)
     );
-    assert_eq!(r.grid_for(132), 132 * BLOCKS_PER_MULTIPROCESSOR);
-    assert_eq!(r.grid_for(100_000), r.blocks_needed);
 }
 
 #[test]
@@ -70,4 +81,28 @@ fn the_target_sets_the_version_and_architecture_lines() {
         .with_compute_capability(9, 0);
     let ptx = render(&kernels(&g)[0], &target).unwrap().ptx;
     assert!(ptx.contains(".version 8.4\n.target sm_90\n"), "{ptx}");
+}
+
+#[test]
+fn contiguous_f32_kernels_use_vector_accesses_and_a_scalar_tail() {
+    // 3 x 7 = 21 points: five groups of four, one point in the tail; the row is broadcast.
+    let g = op_graph(
+        Op::Binary(tessera_tensor::op::BinaryOp::Add),
+        DType::F32,
+        &[&[21], &[1]],
+    );
+    let ptx = render(&kernels(&g)[0], &PtxTarget::SM80).unwrap().ptx;
+    assert!(
+        ptx.contains("ld.global.v4.f32") && ptx.contains("st.global.v4.f32"),
+        "{ptx}"
+    );
+    assert!(ptx.contains("the scalar tail"), "{ptx}");
+    // A transposed read is not contiguous: scalar code.
+    let g = op_graph(
+        Op::Binary(tessera_tensor::op::BinaryOp::Add),
+        DType::F32,
+        &[&[3, 5], &[5]],
+    );
+    let ptx = render(&kernels(&g)[0], &PtxTarget::SM80).unwrap().ptx;
+    assert!(!ptx.contains(".v4"), "{ptx}");
 }

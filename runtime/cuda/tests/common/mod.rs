@@ -6,7 +6,9 @@
 use std::process::Command;
 use tessera_fx::Graph;
 use tessera_kernel::{Kernel, Program, lower};
-use tessera_tensor::op::{NormOp, ReduceKind, ReduceOp};
+use tessera_tensor::op::{
+    BinaryOp, CompareOp, NormOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp, ViewOp,
+};
 use tessera_tensor::{DType, Op, TensorMeta};
 
 /// The kernels of `graph` lowered for packed inputs; the lowering must not fall back.
@@ -109,4 +111,160 @@ pub fn assemble(ptxas: &str, name: &str, ptx: &str, archs: &[u32]) {
             );
         }
     }
+}
+
+/// One graph per elementwise op of the lowering table (unary, binary with a broadcast operand,
+/// scalar, compare + where, clamp, dtype conversion), named.
+pub fn elementwise_graphs(dtype: DType) -> Vec<(String, Graph)> {
+    let shape: &[usize] = &[3, 37];
+    let mut out = Vec::new();
+    for u in UnaryOp::EVERY {
+        out.push((format!("{u:?}"), op_graph(Op::Unary(u), dtype, &[shape])));
+    }
+    for b in BinaryOp::EVERY {
+        // The second operand broadcast along the rows.
+        out.push((
+            format!("{b:?}"),
+            op_graph(Op::Binary(b), dtype, &[shape, &[37]]),
+        ));
+        out.push((
+            format!("{b:?} scalar"),
+            op_graph(
+                Op::Scalar(ScalarOp {
+                    op: b,
+                    value: 1.5,
+                    reversed: true,
+                }),
+                dtype,
+                &[shape],
+            ),
+        ));
+    }
+    for c in CompareOp::EVERY {
+        let mut g = Graph::new();
+        let x = g.placeholder("x", TensorMeta::new(shape.to_vec(), dtype));
+        let y = g.placeholder("y", TensorMeta::new(shape.to_vec(), dtype));
+        let cond = g.call_function(Op::Compare(c), &[&x, &y]).unwrap();
+        let w = g.call_function(Op::Where, &[&cond, &x, &y]).unwrap();
+        g.output(&[&w]).unwrap();
+        out.push((format!("{c:?} where"), g));
+    }
+    out.push((
+        "clamp".into(),
+        op_graph(
+            Op::Clamp {
+                min: Some(-0.5),
+                max: Some(0.5),
+            },
+            dtype,
+            &[shape],
+        ),
+    ));
+    let other = if dtype == DType::F32 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    out.push((
+        "to_dtype".into(),
+        op_graph(Op::ToDType(other), dtype, &[shape]),
+    ));
+    out
+}
+
+/// The reductions of the lowering (sum, mean, amax, amin, var, std, logsumexp, softmax,
+/// log-softmax, layer norm, RMS norm) over rows of 300, named.
+pub fn reduction_graphs(dtype: DType) -> Vec<(String, Graph)> {
+    let kinds = [
+        ReduceKind::Sum,
+        ReduceKind::Mean,
+        ReduceKind::Amax,
+        ReduceKind::Amin,
+        ReduceKind::Var { correction: 1 },
+        ReduceKind::Std { correction: 0 },
+        ReduceKind::LogSumExp,
+    ];
+    let mut out: Vec<(String, Graph)> = kinds
+        .iter()
+        .map(|&k| (format!("{k:?}"), reduce_graph(k, dtype, 4, 300)))
+        .collect();
+    for log in [false, true] {
+        let g = op_graph(Op::Softmax { dim: 1, log }, dtype, &[&[4, 300]]);
+        out.push((format!("softmax log={log}"), g));
+    }
+    out.push(("layer norm".into(), layer_norm_graph(dtype, 4, 300)));
+    let mut g = Graph::new();
+    let x = g.placeholder("x", TensorMeta::new([4, 300], dtype));
+    let rms = Op::Norm(NormOp::RmsNorm {
+        normalized_ndim: 1,
+        eps: 1e-5,
+        weight: false,
+    });
+    let norm = g.call_function(rms, &[&x]).unwrap();
+    let y = g.getitem(&norm, 0).unwrap();
+    g.output(&[&y]).unwrap();
+    out.push(("rms norm".into(), g));
+    // A reduction over the leading dim (strided reads) and over two dims.
+    let lead = op_graph(
+        Op::Reduce(ReduceOp {
+            kind: ReduceKind::Sum,
+            dims: vec![0],
+            keepdim: true,
+        }),
+        dtype,
+        &[&[7, 6]],
+    );
+    out.push(("sum over dim 0".into(), lead));
+    let two = op_graph(
+        Op::Reduce(ReduceOp {
+            kind: ReduceKind::Amax,
+            dims: vec![0, 2],
+            keepdim: false,
+        }),
+        dtype,
+        &[&[3, 5, 7]],
+    );
+    out.push(("amax over dims 0 and 2".into(), two));
+    out
+}
+
+/// Kernels whose index arithmetic is not a plain row-major walk: transposed and narrowed
+/// views, broadcasts along several dims, a rank-0 output and an empty one.
+pub fn layout_graphs() -> Vec<(String, Graph)> {
+    let mut out = Vec::new();
+    let mut g = Graph::new();
+    let x = g.placeholder("x", TensorMeta::new([3, 4, 5], DType::F64));
+    let t = g
+        .call_function(Op::View(ViewOp::Permute(vec![2, 0, 1])), &[&x])
+        .unwrap();
+    let n = g
+        .call_function(
+            Op::View(ViewOp::Narrow {
+                dim: 0,
+                start: 1,
+                len: 3,
+            }),
+            &[&t],
+        )
+        .unwrap();
+    let s = g.call_function(Op::Unary(UnaryOp::Sin), &[&n]).unwrap();
+    g.output(&[&s]).unwrap();
+    out.push(("permute narrow sin".into(), g));
+    out.push((
+        "broadcast both ways".into(),
+        op_graph(
+            Op::Binary(BinaryOp::Mul),
+            DType::F32,
+            &[&[3, 1, 5], &[4, 1]],
+        ),
+    ));
+    out.push((
+        "rank 0".into(),
+        op_graph(Op::Unary(UnaryOp::Tanh), DType::F32, &[&[]]),
+    ));
+    out.push((
+        "empty".into(),
+        op_graph(Op::Unary(UnaryOp::Exp), DType::F32, &[&[0, 3]]),
+    ));
+    out
 }
