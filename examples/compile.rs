@@ -14,7 +14,8 @@ use tessera::fx::trace::{LeafPolicy, trace};
 use tessera::nn::models::SmallCnn;
 use tessera::nn::{Forward, Layer, ModuleExt, ModuleKind};
 use tessera::{
-    CompileOptions, CompiledModule, DType, Generator, Tensor, compile, manual_seed, no_grad,
+    BatchMode, CompileOptions, CompiledModule, DType, Generator, Tensor, compile, manual_seed,
+    no_grad,
 };
 
 type Error = Box<dyn std::error::Error>;
@@ -143,6 +144,15 @@ fn new_batch(compiled: &CompiledModule, x: &Tensor) -> Result<(), Error> {
         return Ok(());
     };
     *batch += 1;
+    if let BatchMode::Specialised(why) = &compiled.report().batch {
+        // Such a graph may not run at another batch at all (a batch-1 trace drops the expand
+        // of a parameter over the batch, as a ViT's class token): say why and move on.
+        println!(
+            "batch {}: not run, the batch is specialised: {why}",
+            shape[0]
+        );
+        return Ok(());
+    }
     let next = [Tensor::zeros(&shape, x.dtype())?];
     let compiles = compiled.compile_count();
     let start = Instant::now();
