@@ -70,6 +70,7 @@
 //!   parallel; backends follow it, the lowering's [`schedule`] pass chooses it. Kernels
 //!   compiled by the CPU backend already take the outer loop's range as arguments, so a
 //!   parallel split is a change of the caller only.
+//!
 //! # Dynamic batch
 //!
 //! The outermost loop's range is an argument of every compiled kernel, so code compiled for
