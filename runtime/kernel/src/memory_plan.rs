@@ -55,7 +55,7 @@ pub enum SlotHome {
     Tensor,
     /// A kernel output that leaves the program's control (a program output, or an argument
     /// of an external call): a new tensor per run, or the caller's buffer for a program
-    /// output run with [`crate::run_program_into`].
+    /// output run with [`crate::run_planned_into`].
     Fresh,
     /// A kernel output only kernels read, at a fixed place in the arena.
     Arena(ArenaBuffer),
