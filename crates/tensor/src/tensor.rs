@@ -418,13 +418,7 @@ impl Tensor {
     ) -> Result<R> {
         let op = "with_cpu_slice";
         let d = self.0.data.read().unwrap_or_else(poisoned);
-        if d.dtype != T::DTYPE {
-            return Err(TensorError::DTypeMismatch {
-                op: op.into(),
-                expected: T::DTYPE,
-                got: d.dtype,
-            });
-        }
+        expect_element::<T>(op, d.dtype)?;
         let guard = d.storage.buffer.read().unwrap_or_else(poisoned);
         let slice = T::slice(guard.cpu(op)?).expect("storage dtype matches tensor dtype");
         Ok(f(slice, &d.layout))
@@ -439,13 +433,7 @@ impl Tensor {
     ) -> Result<R> {
         let op = "with_cpu_slice_mut";
         let d = self.0.data.read().unwrap_or_else(poisoned);
-        if d.dtype != T::DTYPE {
-            return Err(TensorError::DTypeMismatch {
-                op: op.into(),
-                expected: T::DTYPE,
-                got: d.dtype,
-            });
-        }
+        expect_element::<T>(op, d.dtype)?;
         d.storage.version.fetch_add(1, Ordering::Relaxed);
         let mut guard = d.storage.buffer.write().unwrap_or_else(poisoned);
         if let Storage::Cpu(cpu) = &mut *guard {
@@ -465,13 +453,7 @@ impl Tensor {
         f: impl FnOnce(&[T], &Layout) -> R,
     ) -> Result<R> {
         let data = self.data();
-        if data.dtype != T::DTYPE {
-            return Err(TensorError::DTypeMismatch {
-                op: op.into(),
-                expected: T::DTYPE,
-                got: data.dtype,
-            });
-        }
+        expect_element::<T>(op, data.dtype)?;
         let guard = data.storage.buffer.read().unwrap_or_else(poisoned);
         if let Storage::Device(buffer) = &*guard {
             let host = buffer.to_host(&data.layout)?;
@@ -538,4 +520,16 @@ impl std::fmt::Debug for Tensor {
             self.device()
         )
     }
+}
+
+/// `Ok` when `T` is the element type of `dtype`, else the mismatch error of the method `op`.
+fn expect_element<T: StorageElement>(op: &str, dtype: DType) -> Result<()> {
+    if dtype == T::DTYPE {
+        return Ok(());
+    }
+    Err(TensorError::DTypeMismatch {
+        op: op.into(),
+        expected: T::DTYPE,
+        got: dtype,
+    })
 }

@@ -21,7 +21,30 @@ pub(crate) struct Body<'k> {
     pub preloaded: Vec<Option<Reg>>,
 }
 
+/// The launch position registers a kernel reads: `%ctaid.x`, `%ntid.x`, `%tid.x`, `%nctaid.x`.
+pub(crate) struct LaunchPosition {
+    pub ctaid: Reg,
+    pub ntid: Reg,
+    pub tid: Reg,
+    pub nctaid: Reg,
+}
+
 impl<'k> Body<'k> {
+    /// Copies the block index, block size, thread index and grid size into `.b32` registers.
+    pub fn launch_position(&mut self) -> LaunchPosition {
+        let mut read = |special: &str| {
+            let r = self.e.reg(RegClass::B32);
+            self.e.ins(format!("mov.u32 {r}, {special}"));
+            r
+        };
+        LaunchPosition {
+            ctaid: read("%ctaid.x"),
+            ntid: read("%ntid.x"),
+            tid: read("%tid.x"),
+            nctaid: read("%nctaid.x"),
+        }
+    }
+
     /// Loads the buffer parameters (`buf0`, `buf1`, ...) and converts them to global addresses.
     pub fn new(kernel: &'k Kernel, width: IntWidth) -> Body<'k> {
         let mut e = Emitter::default();

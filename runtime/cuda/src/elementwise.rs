@@ -37,16 +37,12 @@ pub fn vectorizable(kernel: &Kernel) -> bool {
 
 /// The thread's first flat index and the grid's thread count, as index-width registers.
 fn grid_position(b: &mut Body) -> (Reg, Reg) {
-    let (ctaid, ntid, tid, nctaid) = (
-        b.e.reg(RegClass::B32),
-        b.e.reg(RegClass::B32),
-        b.e.reg(RegClass::B32),
-        b.e.reg(RegClass::B32),
-    );
-    b.e.ins(format!("mov.u32 {ctaid}, %ctaid.x"));
-    b.e.ins(format!("mov.u32 {ntid}, %ntid.x"));
-    b.e.ins(format!("mov.u32 {tid}, %tid.x"));
-    b.e.ins(format!("mov.u32 {nctaid}, %nctaid.x"));
+    let crate::body::LaunchPosition {
+        ctaid,
+        ntid,
+        tid,
+        nctaid,
+    } = b.launch_position();
     let i = b.int_reg();
     let stride = b.int_reg();
     match b.width {

@@ -48,16 +48,12 @@ pub(crate) fn reduction(b: &mut Body, block: u32) {
     let points = b.kernel.points();
     let reduce_points = b.kernel.reduce_points();
     let outer = b.kernel.domain.len();
-    let (ctaid, ntid, tid, nctaid) = (
-        b.e.reg(RegClass::B32),
-        b.e.reg(RegClass::B32),
-        b.e.reg(RegClass::B32),
-        b.e.reg(RegClass::B32),
-    );
-    b.e.ins(format!("mov.u32 {ctaid}, %ctaid.x"));
-    b.e.ins(format!("mov.u32 {ntid}, %ntid.x"));
-    b.e.ins(format!("mov.u32 {tid}, %tid.x"));
-    b.e.ins(format!("mov.u32 {nctaid}, %nctaid.x"));
+    let crate::body::LaunchPosition {
+        ctaid,
+        ntid,
+        tid,
+        nctaid,
+    } = b.launch_position();
     let (o, o_step, r_start, r_step) = (b.int_reg(), b.int_reg(), b.int_reg(), b.int_reg());
     for (d, s) in [(o, ctaid), (o_step, nctaid), (r_start, tid), (r_step, ntid)] {
         match b.width {
