@@ -3,9 +3,13 @@
 //! panics otherwise) and reports a typed [`CudaError::DeviceUnavailable`]; modules are loaded
 //! with `cuModuleLoadDataEx` and the JIT's error log, so a rejected kernel's error names the
 //! line, after its `.version` and `.target` are set for the driver and device found.
+//!
+//! This is the direct interface the GPU tests of the renderer use (one kernel, typed buffers);
+//! CUDA tensors go through the [`CudaDriver`](crate::CudaDriver) trait instead.
 
+use crate::driver::{driver_call as driver, driver_present, load_with_log};
 use crate::{CudaError, PtxTarget, RenderedKernel, Result};
-use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
@@ -67,28 +71,11 @@ impl Drop for LoadedKernel {
     }
 }
 
-fn driver(call: &'static str, r: CUresult) -> Result<()> {
-    if r == CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(CudaError::Driver {
-            call,
-            code: format!("{r:?}"),
-        })
-    }
-}
-
 fn driver_error(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> CudaError {
     move |e| CudaError::Driver {
         call,
         code: format!("{e:?}"),
     }
-}
-
-/// Whether the CUDA driver library can be loaded (no driver call is made).
-pub fn driver_present() -> bool {
-    // SAFETY: only looks for the library.
-    unsafe { sys::is_culib_present() }
 }
 
 impl CudaDevice {
@@ -166,39 +153,10 @@ impl CudaDevice {
     /// Loads `kernel` with the driver's JIT; a rejection is [`CudaError::ModuleRejected`] with
     /// the JIT's log.
     pub fn load(&self, kernel: &RenderedKernel) -> Result<LoadedKernel> {
-        let text = CString::new(self.ptx_for_device(kernel)).map_err(|_| CudaError::Launch {
-            kernel: kernel.name.clone(),
-            message: "the PTX text contains a NUL byte".into(),
-        })?;
         self.ctx
             .bind_to_thread()
             .map_err(driver_error("cuCtxSetCurrent"))?;
-        let mut log = vec![0u8; 16 * 1024];
-        let mut options = [
-            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-        ];
-        let mut values = [log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
-        let mut module: sys::CUmodule = std::ptr::null_mut();
-        // SAFETY: `text` is NUL-terminated PTX; the options point at a live buffer of the
-        // size given, which the driver fills with a NUL-terminated log.
-        let r = unsafe {
-            sys::cuModuleLoadDataEx(
-                &mut module,
-                text.as_ptr() as *const c_void,
-                options.len() as u32,
-                options.as_mut_ptr(),
-                values.as_mut_ptr(),
-            )
-        };
-        if r != CUresult::CUDA_SUCCESS {
-            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-            return Err(CudaError::ModuleRejected {
-                kernel: kernel.name.clone(),
-                code: format!("{r:?}"),
-                log: String::from_utf8_lossy(&log[..end]).into_owned(),
-            });
-        }
+        let module = load_with_log(&kernel.name, &self.ptx_for_device(kernel))?;
         let name = CString::new(kernel.name.clone()).unwrap_or_default();
         let mut function: sys::CUfunction = std::ptr::null_mut();
         // SAFETY: the module was just loaded; `name` is NUL-terminated.

@@ -24,6 +24,18 @@ pub enum CudaError {
     /// A launch was given buffers that do not match the kernel's parameters.
     #[error("kernel {kernel}: {message}")]
     Launch { kernel: String, message: String },
+    /// The driver could not allocate `bytes` bytes on device `device`, even after the caching
+    /// allocator returned its cached blocks.
+    #[error("cuda:{device}: out of memory allocating {bytes} bytes ({code})")]
+    OutOfMemory {
+        device: usize,
+        bytes: usize,
+        code: String,
+    },
+    /// A handle (device pointer, module, function) the driver does not know, or a copy or
+    /// launch outside the memory it allocated.
+    #[error("{call}: {message}")]
+    InvalidUse { call: &'static str, message: String },
     /// The kernel is invalid (its verifier).
     #[error(transparent)]
     Kernel(#[from] tessera_kernel::KernelError),

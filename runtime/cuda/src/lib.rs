@@ -72,6 +72,7 @@
 
 mod body;
 mod device;
+pub mod driver;
 mod elementwise;
 mod emit;
 mod error;
@@ -87,7 +88,8 @@ mod rendered;
 mod scalar_table;
 mod target;
 
-pub use device::{CudaDevice, DeviceBuffer, LoadedKernel, driver_present};
+pub use device::{CudaDevice, DeviceBuffer, LoadedKernel};
+pub use driver::{CudaDriver, DeviceProperties, SystemDriver, driver_present};
 pub use elementwise::ELEMENTWISE_BLOCK;
 pub use error::{CudaError, Result};
 pub use reduce::MAX_REDUCTION_BLOCK;

@@ -24,6 +24,9 @@ pub enum EmuError {
     InvalidLaunch { entry: String, reason: String },
     #[error("no global buffer named `{0}`")]
     NoSuchBuffer(String),
+    /// A host-side access (a copy, a free) at an address no live buffer covers.
+    #[error("{what}: {fault}")]
+    HostAccess { what: &'static str, fault: Fault },
     #[error(
         "global buffer `{name}` holds {bytes} bytes, not a whole number of {element_bytes}-byte elements"
     )]

@@ -1,6 +1,8 @@
 //! Emulated global memory: named buffers at distinct device addresses, with guard gaps between
 //! them so an access past one buffer's end never lands in another. Fresh allocations hold a
 //! poison pattern (all bits set: a NaN in f32 and f64), as `cudaMalloc` leaves memory undefined.
+//! Buffers can also be used by address, as a driver does: copied to and from, and freed (a
+//! freed address is never handed out again, so a use after free faults).
 
 use super::error::{EmuError, Fault, Result};
 
@@ -22,6 +24,8 @@ struct Buffer {
 #[derive(Default)]
 pub struct GlobalMemory {
     buffers: Vec<Buffer>,
+    /// Where the next buffer starts (0 before the first).
+    next_address: u64,
 }
 
 impl GlobalMemory {
@@ -52,10 +56,56 @@ impl GlobalMemory {
         Ok(&self.buffer(name)?.bytes)
     }
 
+    /// Frees the buffer starting at `address`.
+    pub fn free(&mut self, address: u64) -> Result<()> {
+        let index = self
+            .buffers
+            .iter()
+            .position(|b| b.address == address)
+            .ok_or(EmuError::HostAccess {
+                what: "free",
+                fault: Fault::OutOfBounds {
+                    access: "free",
+                    space: "global",
+                    address,
+                    bytes: 0,
+                },
+            })?;
+        self.buffers.remove(index);
+        Ok(())
+    }
+
+    /// Copies `data` from the host to `address` (inside one live buffer).
+    pub fn write_at(&mut self, address: u64, data: &[u8]) -> Result<()> {
+        let (index, offset) = self
+            .locate("host write", address, data.len() as u64)
+            .map_err(|fault| EmuError::HostAccess {
+                what: "copy to device",
+                fault,
+            })?;
+        self.buffers[index].bytes[offset..offset + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    /// The `len` bytes at `address` (inside one live buffer).
+    pub fn read_at(&self, address: u64, len: usize) -> Result<&[u8]> {
+        let (index, offset) = self
+            .locate("host read", address, len as u64)
+            .map_err(|fault| EmuError::HostAccess {
+                what: "copy to host",
+                fault,
+            })?;
+        Ok(&self.buffers[index].bytes[offset..offset + len])
+    }
+
+    /// How many buffers are live.
+    pub fn buffer_count(&self) -> usize {
+        self.buffers.len()
+    }
+
     fn insert(&mut self, name: &str, bytes: Vec<u8>) -> u64 {
-        let address = self.buffers.last().map_or(FIRST_ADDRESS, |b| {
-            (b.address + b.bytes.len() as u64 + GUARD_BYTES).div_ceil(256) * 256
-        });
+        let address = self.next_address.max(FIRST_ADDRESS);
+        self.next_address = (address + bytes.len() as u64 + GUARD_BYTES).div_ceil(256) * 256;
         let writers = vec![NO_WRITER; bytes.len()];
         self.buffers.push(Buffer {
             name: name.to_string(),
