@@ -70,6 +70,7 @@
 //! # Ok::<(), tessera_cuda::CudaError>(())
 //! ```
 
+pub mod allocator;
 mod body;
 mod device;
 pub mod driver;
@@ -88,6 +89,7 @@ mod rendered;
 mod scalar_table;
 mod target;
 
+pub use allocator::{AllocatorStats, CachingAllocator, DeviceBlock};
 pub use device::{CudaDevice, DeviceBuffer, LoadedKernel};
 pub use driver::{CudaDriver, DeviceProperties, SystemDriver, driver_present};
 pub use elementwise::ELEMENTWISE_BLOCK;

@@ -38,7 +38,8 @@ struct State {
 /// A driver whose devices are PTX emulators.
 pub struct EmulatedDriver {
     state: Mutex<State>,
-    /// The bytes each device pretends to hold; an allocation beyond it is out of memory.
+    /// The bytes each device holds; an allocation that does not fit in what is left is out
+    /// of memory.
     total_memory: usize,
 }
 
@@ -63,6 +64,11 @@ fn emulator_error(call: &'static str) -> impl Fn(super::emulator::EmuError) -> C
 impl EmulatedDriver {
     /// `devices` emulated devices of 64 MiB each.
     pub fn new(devices: usize) -> EmulatedDriver {
+        EmulatedDriver::with_memory(devices, 64 << 20)
+    }
+
+    /// `devices` emulated devices of `total_memory` bytes each.
+    pub fn with_memory(devices: usize, total_memory: usize) -> EmulatedDriver {
         EmulatedDriver {
             state: Mutex::new(State {
                 memories: (0..devices).map(|_| GlobalMemory::default()).collect(),
@@ -71,7 +77,7 @@ impl EmulatedDriver {
                 next_id: 1,
                 counters: DriverCounters::default(),
             }),
-            total_memory: 64 << 20,
+            total_memory,
         }
     }
 
@@ -131,11 +137,14 @@ impl CudaDriver for EmulatedDriver {
         let total = self.total_memory;
         let mut state = self.lock();
         let memory = state.memory(device)?;
-        if bytes > total {
+        if memory.allocated_bytes().saturating_add(bytes) > total {
             return Err(CudaError::OutOfMemory {
                 device,
                 bytes,
-                code: "more than the emulated device holds".into(),
+                code: format!(
+                    "{} of the emulated device's {total} bytes are allocated",
+                    memory.allocated_bytes()
+                ),
             });
         }
         let name = format!("alloc{}", memory.buffer_count());

@@ -98,6 +98,11 @@ impl GlobalMemory {
         Ok(&self.buffers[index].bytes[offset..offset + len])
     }
 
+    /// Bytes of the live buffers.
+    pub fn allocated_bytes(&self) -> usize {
+        self.buffers.iter().map(|b| b.bytes.len()).sum()
+    }
+
     /// How many buffers are live.
     pub fn buffer_count(&self) -> usize {
         self.buffers.len()
