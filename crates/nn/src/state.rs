@@ -94,6 +94,9 @@ pub(crate) fn to_dtype(module: &dyn Module, dtype: DType) -> Result<()> {
 pub(crate) fn to_device(module: &dyn Module, device: Device) -> Result<()> {
     for t in all_tensors(module) {
         t.set_data(&t.to_device(device)?);
+        if let Some(g) = t.grad() {
+            t.set_grad(Some(g.to_device(device)?));
+        }
     }
     Ok(())
 }

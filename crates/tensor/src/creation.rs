@@ -4,7 +4,7 @@ use crate::cpu::{any_dispatch, tensor_from};
 use crate::random::{Generator, with_global_generator};
 use crate::size::checked_len;
 use crate::storage::{CpuStorage, StorageElement};
-use crate::{DType, Element, Result, Tensor, TensorError};
+use crate::{DType, Device, Element, Result, Tensor, TensorError};
 
 /// `n` copies of `value`, or `None` when the allocator cannot provide them.
 fn filled<T: Clone>(n: usize, value: T) -> Option<Vec<T>> {
@@ -12,6 +12,14 @@ fn filled<T: Clone>(n: usize, value: T) -> Option<Vec<T>> {
     v.try_reserve_exact(n).ok()?;
     v.resize(n, value);
     Some(v)
+}
+
+/// `x` (a new CPU tensor) moved to `t`'s device when a device backend holds `t`.
+fn on_device_of(t: &Tensor, x: Tensor) -> Result<Tensor> {
+    match t.device() {
+        Device::Cpu | Device::Meta => Ok(x),
+        device => x.to_device(device),
+    }
 }
 
 fn out_of_memory(op: &str, shape: &[usize], dtype: DType) -> TensorError {
@@ -93,16 +101,20 @@ impl Tensor {
         }))
     }
 
+    /// Zeros of `t`'s shape and dtype, on `t`'s device when that is a device backend's (as
+    /// PyTorch; a meta tensor's are on the CPU).
     pub fn zeros_like(t: &Tensor) -> Result<Tensor> {
-        Tensor::zeros(&t.shape(), t.dtype())
+        on_device_of(t, Tensor::zeros(&t.shape(), t.dtype())?)
     }
 
+    /// Ones like `t` (see [`Tensor::zeros_like`] for the device).
     pub fn ones_like(t: &Tensor) -> Result<Tensor> {
-        Tensor::ones(&t.shape(), t.dtype())
+        on_device_of(t, Tensor::ones(&t.shape(), t.dtype())?)
     }
 
+    /// `value` everywhere, like `t` (see [`Tensor::zeros_like`] for the device).
     pub fn full_like(t: &Tensor, value: f64) -> Result<Tensor> {
-        Tensor::full(&t.shape(), value, t.dtype())
+        on_device_of(t, Tensor::full(&t.shape(), value, t.dtype())?)
     }
 
     /// Uniform samples from `[0, 1)` drawn from the global generator.
@@ -171,8 +183,13 @@ impl Tensor {
     }
 
     /// A copy in fresh contiguous storage, cut from the autograd graph (PyTorch's
-    /// `detach().clone()`).
+    /// `detach().clone()`), on the same device (a device backend's tensor is copied by its
+    /// backend's `contiguous`).
     pub fn deep_clone(&self) -> Result<Tensor> {
-        crate::op::copy_contiguous(&self.detach())
+        let x = self.detach();
+        match x.device() {
+            Device::Cpu | Device::Meta => crate::op::copy_contiguous(&x),
+            _ => crate::Op::View(crate::op::ViewOp::Contiguous).apply1(&[&x]),
+        }
     }
 }

@@ -34,6 +34,17 @@ pub enum TensorError {
     #[error("device {device} is not available: {reason}")]
     DeviceUnavailable { device: Device, reason: String },
 
+    /// The device's backend failed to copy or compute (a driver call failed, the device
+    /// rejected a kernel); `source` is the backend's own error.
+    #[error("{op}: the {backend} backend failed on {device}")]
+    DeviceFailure {
+        op: String,
+        device: Device,
+        backend: String,
+        #[source]
+        source: crate::backend::BackendError,
+    },
+
     /// Operands on different devices.
     #[error("{op}: expected all tensors on one device, got {lhs} and {rhs}")]
     DeviceMismatch {

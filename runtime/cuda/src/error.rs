@@ -36,6 +36,16 @@ pub enum CudaError {
     /// launch outside the memory it allocated.
     #[error("{call}: {message}")]
     InvalidUse { call: &'static str, message: String },
+    /// The one-op graph of an eager op could not be built.
+    #[error("building the graph of {op}")]
+    OpGraph {
+        op: String,
+        #[source]
+        source: tessera_fx::FxError,
+    },
+    /// A tensor-level failure (registering the backend, building an op's graph).
+    #[error(transparent)]
+    Tensor(#[from] tessera_tensor::TensorError),
     /// The kernel is invalid (its verifier).
     #[error(transparent)]
     Kernel(#[from] tessera_kernel::KernelError),

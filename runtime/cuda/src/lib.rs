@@ -88,6 +88,7 @@ mod render;
 mod rendered;
 mod scalar_table;
 mod target;
+mod tensor;
 
 pub use allocator::{AllocatorStats, CachingAllocator, DeviceBlock};
 pub use device::{CudaDevice, DeviceBuffer, LoadedKernel};
@@ -98,3 +99,4 @@ pub use reduce::MAX_REDUCTION_BLOCK;
 pub use render::render;
 pub use rendered::{BLOCKS_PER_MULTIPROCESSOR, RenderedKernel};
 pub use target::PtxTarget;
+pub use tensor::{CudaBackend, CudaStorage, init, init_with_driver};

@@ -8,6 +8,39 @@ use crate::storage::CpuStorage;
 use crate::{DType, Device, DeviceKind, Op, Result, TensorMeta};
 use std::any::Any;
 use std::fmt;
+use std::sync::Arc;
+
+/// A backend's own error inside [`TensorError::DeviceFailure`], shared so that
+/// [`TensorError`] stays `Clone`; two are equal when they are the same failure.
+///
+/// [`TensorError`]: crate::TensorError
+/// [`TensorError::DeviceFailure`]: crate::TensorError::DeviceFailure
+#[derive(Debug, Clone)]
+pub struct BackendError(pub Arc<dyn std::error::Error + Send + Sync>);
+
+impl BackendError {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> BackendError {
+        BackendError(Arc::new(error))
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for BackendError {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
 
 /// One buffer of elements in memory a device crate owns. A backend gets its own type back
 /// by downcasting (`(memory as &dyn Any).downcast_ref::<MyMemory>()`).

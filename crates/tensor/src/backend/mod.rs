@@ -17,6 +17,6 @@ mod device_backend;
 pub(crate) mod dispatch;
 mod registry;
 
-pub use device_backend::{DeviceBackend, DeviceOperand, DeviceStorage};
+pub use device_backend::{BackendError, DeviceBackend, DeviceOperand, DeviceStorage};
 pub(crate) use registry::backend_for;
 pub use registry::{register_backend, registered_backend};

@@ -33,6 +33,8 @@ struct State {
     functions: HashMap<FunctionId, (usize, ModuleId, Arc<Module>, String)>,
     next_id: u64,
     counters: DriverCounters,
+    /// Modules loaded on each device.
+    modules_per_device: Vec<u64>,
 }
 
 /// A driver whose devices are PTX emulators.
@@ -76,6 +78,7 @@ impl EmulatedDriver {
                 functions: HashMap::new(),
                 next_id: 1,
                 counters: DriverCounters::default(),
+                modules_per_device: vec![0; devices],
             }),
             total_memory,
         }
@@ -83,6 +86,11 @@ impl EmulatedDriver {
 
     pub fn counters(&self) -> DriverCounters {
         self.lock().counters
+    }
+
+    /// How many modules were loaded on `device` so far.
+    pub fn modules_loaded_on(&self, device: usize) -> u64 {
+        self.lock().modules_per_device[device]
     }
 
     /// How many allocations are live on `device`.
@@ -231,6 +239,7 @@ impl CudaDriver for EmulatedDriver {
         let id = ModuleId::new(state.next_id());
         state.modules.insert(id, (device, Arc::new(module)));
         state.counters.modules_loaded += 1;
+        state.modules_per_device[device] += 1;
         Ok(id)
     }
 

@@ -1,0 +1,24 @@
+//! CUDA tensors: CUDA memory behind the tensor crate's device seam. [`init`] (the machine's
+//! driver) or [`init_with_driver`] (any [`CudaDriver`](crate::CudaDriver), the tests'
+//! emulated one) registers a [`CudaBackend`]; from then on `to_device(Device::Cuda(i))`
+//! copies tensors (and, through `Module::to_device`, parameters in place) to device `i`,
+//! ops on them run as eager kernels generated from the kernel IR, and `to_vec`, printing and
+//! `to_device(Device::Cpu)` copy back.
+//!
+//! Storage holds any dtype (bytes in a block of the device's caching allocator; copies move
+//! bool, integer and float tensors alike). Eager kernels compute on f32 and f64: what the
+//! lowering makes into kernels the PTX renderer generates. The rest is
+//! `TensorError::UnsupportedOnDevice` naming the op.
+
+mod backend;
+mod copies;
+mod device_state;
+mod eager;
+mod errors;
+mod host_bytes;
+mod init;
+mod storage;
+
+pub use backend::CudaBackend;
+pub use init::{init, init_with_driver};
+pub use storage::CudaStorage;

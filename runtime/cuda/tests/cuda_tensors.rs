@@ -1,0 +1,419 @@
+//! CUDA tensors on the emulated driver: the CUDA backend registered with an [`EmulatedDriver`]
+//! (PTX run by the emulator, memory bounds-checked), so what a GPU would compute is checked on
+//! every machine. Copies round-trip every dtype; in-place writes reach device memory; every
+//! elementwise op of the op table and the reductions equal the CPU eager result (f32 and f64,
+//! odd sizes, non-contiguous operands, broadcasting); kernels are loaded once per op and
+//! layout and memory is reused; autograd through CUDA tensors gives the CPU's gradients.
+//! (Its own test binary: the backend registry is per process.)
+
+mod emulated_driver;
+mod emulator;
+
+use emulated_driver::EmulatedDriver;
+use std::sync::{Arc, OnceLock};
+use tessera_cuda::{CudaBackend, init_with_driver};
+use tessera_tensor::op::{BinaryOp, CompareOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp};
+use tessera_tensor::{DType, Device, Op, Result, Tensor, TensorError};
+
+const CUDA: Device = Device::Cuda(0);
+
+/// The emulated driver and the backend registered on it, once for the binary.
+fn backend() -> &'static (Arc<EmulatedDriver>, Arc<CudaBackend>) {
+    static BACKEND: OnceLock<(Arc<EmulatedDriver>, Arc<CudaBackend>)> = OnceLock::new();
+    BACKEND.get_or_init(|| {
+        // Device 2 is the cache test's alone, so its counters see no other test's work.
+        let driver = Arc::new(EmulatedDriver::new(3));
+        let backend = init_with_driver(driver.clone()).expect("registering the backend");
+        (driver, backend)
+    })
+}
+
+fn cuda(t: &Tensor) -> Result<Tensor> {
+    backend();
+    t.to_device(CUDA)
+}
+
+/// A sweep of [-4, 4] with, where `special`, signed zeros, infinities and NaN mixed in.
+fn values(n: usize, seed: usize, special: bool) -> Vec<f64> {
+    const SPECIAL: [f64; 5] = [0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN];
+    (0..n)
+        .map(|i| {
+            let k = i * 7919 + seed * 104_729;
+            if special && k % 13 == 5 {
+                SPECIAL[(k / 13) % SPECIAL.len()]
+            } else {
+                (k % 997) as f64 / 997.0 * 8.0 - 4.0
+            }
+        })
+        .collect()
+}
+
+fn tensor(dtype: DType, shape: &[usize], seed: usize, special: bool) -> Tensor {
+    let v = values(shape.iter().product(), seed, special);
+    Tensor::from_vec(v, shape).unwrap().to_dtype(dtype).unwrap()
+}
+
+/// Whether `got` (from the device) equals `want` (CPU eager) within `tol` relative to
+/// max(1, |want|): NaN matches NaN, infinities match exactly.
+fn close(want: f64, got: f64, tol: f64) -> bool {
+    (want.is_nan() && got.is_nan())
+        || want == got
+        || (want.is_finite() && (want - got).abs() <= tol * want.abs().max(1.0))
+}
+
+fn tolerance(dtype: DType) -> f64 {
+    if dtype == DType::F64 { 1e-13 } else { 1e-6 }
+}
+
+/// Runs `op` on the CPU and on the device and compares every output.
+fn same_on_device(what: &str, op: &Op, inputs: &[Tensor]) {
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let want = op
+        .apply(&refs)
+        .unwrap_or_else(|e| panic!("{what} on the cpu: {e}"));
+    let on_device: Vec<Tensor> = inputs.iter().map(|t| cuda(t).unwrap()).collect();
+    let refs: Vec<&Tensor> = on_device.iter().collect();
+    let got = op
+        .apply(&refs)
+        .unwrap_or_else(|e| panic!("{what} on cuda: {e}"));
+    assert_eq!(want.len(), got.len(), "{what}");
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!(g.device(), CUDA, "{what}");
+        assert_eq!((g.shape(), g.dtype()), (w.shape(), w.dtype()), "{what}");
+        let tol = tolerance(w.dtype());
+        let (wv, gv) = (w.to_vec_f64().unwrap(), g.to_vec_f64().unwrap());
+        for (i, (a, b)) in wv.iter().zip(&gv).enumerate() {
+            assert!(close(*a, *b, tol), "{what}: element {i}: cpu {a}, cuda {b}");
+        }
+    }
+}
+
+#[test]
+fn copies_round_trip_every_dtype() -> Result<()> {
+    let v = values(37, 1, false);
+    for dtype in DType::ALL {
+        let x = Tensor::from_vec(v.clone(), &[37])?.to_dtype(dtype)?;
+        let d = cuda(&x)?;
+        assert_eq!((d.device(), d.dtype(), d.shape()), (CUDA, dtype, vec![37]));
+        let back = d.to_device(Device::Cpu)?;
+        assert_eq!(back.to_vec_f64()?, x.to_vec_f64()?, "{dtype}");
+    }
+    // Empty and rank-0 tensors.
+    let empty = cuda(&Tensor::from_vec(Vec::<f32>::new(), &[0, 3])?)?;
+    assert_eq!(empty.to_vec::<f32>()?, Vec::<f32>::new());
+    let scalar = cuda(&Tensor::from_vec(vec![2.5f64], &[])?)?;
+    assert_eq!(scalar.to_vec::<f64>()?, vec![2.5]);
+    Ok(())
+}
+
+#[test]
+fn views_of_device_tensors_copy_back_what_they_select() -> Result<()> {
+    let x = tensor(DType::F32, &[5, 7], 2, false);
+    let d = cuda(&x)?;
+    for (name, cpu, dev) in [
+        ("t", x.t()?, d.t()?),
+        ("narrow", x.narrow(1, 2, 3)?, d.narrow(1, 2, 3)?),
+        ("narrow rows", x.narrow(0, 1, 3)?, d.narrow(0, 1, 3)?),
+        (
+            "expand",
+            x.narrow(0, 1, 1)?.expand(&[4, 7])?,
+            d.narrow(0, 1, 1)?.expand(&[4, 7])?,
+        ),
+    ] {
+        assert!(dev.shares_storage(&d), "{name} is a view");
+        assert_eq!(dev.to_vec::<f32>()?, cpu.to_vec::<f32>()?, "{name}");
+        // `contiguous` of a strided view runs a copy kernel on the device.
+        let packed = dev.contiguous()?;
+        assert_eq!(packed.device(), CUDA);
+        assert_eq!(!packed.shares_storage(&d), !dev.is_contiguous(), "{name}");
+        assert_eq!(packed.to_vec::<f32>()?, cpu.to_vec::<f32>()?, "{name}");
+    }
+    // Flattening a transpose needs that copy too.
+    assert_eq!(
+        d.t()?.reshape(&[35])?.to_vec::<f32>()?,
+        x.t()?.reshape(&[35])?.to_vec::<f32>()?
+    );
+    Ok(())
+}
+
+#[test]
+fn in_place_writes_reach_device_memory() -> Result<()> {
+    let d = cuda(&Tensor::zeros(&[3, 4], DType::F64)?)?;
+    // A column: a strided write.
+    d.narrow(1, 2, 1)?
+        .copy_(&Tensor::from_vec(vec![1.0f64, 2.0, 3.0], &[3, 1])?)?;
+    // A row: a contiguous one.
+    d.narrow(0, 0, 1)?.fill_(-1.0)?;
+    assert_eq!(
+        d.to_vec::<f64>()?,
+        vec![
+            -1.0, -1.0, -1.0, -1.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 3.0, 0.0
+        ]
+    );
+    // Copying from another device tensor goes through the host.
+    let src = cuda(&Tensor::from_vec(vec![9.0f64; 4], &[4])?)?;
+    d.narrow(0, 2, 1)?.copy_(&src.reshape(&[1, 4])?)?;
+    assert_eq!(d.to_vec::<f64>()?[8..], [9.0; 4]);
+    d.add_scalar_(1.0)?;
+    assert_eq!(d.to_vec::<f64>()?[..4], [0.0; 4]);
+    Ok(())
+}
+
+/// The elementwise ops of the lowering table: every unary op, every binary op with a
+/// broadcast operand, every scalar op, clamp and dtype conversions.
+fn elementwise_cases(dtype: DType) -> Vec<(String, Op, Vec<Tensor>)> {
+    let shape = [3, 37];
+    let x = tensor(dtype, &shape, 3, true);
+    let row = tensor(dtype, &[37], 4, true);
+    let mut cases = Vec::new();
+    for u in UnaryOp::EVERY {
+        cases.push((format!("{u:?}"), Op::Unary(u), vec![x.clone()]));
+    }
+    for b in BinaryOp::EVERY {
+        cases.push((
+            format!("{b:?}"),
+            Op::Binary(b),
+            vec![x.clone(), row.clone()],
+        ));
+        for reversed in [false, true] {
+            let op = Op::Scalar(ScalarOp {
+                op: b,
+                value: 1.5,
+                reversed,
+            });
+            cases.push((
+                format!("{b:?} scalar reversed={reversed}"),
+                op,
+                vec![x.clone()],
+            ));
+        }
+    }
+    let clamp = Op::Clamp {
+        min: Some(-0.5),
+        max: Some(0.75),
+    };
+    cases.push(("clamp".into(), clamp, vec![x.clone()]));
+    let other = if dtype == DType::F32 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    cases.push(("to_dtype".into(), Op::ToDType(other), vec![x.clone()]));
+    cases
+}
+
+#[test]
+fn every_elementwise_op_equals_the_cpu_in_f32_and_f64() {
+    for dtype in [DType::F32, DType::F64] {
+        for (what, op, inputs) in elementwise_cases(dtype) {
+            same_on_device(&format!("{what} {dtype}"), &op, &inputs);
+        }
+    }
+}
+
+#[test]
+fn elementwise_ops_read_non_contiguous_and_broadcast_operands_in_place() -> Result<()> {
+    for dtype in [DType::F32, DType::F64] {
+        let base = tensor(dtype, &[9, 5], 5, false);
+        let t = base.t()?; // [5, 9], strides [1, 5]
+        let narrow = tensor(dtype, &[5, 11], 6, false).narrow(1, 1, 9)?;
+        let column = tensor(dtype, &[5, 1], 7, false);
+        same_on_device("exp of a transpose", &Op::Unary(UnaryOp::Exp), &[t.clone()]);
+        same_on_device(
+            "add transpose + narrow",
+            &Op::Binary(BinaryOp::Add),
+            &[t.clone(), narrow.clone()],
+        );
+        same_on_device(
+            "mul by a broadcast column",
+            &Op::Binary(BinaryOp::Mul),
+            &[narrow, column],
+        );
+        // The same op on another layout is another kernel, and both stay right.
+        same_on_device("exp packed", &Op::Unary(UnaryOp::Exp), &[base]);
+    }
+    Ok(())
+}
+
+#[test]
+fn reductions_softmax_and_layer_norm_equal_the_cpu() -> Result<()> {
+    for dtype in [DType::F32, DType::F64] {
+        let x = tensor(dtype, &[6, 45], 8, false);
+        let reduce = |kind, dims: Vec<usize>, keepdim| {
+            Op::Reduce(ReduceOp {
+                kind,
+                dims,
+                keepdim,
+            })
+        };
+        let kinds = [
+            ReduceKind::Sum,
+            ReduceKind::Mean,
+            ReduceKind::Amax,
+            ReduceKind::Amin,
+            ReduceKind::Var { correction: 1 },
+        ];
+        for kind in kinds {
+            same_on_device(
+                &format!("{kind:?} rows {dtype}"),
+                &reduce(kind, vec![1], false),
+                &[x.clone()],
+            );
+            same_on_device(
+                &format!("{kind:?} cols {dtype}"),
+                &reduce(kind, vec![0], true),
+                &[x.clone()],
+            );
+            same_on_device(
+                &format!("{kind:?} all {dtype}"),
+                &reduce(kind, vec![0, 1], false),
+                &[x.clone()],
+            );
+        }
+        same_on_device(
+            "sum of a transpose",
+            &reduce(ReduceKind::Sum, vec![1], false),
+            &[x.t()?],
+        );
+        for log in [false, true] {
+            same_on_device(
+                &format!("softmax log={log} {dtype}"),
+                &Op::Softmax { dim: 1, log },
+                &[x.clone()],
+            );
+        }
+        let w = tensor(dtype, &[45], 9, false);
+        let b = tensor(dtype, &[45], 10, false);
+        let cpu = tessera_tensor::functional::layer_norm(&x, &[45], Some(&w), Some(&b), 1e-5)?;
+        let dev = tessera_tensor::functional::layer_norm(
+            &cuda(&x)?,
+            &[45],
+            Some(&cuda(&w)?),
+            Some(&cuda(&b)?),
+            1e-5,
+        )?;
+        assert_eq!(dev.device(), CUDA);
+        for (a, g) in cpu.to_vec_f64()?.iter().zip(dev.to_vec_f64()?) {
+            assert!(close(*a, g, 1e-5), "layer norm {dtype}: cpu {a}, cuda {g}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn kernels_load_once_per_op_and_layout_and_memory_is_reused() -> Result<()> {
+    let (driver, backend) = backend();
+    let device = Device::Cuda(2);
+    let x = tensor(DType::F32, &[13, 3], 11, false).to_device(device)?;
+    let _warm = x.tanh()?;
+    let loaded = driver.modules_loaded_on(2);
+    assert_eq!(loaded, 1);
+    assert_eq!(backend.cached_kernels(2).unwrap(), 1);
+    let before = backend.memory_stats(2).unwrap();
+    for _ in 0..5 {
+        let y = x.tanh()?;
+        drop(y);
+    }
+    assert_eq!(driver.modules_loaded_on(2), 1, "the kernel is loaded once");
+    assert_eq!(backend.cached_kernels(2).unwrap(), 1);
+    let after = backend.memory_stats(2).unwrap();
+    // The first result went to the driver; the five after reuse one cached block.
+    assert_eq!(after.driver_allocations, before.driver_allocations + 1);
+    assert_eq!(after.cache_hits, before.cache_hits + 4);
+    // Another layout of the same op is another kernel.
+    let _t = x.t()?.tanh()?;
+    assert_eq!(driver.modules_loaded_on(2), 2);
+    backend.empty_cache(2).unwrap();
+    assert_eq!(backend.memory_stats(2).unwrap().bytes_cached, 0);
+    Ok(())
+}
+
+#[test]
+fn autograd_through_cuda_tensors_gives_the_cpu_gradients() -> Result<()> {
+    for dtype in [DType::F32, DType::F64] {
+        let xs = tensor(dtype, &[4, 9], 12, false);
+        let ws = tensor(dtype, &[9], 13, false);
+        let run = |x: Tensor, w: Tensor| -> Result<(Tensor, Tensor, Tensor)> {
+            let x = x.requires_grad_(true)?;
+            let w = w.requires_grad_(true)?;
+            // Binary and scalar ops with a broadcast, softmax, log-softmax and a mean (unary
+            // ops are left out: their backward is a fused CPU kernel, see below).
+            let y = x.mul(&w)?.add_scalar(0.5)?.mul(&x)?.softmax(1)?;
+            let z = y.sub(&w)?.log_softmax(1)?.div_scalar(3.0)?;
+            let loss = z.mul(&x)?.mean(&[0, 1], false)?;
+            loss.backward()?;
+            Ok((loss, x, w))
+        };
+        let (cpu_loss, cpu_x, cpu_w) = run(xs.clone(), ws.clone())?;
+        let (dev_loss, dev_x, dev_w) = run(cuda(&xs)?, cuda(&ws)?)?;
+        let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
+        assert_eq!(dev_loss.device(), CUDA);
+        assert!(close(
+            cpu_loss.to_vec_f64()?[0],
+            dev_loss.to_vec_f64()?[0],
+            tol
+        ));
+        for (name, c, d) in [("x", cpu_x, dev_x), ("w", cpu_w, dev_w)] {
+            let (c, d) = (c.grad().unwrap(), d.grad().unwrap());
+            assert_eq!(
+                d.device(),
+                CUDA,
+                "the gradient of {name} stays on the device"
+            );
+            for (a, b) in c.to_vec_f64()?.iter().zip(d.to_vec_f64()?) {
+                assert!(close(*a, b, tol), "grad {name} {dtype}: cpu {a}, cuda {b}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_backward_of_unary_ops_is_not_on_the_device_yet() -> Result<()> {
+    // Unary ops differentiate with one fused CPU kernel (`UnaryOp::backward`), which device
+    // memory does not reach: a typed error, not a wrong gradient.
+    let x = cuda(&tensor(DType::F32, &[6], 17, false))?.requires_grad_(true)?;
+    let err = x.tanh()?.sum_all()?.backward().unwrap_err();
+    assert!(
+        matches!(&err, TensorError::UnsupportedOnDevice { device: CUDA, .. }),
+        "{err:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn an_op_without_device_kernels_is_unsupported_naming_it() -> Result<()> {
+    let a = cuda(&tensor(DType::F32, &[3, 4], 14, false))?;
+    let b = cuda(&tensor(DType::F32, &[4, 2], 15, false))?;
+    match a.matmul(&b) {
+        Err(TensorError::UnsupportedOnDevice { op, device, .. }) => {
+            assert_eq!((op.as_str(), device), ("matmul", CUDA))
+        }
+        other => panic!("expected UnsupportedOnDevice, got {other:?}"),
+    }
+    // A compare makes a bool tensor, which kernels do not store yet.
+    let c = Op::Compare(CompareOp::Lt).apply(&[&a, &a]);
+    assert!(
+        matches!(c, Err(TensorError::UnsupportedOnDevice { .. })),
+        "{c:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn tensors_move_between_devices_and_mixing_them_is_a_mismatch() -> Result<()> {
+    let x = tensor(DType::F32, &[5], 16, false);
+    let on0 = cuda(&x)?;
+    let on1 = on0.to_device(Device::Cuda(1))?;
+    assert_eq!(on1.device(), Device::Cuda(1));
+    assert_eq!(on1.neg()?.to_vec::<f32>()?, x.neg()?.to_vec::<f32>()?);
+    assert!(matches!(
+        on0.add(&on1),
+        Err(TensorError::DeviceMismatch { .. })
+    ));
+    assert!(matches!(
+        x.to_device(Device::Cuda(7)),
+        Err(TensorError::DeviceUnavailable { .. })
+    ));
+    Ok(())
+}
