@@ -76,6 +76,7 @@ mod elementwise;
 mod emit;
 mod error;
 mod guarded;
+mod half;
 mod index;
 #[cfg(test)]
 mod math_accuracy;
