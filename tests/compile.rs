@@ -1,6 +1,7 @@
 //! `tessera::compile` end to end: models with ops the lowering does not cover yet compile with
 //! fallbacks and give the graph interpreter's result (the PyTorch conformance CNN included);
-//! an elementwise graph compiles to kernels only; new input shapes compile again.
+//! an elementwise graph compiles to kernels only, in f16 and bf16 too; new input shapes compile
+//! again.
 
 use std::sync::Arc;
 use tessera::fx::GraphModule;
@@ -123,6 +124,42 @@ fn elementwise_module_compiles_to_kernels_only() {
         "gelu(x + b)",
     );
     assert!(compiled.kernels().contains("erf"), "{}", compiled.kernels());
+}
+
+/// A module converted to f16 or bf16 compiles to kernels (loads widened to f32, each op's
+/// result rounded to the half type as eager rounds it) and gives the eager module's result.
+#[test]
+fn half_precision_norm_and_activation_compile_to_kernels_and_match_eager() {
+    use tessera::compile_layer;
+    use tessera::nn::Sequential;
+    use tessera::nn::layers::{GELU, LayerNorm};
+    for dtype in [DType::F16, DType::BF16] {
+        let model = Arc::new(
+            Sequential::new()
+                .add(LayerNorm::new(&[40]).unwrap())
+                .add(GELU::new()),
+        );
+        model.eval();
+        model.to_dtype(dtype).unwrap();
+        let x = Tensor::randn(&[6, 40], DType::F32)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+        let compiled = compile_layer(model.clone(), &x, CompileOptions::default()).unwrap();
+        let report = compiled.report();
+        assert!(report.fallbacks.is_empty(), "{report}");
+        assert!(report.kernels > 0, "{report}");
+        let out = compiled.call(x.clone()).unwrap();
+        assert_eq!(out.dtype(), dtype);
+        let eps = dtype.epsilon().unwrap();
+        assert_close(
+            &out,
+            &model.call(x).unwrap(),
+            4.0 * eps,
+            4.0 * eps,
+            "half model",
+        );
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod parallel;
 pub mod render;
 mod render_exp;
 mod render_gemm;
+mod render_half;
 mod render_reduce;
 
 pub use error::{CpuError, Result};

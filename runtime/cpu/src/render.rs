@@ -59,6 +59,8 @@ pub(crate) fn clif_type(ty: ScalarType) -> Type {
     match ty {
         ScalarType::F32 => types::F32,
         ScalarType::F64 => types::F64,
+        // The bits of a half element (`crate::render_half`).
+        ScalarType::F16 | ScalarType::BF16 => types::I16,
         ScalarType::Bool => types::I8,
     }
 }
@@ -420,11 +422,7 @@ impl Renderer<'_> {
         j: Option<Value>,
         lanes: usize,
     ) {
-        let size = if self.kernel.value(s.value).ty == ScalarType::F64 {
-            8
-        } else {
-            4
-        };
+        let size = self.kernel.value(s.value).ty.bytes() as i64;
         let x = self.operand(b, s.value, vals, outer, lanes);
         let addr = self.address(b, s.buffer.index(), &s.index, j, size);
         b.ins().store(self.flags, x, addr, 0);
@@ -484,7 +482,7 @@ impl Renderer<'_> {
         };
         let x = match &v.expr {
             Expr::Load { buffer, index } => {
-                let size = if v.ty == ScalarType::F64 { 8 } else { 4 };
+                let size = v.ty.bytes() as i64;
                 let addr = self.address(b, buffer.index(), index, j, size);
                 let inner_stride = index.strides.last().copied().unwrap_or(0);
                 if vector && inner_stride == 1 {
@@ -600,6 +598,7 @@ impl Renderer<'_> {
     ) -> Value {
         match (from, to) {
             (f, t) if f == t => x,
+            (f, t) if f.is_half() || t.is_half() => crate::render_half::half_cast(b, x, f, t),
             (ScalarType::F32, ScalarType::F64) => b.ins().fpromote(types::F64, x),
             (ScalarType::F64, ScalarType::F32) => b.ins().fdemote(types::F32, x),
             (ScalarType::Bool, t) => {

@@ -1,14 +1,15 @@
 //! Elementwise kernels: a 1-D grid-stride loop over the flattened output domain. Each thread
 //! starts at `ctaid * ntid + tid`, decomposes its flat index into the loop indices, evaluates
 //! the DAG and does the stores, then advances by the grid's thread count. A kernel of one loop
-//! of f32 values whose accesses are contiguous (stride 1, offset a multiple of 4) or broadcast
-//! (stride 0) runs four points per thread and iteration instead, with `ld/st.global.v4.f32`
-//! (its buffers must be 16-byte aligned, as device allocations are), and the last `points % 4`
-//! points in a scalar tail loop.
+//! of f32 values (over f32, f16 or bf16 buffers) whose accesses are contiguous (stride 1,
+//! offset a multiple of 4) or broadcast (stride 0) runs four points per thread and iteration
+//! instead, with `ld/st.global.v4.f32` (`.v4.b16` for a half buffer; buffers must be 16-byte
+//! aligned, as device allocations are), and the last `points % 4` points in a scalar tail loop.
 
 use crate::body::Body;
 use crate::emit::{Reg, RegClass};
 use crate::index::IntWidth;
+use crate::scalar_table::{class, suffix};
 use tessera_kernel::{Expr, Kernel, ScalarType, ValueId};
 
 /// Threads per block of an elementwise kernel.
@@ -27,7 +28,10 @@ pub fn vectorizable(kernel: &Kernel) -> bool {
     kernel.domain.len() == 1
         && kernel.reduce.is_empty()
         && kernel.points() >= VECTOR
-        && kernel.buffers.iter().all(|b| b.ty == ScalarType::F32)
+        && kernel
+            .buffers
+            .iter()
+            .all(|b| b.ty == ScalarType::F32 || b.ty.is_half())
         && kernel.values.iter().all(|v| v.ty != ScalarType::F64)
         // A guarded load reads at its own lane's coordinates: lanes are not evaluated apart.
         && !kernel.values.iter().any(|v| matches!(v.expr, Expr::LoadIf { .. }))
@@ -95,8 +99,8 @@ pub(crate) fn elementwise(b: &mut Body) -> usize {
     groups
 }
 
-/// Four points from `4 j`: each contiguous load is one `ld.global.v4.f32`, the DAG is
-/// evaluated once per lane, and each store is one `st.global.v4.f32`.
+/// Four points from `4 j`: each contiguous load is one `ld.global.v4` of its buffer's type, the
+/// DAG is evaluated once per lane, and each store is one `st.global.v4`.
 fn vector_body(b: &mut Body, j: Reg) {
     let t = b.width.ty();
     let base = b.int_reg();
@@ -119,10 +123,15 @@ fn vector_body(b: &mut Body, j: Reg) {
             lanes.push((id, Some([r; 4])));
         } else {
             let a = b.address(*buffer, index);
-            let l = [0; 4].map(|_| b.e.reg(RegClass::F32));
+            let ty = v.ty;
+            let l = [0; 4].map(|_| b.e.reg(class(ty)));
             b.e.ins(format!(
-                "ld.global.v4.f32 {{{}, {}, {}, {}}}, [{a}]",
-                l[0], l[1], l[2], l[3]
+                "ld.global.v4.{} {{{}, {}, {}, {}}}, [{a}]",
+                suffix(ty),
+                l[0],
+                l[1],
+                l[2],
+                l[3]
             ));
             lanes.push((id, Some(l)));
         }
@@ -145,8 +154,9 @@ fn vector_body(b: &mut Body, j: Reg) {
     for (s, store) in kernel.stores.iter().enumerate() {
         let a = b.address(store.buffer, &store.index);
         let r = stored[s].map(|r| r.map_or_else(String::new, |r| r.to_string()));
+        let sfx = suffix(kernel.buffer(store.buffer).ty);
         b.e.ins(format!(
-            "st.global.v4.f32 [{a}], {{{}, {}, {}, {}}}",
+            "st.global.v4.{sfx} [{a}], {{{}, {}, {}, {}}}",
             r[0], r[1], r[2], r[3]
         ));
     }
@@ -182,7 +192,7 @@ impl Body<'_> {
     pub fn emit_store(&mut self, s: usize) {
         let store = self.kernel.stores[s].clone();
         let v = self.value(store.value);
-        let sfx = crate::scalar_table::suffix(self.kernel.buffer(store.buffer).ty);
+        let sfx = suffix(self.kernel.buffer(store.buffer).ty);
         let a = self.address(store.buffer, &store.index);
         self.e.ins(format!("st.global.{sfx} [{a}], {v}"));
     }

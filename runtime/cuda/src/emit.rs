@@ -11,11 +11,14 @@ pub enum RegClass {
     B64,
     F32,
     F64,
+    /// The bits of an f16 or bf16 element (PTX's `.b16` registers).
+    B16,
 }
 
 impl RegClass {
-    const ALL: [RegClass; 5] = [
+    const ALL: [RegClass; 6] = [
         RegClass::Pred,
+        RegClass::B16,
         RegClass::B32,
         RegClass::B64,
         RegClass::F32,
@@ -29,6 +32,7 @@ impl RegClass {
             RegClass::B64 => "%rd",
             RegClass::F32 => "%f",
             RegClass::F64 => "%fd",
+            RegClass::B16 => "%rs",
         }
     }
 
@@ -39,6 +43,7 @@ impl RegClass {
             RegClass::B64 => ".b64",
             RegClass::F32 => ".f32",
             RegClass::F64 => ".f64",
+            RegClass::B16 => ".b16",
         }
     }
 
@@ -64,7 +69,7 @@ impl fmt::Display for Reg {
 #[derive(Debug, Default)]
 pub struct Emitter {
     body: String,
-    counts: [u32; 5],
+    counts: [u32; 6],
     labels: u32,
 }
 

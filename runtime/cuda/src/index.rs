@@ -53,10 +53,7 @@ impl IntWidth {
 
 /// The size in bytes of a buffer element.
 pub fn element_size(ty: ScalarType) -> usize {
-    match ty {
-        ScalarType::F64 => 8,
-        _ => 4,
-    }
+    ty.bytes()
 }
 
 impl Body<'_> {

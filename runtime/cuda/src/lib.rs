@@ -16,8 +16,10 @@
 //!   renders to PTX and evaluates on the CPU with PTX semantics, so their accuracy is tested
 //!   by ordinary unit tests;
 //! - `elementwise`: a 1-D grid-stride loop over the flattened output domain, four points per
-//!   thread with `ld/st.global.v4.f32` when every access of an f32 kernel is contiguous or
-//!   broadcast (buffers 16-byte aligned), and a scalar tail;
+//!   thread with `ld/st.global.v4.f32` (`.v4.b16` for half buffers) when every access of a
+//!   kernel of f32 values is contiguous or broadcast (buffers 16-byte aligned), and a scalar
+//!   tail;
+//! - `half`: f16 and bf16 elements as `.b16` registers, converted to and from f32;
 //! - `reduce`: one block per output point, threads striding over the reduction loops once per
 //!   sweep of [`Stages`](tessera_kernel::Stages), partials combined by `shfl.sync.bfly` and
 //!   across warps through shared memory with `bar.sync`.
@@ -38,7 +40,7 @@
 //! |---|---|---|
 //! | exp | 1 ulp | 0 (bit-exact) |
 //! | log | 1 ulp | 1 ulp |
-//! | sin, cos (`|x| < 2^20 pi/2`; beyond, the reduction loses accuracy) | 2 ulp | 1 ulp |
+//! | sin, cos, every finite `x` (Payne-Hanek reduction from `|x| = 2^20`) | 2 ulp | 1 ulp |
 //! | tanh | 3 ulp | 2 ulp (glibc's `tanhf` is 2 ulp off where ours is correctly rounded) |
 //! | erf | 6 ulp (near `|x| = 2`, where the series hands over to `erfc`'s continued fraction) | 0-1 ulp |
 //! | pow | 1 ulp on a grid of `a` in `(0, 148)`, `b` in `[-8, 8]`; special cases exact | 1 ulp |
@@ -78,6 +80,7 @@ mod elementwise;
 mod emit;
 mod error;
 mod guarded;
+mod half;
 mod index;
 #[cfg(test)]
 mod math_accuracy;

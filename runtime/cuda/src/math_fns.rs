@@ -8,6 +8,8 @@
 //! documentation ([`crate`]).
 
 use crate::math_ir::{MathCmp, MathOp, MathProgram, MathReg, MathTy};
+
+mod payne_hanek;
 use tessera_kernel::exp_poly as ep;
 use tessera_kernel::{ScalarType, UnaryFn};
 
@@ -351,7 +353,8 @@ const PIO2: [u64; 4] = [
 ];
 
 /// `sin x` or `cos x` of f64: `x = k pi/2 + r` (Cody-Waite reduction with four parts of
-/// pi/2, accurate for `|x| < 2^20 pi/2`), Taylor polynomials of `sin r` (degree 19) and
+/// pi/2, accurate for `|x| < 2^20 pi/2`; for finite `|x| >= 2^20` a slow path reduces by
+/// Payne-Hanek instead, [`payne_hanek`]), Taylor polynomials of `sin r` (degree 19) and
 /// `cos r` (degree 20) on `|r| <= pi/4`, and the quadrant `k mod 4` choosing between them.
 fn sin_cos(m: &mut M, x: MathReg, cos: bool) -> MathReg {
     let t = m.mulc(x, std::f64::consts::FRAC_2_PI);
@@ -362,6 +365,29 @@ fn sin_cos(m: &mut M, x: MathReg, cos: bool) -> MathReg {
         let p = m.c(x, f64::from_bits(part));
         r = m.fma(nk, p, r);
     }
+    let a = m.abs(x);
+    let large = m.cmpc(MathCmp::Ge, a, payne_hanek::LARGE);
+    let finite = m.cmpc(MathCmp::Lt, a, f64::INFINITY);
+    let slow = m.and(large, finite);
+    let begin = m.p.push(MathTy::Pred, MathOp::BeginSlow(slow));
+    let (k_slow, r_slow) = payne_hanek::reduce(m, x);
+    m.p.push(MathTy::Pred, MathOp::EndSlow(begin));
+    let k = m.p.push(
+        MathTy::F64,
+        MathOp::Merge {
+            begin,
+            taken: k_slow,
+            otherwise: k,
+        },
+    );
+    let r = m.p.push(
+        MathTy::F64,
+        MathOp::Merge {
+            begin,
+            taken: r_slow,
+            otherwise: r,
+        },
+    );
     let quarter = m.mulc(k, 0.25);
     let fl = m.f(quarter, MathOp::Floor(quarter));
     let four_fl = m.mulc(fl, 4.0);

@@ -3,6 +3,10 @@
 //! prints as PTX instructions (one per operation) and [`MathProgram::eval`] executes on the CPU
 //! with PTX's semantics (round-to-nearest arithmetic, NaN-ignoring min/max, wrapping integers),
 //! so the accuracy of the emitted code is measured by ordinary unit tests on any machine.
+//!
+//! Programs are straight-line except for slow paths: the operations between
+//! [`MathOp::BeginSlow`] and [`MathOp::EndSlow`] run only when a predicate holds (PTX branches
+//! around them), and [`MathOp::Merge`] picks their result or a value computed before them.
 
 use crate::emit::{Emitter, Reg, RegClass, f32_imm, f64_imm};
 
@@ -101,6 +105,31 @@ pub enum MathOp {
     IToF(MathReg),
     /// f32 to f64 (exact), or f64 to f32 (rounded to nearest).
     Convert(MathReg),
+    /// Integer equality (i32 or i64), giving a predicate.
+    IEq(MathReg, MathReg),
+    /// Unsigned `a < b` of two i64s, giving a predicate.
+    ULt(MathReg, MathReg),
+    /// The low and the high 64 bits of the unsigned 128-bit product of two i64s.
+    MulLo(MathReg, MathReg),
+    MulHi(MathReg, MathReg),
+    /// An i64 shifted left or (logically) right by an i32 amount; amounts of 64 or more give
+    /// 0, as PTX clamps them.
+    ShlV(MathReg, MathReg),
+    ShrV(MathReg, MathReg),
+    /// An i64 read as unsigned, to f64 rounded to nearest.
+    U64ToF(MathReg),
+    /// Starts a slow path: the operations up to the matching [`MathOp::EndSlow`] run only when
+    /// the predicate holds (none is an input or another slow path).
+    BeginSlow(MathReg),
+    /// Ends the slow path started by the given [`MathOp::BeginSlow`].
+    EndSlow(MathReg),
+    /// After a slow path (`begin`, its `BeginSlow`): `taken`, computed in it, when it ran, else
+    /// `otherwise`, computed before it.
+    Merge {
+        begin: MathReg,
+        taken: MathReg,
+        otherwise: MathReg,
+    },
 }
 
 /// A straight-line program computing one float from its arguments.
@@ -141,23 +170,76 @@ impl MathProgram {
     /// Emits the program as PTX, its arguments in `args`; returns the register of its result.
     pub fn render(&self, e: &mut Emitter, args: &[Reg]) -> Reg {
         let mut regs: Vec<Reg> = Vec::with_capacity(self.ops.len());
-        for &(ty, op) in &self.ops {
+        let mut slow: Vec<SlowPath> = Vec::new();
+        for (at, &(ty, op)) in self.ops.iter().enumerate() {
             let r = |m: MathReg| regs[m.0];
             let sfx = |m: MathReg| self.ty(m).float_suffix();
-            if let MathOp::Input(n) = op {
-                regs.push(args[n]);
-                continue;
+            match op {
+                MathOp::Input(n) => {
+                    regs.push(args[n]);
+                    continue;
+                }
+                MathOp::BeginSlow(p) => {
+                    let skip = e.new_label("slow_path_end");
+                    let mut merges = Vec::new();
+                    for (m, &(mty, mop)) in self.ops.iter().enumerate().skip(at) {
+                        if let MathOp::Merge {
+                            begin, otherwise, ..
+                        } = mop
+                            && begin.0 == at
+                        {
+                            let d = e.reg(mty.class());
+                            e.ins(format!("mov.{} {d}, {}", mov_type(mty), r(otherwise)));
+                            merges.push((m, d));
+                        }
+                    }
+                    e.ins(format!("@!{} bra {skip}", r(p)));
+                    slow.push(SlowPath {
+                        begin: at,
+                        skip,
+                        merges,
+                    });
+                    regs.push(r(p));
+                    continue;
+                }
+                MathOp::EndSlow(begin) => {
+                    if let Some(path) = slow.iter().find(|s| s.begin == begin.0) {
+                        for &(m, d) in &path.merges {
+                            if let MathOp::Merge { taken, .. } = self.ops[m].1 {
+                                e.ins(format!(
+                                    "mov.{} {d}, {}",
+                                    mov_type(ty_of(self, m)),
+                                    r(taken)
+                                ));
+                            }
+                        }
+                        e.label(&path.skip);
+                    }
+                    regs.push(r(begin));
+                    continue;
+                }
+                MathOp::Merge { begin, .. } => {
+                    let d = slow
+                        .iter()
+                        .find(|s| s.begin == begin.0)
+                        .and_then(|s| s.merges.iter().find(|m| m.0 == at))
+                        .map_or_else(|| e.reg(ty.class()), |m| m.1);
+                    regs.push(d);
+                    continue;
+                }
+                _ => {}
             }
             let d = e.reg(ty.class());
             let fs = ty.float_suffix();
             match op {
-                MathOp::Input(_) => {}
                 MathOp::FConst(v) => match ty {
                     MathTy::F32 => e.ins(format!("mov.f32 {d}, {}", f32_imm(v as f32))),
                     _ => e.ins(format!("mov.f64 {d}, {}", f64_imm(v))),
                 },
                 MathOp::IConst(v) => match ty {
                     MathTy::I32 => e.ins(format!("mov.b32 {d}, {}", v as i32)),
+                    // Bit patterns with the top bit set print as unsigned hex.
+                    _ if v < 0 => e.ins(format!("mov.b64 {d}, 0x{:016X}", v as u64)),
                     _ => e.ins(format!("mov.b64 {d}, {v}")),
                 },
                 MathOp::Add(a, b) => e.ins(format!("add.rn.{fs} {d}, {}, {}", r(a), r(b))),
@@ -223,6 +305,23 @@ impl MathProgram {
                     MathTy::F64 => e.ins(format!("cvt.f64.f32 {d}, {}", r(a))),
                     _ => e.ins(format!("cvt.rn.f32.f64 {d}, {}", r(a))),
                 },
+                MathOp::IEq(a, b) => e.ins(format!(
+                    "setp.eq.{} {d}, {}, {}",
+                    int(self.ty(a)),
+                    r(a),
+                    r(b)
+                )),
+                MathOp::ULt(a, b) => e.ins(format!("setp.lt.u64 {d}, {}, {}", r(a), r(b))),
+                MathOp::MulLo(a, b) => e.ins(format!("mul.lo.u64 {d}, {}, {}", r(a), r(b))),
+                MathOp::MulHi(a, b) => e.ins(format!("mul.hi.u64 {d}, {}, {}", r(a), r(b))),
+                MathOp::ShlV(a, n) => e.ins(format!("shl.b64 {d}, {}, {}", r(a), r(n))),
+                MathOp::ShrV(a, n) => e.ins(format!("shr.b64 {d}, {}, {}", r(a), r(n))),
+                MathOp::U64ToF(a) => e.ins(format!("cvt.rn.f64.u64 {d}, {}", r(a))),
+                // Handled above.
+                MathOp::Input(_)
+                | MathOp::BeginSlow(_)
+                | MathOp::EndSlow(_)
+                | MathOp::Merge { .. } => {}
             }
             regs.push(d);
         }
@@ -233,7 +332,17 @@ impl MathProgram {
     /// exactly), and the result is the output as f64.
     pub fn eval(&self, args: &[f64]) -> f64 {
         let mut v: Vec<Val> = Vec::with_capacity(self.ops.len());
+        // The `BeginSlow` whose path is being skipped.
+        let mut skipping: Option<usize> = None;
         for &(ty, op) in &self.ops {
+            if let Some(begin) = skipping {
+                if op == MathOp::EndSlow(MathReg(begin)) {
+                    skipping = None;
+                }
+                v.push(Val::F(f64::NAN));
+                continue;
+            }
+            let u = |m: MathReg| v[m.0].i() as u64;
             let f = |m: MathReg| v[m.0].f();
             let i = |m: MathReg| v[m.0].i();
             let round = |x: f64| match ty {
@@ -301,10 +410,59 @@ impl MathProgram {
                 MathOp::Low32(a) => Val::I(i(a) as u32 as i32 as i64),
                 MathOp::IToF(a) => round(i(a) as f64),
                 MathOp::Convert(a) => round(f(a)),
+                MathOp::IEq(a, b) => Val::P(i(a) == i(b)),
+                MathOp::ULt(a, b) => Val::P(u(a) < u(b)),
+                MathOp::MulLo(a, b) => Val::I(u(a).wrapping_mul(u(b)) as i64),
+                MathOp::MulHi(a, b) => Val::I(((u(a) as u128 * u(b) as u128) >> 64) as i64),
+                MathOp::ShlV(a, n) => Val::I(u(a).checked_shl(i(n) as u32).unwrap_or(0) as i64),
+                MathOp::ShrV(a, n) => Val::I(u(a).checked_shr(i(n) as u32).unwrap_or(0) as i64),
+                MathOp::U64ToF(a) => round(u(a) as f64),
+                MathOp::BeginSlow(p) => {
+                    if !v[p.0].p() {
+                        skipping = Some(v.len());
+                    }
+                    v[p.0]
+                }
+                MathOp::EndSlow(_) => Val::P(true),
+                MathOp::Merge {
+                    begin,
+                    taken,
+                    otherwise,
+                } => {
+                    if v[begin.0].p() {
+                        v[taken.0]
+                    } else {
+                        v[otherwise.0]
+                    }
+                }
             };
             v.push(out);
         }
         v[self.output().0].f()
+    }
+}
+
+/// A slow path being rendered: its `BeginSlow`'s position, the label after it, and the
+/// registers of its merges (by their positions), set to their `otherwise` values before it.
+struct SlowPath {
+    begin: usize,
+    skip: String,
+    merges: Vec<(usize, Reg)>,
+}
+
+/// The type of operation `at`'s result.
+fn ty_of(p: &MathProgram, at: usize) -> MathTy {
+    p.ops[at].0
+}
+
+/// The `mov` type of a value of type `ty`.
+fn mov_type(ty: MathTy) -> &'static str {
+    match ty {
+        MathTy::F32 => "f32",
+        MathTy::F64 => "f64",
+        MathTy::I32 => "b32",
+        MathTy::I64 => "b64",
+        MathTy::Pred => "pred",
     }
 }
 

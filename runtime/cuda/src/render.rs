@@ -28,6 +28,11 @@ pub fn render(kernel: &Kernel, target: &PtxTarget) -> Result<RenderedKernel> {
     if kernel.buffers.iter().any(|b| b.ty == ScalarType::Bool) {
         return Err(unsupported("a bool buffer"));
     }
+    if target.sm < 80 && crate::half::needs_sm80(kernel) {
+        return Err(unsupported(
+            "rounding to bf16 below sm_80 (cvt.rn.bf16.f32)",
+        ));
+    }
     let name = entry_name(&kernel.name);
     let width = IntWidth::of(kernel);
     let mut body = Body::new(kernel, width);

@@ -13,14 +13,17 @@ pub fn class(ty: ScalarType) -> RegClass {
     match ty {
         ScalarType::F32 => RegClass::F32,
         ScalarType::F64 => RegClass::F64,
+        ScalarType::F16 | ScalarType::BF16 => RegClass::B16,
         ScalarType::Bool => RegClass::Pred,
     }
 }
 
-/// The PTX type suffix of a float type.
+/// The PTX type suffix of a float type (`b16` for the bits of a half type, which is only
+/// loaded, stored and converted).
 pub fn suffix(ty: ScalarType) -> &'static str {
     match ty {
         ScalarType::F64 => "f64",
+        ScalarType::F16 | ScalarType::BF16 => "b16",
         _ => "f32",
     }
 }
@@ -127,6 +130,7 @@ impl Body<'_> {
                 let a = self.value(*a);
                 match (from, ty) {
                     (f, t) if f == t => self.e.ins(format!("mov.{} {d}, {a}", mov_ty(t))),
+                    (f, t) if f.is_half() || t.is_half() => self.half_cast(d, a, f, t),
                     (ScalarType::F32, ScalarType::F64) => {
                         self.e.ins(format!("cvt.f64.f32 {d}, {a}"))
                     }
@@ -181,6 +185,7 @@ fn mov_ty(ty: ScalarType) -> &'static str {
     match ty {
         ScalarType::F32 => "f32",
         ScalarType::F64 => "f64",
+        ScalarType::F16 | ScalarType::BF16 => "b16",
         ScalarType::Bool => "pred",
     }
 }

@@ -351,12 +351,8 @@ fn random_chain(rng: &mut Rng, dtype: DType) -> (Graph, Vec<Tensor>, bool, Strin
     for _ in 0..2 + rng.below(5) {
         let op = match rng.below(3) {
             0 => {
-                // Sin and cos are left out until the renderer reduces arguments past 2^20 pi/2
-                // (chains such as rsqrt(1e-40) -> sin reach them): see the ignored test below.
-                let unary: Vec<UnaryOp> = UnaryOp::EVERY
-                    .into_iter()
-                    .filter(|u| !matches!(u, UnaryOp::Sin | UnaryOp::Cos))
-                    .collect();
+                // Chains such as rsqrt(1e-40) -> sin reach arguments past 2^20 (Payne-Hanek).
+                let unary = UnaryOp::EVERY;
                 let op = unary[rng.below(unary.len())];
                 exact &= unary_agreement(op) == Agreement::Exact;
                 Op::Unary(op)
@@ -419,10 +415,22 @@ fn random_fusion_groups_agree_with_the_interpreter() {
     }
 }
 
+/// Past `|x| = 2^20` the renderer reduces sin and cos arguments by Payne-Hanek, on a slow path
+/// the emulator runs as a branch (up to f64's largest finite value).
 #[test]
-#[ignore = "renderer bug: the Cody-Waite reduction of sin/cos holds only for |x| < 2^20 pi/2; sin(1e20) gives 3.3e37 and sin(3e38) inf, in f32 and f64"]
 fn sin_and_cos_of_huge_arguments_agree_with_the_interpreter() {
-    let xs = [2e6, 1e10, 1e17, 1e20, -1e20, 3e38];
+    let xs = [
+        2e6,
+        1e10,
+        1e17,
+        1e20,
+        -1e20,
+        3e38,
+        1048576.0,
+        -1e300,
+        f64::MAX,
+        6381956970095103.0 * 2f64.powi(797),
+    ];
     for dtype in [DType::F32, DType::F64] {
         for op in [UnaryOp::Sin, UnaryOp::Cos] {
             let (g, _) = op_graph(Op::Unary(op), dtype, &[&[xs.len()]]);

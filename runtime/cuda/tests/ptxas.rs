@@ -1,7 +1,7 @@
 //! Every elementwise op of the lowering table and the reductions (sum, mean, amax, amin, var,
-//! std, logsumexp, softmax, log-softmax, layer and RMS norm), in f32 and f64, rendered to PTX
-//! and assembled by `ptxas` for sm_80 and sm_90: a kernel ptxas rejects fails with its
-//! message. Skipped (with a printed line) when `TESSERA_PTXAS` is unset, unless
+//! std, logsumexp, softmax, log-softmax, layer and RMS norm), in f32, f64, f16 and bf16,
+//! rendered to PTX and assembled by `ptxas` for sm_80 and sm_90: a kernel ptxas rejects fails
+//! with its message. Skipped (with a printed line) when `TESSERA_PTXAS` is unset, unless
 //! `TESSERA_REQUIRE_PTXAS=1`.
 
 mod common;
@@ -32,6 +32,23 @@ fn every_elementwise_op_assembles_for_sm80_and_sm90() {
         for (what, g) in elementwise_graphs(dtype) {
             check(&ptxas, &format!("{what} {dtype:?}"), &g);
         }
+    }
+}
+
+/// f16 and bf16 kernels: `.b16` loads and stores (vectorised where contiguous), the
+/// conversions to and from f32, and the reductions accumulating in f32.
+#[test]
+fn half_kernels_assemble_for_sm80_and_sm90() {
+    let Some(ptxas) = ptxas() else { return };
+    for dtype in [DType::F16, DType::BF16] {
+        for (what, g) in elementwise_graphs(dtype)
+            .into_iter()
+            .chain(reduction_graphs(dtype))
+        {
+            check(&ptxas, &format!("{what} {dtype:?}"), &g);
+        }
+        let vector = op_graph(Op::Unary(tessera_tensor::op::UnaryOp::Exp), dtype, &[&[64]]);
+        check(&ptxas, &format!("vectorised exp {dtype:?}"), &vector);
     }
 }
 

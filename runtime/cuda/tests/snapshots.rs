@@ -1,5 +1,5 @@
-//! Snapshots of the PTX of representative kernels (an elementwise chain, a broadcast add, a
-//! softmax, a layer norm), reviewed like any generated text; under `snapshots/`.
+//! Snapshots of the PTX of representative kernels (an elementwise chain, a bf16 chain, a
+//! broadcast add, a softmax, a layer norm), reviewed like any generated text; under `snapshots/`.
 
 mod common;
 
@@ -38,6 +38,24 @@ fn elementwise_chain_ptx() {
     let c = g.call_function(Op::Unary(UnaryOp::Neg), &[&b]).unwrap();
     g.output(&[&c]).unwrap();
     snapshots().bind(|| insta::assert_snapshot!("ptx_elementwise_chain", ptx_of(&g)));
+}
+
+/// A bf16 chain: `.b16` loads, the widening by a shift, f32 arithmetic rounded back to bf16
+/// after each op (as eager), and `.b16` stores.
+#[test]
+fn bf16_elementwise_ptx() {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", TensorMeta::new([5, 7], DType::BF16));
+    let y = g.placeholder("y", TensorMeta::new([7], DType::BF16));
+    let a = g
+        .call_function(Op::Binary(BinaryOp::Add), &[&x, &y])
+        .unwrap();
+    let b = g.call_function(Op::Unary(UnaryOp::Relu), &[&a]).unwrap();
+    g.output(&[&b]).unwrap();
+    let ptx = ptx_of(&g);
+    assert!(ptx.contains("cvt.rn.bf16.f32"), "{ptx}");
+    assert!(ptx.contains("ld.global.b16"), "{ptx}");
+    snapshots().bind(|| insta::assert_snapshot!("ptx_bf16_elementwise", ptx));
 }
 
 #[test]

@@ -59,6 +59,14 @@ fn subset() -> BTreeSet<String> {
         "cvt.rzi.{s32,u32,s64}.{f32,f64}",
         "cvt.{u64,s64}.{u32,s32}",
         "cvt.u32.u64",
+        "mul.hi.u64",
+        // f16 and bf16 elements (`.b16` registers).
+        "{ld,st}.global.b16",
+        "{ld,st}.global.v4.b16",
+        "mov.b16",
+        "cvt.f32.f16",
+        "cvt.rn.{f16,bf16}.f32",
+        "cvt.u32.u16",
         "{bra,bra.uni,ret}",
         "bar.sync",
         "shfl.sync.{bfly,down}.b32",
@@ -115,7 +123,7 @@ fn register_or_special(operand: &str) -> bool {
     let digits = operand.trim_start_matches(|c: char| c == '%' || c.is_ascii_alphabetic());
     let prefix = &operand[..operand.len() - digits.len()];
     specials.contains(&operand)
-        || (["%p", "%r", "%rd", "%f", "%fd"].contains(&prefix)
+        || (["%p", "%rs", "%r", "%rd", "%f", "%fd"].contains(&prefix)
             && !digits.is_empty()
             && digits.chars().all(|c| c.is_ascii_digit()))
 }
@@ -124,7 +132,7 @@ fn register_or_special(operand: &str) -> bool {
 fn every_rendered_instruction_is_in_the_emulated_subset() {
     let allowed = subset();
     let mut graphs = layout_graphs();
-    for dtype in [DType::F32, DType::F64] {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         graphs.extend(elementwise_graphs(dtype));
         graphs.extend(reduction_graphs(dtype));
     }
@@ -153,6 +161,9 @@ fn every_rendered_instruction_is_in_the_emulated_subset() {
         "st.shared.f64",
         "fma.rn.f64",
         "div.u32",
+        "mul.hi.u64",
+        "cvt.rn.bf16.f32",
+        "cvt.f32.f16",
     ] {
         assert!(used.contains(op), "{op} was never emitted: {used:?}");
     }

@@ -8,6 +8,7 @@ use crate::math::{tessera_pow_f32, tessera_pow_f64, unary_fn};
 use crate::{
     BinaryFn, BufferPtr, Expr, Kernel, KernelExecutor, Result, ScalarType, Stages, UnaryFn, ValueId,
 };
+use half::{bf16, f16};
 
 /// Runs kernels by interpretation.
 #[derive(Debug, Clone, Copy, Default)]
@@ -35,14 +36,19 @@ impl KernelExecutor for Interpreter {
 enum Scalar {
     F32(f32),
     F64(f64),
+    F16(f16),
+    BF16(bf16),
     Bool(bool),
 }
 
 impl Scalar {
+    /// `v` rounded once to `ty` (to nearest even; bool is `v != 0`).
     fn of(ty: ScalarType, v: f64) -> Scalar {
         match ty {
             ScalarType::F32 => Scalar::F32(v as f32),
             ScalarType::F64 => Scalar::F64(v),
+            ScalarType::F16 => Scalar::F16(f16::from_f64(v)),
+            ScalarType::BF16 => Scalar::BF16(bf16::from_f64(v)),
             ScalarType::Bool => Scalar::Bool(v != 0.0),
         }
     }
@@ -51,7 +57,26 @@ impl Scalar {
         match self {
             Scalar::F32(x) => f64::from(x),
             Scalar::F64(x) => x,
+            Scalar::F16(x) => x.to_f64(),
+            Scalar::BF16(x) => x.to_f64(),
             Scalar::Bool(b) => f64::from(u8::from(b)),
+        }
+    }
+}
+
+/// The element at `at` of the buffer `b`.
+///
+/// # Safety
+/// `b` points to at least `at + 1` elements of its type.
+unsafe fn read(b: BufferPtr, at: usize) -> Scalar {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match b.ty {
+            ScalarType::F32 => Scalar::F32(*(b.ptr as *const f32).add(at)),
+            ScalarType::F64 => Scalar::F64(*(b.ptr as *const f64).add(at)),
+            ScalarType::F16 => Scalar::F16(*(b.ptr as *const f16).add(at)),
+            ScalarType::BF16 => Scalar::BF16(*(b.ptr as *const bf16).add(at)),
+            ScalarType::Bool => Scalar::Bool(*b.ptr.add(at) != 0),
         }
     }
 }
@@ -197,6 +222,8 @@ unsafe fn store(
         match values[s.value.index()] {
             Scalar::F32(x) => *(b.ptr as *mut f32).add(at) = x,
             Scalar::F64(x) => *(b.ptr as *mut f64).add(at) = x,
+            Scalar::F16(x) => *(b.ptr as *mut f16).add(at) = x,
+            Scalar::BF16(x) => *(b.ptr as *mut bf16).add(at) = x,
             Scalar::Bool(x) => *b.ptr.add(at) = u8::from(x),
         }
     }
@@ -223,13 +250,7 @@ unsafe fn eval(
             let at = index.at(point);
             // SAFETY: `verify` bounds every index by the parameter's length, and the caller's
             // buffer is at least that long and of this type.
-            unsafe {
-                match b.ty {
-                    ScalarType::F32 => Scalar::F32(*(b.ptr as *const f32).add(at)),
-                    ScalarType::F64 => Scalar::F64(*(b.ptr as *const f64).add(at)),
-                    ScalarType::Bool => Scalar::Bool(*b.ptr.add(at) != 0),
-                }
-            }
+            unsafe { read(b, at) }
         }
         Expr::LoadIf {
             buffer,
@@ -254,7 +275,8 @@ unsafe fn eval(
         Expr::Unary(f, a) => match get(*a) {
             Scalar::F32(x) => Scalar::F32(unary(*f, x, |x| unary_fn(*f).map_or(x, |m| (m.f32)(x)))),
             Scalar::F64(x) => Scalar::F64(unary(*f, x, |x| unary_fn(*f).map_or(x, |m| (m.f64)(x)))),
-            b @ Scalar::Bool(_) => b,
+            // `verify` admits unary functions of f32 and f64 only.
+            other => other,
         },
         Expr::Binary(f, a, b) => match (get(*a), get(*b)) {
             (Scalar::F32(x), Scalar::F32(y)) => {

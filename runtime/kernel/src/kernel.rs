@@ -236,11 +236,13 @@ impl Kernel {
                     _ => Ok(ty),
                 }
             };
+            // Arithmetic happens in f32 or f64; a half value is only loaded, converted and
+            // stored.
             let float = |ty: ScalarType| -> Result<()> {
-                if ty.is_float() {
+                if ty.is_arithmetic() {
                     Ok(())
                 } else {
-                    Err(fail(format!("{here} is {ty}, a float is needed")))
+                    Err(fail(format!("{here} is {ty}, f32 or f64 is needed")))
                 }
             };
             match &v.expr {
@@ -280,12 +282,26 @@ impl Kernel {
                     operand(*b, Some(ta))?;
                 }
                 Expr::Select { cond, a, b } => {
+                    if v.ty.is_half() {
+                        return Err(fail(format!("{here} selects {}, a half type", v.ty)));
+                    }
                     operand(*cond, Some(ScalarType::Bool))?;
                     operand(*a, Some(v.ty))?;
                     operand(*b, Some(v.ty))?;
                 }
                 Expr::Cast(a) => {
-                    operand(*a, None)?;
+                    let from = operand(*a, None)?;
+                    let half_pair = from.is_half() || v.ty.is_half();
+                    if half_pair
+                        && from != v.ty
+                        && from != ScalarType::F32
+                        && v.ty != ScalarType::F32
+                    {
+                        return Err(fail(format!(
+                            "{here} converts {from} to {}: a half type converts only to and from f32",
+                            v.ty
+                        )));
+                    }
                 }
                 Expr::Reduce(_, a) => {
                     float(v.ty)?;
@@ -362,7 +378,7 @@ impl Kernel {
                 g.out
             ));
         }
-        if a.ty != out.ty || b.ty != out.ty || !out.ty.is_float() {
+        if a.ty != out.ty || b.ty != out.ty || !out.ty.is_arithmetic() {
             return Err("the GEMM's buffers differ in type".into());
         }
         if g.a_index.reach(rows, g.k) > a.len || g.b_index.reach(g.k, n) > b.len {

@@ -10,7 +10,8 @@
 //! generated [`Kernel`] or an external call of an op's eager kernel (the fallback for what
 //! the lowering does not cover yet; [`Program::fallbacks`] says which nodes and why).
 //!
-//! A [`Kernel`] has typed buffer parameters ([`BufferId`], f32 or f64), a loop nest over the
+//! A [`Kernel`] has typed buffer parameters ([`BufferId`], f32, f64, or f16/bf16 whose
+//! elements are converted to f32 for arithmetic: [`ScalarType`]), a loop nest over the
 //! output index space (its `domain`), a scalar expression DAG ([`ValueId`], [`Expr`])
 //! evaluated once per point, and stores. Loads and stores index buffers with affine
 //! [`IndexExpr`]s of the loop indices: broadcasting is a zero stride, and narrow, permute,

@@ -41,11 +41,7 @@ impl ArenaBuffer {
 
 /// Bytes of one element of a buffer of type `ty`.
 pub fn element_bytes(ty: ScalarType) -> usize {
-    match ty {
-        ScalarType::F64 => 8,
-        ScalarType::F32 => 4,
-        ScalarType::Bool => 1,
-    }
+    ty.bytes()
 }
 
 /// Where a slot's value lives during a run.

@@ -11,7 +11,9 @@ use tessera_tensor::op::{NormOp, PoolOp, ReduceKind};
 
 /// The output values of the reduction `op` whose input element is `operands[0]` (and whose
 /// weight and bias elements, for a norm, follow), over `count` reduced elements per output,
-/// all of type `ty`; or why the op has no entry.
+/// all of type `ty`; or why the op has no entry. An f16 or bf16 reduction widens its operands
+/// to f32 and computes in f32, as the eager kernels do: its outputs are then f32 values, which
+/// the caller rounds once to each output's dtype (a norm's statistics stay f32).
 pub fn lower_reduction(
     op: &Op,
     b: &mut KernelBuilder,
@@ -19,8 +21,22 @@ pub fn lower_reduction(
     count: usize,
     ty: ScalarType,
 ) -> Result<Vec<ValueId>, String> {
-    if !ty.is_float() {
-        return Err(format!("a reduction computes in {ty}, not a float"));
+    if ty.is_half() {
+        let wide = ty.compute();
+        let widened: Vec<ValueId> = operands
+            .iter()
+            .map(|&v| {
+                if b.ty(v) == wide {
+                    v
+                } else {
+                    b.push(wide, Expr::Cast(v))
+                }
+            })
+            .collect();
+        return lower_reduction(op, b, &widened, count, wide);
+    }
+    if !ty.is_arithmetic() {
+        return Err(format!("a reduction computes in {ty}, not f32 or f64"));
     }
     let Some(&x) = operands.first() else {
         return Err("a reduction needs an input".into());

@@ -48,6 +48,8 @@ pub trait KernelExecutor {
 pub(crate) enum OutVec {
     F32(Vec<f32>),
     F64(Vec<f64>),
+    F16(Vec<half::f16>),
+    BF16(Vec<half::bf16>),
 }
 
 impl OutVec {
@@ -55,6 +57,8 @@ impl OutVec {
     pub(crate) fn new(ty: ScalarType, len: usize, kernel: &str) -> tessera_tensor::Result<OutVec> {
         Ok(match ty {
             ScalarType::F64 => OutVec::F64(tessera_tensor::try_uninit_buffer(kernel, len)?),
+            ScalarType::F16 => OutVec::F16(tessera_tensor::try_uninit_buffer(kernel, len)?),
+            ScalarType::BF16 => OutVec::BF16(tessera_tensor::try_uninit_buffer(kernel, len)?),
             _ => OutVec::F32(tessera_tensor::try_uninit_buffer(kernel, len)?),
         })
     }
@@ -63,6 +67,8 @@ impl OutVec {
         let ptr = match self {
             OutVec::F32(v) => v.as_mut_ptr() as *mut u8,
             OutVec::F64(v) => v.as_mut_ptr() as *mut u8,
+            OutVec::F16(v) => v.as_mut_ptr() as *mut u8,
+            OutVec::BF16(v) => v.as_mut_ptr() as *mut u8,
         };
         BufferPtr { ptr, len, ty }
     }
@@ -76,6 +82,14 @@ impl OutVec {
                 Tensor::from_vec(v, shape)
             }
             OutVec::F64(mut v) => {
+                v.truncate(len);
+                Tensor::from_vec(v, shape)
+            }
+            OutVec::F16(mut v) => {
+                v.truncate(len);
+                Tensor::from_vec(v, shape)
+            }
+            OutVec::BF16(mut v) => {
                 v.truncate(len);
                 Tensor::from_vec(v, shape)
             }
@@ -175,6 +189,8 @@ fn with_reads<R>(
     match first.dtype() {
         DType::F32 => read!(f32, ScalarType::F32),
         DType::F64 => read!(f64, ScalarType::F64),
+        DType::F16 => read!(half::f16, ScalarType::F16),
+        DType::BF16 => read!(half::bf16, ScalarType::BF16),
         d => Err(KernelError::Backend {
             kernel: format!("step {step}"),
             message: format!("a kernel input is {d:?}"),

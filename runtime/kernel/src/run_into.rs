@@ -143,6 +143,8 @@ fn with_targets(run: &Run<'_>, ws: &mut Workspace, outputs: &[Tensor], next: usi
     match run.plan.outputs[next].dtype {
         DType::F32 => write!(f32, ScalarType::F32),
         DType::F64 => write!(f64, ScalarType::F64),
+        DType::F16 => write!(half::f16, ScalarType::F16),
+        DType::BF16 => write!(half::bf16, ScalarType::BF16),
         d => Err(KernelError::Backend {
             kernel: "(runner)".into(),
             message: format!("a kernel writes output {next} as {d:?}"),

@@ -6,10 +6,17 @@ use std::fmt;
 use tessera_tensor::DType;
 
 /// The type of a scalar value: a float buffer element or a comparison's truth value.
+///
+/// The half types (`F16`, `BF16`) are storage formats: a half value is loaded, stored, or
+/// converted to and from f32 ([`Expr::Cast`], which rounds to nearest even towards a half
+/// type), and all arithmetic on it happens in f32 ([`ScalarType::compute`]), as the eager
+/// kernels compute half ops in f32 and round each op's result once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScalarType {
     F32,
     F64,
+    F16,
+    BF16,
     Bool,
 }
 
@@ -19,7 +26,38 @@ impl ScalarType {
         match dtype {
             DType::F32 => Some(ScalarType::F32),
             DType::F64 => Some(ScalarType::F64),
+            DType::F16 => Some(ScalarType::F16),
+            DType::BF16 => Some(ScalarType::BF16),
             _ => None,
+        }
+    }
+
+    /// Whether this is a half storage type (f16 or bf16), converted to f32 for arithmetic.
+    pub fn is_half(self) -> bool {
+        matches!(self, ScalarType::F16 | ScalarType::BF16)
+    }
+
+    /// Whether arithmetic, comparisons and reductions compute in this type (f32 and f64).
+    pub fn is_arithmetic(self) -> bool {
+        matches!(self, ScalarType::F32 | ScalarType::F64)
+    }
+
+    /// The type values of this type are computed in: f32 for the half types, else itself.
+    pub fn compute(self) -> ScalarType {
+        if self.is_half() {
+            ScalarType::F32
+        } else {
+            self
+        }
+    }
+
+    /// Bytes per element of a buffer of this type.
+    pub fn bytes(self) -> usize {
+        match self {
+            ScalarType::F64 => 8,
+            ScalarType::F32 => 4,
+            ScalarType::F16 | ScalarType::BF16 => 2,
+            ScalarType::Bool => 1,
         }
     }
 
@@ -36,10 +74,13 @@ impl ScalarType {
         match self {
             ScalarType::F32 => DType::F32,
             ScalarType::F64 => DType::F64,
+            ScalarType::F16 => DType::F16,
+            ScalarType::BF16 => DType::BF16,
             ScalarType::Bool => DType::Bool,
         }
     }
 
+    /// Whether values of this type are floats (the half storage types included).
     pub fn is_float(self) -> bool {
         self != ScalarType::Bool
     }
@@ -50,6 +91,8 @@ impl fmt::Display for ScalarType {
         f.write_str(match self {
             ScalarType::F32 => "f32",
             ScalarType::F64 => "f64",
+            ScalarType::F16 => "f16",
+            ScalarType::BF16 => "bf16",
             ScalarType::Bool => "bool",
         })
     }
@@ -247,7 +290,8 @@ pub enum Expr {
         b: ValueId,
     },
     /// Conversion to the value's type: f32 <-> f64 rounds to nearest, bool -> float gives 0 or
-    /// 1, float -> bool is `x != 0`.
+    /// 1, float -> bool is `x != 0`; a half type converts only to and from f32 (f32 -> f16 and
+    /// f32 -> bf16 round to nearest even, overflowing to infinity; the widening is exact).
     Cast(ValueId),
     /// The accumulation of `value` over every point of the kernel's reduction loops, for the
     /// current point of its output loops (see [`crate::Stages`] for when it is available).

@@ -12,12 +12,26 @@ const GELU_TANH_COEFF: f64 = 0.044_715;
 
 /// The scalar expression of `op` on the elements `operands`, giving a value of type `out`,
 /// or why the op has no entry (it is not elementwise, or not at these types).
+///
+/// An op whose result is f16 or bf16 computes in f32 and rounds its result once to the half
+/// type, as its eager kernel does (half operands are widened exactly); a cast converts
+/// directly.
 pub fn lower_elementwise(
     op: &Op,
     b: &mut KernelBuilder,
     operands: &[ValueId],
     out: ScalarType,
 ) -> Result<ValueId, String> {
+    if let Op::ToDType(_) = op {
+        if operands.len() != 1 {
+            return Err(format!("expected 1 operand, got {}", operands.len()));
+        }
+        return Emit { b }.convert(operands[0], out);
+    }
+    if out.is_half() {
+        let computed = lower_elementwise(op, b, operands, out.compute())?;
+        return Emit { b }.convert(computed, out);
+    }
     let mut e = Emit { b };
     let arity = |n: usize| -> Result<(), String> {
         if operands.len() == n {
@@ -85,17 +99,16 @@ pub fn lower_elementwise(
             }
             Ok(x)
         }
-        Op::ToDType(_) => {
-            arity(1)?;
-            Ok(e.cast(operands[0], out))
-        }
         other => Err(format!("{} is not an elementwise op", other.name())),
     }
 }
 
-/// The promoted type of two kernel types (f64 wins, bool loses), as the op table promotes.
+/// The type two kernel types are compared in: their promoted type (f64 wins, bool loses, as
+/// the op table promotes), f32 for the half types.
 fn promote(a: ScalarType, b: ScalarType) -> ScalarType {
-    ScalarType::of_value(a.dtype().promote(b.dtype())).unwrap_or(ScalarType::F64)
+    ScalarType::of_value(a.dtype().promote(b.dtype()))
+        .unwrap_or(ScalarType::F64)
+        .compute()
 }
 
 fn compare_fn(c: CompareOp) -> CompareFn {
@@ -122,10 +135,26 @@ impl Emit<'_> {
     /// `v` converted to the float type `ty` (the op table converts operands to the result
     /// dtype before computing).
     fn float_as(&mut self, v: ValueId, ty: ScalarType) -> Result<ValueId, String> {
-        if !ty.is_float() {
-            return Err(format!("the op computes in {ty}, not a float"));
+        if !ty.is_arithmetic() {
+            return Err(format!("the op computes in {ty}, not f32 or f64"));
         }
-        Ok(self.cast(v, ty))
+        self.convert(v, ty)
+    }
+
+    /// `v` converted to `ty` as the eager cast does, through f32 where a half type is on one
+    /// side (exact, except from f64 to a half type, which would round twice: refused).
+    fn convert(&mut self, v: ValueId, ty: ScalarType) -> Result<ValueId, String> {
+        let from = self.b.ty(v);
+        if from == ty || !(from.is_half() || ty.is_half()) {
+            return Ok(self.cast(v, ty));
+        }
+        if from == ScalarType::F64 && ty.is_half() {
+            return Err(format!(
+                "f64 to {ty} rounds once in the eager cast, twice through f32"
+            ));
+        }
+        let wide = self.cast(v, ScalarType::F32);
+        Ok(self.cast(wide, ty))
     }
 
     fn cast(&mut self, v: ValueId, ty: ScalarType) -> ValueId {

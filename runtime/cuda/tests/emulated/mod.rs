@@ -27,11 +27,7 @@ impl Default for EmulatedPtx {
 }
 
 fn element_bytes(ty: ScalarType) -> usize {
-    match ty {
-        ScalarType::F64 => 8,
-        ScalarType::F32 => 4,
-        ScalarType::Bool => 1,
-    }
+    ty.bytes()
 }
 
 fn numbered(ptx: &str) -> String {

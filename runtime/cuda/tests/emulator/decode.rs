@@ -35,6 +35,9 @@ pub fn decode(opcode: &str, line: usize) -> Result<Op> {
             ))),
         }
     };
+    if let Some(op) = super::half::decode_half(base, mods) {
+        return Ok(op);
+    }
     let op = match base {
         "mov" => Op::Mov(single(mods, &[Ty::B32, Ty::B64, Ty::U32, Ty::U64, Ty::S32, Ty::S64, Ty::F32, Ty::F64, Ty::Pred])?),
         "ld" | "st" => decode_memory(base, mods).ok_or_else(|| {
@@ -161,6 +164,7 @@ fn decode_arith(base: &str, mods: &[&str]) -> Option<Op> {
         ("add", [t]) => Op::Int(IntOp::Add, ty_in(t, INT_ARITH)?),
         ("sub", [t]) => Op::Int(IntOp::Sub, ty_in(t, INT_ARITH)?),
         ("mul", ["lo", t]) => Op::Int(IntOp::MulLo, ty_in(t, INT_ARITH)?),
+        ("mul", ["hi", "u64"]) => Op::Int(IntOp::MulHi, Ty::U64),
         ("mul", ["wide", t]) => Op::MulWide(ty_in(t, &[Ty::S32, Ty::U32])?),
         ("mad", ["lo", t]) => Op::MadLo(ty_in(t, INT_ARITH)?),
         ("div", [t]) => Op::Int(IntOp::Div, ty_in(t, &[Ty::U32, Ty::U64])?),

@@ -166,7 +166,9 @@ pub fn execute(env: &mut BlockEnv, thread: &mut Thread, instr: &Instr) -> Result
         }
         Op::Cvt { dst, src, rounding } => {
             let a = env.read(thread, &ops[1], src)?;
-            env.write(thread, &ops[0], dst, convert(dst, src, rounding, a))?;
+            let r = super::half::convert_half(dst, src, rounding, a)
+                .unwrap_or_else(|| convert(dst, src, rounding, a));
+            env.write(thread, &ops[0], dst, r)?;
         }
         Op::Bra => return Ok(Flow::Jump(instr.target.unwrap_or(usize::MAX))),
         Op::Ret => return Ok(Flow::Exit),
@@ -314,6 +316,7 @@ fn int_binary(op: IntOp, ty: Ty, a: u64, b: u64) -> Result<u64, Fault> {
         IntOp::Add => a.wrapping_add(b),
         IntOp::Sub => a.wrapping_sub(b),
         IntOp::MulLo => a.wrapping_mul(b),
+        IntOp::MulHi => ((a as u128 * b as u128) >> 64) as u64,
         IntOp::Div | IntOp::Rem if b == 0 => return Err(Fault::DivisionByZero),
         IntOp::Div => a / b,
         IntOp::Rem => a % b,

@@ -8,7 +8,9 @@
 //! as named buffers, poison-filled when allocated, with out-of-bounds, misaligned and
 //! conflicting (two threads, one byte) accesses reported as errors; registers that must be
 //! written before they are read; bit-exact IEEE round-to-nearest f32/f64 arithmetic, PTX's
-//! NaN-ignoring min/max, `cvt` rounding modes and saturation, unordered `setp`, `testp`.
+//! NaN-ignoring min/max, `cvt` rounding modes and saturation, unordered `setp`, `testp`; f16 and
+//! bf16 elements in `.b16` registers (`ld/st.global.b16`, their `.v4` forms, and the `cvt`s
+//! between them and f32, rounding to nearest even).
 //!
 //! It does not model: the approximation error of `.approx` instructions (`ex2.approx.ftz.f32`
 //! and `lg2.approx.ftz.f32` are computed exactly, 2^x and log2 x, only flushing subnormals),
@@ -22,6 +24,7 @@ mod error;
 mod execute;
 mod float;
 mod global;
+mod half;
 mod launch;
 mod lexer;
 mod parse;

@@ -16,6 +16,11 @@ pub enum Ty {
     S64,
     F32,
     F64,
+    /// The 16-bit types of half elements (`emulator::half`).
+    B16,
+    U16,
+    F16,
+    BF16,
 }
 
 impl Ty {
@@ -30,6 +35,10 @@ impl Ty {
             "s64" => Ty::S64,
             "f32" => Ty::F32,
             "f64" => Ty::F64,
+            "b16" => Ty::B16,
+            "u16" => Ty::U16,
+            "f16" => Ty::F16,
+            "bf16" => Ty::BF16,
             _ => return None,
         })
     }
@@ -38,6 +47,7 @@ impl Ty {
     pub fn bits(self) -> u32 {
         match self {
             Ty::Pred => 1,
+            Ty::B16 | Ty::U16 | Ty::F16 | Ty::BF16 => 16,
             Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 => 32,
             Ty::B64 | Ty::U64 | Ty::S64 | Ty::F64 => 64,
         }
@@ -117,6 +127,8 @@ pub enum IntOp {
     Add,
     Sub,
     MulLo,
+    /// The high half of the double-width unsigned product (`mul.hi.u64`).
+    MulHi,
     Div,
     Rem,
     Min,

@@ -31,7 +31,7 @@ impl Lowering<'_> {
         let Some(out) = self.meta(id)?.first().cloned() else {
             return Ok(Err("the node has no value".into()));
         };
-        let Some(ty) = ScalarType::of_buffer(out.dtype).filter(|t| t.is_float()) else {
+        let Some(ty) = ScalarType::of_buffer(out.dtype).filter(|t| t.is_arithmetic()) else {
             return Ok(Err(format!("{:?} convolutions are not lowered", out.dtype)));
         };
         let shape = out.shape.clone();

@@ -59,7 +59,7 @@ impl Lowering<'_> {
             return Ok(Err("the node has no input or no value".into()));
         };
         let x = self.value(&input)?;
-        let Some(ty) = ScalarType::of_buffer(out.dtype).filter(|t| t.is_float()) else {
+        let Some(ty) = ScalarType::of_buffer(out.dtype).filter(|t| t.is_arithmetic()) else {
             return Ok(Err(format!("{:?} pooling is not lowered", out.dtype)));
         };
         if self.program.slot(x.slot).meta.dtype != out.dtype {

@@ -283,10 +283,22 @@ impl Lowering<'_> {
             operands[0] = k.b.push(ty, Expr::Cast(x));
         }
         let count: usize = reduce.iter().product();
-        let results = match lower_reduction(&op, &mut k.b, &operands, count, ty) {
+        let mut results = match lower_reduction(&op, &mut k.b, &operands, count, ty) {
             Ok(v) => v,
             Err(why) => return Ok(Err(format!("{}: {why}", op.name()))),
         };
+        // Results computed in f32 for a half reduction are rounded once to their dtypes.
+        for (v, m) in results.iter_mut().zip(&out_meta) {
+            let Some(out_ty) = ScalarType::of_buffer(m.dtype) else {
+                return Ok(Err(format!(
+                    "{:?} reduction outputs are not lowered",
+                    m.dtype
+                )));
+            };
+            if k.b.ty(*v) != out_ty {
+                *v = k.b.push(out_ty, Expr::Cast(*v));
+            }
+        }
         let locals: Vec<Local> = results
             .iter()
             .zip(&spec.outputs)
