@@ -22,8 +22,9 @@
 //!   sweep of [`Stages`](tessera_kernel::Stages), partials combined by `shfl.sync.bfly` and
 //!   across warps through shared memory with `bar.sync`.
 //!
-//! Kernels with an external GEMM or convolution call are not rendered yet: [`render`] returns
-//! [`CudaError::Unsupported`] naming the kernel.
+//! - [`gemm`]: kernels with an external GEMM or convolution call, as a tiled GEMM (FMA, or
+//!   tensor cores with `mma.sync`) or an implicit-GEMM convolution whose epilogue is the
+//!   kernel's own DAG; and the standalone [`render_gemm`] / [`render_conv`] of the eager path.
 //!
 //! # Accuracy against the kernel-IR interpreter
 //!
@@ -75,6 +76,7 @@ mod device;
 mod elementwise;
 mod emit;
 mod error;
+pub mod gemm;
 mod guarded;
 mod index;
 #[cfg(test)]
@@ -90,7 +92,11 @@ mod target;
 pub use device::{CudaDevice, DeviceBuffer, LoadedKernel, driver_present};
 pub use elementwise::ELEMENTWISE_BLOCK;
 pub use error::{CudaError, Result};
+pub use gemm::{
+    ConvSpec, GemmOptions, GemmSpec, MathPath, RenderedGemm, StridedOperand, render_conv,
+    render_gemm,
+};
 pub use reduce::MAX_REDUCTION_BLOCK;
-pub use render::render;
+pub use render::{render, render_with};
 pub use rendered::{BLOCKS_PER_MULTIPROCESSOR, RenderedKernel};
 pub use target::PtxTarget;

@@ -180,6 +180,12 @@ pub fn execute(env: &mut BlockEnv, thread: &mut Thread, instr: &Instr) -> Result
             return Ok(Flow::Barrier);
         }
         Op::Shfl(_) => return Ok(Flow::Shuffle),
+        Op::TensorCore(op) => {
+            // A warp-collective `mma` waits for its warp like a shuffle.
+            if super::tensor_core::execute(env, thread, instr, op)? {
+                return Ok(Flow::Shuffle);
+            }
+        }
     }
     Ok(Flow::Next)
 }
