@@ -93,8 +93,8 @@ pub use device::{CudaDevice, DeviceBuffer, LoadedKernel, driver_present};
 pub use elementwise::ELEMENTWISE_BLOCK;
 pub use error::{CudaError, Result};
 pub use gemm::{
-    ConvSpec, GemmOptions, GemmSpec, MathPath, RenderedGemm, StridedOperand, render_conv,
-    render_gemm,
+    ConvSpec, CublasGemm, CublasHandle, GemmImplementation, GemmOptions, GemmSpec, MathPath,
+    RenderedGemm, StridedOperand, cublas_plan, cublas_present, plan_gemm, render_conv, render_gemm,
 };
 pub use reduce::MAX_REDUCTION_BLOCK;
 pub use render::{render, render_with};

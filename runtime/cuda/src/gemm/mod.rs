@@ -8,10 +8,12 @@
 //! Two ways in: a kernel-IR kernel with a GEMM or convolution call goes through
 //! [`crate::render`] (its elementwise epilogue evaluated on the accumulators), and the eager
 //! path's batched products and convolutions through [`render_gemm`] and [`render_conv`].
-//! Tile sizes live in `config`, one place.
+//! Tile sizes live in `config`, one place. Where libcublas is found, [`plan_gemm`] prefers
+//! cuBLAS for the standalone products it can express ([`cublas_plan`]).
 
 mod arith;
 mod config;
+mod cublas;
 mod element;
 mod epilogue;
 mod fma;
@@ -25,6 +27,9 @@ mod tile_kernel;
 
 pub use config::{
     FMA_MICRO, FMA_TILES, GemmOptions, MMA_TILES, MMA_WARP_TILE, MathPath, ROW_PAD_BYTES, Tiles,
+};
+pub use cublas::{
+    CublasGemm, CublasHandle, GemmImplementation, cublas_plan, cublas_present, plan_gemm,
 };
 pub use standalone::{
     ConvSpec, GemmParam, GemmParamRole, GemmSpec, RenderedGemm, StridedOperand, conv_output_shape,

@@ -111,7 +111,7 @@ pub fn decode(opcode: &str, line: usize) -> Result<Op> {
             }
             _ => return Err(unsupported("expected testp.KIND.TYPE")),
         },
-        "cvt" => decode_cvt(mods).map_err(|reason| unsupported(reason))?,
+        "cvt" => decode_cvt(mods).map_err(&unsupported)?,
         "bra" => match mods {
             [] | ["uni"] => Op::Bra,
             _ => return Err(unsupported("only bra and bra.uni")),

@@ -74,7 +74,7 @@ pub fn execute(env: &mut BlockEnv, thread: &mut Thread, instr: &Instr) -> Result
                 env.read(thread, &ops[2], ty)?,
             );
             let product = if ty.is_signed() {
-                (sign_extend(a, 32) as i64).wrapping_mul(sign_extend(b, 32) as i64) as u64
+                sign_extend(a, 32).wrapping_mul(sign_extend(b, 32)) as u64
             } else {
                 a * b
             };

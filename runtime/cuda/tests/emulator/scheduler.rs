@@ -52,9 +52,14 @@ fn run_thread(env: &mut BlockEnv, thread: &mut Thread, step_limit: u64) -> Resul
         match flow {
             Flow::Next => thread.pc += 1,
             Flow::Jump(target) => thread.pc = target,
-            Flow::Barrier => return Ok(thread.state = State::AtBarrier),
-            Flow::Shuffle => return Ok(thread.state = State::AtShuffle),
-            Flow::Exit => return Ok(thread.state = State::Exited),
+            Flow::Barrier | Flow::Shuffle | Flow::Exit => {
+                thread.state = match flow {
+                    Flow::Barrier => State::AtBarrier,
+                    Flow::Shuffle => State::AtShuffle,
+                    _ => State::Exited,
+                };
+                return Ok(());
+            }
         }
     }
 }

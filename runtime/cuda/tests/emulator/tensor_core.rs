@@ -130,7 +130,7 @@ fn aligned(
     space: &'static str,
     access: &'static str,
 ) -> std::result::Result<u64, Fault> {
-    if address % bytes != 0 {
+    if !address.is_multiple_of(bytes) {
         return Err(Fault::Misaligned {
             access,
             space,
@@ -187,11 +187,11 @@ pub fn execute(
 }
 
 /// The registers of a brace-list operand.
-fn vector<'a>(
-    instr: &'a Instr,
+fn vector(
+    instr: &Instr,
     i: usize,
     len: usize,
-) -> std::result::Result<&'a [super::program::RegId], Fault> {
+) -> std::result::Result<&[super::program::RegId], Fault> {
     match &instr.operands[i] {
         Operand::Vector(regs) if regs.len() == len => Ok(regs),
         other => Err(Fault::BadOperand(format!(
