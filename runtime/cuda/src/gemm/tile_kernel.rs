@@ -1,7 +1,8 @@
 //! The body every GEMM and convolution kernel shares: a grid-stride loop over output tiles
 //! (batch, tile row, tile column; any grid size computes everything), per tile a loop over k
 //! in steps of `bk` (the threads copy the step's A and B elements into shared memory, zero
-//! outside the operands, then the math path accumulates from there), then the accumulator
+//! outside the operands, then the math path accumulates from there while the next step's
+//! elements are loaded into registers), then the accumulator
 //! tile staged in shared memory and the epilogue run once per output point inside the
 //! product, neighbouring threads on neighbouring columns. Every branch but the point test is
 //! uniform across the block, so the barriers are reached by all threads.
@@ -127,6 +128,29 @@ impl TileKernel {
             .collect()
     }
 
+    /// Loads every slot's element of the step at `k0` (A's slots, then B's) into registers.
+    fn load_step(
+        &self,
+        e: &mut Emitter,
+        a_slots: &[(Slot, Reg)],
+        a_tiles: &[SlotTile],
+        b_slots: &[(Slot, Reg)],
+        b_tiles: &[SlotTile],
+        k0: Reg,
+    ) -> Vec<Reg> {
+        let w = self.width;
+        let a = a_slots
+            .iter()
+            .zip(a_tiles)
+            .map(|((slot, _), tile)| self.a.load(e, w, *slot, tile, k0))
+            .collect::<Vec<_>>();
+        let b = b_slots
+            .iter()
+            .zip(b_tiles)
+            .map(|((slot, _), tile)| self.b.load(e, w, *slot, tile, k0));
+        a.into_iter().chain(b.collect::<Vec<_>>()).collect()
+    }
+
     /// Copies one loaded element into shared memory, converted as the path stages it.
     fn stage_element(&self, e: &mut Emitter, at: Reg, value: Reg) {
         match self.path {
@@ -192,23 +216,32 @@ impl TileKernel {
             .collect();
         math.clear(e);
         let k0 = Ints { e, w }.constant(0);
+        // Software pipelining: the elements of step s + 1 are loaded from global memory into
+        // registers while step s computes from shared memory (loads past k read nothing).
+        let held: Vec<Reg> = self.load_step(e, &a_slots, &a_tiles, &b_slots, &b_tiles, k0);
         let (k_top, k_done) = (e.new_label("k_step"), e.new_label("k_done"));
         e.label(&k_top);
         let k_past = e.reg(RegClass::Pred);
         e.ins(format!("setp.ge.{t} {k_past}, {k0}, {}", self.k));
         e.ins(format!("@{k_past} bra {k_done}"));
-        for ((slot, at), tile) in a_slots.iter().zip(&a_tiles) {
-            let v = self.a.load(e, w, *slot, tile, k0);
-            self.stage_element(e, *at, v);
-        }
-        for ((slot, at), tile) in b_slots.iter().zip(&b_tiles) {
-            let v = self.b.load(e, w, *slot, tile, k0);
-            self.stage_element(e, *at, v);
+        let destinations = a_slots.iter().chain(&b_slots).map(|(_, at)| *at);
+        for (at, v) in destinations.zip(&held) {
+            self.stage_element(e, at, *v);
         }
         e.ins("bar.sync 0");
+        let k_next = Ints { e, w }.add_imm(k0, tiles.bk);
+        let next = self.load_step(e, &a_slots, &a_tiles, &b_slots, &b_tiles, k_next);
         math.step(e, tiles, &layout);
         e.ins("bar.sync 0");
-        e.ins(format!("add.{t} {k0}, {k0}, {}", tiles.bk));
+        let ty = match self.element().load_class() {
+            RegClass::F64 => "f64",
+            RegClass::F32 => "f32",
+            _ => "b32",
+        };
+        for (h, n) in held.iter().zip(&next) {
+            e.ins(format!("mov.{ty} {h}, {n}"));
+        }
+        e.ins(format!("mov.{t} {k0}, {k_next}"));
         e.ins(format!("bra.uni {k_top}"));
         e.label(&k_done);
         math.stage(e, &layout);
