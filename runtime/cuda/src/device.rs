@@ -131,6 +131,11 @@ impl CudaDevice {
         self.multiprocessors
     }
 
+    /// The stream kernels (and cuBLAS calls) are queued on.
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
     /// `kernel`'s text with its `.version` and `.target` lines set for this device.
     pub fn ptx_for_device(&self, kernel: &RenderedKernel) -> String {
         let t = self.target;

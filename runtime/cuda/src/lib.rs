@@ -24,8 +24,9 @@
 //!   sweep of [`Stages`](tessera_kernel::Stages), partials combined by `shfl.sync.bfly` and
 //!   across warps through shared memory with `bar.sync`.
 //!
-//! Kernels with an external GEMM or convolution call are not rendered yet: [`render`] returns
-//! [`CudaError::Unsupported`] naming the kernel.
+//! - [`gemm`]: kernels with an external GEMM or convolution call, as a tiled GEMM (FMA, or
+//!   tensor cores with `mma.sync`) or an implicit-GEMM convolution whose epilogue is the
+//!   kernel's own DAG; and the standalone [`render_gemm`] / [`render_conv`] of the eager path.
 //!
 //! # Accuracy against the kernel-IR interpreter
 //!
@@ -79,6 +80,7 @@ pub mod driver;
 mod elementwise;
 mod emit;
 mod error;
+pub mod gemm;
 mod guarded;
 mod half;
 mod index;
@@ -98,8 +100,12 @@ pub use device::{CudaDevice, DeviceBuffer, LoadedKernel};
 pub use driver::{CudaDriver, DeviceProperties, SystemDriver, driver_present};
 pub use elementwise::ELEMENTWISE_BLOCK;
 pub use error::{CudaError, Result};
+pub use gemm::{
+    ConvSpec, CublasGemm, CublasHandle, GemmImplementation, GemmOptions, GemmSpec, MathPath,
+    RenderedGemm, StridedOperand, cublas_plan, cublas_present, plan_gemm, render_conv, render_gemm,
+};
 pub use reduce::MAX_REDUCTION_BLOCK;
-pub use render::render;
+pub use render::{render, render_with};
 pub use rendered::{BLOCKS_PER_MULTIPROCESSOR, RenderedKernel};
 pub use target::PtxTarget;
 pub use tensor::{CudaBackend, CudaStorage, init, init_with_driver};

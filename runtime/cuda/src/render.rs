@@ -1,30 +1,35 @@
 //! Rendering one [`Kernel`] to a PTX module: the header (`.version`, `.target`,
 //! `.address_size 64`), the shared partials of a reduction, and one `.visible .entry` taking a
 //! `.u64` pointer per buffer (`buf0`, `buf1`, ...), its body an elementwise grid-stride loop
-//! ([`crate::elementwise`]) or a block-per-point reduction ([`crate::reduce`]). A pure
-//! function: the text depends only on the kernel and the target.
+//! ([`crate::elementwise`]) or a block-per-point reduction ([`crate::reduce`]); kernels with a
+//! GEMM or convolution call go to [`crate::gemm`]. A pure function: the text depends only on
+//! the kernel, the target and the options.
 
 use crate::body::Body;
 use crate::elementwise::{ELEMENTWISE_BLOCK, elementwise};
 use crate::index::IntWidth;
 use crate::reduce::{PARTIALS, reduction, reduction_block, shared_bytes};
-use crate::{CudaError, PtxTarget, RenderedKernel, Result};
+use crate::{CudaError, GemmOptions, PtxTarget, RenderedKernel, Result};
 use std::fmt::Write;
 use tessera_kernel::{Kernel, ScalarType, Stages};
 
-/// Renders `kernel` for `target`, or says what it uses that is not rendered yet.
+/// Renders `kernel` for `target`, or says what it uses that is not rendered yet. GEMM and
+/// convolution calls compute exactly (FMA): [`render_with`] allows tf32 tensor cores.
 pub fn render(kernel: &Kernel, target: &PtxTarget) -> Result<RenderedKernel> {
+    render_with(kernel, target, GemmOptions::default())
+}
+
+/// [`render`] with the GEMM `options` (tf32 tensor cores for f32 products when allowed).
+pub fn render_with(
+    kernel: &Kernel,
+    target: &PtxTarget,
+    options: GemmOptions,
+) -> Result<RenderedKernel> {
     kernel.verify()?;
     let unsupported = |what: &str| CudaError::Unsupported {
         kernel: kernel.name.clone(),
         what: what.to_string(),
     };
-    if kernel.gemm.is_some() {
-        return Err(unsupported("an external GEMM call (GemmCall)"));
-    }
-    if kernel.conv.is_some() {
-        return Err(unsupported("an external convolution call (ConvCall)"));
-    }
     if kernel.buffers.iter().any(|b| b.ty == ScalarType::Bool) {
         return Err(unsupported("a bool buffer"));
     }
@@ -32,6 +37,9 @@ pub fn render(kernel: &Kernel, target: &PtxTarget) -> Result<RenderedKernel> {
         return Err(unsupported(
             "rounding to bf16 below sm_80 (cvt.rn.bf16.f32)",
         ));
+    }
+    if kernel.gemm.is_some() || kernel.conv.is_some() {
+        return crate::gemm::kernel_call::render_call(kernel, target, options);
     }
     let name = entry_name(&kernel.name);
     let width = IntWidth::of(kernel);
@@ -89,7 +97,7 @@ pub fn render(kernel: &Kernel, target: &PtxTarget) -> Result<RenderedKernel> {
 }
 
 /// `name` as a PTX identifier: letters, digits and `_`, not starting with a digit.
-fn entry_name(name: &str) -> String {
+pub(crate) fn entry_name(name: &str) -> String {
     let mut s: String = name
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })

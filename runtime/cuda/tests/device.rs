@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{kernels, layer_norm_graph, op_graph, reduce_graph};
+use common::{gemm_graphs, kernels, layer_norm_graph, op_graph, reduce_graph};
 use tessera_cuda::{CudaDevice, CudaError, PtxTarget, RenderedKernel, driver_present, render};
 use tessera_fx::Graph;
 use tessera_kernel::{BufferPtr, BufferRole, Kernel, ScalarType, interpret};
@@ -156,6 +156,64 @@ fn reductions_agree_with_the_interpreter_on_the_gpu() {
             agrees_on_gpu(&g, 1e-5);
         }
         agrees_on_gpu(&layer_norm_graph(dtype, 9, 1000), 1e-5);
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gemm_and_convolution_kernels_agree_with_the_interpreter_on_the_gpu() {
+    for dtype in [DType::F32, DType::F64] {
+        for (_, g) in gemm_graphs(dtype) {
+            agrees_on_gpu(&g, 1e-5);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU and libcublas"]
+fn cublas_computes_the_planned_row_major_product() {
+    use tessera_cuda::{CublasHandle, GemmOptions, GemmSpec, StridedOperand, cublas_plan};
+    let device = CudaDevice::new(0).unwrap();
+    let blas = CublasHandle::new(&device).unwrap();
+    let (batch, m, n, k) = (2, 33, 17, 9);
+    let spec = GemmSpec {
+        name: "cublas".into(),
+        dtype: DType::F32,
+        batch,
+        m,
+        n,
+        k,
+        a: StridedOperand::row_major(m, k),
+        // B read transposed from [batch, n, k].
+        b: StridedOperand {
+            offset: 0,
+            batch_stride: n * k,
+            row_stride: 1,
+            col_stride: k,
+        },
+        c: StridedOperand::row_major(m, n),
+        bias: None,
+        options: GemmOptions::default(),
+    };
+    let plan = cublas_plan(&spec).unwrap();
+    let a: Vec<f32> = (0..batch * m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+    let b: Vec<f32> = (0..batch * n * k).map(|i| (i % 5) as f32 - 2.0).collect();
+    let (da, db) = (
+        device.upload_f32(&a).unwrap(),
+        device.upload_f32(&b).unwrap(),
+    );
+    let mut dc = device.zeros(ScalarType::F32, batch * m * n).unwrap();
+    blas.gemm(&plan, &da, &db, &mut dc).unwrap();
+    let got = device.download(&dc).unwrap();
+    for bi in 0..batch {
+        for r in 0..m {
+            for c in 0..n {
+                let want: f32 = (0..k)
+                    .map(|l| a[bi * m * k + r * k + l] * b[bi * n * k + c * k + l])
+                    .sum();
+                assert_eq!(got[bi * m * n + r * n + c], f64::from(want));
+            }
+        }
     }
 }
 

@@ -1,34 +1,101 @@
-//! What the renderer refuses and what it returns besides the text: a kernel with an external
-//! GEMM call is a typed `Unsupported` error naming the kernel (never a panic), the launch
+//! What the renderer refuses and what it returns besides the text: a GEMM kernel's launch (one
+//! 64 x 64 tile per block, FMA unless tf32 is allowed), a GEMM result read at another point
+//! than the output's is a typed `Unsupported` error naming the kernel (never a panic), the launch
 //! configuration covers the work with a grid capped per multiprocessor, and contiguous f32
 //! kernels use vector loads with a scalar tail.
 
 mod common;
 
 use common::{kernels, op_graph, reduce_graph};
-use tessera_cuda::{BLOCKS_PER_MULTIPROCESSOR, CudaError, PtxTarget, render};
+use tessera_cuda::{
+    BLOCKS_PER_MULTIPROCESSOR, CudaError, GemmOptions, PtxTarget, render, render_with,
+};
 use tessera_fx::Graph;
 use tessera_tensor::op::{ReduceKind, UnaryOp};
 use tessera_tensor::{DType, Op, TensorMeta};
 
-#[test]
-fn a_gemm_kernel_is_unsupported_with_the_kernel_named() {
+/// `relu(x @ w^T)` for `x: [rows, k]`, `w: [n, k]`: its kernel calling the GEMM.
+fn linear_relu_kernel(rows: usize, k: usize, n: usize) -> tessera_kernel::Kernel {
     let mut g = Graph::new();
-    let x = g.placeholder("x", TensorMeta::new([4, 8], DType::F32));
-    let w = g.placeholder("w", TensorMeta::new([6, 8], DType::F32));
+    let x = g.placeholder("x", TensorMeta::new([rows, k], DType::F32));
+    let w = g.placeholder("w", TensorMeta::new([n, k], DType::F32));
     let y = g
         .call_function(Op::Linear { bias: false }, &[&x, &w])
         .unwrap();
     let r = g.call_function(Op::Unary(UnaryOp::Relu), &[&y]).unwrap();
     g.output(&[&r]).unwrap();
-    let kernel = kernels(&g)
+    kernels(&g)
         .into_iter()
         .find(|k| k.gemm.is_some())
-        .expect("a linear layer lowers to a kernel calling the GEMM");
-    match render(&kernel, &PtxTarget::SM80) {
-        Err(CudaError::Unsupported { kernel: name, what }) => {
-            assert_eq!(name, kernel.name);
-            assert!(what.contains("GEMM"), "{what}");
+        .expect("a linear layer lowers to a kernel calling the GEMM")
+}
+
+#[test]
+fn a_gemm_kernel_renders_one_tile_per_block_and_fma_unless_tf32_is_allowed() {
+    let kernel = linear_relu_kernel(100, 8, 130);
+    let r = render(&kernel, &PtxTarget::SM80).unwrap();
+    // 64 x 64 output tiles: 2 x 3 of them, 256 threads each.
+    assert_eq!((r.block, r.blocks_needed), (256, 6));
+    assert_eq!(r.buffers, kernel.buffers);
+    assert!(r.ptx.contains("fma.rn.f32"), "{}", r.ptx);
+    assert!(!r.ptx.contains("mma.sync"), "{}", r.ptx);
+    let tf32 = render_with(&kernel, &PtxTarget::SM80, GemmOptions { allow_tf32: true }).unwrap();
+    assert_eq!((tf32.block, tf32.blocks_needed), (128, 6));
+    assert!(tf32.ptx.contains("cvt.rna.tf32.f32"), "{}", tf32.ptx);
+    assert!(
+        tf32.ptx
+            .contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
+        "{}",
+        tf32.ptx
+    );
+}
+
+#[test]
+fn a_gemm_result_read_at_another_point_is_unsupported_with_the_kernel_named() {
+    use tessera_kernel::{
+        BufferRole, Expr, GemmCall, IndexExpr, KernelBuilder, MatrixIndex, ScalarType,
+    };
+    let f32 = ScalarType::F32;
+    let mut b = KernelBuilder::new("transposed_read", vec![4, 4]);
+    let x = b.buffer(BufferRole::Input, f32, 16);
+    let w = b.buffer(BufferRole::Input, f32, 16);
+    let scratch = b.buffer(BufferRole::Scratch, f32, 16);
+    let out = b.buffer(BufferRole::Output, f32, 16);
+    let packed = MatrixIndex {
+        offset: 0,
+        row_stride: 4,
+        col_stride: 1,
+    };
+    b.gemm(GemmCall {
+        a: x,
+        a_index: packed,
+        b: w,
+        b_index: packed,
+        out: scratch,
+        k: 4,
+    });
+    let v = b.push(
+        f32,
+        Expr::Load {
+            buffer: scratch,
+            index: IndexExpr {
+                offset: 0,
+                strides: vec![1, 4],
+            },
+        },
+    );
+    b.store(
+        out,
+        IndexExpr {
+            offset: 0,
+            strides: vec![4, 1],
+        },
+        v,
+    );
+    match render(&b.finish(), &PtxTarget::SM80) {
+        Err(CudaError::Unsupported { kernel, what }) => {
+            assert_eq!(kernel, "transposed_read");
+            assert!(what.contains("another point"), "{what}");
         }
         other => panic!("expected Unsupported, got {other:?}"),
     }

@@ -1,5 +1,6 @@
 //! Snapshots of the PTX of representative kernels (an elementwise chain, a bf16 chain, a
-//! broadcast add, a softmax, a layer norm), reviewed like any generated text; under `snapshots/`.
+//! broadcast add, a softmax, a layer norm, a linear layer's GEMM with its fused epilogue),
+//! reviewed like any generated text; under `snapshots/`.
 
 mod common;
 
@@ -77,4 +78,20 @@ fn layer_norm_ptx() {
     let ptx = ptx_of(&layer_norm_graph(DType::F64, 2, 16));
     assert!(ptx.contains("bar.sync 0"), "{ptx}");
     snapshots().bind(|| insta::assert_snapshot!("ptx_layer_norm", ptx));
+}
+
+#[test]
+fn linear_relu_gemm_ptx() {
+    let mut g = Graph::new();
+    let x = g.placeholder("x", TensorMeta::new([5, 3], DType::F32));
+    let w = g.placeholder("w", TensorMeta::new([4, 3], DType::F32));
+    let b = g.placeholder("b", TensorMeta::new([4], DType::F32));
+    let y = g
+        .call_function(Op::Linear { bias: true }, &[&x, &w, &b])
+        .unwrap();
+    let r = g.call_function(Op::Unary(UnaryOp::Relu), &[&y]).unwrap();
+    g.output(&[&r]).unwrap();
+    let ptx = ptx_of(&g);
+    assert!(ptx.contains("fma.rn.f32"), "{ptx}");
+    snapshots().bind(|| insta::assert_snapshot!("ptx_linear_relu_gemm", ptx));
 }

@@ -5,10 +5,14 @@
 
 mod common;
 
-use common::{elementwise_graphs, kernels, layout_graphs, reduction_graphs};
+use common::{elementwise_graphs, gemm_graphs, kernels, layout_graphs, reduction_graphs};
 use std::collections::BTreeSet;
-use tessera_cuda::{PtxTarget, render};
+use tessera_cuda::{
+    ConvSpec, GemmOptions, GemmSpec, PtxTarget, StridedOperand, render, render_conv, render_gemm,
+    render_with,
+};
 use tessera_tensor::DType;
+use tessera_tensor::op::ConvParams;
 
 /// Every `op.suffix...` of `{a,b}` alternatives, e.g. `expand("add.{s32,u32}")`.
 fn expand(pattern: &str) -> Vec<String> {
@@ -70,6 +74,14 @@ fn subset() -> BTreeSet<String> {
         "{bra,bra.uni,ret}",
         "bar.sync",
         "shfl.sync.{bfly,down}.b32",
+        // The GEMM and convolution kernels (`emulator/tensor_core.rs`).
+        "ld.shared.{b32,v4.f32,v2.f64}",
+        "st.shared.{b32,u16,v4.f32,v2.f64}",
+        "{ld,st}.global.u16",
+        "cvt.rna.tf32.f32",
+        "cvt.rn.{f16x2,bf16x2}.f32",
+        "mma.sync.aligned.m16n8k16.row.col.f32.{f16.f16,bf16.bf16}.f32",
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
     ]
     .iter()
     .flat_map(|p| expand(p))
@@ -89,6 +101,7 @@ fn opcodes(ptx: &str) -> (BTreeSet<String>, Vec<String>) {
         "\t.param .u64 ",
         "\t.reg .",
         ".shared .align 8 .b8 ",
+        ".shared .align 16 .b8 ",
     ];
     for line in ptx.lines() {
         let t = line.trim();
@@ -136,22 +149,36 @@ fn every_rendered_instruction_is_in_the_emulated_subset() {
         graphs.extend(elementwise_graphs(dtype));
         graphs.extend(reduction_graphs(dtype));
     }
-    let mut used = BTreeSet::new();
+    for dtype in [DType::F32, DType::F64] {
+        graphs.extend(gemm_graphs(dtype));
+    }
+    let mut texts = Vec::new();
     for (what, g) in graphs {
         for k in kernels(&g) {
-            let ptx = render(&k, &PtxTarget::SM80).unwrap().ptx;
-            let (ops, strange) = opcodes(&ptx);
-            assert!(
-                strange.is_empty(),
-                "{what}: lines outside the subset: {strange:?}"
-            );
-            for op in ops {
-                assert!(
-                    allowed.contains(&op),
-                    "{what}: `{op}` is not in the subset\n{ptx}"
-                );
-                used.insert(op);
+            texts.push((what.clone(), render(&k, &PtxTarget::SM80).unwrap().ptx));
+            if k.gemm.is_some() || k.conv.is_some() {
+                let tf32 = GemmOptions { allow_tf32: true };
+                texts.push((
+                    what.clone(),
+                    render_with(&k, &PtxTarget::SM80, tf32).unwrap().ptx,
+                ));
             }
+        }
+    }
+    texts.extend(standalone_texts());
+    let mut used = BTreeSet::new();
+    for (what, ptx) in texts {
+        let (ops, strange) = opcodes(&ptx);
+        assert!(
+            strange.is_empty(),
+            "{what}: lines outside the subset: {strange:?}"
+        );
+        for op in ops {
+            assert!(
+                allowed.contains(&op),
+                "{what}: `{op}` is not in the subset\n{ptx}"
+            );
+            used.insert(op);
         }
     }
     // The renderer's table reaches the instructions the reductions and math need.
@@ -164,9 +191,55 @@ fn every_rendered_instruction_is_in_the_emulated_subset() {
         "mul.hi.u64",
         "cvt.rn.bf16.f32",
         "cvt.f32.f16",
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+        "cvt.rn.f16x2.f32",
+        "st.shared.u16",
     ] {
         assert!(used.contains(op), "{op} was never emitted: {used:?}");
     }
+}
+
+/// The standalone GEMM and convolution in every dtype and path, with a bias.
+fn standalone_texts() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (dtype, allow_tf32) in [
+        (DType::F16, false),
+        (DType::BF16, false),
+        (DType::F32, false),
+        (DType::F32, true),
+        (DType::F64, false),
+    ] {
+        let options = GemmOptions { allow_tf32 };
+        let gemm = GemmSpec {
+            name: "gemm".into(),
+            dtype,
+            batch: 2,
+            m: 9,
+            n: 5,
+            k: 3,
+            a: StridedOperand::row_major(9, 3),
+            b: StridedOperand::row_major(3, 5),
+            c: StridedOperand::row_major(9, 5),
+            bias: Some((0, 1)),
+            options,
+        };
+        let conv = ConvSpec {
+            name: "conv".into(),
+            dtype,
+            input_shape: [1, 2, 5, 5],
+            weight_shape: [3, 2, 3, 3],
+            params: ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1),
+            bias: true,
+            options,
+        };
+        let what = format!("standalone {dtype:?} tf32={allow_tf32}");
+        out.push((
+            what.clone(),
+            render_gemm(&gemm, &PtxTarget::SM80).unwrap().ptx,
+        ));
+        out.push((what, render_conv(&conv, &PtxTarget::SM80).unwrap().ptx));
+    }
+    out
 }
 
 #[test]

@@ -268,3 +268,84 @@ pub fn layout_graphs() -> Vec<(String, Graph)> {
     ));
     out
 }
+
+/// Graphs whose lowering calls the GEMM or the convolution with a fused epilogue: linear with
+/// bias and relu (2-D and 3-D input), a matmul of transposed operands plus a residual, and
+/// convolutions (3x3 padded, 1x1, 7x7 stride 2, dilated, grouped), named.
+pub fn gemm_graphs(dtype: DType) -> Vec<(String, Graph)> {
+    use tessera_tensor::op::{ConvOp, ConvParams};
+    let mut out = Vec::new();
+    for x_shape in [vec![33, 20], vec![2, 5, 20]] {
+        let mut g = Graph::new();
+        let x = g.placeholder("x", TensorMeta::new(x_shape.clone(), dtype));
+        let w = g.placeholder("w", TensorMeta::new([7, 20], dtype));
+        let b = g.placeholder("b", TensorMeta::new([7], dtype));
+        let y = g
+            .call_function(Op::Linear { bias: true }, &[&x, &w, &b])
+            .unwrap();
+        let r = g.call_function(Op::Unary(UnaryOp::Relu), &[&y]).unwrap();
+        g.output(&[&r]).unwrap();
+        out.push((format!("linear {x_shape:?} relu"), g));
+    }
+    let mut g = Graph::new();
+    let xt = g.placeholder("xt", TensorMeta::new([16, 9], dtype));
+    let w = g.placeholder("w", TensorMeta::new([16, 5], dtype));
+    let r = g.placeholder("r", TensorMeta::new([9, 5], dtype));
+    let x = g
+        .call_function(Op::View(ViewOp::Permute(vec![1, 0])), &[&xt])
+        .unwrap();
+    let y = g.call_function(Op::Matmul, &[&x, &w]).unwrap();
+    let s = g
+        .call_function(Op::Binary(BinaryOp::Add), &[&y, &r])
+        .unwrap();
+    g.output(&[&s]).unwrap();
+    out.push(("x^T @ w + r".into(), g));
+    let convs = [
+        (
+            "3x3",
+            [2, 3, 7, 6],
+            [5, 3, 3, 3],
+            ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1),
+        ),
+        (
+            "1x1",
+            [1, 8, 5, 5],
+            [7, 8, 1, 1],
+            ConvParams::conv2d([1, 1], [0, 0], [1, 1], 1),
+        ),
+        (
+            "7x7/2",
+            [1, 3, 11, 10],
+            [6, 3, 7, 7],
+            ConvParams::conv2d([2, 2], [3, 3], [1, 1], 1),
+        ),
+        (
+            "dilated",
+            [1, 4, 9, 9],
+            [3, 4, 3, 3],
+            ConvParams::conv2d([1, 1], [2, 2], [2, 2], 1),
+        ),
+        (
+            "groups 2",
+            [2, 4, 6, 5],
+            [6, 2, 3, 3],
+            ConvParams::conv2d([1, 1], [1, 1], [1, 1], 2),
+        ),
+    ];
+    for (what, x_shape, w_shape, params) in convs {
+        let mut g = Graph::new();
+        let x = g.placeholder("x", TensorMeta::new(x_shape, dtype));
+        let w = g.placeholder("w", TensorMeta::new(w_shape, dtype));
+        let b = g.placeholder("b", TensorMeta::new([w_shape[0]], dtype));
+        let c = g
+            .call_function(
+                Op::Conv(ConvOp::Forward { params, bias: true }),
+                &[&x, &w, &b],
+            )
+            .unwrap();
+        let r = g.call_function(Op::Unary(UnaryOp::Relu), &[&c]).unwrap();
+        g.output(&[&r]).unwrap();
+        out.push((format!("conv {what} relu"), g));
+    }
+    out
+}

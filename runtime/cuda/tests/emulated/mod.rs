@@ -9,7 +9,7 @@ use tessera_kernel::{BufferPtr, BufferRole, Kernel, KernelExecutor, ScalarType};
 
 /// Runs kernels in the emulator with at most `max_grid` blocks; elementwise kernels (whose
 /// code reads the block size from `%ntid.x`) run with `elementwise_block` threads per block,
-/// reductions with the block size they were rendered for.
+/// reductions and GEMM or convolution kernels with the block size they were rendered for.
 pub struct EmulatedPtx {
     pub max_grid: u32,
     pub elementwise_block: u32,
@@ -67,7 +67,10 @@ impl KernelExecutor for EmulatedPtx {
             };
             params.push(ParamValue::Ptr(address));
         }
-        let block = if kernel.reduce.is_empty() {
+        // Elementwise kernels read their block size from `%ntid.x`; reductions and GEMM or
+        // convolution tiles are written for theirs.
+        let external = kernel.gemm.is_some() || kernel.conv.is_some();
+        let block = if kernel.reduce.is_empty() && !external {
             self.elementwise_block
         } else {
             rendered.block

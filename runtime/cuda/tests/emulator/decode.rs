@@ -13,6 +13,9 @@ const BITWISE: &[Ty] = &[Ty::B32, Ty::B64, Ty::Pred];
 
 /// Decodes `opcode` found on `line`.
 pub fn decode(opcode: &str, line: usize) -> Result<Op> {
+    if let Some(op) = super::tensor_core::decode(opcode) {
+        return Ok(op);
+    }
     let parts: Vec<&str> = opcode.split('.').collect();
     let (base, mods) = (parts[0], &parts[1..]);
     let unsupported = |reason: &str| EmuError::UnsupportedForm {
@@ -111,7 +114,7 @@ pub fn decode(opcode: &str, line: usize) -> Result<Op> {
             }
             _ => return Err(unsupported("expected testp.KIND.TYPE")),
         },
-        "cvt" => decode_cvt(mods).map_err(|reason| unsupported(reason))?,
+        "cvt" => decode_cvt(mods).map_err(&unsupported)?,
         "bra" => match mods {
             [] | ["uni"] => Op::Bra,
             _ => return Err(unsupported("only bra and bra.uni")),
@@ -254,5 +257,6 @@ pub fn operand_count(op: &Op) -> usize {
         Op::Int(..) | Op::MulWide(_) | Op::Setp(..) | Op::Float(..) => 3,
         Op::MadLo(_) | Op::Fma(_) | Op::Selp(_) => 4,
         Op::Shfl(_) => 5,
+        Op::TensorCore(op) => op.operand_count(),
     }
 }

@@ -43,7 +43,7 @@ pub enum EmuError {
         fault: Fault,
     },
     #[error(
-        "line {line}, block {block}, warp {warp}: shfl.sync reached by a diverged warp ({detail})"
+        "line {line}, block {block}, warp {warp}: a warp-collective shfl.sync or mma.sync reached by a diverged warp ({detail})"
     )]
     ShuffleDivergence {
         line: usize,

@@ -74,7 +74,7 @@ pub fn execute(env: &mut BlockEnv, thread: &mut Thread, instr: &Instr) -> Result
                 env.read(thread, &ops[2], ty)?,
             );
             let product = if ty.is_signed() {
-                (sign_extend(a, 32) as i64).wrapping_mul(sign_extend(b, 32) as i64) as u64
+                sign_extend(a, 32).wrapping_mul(sign_extend(b, 32)) as u64
             } else {
                 a * b
             };
@@ -182,6 +182,12 @@ pub fn execute(env: &mut BlockEnv, thread: &mut Thread, instr: &Instr) -> Result
             return Ok(Flow::Barrier);
         }
         Op::Shfl(_) => return Ok(Flow::Shuffle),
+        Op::TensorCore(op) => {
+            // A warp-collective `mma` waits for its warp like a shuffle.
+            if super::tensor_core::execute(env, thread, instr, op)? {
+                return Ok(Flow::Shuffle);
+            }
+        }
     }
     Ok(Flow::Next)
 }

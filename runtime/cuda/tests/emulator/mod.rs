@@ -31,6 +31,7 @@ mod parse;
 mod program;
 mod scheduler;
 mod shared;
+mod tensor_core;
 mod thread;
 
 pub use error::{EmuError, Fault, Result};

@@ -230,6 +230,8 @@ pub enum Op {
     Ret,
     BarSync,
     Shfl(ShflMode),
+    /// The GEMM kernels' instructions (`mma.sync`, tf32/half conversions, 16-bit accesses).
+    TensorCore(super::tensor_core::TensorCoreOp),
 }
 
 /// A predicate guard `@%p` or `@!%p`.

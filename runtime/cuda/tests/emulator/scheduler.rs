@@ -1,5 +1,6 @@
-//! Runs one block: each thread runs alone until it reaches `bar.sync`, `shfl.sync` or its exit;
-//! then the warps whose 32 lanes all wait at the same shuffle exchange values, and once every
+//! Runs one block: each thread runs alone until it reaches `bar.sync`, `shfl.sync`, `mma.sync`
+//! or its exit; then the warps whose 32 lanes all wait at the same shuffle exchange values (or
+//! compute their `mma`), and once every
 //! thread that has not exited waits at the same barrier, the barrier opens.
 
 use super::error::{EmuError, Fault, Result};
@@ -51,9 +52,14 @@ fn run_thread(env: &mut BlockEnv, thread: &mut Thread, step_limit: u64) -> Resul
         match flow {
             Flow::Next => thread.pc += 1,
             Flow::Jump(target) => thread.pc = target,
-            Flow::Barrier => return Ok(thread.state = State::AtBarrier),
-            Flow::Shuffle => return Ok(thread.state = State::AtShuffle),
-            Flow::Exit => return Ok(thread.state = State::Exited),
+            Flow::Barrier | Flow::Shuffle | Flow::Exit => {
+                thread.state = match flow {
+                    Flow::Barrier => State::AtBarrier,
+                    Flow::Shuffle => State::AtShuffle,
+                    _ => State::Exited,
+                };
+                return Ok(());
+            }
         }
     }
 }
@@ -100,6 +106,11 @@ fn resolve_shuffles(env: &BlockEnv, threads: &mut [Thread]) -> Result<bool> {
                 describe_state(env, other),
                 first.tid as usize % WARP_SIZE
             )));
+        }
+        if let Op::TensorCore(super::tensor_core::TensorCoreOp::Mma(kind)) = instr.op {
+            super::tensor_core::complete_mma(env, lanes, instr, kind, warp)?;
+            progressed = true;
+            continue;
         }
         let Op::Shfl(mode) = instr.op else {
             return Err(divergence(
