@@ -379,6 +379,21 @@ impl Graph {
         }
     }
 
+    /// Gives a node a new name (made unique), while a transform is still building the graph
+    /// (the autodiff names each gradient after its value once it is complete). Placeholders
+    /// keep theirs, since it is their target.
+    pub(crate) fn rename(&mut self, id: &NodeId, candidate: &str) -> Result<()> {
+        let i = self.index(id)?;
+        if matches!(self.graph[i].kind, NodeKind::Placeholder { .. }) {
+            return Ok(());
+        }
+        let name = self.fresh_name(candidate);
+        let old = std::mem::replace(&mut self.graph[i].name, name.clone());
+        self.names.remove(&old);
+        self.names.insert(name, i);
+        Ok(())
+    }
+
     pub(crate) fn fresh_name(&mut self, candidate: &str) -> String {
         let names = &self.names;
         fresh_name(candidate, &mut self.counters, |n| names.contains_key(n))

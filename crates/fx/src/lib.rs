@@ -48,6 +48,7 @@
 
 pub mod artifact;
 mod attr_text;
+pub mod autodiff;
 mod code;
 mod dot;
 mod edit;
@@ -76,7 +77,8 @@ mod verify;
 
 pub use edit::ValueMap;
 pub use error::{
-    ArtifactError, FxError, InlineError, PatternError, Result, Role, RunError, TraceError,
+    ArtifactError, AutodiffError, FxError, InlineError, PatternError, Result, Role, RunError,
+    TraceError,
 };
 pub use fx_layout::FxLayout;
 pub use graph::Graph;
