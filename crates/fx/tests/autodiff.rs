@@ -280,3 +280,33 @@ fn unknown_and_integer_values_are_refused_by_name() {
         "autodiff: `target` is i64: only float values have gradients"
     );
 }
+
+#[test]
+fn learnable_fake_quantization_differentiates_as_eager() {
+    let model = tessera_nn::layers::Identity::new();
+    let fake_quant = |t: &[Tensor]| {
+        tessera_tensor::op::fake_quantize_learnable_per_channel_affine(
+            &t[0], &t[1], &t[2], 1, 0, 255, 0.5,
+        )?
+        .mul(&t[0])?
+        .sum_all()
+    };
+    let inputs = [
+        ("x", f32s(&[2, 3, 4])),
+        ("scale", f32s(&[3])),
+        ("zero_point", f32s(&[3])),
+    ];
+    let traced = traced_loss(&model, &inputs, |t| Ok(vec![fake_quant(t)?]));
+    let scale = Tensor::from_vec(vec![0.05f32, 0.1, 0.02], &[3]).unwrap();
+    let zero_point = Tensor::from_vec(vec![100.0f32, 128.0, 3.0], &[3]).unwrap();
+    let names = ["x", "scale", "zero_point"];
+    assert_joint_matches_eager(
+        &model,
+        &traced,
+        &names,
+        &names,
+        &[randn(&[2, 3, 4], 10), scale, zero_point],
+        |t| fake_quant(t).unwrap(),
+        (1e-6, 1e-7),
+    );
+}

@@ -517,6 +517,25 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
             })
             .boxed(),
     );
+    all.push(
+        (small(), range(), any::<bool>())
+            .prop_map(|(axis, (quant_min, quant_max), learnable)| {
+                Op::FakeQuantBackward(if learnable {
+                    FakeQuantOp::LearnablePerChannel {
+                        axis,
+                        quant_min,
+                        quant_max,
+                        grad_factor: 0.5,
+                    }
+                } else {
+                    FakeQuantOp::PerTensor {
+                        quant_min,
+                        quant_max,
+                    }
+                })
+            })
+            .boxed(),
+    );
     all
 }
 
@@ -634,6 +653,7 @@ fn variant(op: &Op) -> &'static str {
             QuantOp::Add { .. } => "quant.add",
             QuantOp::AvgPool { .. } => "quant.avg_pool",
         },
+        Op::FakeQuantBackward(_) => "fake_quant_backward",
         Op::FakeQuant(f) => match f {
             FakeQuantOp::PerTensor { .. } => "fake_quant.per_tensor",
             FakeQuantOp::PerChannel { .. } => "fake_quant.per_channel",
@@ -739,6 +759,7 @@ const VARIANTS: &[&str] = &[
     "fake_quant.per_channel",
     "fake_quant.learnable_per_tensor",
     "fake_quant.learnable_per_channel",
+    "fake_quant_backward",
 ];
 
 /// The dtype of each input an op takes (optional inputs included when the attribute says).
@@ -799,6 +820,10 @@ fn input_dtypes(op: &Op) -> Vec<DType> {
             vec![F32, F32, I64]
         }
         Op::FakeQuant(_) => vec![F32, F32, F32],
+        Op::FakeQuantBackward(FakeQuantOp::PerTensor { .. } | FakeQuantOp::PerChannel { .. }) => {
+            vec![F32, F32, F32, I64]
+        }
+        Op::FakeQuantBackward(_) => vec![F32, F32, F32, F32],
         Op::Custom(_) => vec![],
     }
 }

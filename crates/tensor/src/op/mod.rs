@@ -99,6 +99,8 @@ pub enum Op {
     Quant(QuantOp),
     /// Fake quantization for quantization-aware training (differentiable).
     FakeQuant(FakeQuantOp),
+    /// The gradients of a fake-quantize op; inputs `grad, x, scale, zero_point`.
+    FakeQuantBackward(FakeQuantOp),
     /// A user-defined op with its own backward.
     #[serde(skip)]
     Custom(CustomOp),
@@ -224,6 +226,10 @@ macro_rules! delegate {
             Op::Loss($def) => $body,
             Op::Quant($def) => $body,
             Op::FakeQuant($def) => $body,
+            Op::FakeQuantBackward(op) => {
+                let $def = &fake_quant::FakeQuantBackwardOp(op.clone());
+                $body
+            }
             Op::Custom($def) => $body,
         }
     };
@@ -288,6 +294,7 @@ impl Op {
             .or_else(|| decode_variant(name, attrs).map(Op::Loss))
             .or_else(|| decode_variant(name, attrs).map(Op::Quant))
             .or_else(|| decode_variant(name, attrs).map(Op::FakeQuant))
+            .or_else(|| fake_quant::decode_backward(name, attrs).map(Op::FakeQuantBackward))
             .or_else(|| custom::decode(name, attrs).map(Op::Custom))
     }
 
