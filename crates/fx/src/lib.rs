@@ -13,7 +13,8 @@
 //! - Check and show: [`Graph::verify`], `Display` / [`Graph::parse`], [`Graph::tabular`],
 //!   [`Graph::to_dot`], serde for the whole graph.
 //!
-//! Tracing modules into a graph, the interpreter and `GraphModule` build on this crate.
+//! Tracing modules into a graph, the interpreter and `GraphModule` build on this crate, and
+//! [`autodiff::joint_graph`] derives a graph's joint forward+backward graph.
 //!
 //! ```
 //! use tessera_fx::Graph;

@@ -310,3 +310,55 @@ fn learnable_fake_quantization_differentiates_as_eager() {
         (1e-6, 1e-7),
     );
 }
+
+#[test]
+fn training_dropout_sends_gradients_through_the_mask_of_the_same_run() {
+    let model = tessera_nn::layers::Dropout::new(0.5).unwrap();
+    model.train(true);
+    let traced = traced_loss(&model, &[("x", f32s(&[4, 8]))], |t| {
+        Ok(vec![model.call(t[0].clone())?])
+    });
+    let joint = joint_graph(&traced, &["x"]).unwrap();
+    let x = randn(&[4, 8], 11).abs().unwrap().add_scalar(0.1).unwrap();
+    let ones = Tensor::ones(&[4, 8], DType::F32).unwrap();
+    let outputs = joint.traced.interpret(&model, &[x, ones]).unwrap();
+    // Kept elements pass twice their gradient, dropped ones none.
+    let kept = outputs[0]
+        .gt_scalar(0.0)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
+    let expected = kept.mul_scalar(2.0).unwrap();
+    assert_eq!(
+        outputs[1].to_vec::<f32>().unwrap(),
+        expected.to_vec::<f32>().unwrap()
+    );
+}
+
+#[test]
+fn an_undefined_second_derivative_is_a_typed_error_naming_the_node() {
+    let mut g = Graph::new();
+    let grad = g.placeholder("grad", f32s(&[3]));
+    let v = g.placeholder("v", f32s(&[3]));
+    let op = tessera_tensor::Op::UnaryBackward(tessera_tensor::op::UnaryOp::Tanh);
+    let y = g.call_function(op, &[&grad, &v]).unwrap();
+    g.output(&[&y]).unwrap();
+    let traced = tessera_fx::trace::TracedGraph::from(g);
+    let err = joint_graph(&traced, &["v"]).err().unwrap();
+    let FxError::Autodiff {
+        source: AutodiffError::Formula { node, source },
+    } = &err
+    else {
+        panic!("{err}");
+    };
+    assert_eq!(node, "%tanh_backward");
+    assert_eq!(
+        **source,
+        tessera_tensor::TensorError::NoDoubleBackward {
+            op: "tanh_backward".into(),
+            input: 1
+        }
+    );
+    // With respect to the gradient it is linear, and differentiable.
+    assert!(joint_graph(&traced, &["grad"]).is_ok());
+}
