@@ -22,7 +22,7 @@ pub(crate) enum Cursor {
 
 /// A dataflow graph of tensor values, like `torch.fx.Graph`, with a shape and dtype on every
 /// value. Nodes keep their insertion order (placeholders first), which is a topological order
-/// in a valid graph; names are unique and never change.
+/// in a valid graph; names are unique and, once a transform has built the graph, never change.
 #[derive(Debug, Clone, Default)]
 pub struct Graph {
     pub(crate) graph: StableDiGraph<Node, u32>,
