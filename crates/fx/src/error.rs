@@ -115,6 +115,12 @@ pub enum FxError {
     /// is not registered).
     #[error("op {op} cannot be serialized: a custom op that is not registered has no text form")]
     Unserializable { op: String },
+    /// Deriving the joint forward+backward graph failed; the cause names the node.
+    #[error("autodiff: {source}")]
+    Autodiff {
+        #[source]
+        source: AutodiffError,
+    },
     /// An op whose attributes, as its definition writes them, do not read as attribute text.
     #[error("op {op} cannot be serialized: {source}")]
     AttributeText {
@@ -286,6 +292,46 @@ pub enum InlineError {
     /// The operand has no tensor meta to trace the module at.
     #[error("the operand has no value")]
     NoOperandValue,
+}
+
+/// Why the joint forward+backward graph of a graph could not be derived.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AutodiffError {
+    /// The graph calls a module; autodiff needs the op-level graph (trace with
+    /// `LeafPolicy::none()` or inline the module calls first).
+    #[error("{node} calls a module: inline module calls before deriving the backward graph")]
+    ModuleCall { node: String },
+    /// A value to differentiate with respect to that no placeholder or get_attr names.
+    #[error("no graph input or get_attr target is called `{name}`")]
+    UnknownValue { name: String },
+    /// A value to differentiate with respect to that is not a float tensor.
+    #[error("`{name}` is {dtype}: only float values have gradients")]
+    NotFloat {
+        name: String,
+        dtype: tessera_tensor::DType,
+    },
+    /// The op's backward formula failed on the meta tensors standing for the node's values
+    /// (an op with no traceable derivative, such as a second derivative not defined).
+    #[error("the backward formula of {node} failed: {source}")]
+    Formula {
+        node: String,
+        #[source]
+        source: Box<TensorError>,
+    },
+    /// A backward formula produced a gradient whose shape or dtype differs from its input's.
+    #[error(
+        "the backward formula of {node} gave input {input} a gradient {got} where the input is {expected}"
+    )]
+    GradientMeta {
+        node: String,
+        input: usize,
+        expected: String,
+        got: String,
+    },
+    /// The graph has no output node.
+    #[error("the graph has no output")]
+    NoOutput,
 }
 
 /// Why a rewrite's pattern or replacement cannot be used.

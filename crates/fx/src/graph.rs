@@ -22,7 +22,7 @@ pub(crate) enum Cursor {
 
 /// A dataflow graph of tensor values, like `torch.fx.Graph`, with a shape and dtype on every
 /// value. Nodes keep their insertion order (placeholders first), which is a topological order
-/// in a valid graph; names are unique and never change.
+/// in a valid graph; names are unique and, once a transform has built the graph, never change.
 #[derive(Debug, Clone, Default)]
 pub struct Graph {
     pub(crate) graph: StableDiGraph<Node, u32>,
@@ -377,6 +377,21 @@ impl Graph {
                 count: metas.len(),
             }),
         }
+    }
+
+    /// Gives a node a new name (made unique), while a transform is still building the graph
+    /// (the autodiff names each gradient after its value once it is complete). Placeholders
+    /// keep theirs, since it is their target.
+    pub(crate) fn rename(&mut self, id: &NodeId, candidate: &str) -> Result<()> {
+        let i = self.index(id)?;
+        if matches!(self.graph[i].kind, NodeKind::Placeholder { .. }) {
+            return Ok(());
+        }
+        let name = self.fresh_name(candidate);
+        let old = std::mem::replace(&mut self.graph[i].name, name.clone());
+        self.names.remove(&old);
+        self.names.insert(name, i);
+        Ok(())
     }
 
     pub(crate) fn fresh_name(&mut self, candidate: &str) -> String {

@@ -13,7 +13,8 @@
 //! - Check and show: [`Graph::verify`], `Display` / [`Graph::parse`], [`Graph::tabular`],
 //!   [`Graph::to_dot`], serde for the whole graph.
 //!
-//! Tracing modules into a graph, the interpreter and `GraphModule` build on this crate.
+//! Tracing modules into a graph, the interpreter and `GraphModule` build on this crate, and
+//! [`autodiff::joint_graph`] derives a graph's joint forward+backward graph.
 //!
 //! ```
 //! use tessera_fx::Graph;
@@ -48,6 +49,7 @@
 
 pub mod artifact;
 mod attr_text;
+pub mod autodiff;
 mod code;
 mod dot;
 mod edit;
@@ -76,7 +78,8 @@ mod verify;
 
 pub use edit::ValueMap;
 pub use error::{
-    ArtifactError, FxError, InlineError, PatternError, Result, Role, RunError, TraceError,
+    ArtifactError, AutodiffError, FxError, InlineError, PatternError, Result, Role, RunError,
+    TraceError,
 };
 pub use fx_layout::FxLayout;
 pub use graph::Graph;

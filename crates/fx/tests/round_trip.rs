@@ -60,6 +60,7 @@ fn every_op() -> Vec<Op> {
     };
     let conv = ConvParams::conv1d(2, 1, 1, 1);
     let mut ops: Vec<Op> = UnaryOp::EVERY.into_iter().map(Op::Unary).collect();
+    ops.extend(UnaryOp::EVERY.into_iter().map(Op::UnaryBackward));
     for b in BinaryOp::EVERY {
         ops.push(Op::Binary(b));
         ops.push(Op::Scalar(ScalarOp {
@@ -151,6 +152,10 @@ fn every_op() -> Vec<Op> {
             padding_idx: Some(0),
         }),
         Op::Embedding(EmbeddingOp { padding_idx: None }),
+        Op::EmbeddingBackward(EmbeddingBackwardOp {
+            num_weights: 10,
+            padding_idx: Some(2),
+        }),
         Op::Index(IndexOp::Cat { dim: 1 }),
         Op::Index(IndexOp::IndexSelect { dim: 0 }),
         Op::Index(IndexOp::IndexAdd { dim: 0 }),
@@ -171,6 +176,11 @@ fn every_op() -> Vec<Op> {
         Op::Loss(LossOp::BceWithLogits {
             reduction: Reduction::Mean,
             pos_weight: true,
+        }),
+        Op::Loss(LossOp::NllBackward {
+            reduction: Reduction::None,
+            ignore_index: 3,
+            label_smoothing: 0.0,
         }),
         Op::Quant(QuantOp::QuantizePerTensor {
             scale: 0.0123,
@@ -222,6 +232,16 @@ fn every_op() -> Vec<Op> {
             grad_factor: 0.25,
         }),
         Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
+            axis: 1,
+            quant_min: -128,
+            quant_max: 127,
+            grad_factor: 1.0,
+        }),
+        Op::FakeQuantBackward(FakeQuantOp::PerTensor {
+            quant_min: 0,
+            quant_max: 255,
+        }),
+        Op::FakeQuantBackward(FakeQuantOp::LearnablePerChannel {
             axis: 1,
             quant_min: -128,
             quant_max: 127,

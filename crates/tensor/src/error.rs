@@ -88,6 +88,11 @@ pub enum TensorError {
     #[error("autograd: {0}")]
     Autograd(String),
 
+    /// A backward op (the derivative of another op) was itself differentiated with respect to
+    /// an input whose second derivative Tessera does not define.
+    #[error("{op}: double backward with respect to input {input} is not supported")]
+    NoDoubleBackward { op: String, input: usize },
+
     /// A post-accumulate-grad hook failed during backward; the hook's error is the cause.
     #[error("autograd: a post accumulate grad hook failed")]
     GradHook(#[source] crate::autograd::HookError),

@@ -38,7 +38,7 @@ pub mod trace;
 pub use allocated::allocated_bytes;
 pub use autograd::{
     GradHookHandle, GradcheckOptions, HookError, HookResult, NoGradGuard, PostAccumulateGradHook,
-    backward, gradcheck, is_grad_enabled, no_grad, set_grad_enabled,
+    backward, gradcheck, gradcheck_vjp, is_grad_enabled, no_grad, set_grad_enabled,
 };
 pub use buffer_cache::{cached_bytes, empty_cache, recycle, try_uninit_buffer};
 pub use device::{Device, DeviceKind};

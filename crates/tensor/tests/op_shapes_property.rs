@@ -8,8 +8,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::collections::BTreeSet;
 use tessera_tensor::op::{
-    BinaryOp, CompareOp, ConvOp, ConvParams, DropoutOp, EmbeddingOp, FakeQuantOp, IndexOp, LossOp,
-    NormOp, Pool2dParams, PoolOp, QuantOp, ReduceOp, Reduction, ScalarOp, UnaryOp, ViewOp,
+    BinaryOp, CompareOp, ConvOp, ConvParams, DropoutOp, EmbeddingBackwardOp, EmbeddingOp,
+    FakeQuantOp, IndexOp, LossOp, NormOp, Pool2dParams, PoolOp, QuantOp, ReduceOp, Reduction,
+    ScalarOp, UnaryOp, ViewOp,
 };
 use tessera_tensor::{DType, Op, Tensor, TensorMeta};
 use tessera_testkit::every_reduce_kind;
@@ -73,6 +74,7 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
     let reduce_kinds = every_reduce_kind();
     let mut all: Vec<BoxedStrategy<Op>> = Vec::new();
     all.extend(unary.map(|u| Just(Op::Unary(u)).boxed()));
+    all.extend(unary.map(|u| Just(Op::UnaryBackward(u)).boxed()));
     all.extend(binary.map(|b| Just(Op::Binary(b)).boxed()));
     all.extend(binary.map(|op| {
         (any::<bool>(), prop::sample::select(vec![0.0, 2.0, -1.5]))
@@ -283,6 +285,16 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
             .boxed(),
     );
     all.push(
+        (dim(), prop::option::of(small()))
+            .prop_map(|(num_weights, padding_idx)| {
+                Op::EmbeddingBackward(EmbeddingBackwardOp {
+                    num_weights,
+                    padding_idx,
+                })
+            })
+            .boxed(),
+    );
+    all.push(
         small()
             .prop_map(|dim| Op::Index(IndexOp::Cat { dim }))
             .boxed(),
@@ -331,6 +343,17 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
         (reduction(), prop::sample::select(vec![-100i64, 0, 1]))
             .prop_map(|(reduction, ignore_index)| {
                 Op::Loss(LossOp::Nll {
+                    reduction,
+                    ignore_index,
+                    label_smoothing: 0.1,
+                })
+            })
+            .boxed(),
+    );
+    all.push(
+        (reduction(), prop::sample::select(vec![-100i64, 0, 1]))
+            .prop_map(|(reduction, ignore_index)| {
+                Op::Loss(LossOp::NllBackward {
                     reduction,
                     ignore_index,
                     label_smoothing: 0.1,
@@ -494,6 +517,25 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
             })
             .boxed(),
     );
+    all.push(
+        (small(), range(), any::<bool>())
+            .prop_map(|(axis, (quant_min, quant_max), learnable)| {
+                Op::FakeQuantBackward(if learnable {
+                    FakeQuantOp::LearnablePerChannel {
+                        axis,
+                        quant_min,
+                        quant_max,
+                        grad_factor: 0.5,
+                    }
+                } else {
+                    FakeQuantOp::PerTensor {
+                        quant_min,
+                        quant_max,
+                    }
+                })
+            })
+            .boxed(),
+    );
     all
 }
 
@@ -526,6 +568,7 @@ fn variant(op: &Op) -> &'static str {
             UnaryOp::Relu6 => "unary.relu6",
             UnaryOp::Softplus { .. } => "unary.softplus",
         },
+        Op::UnaryBackward(_) => "unary_backward",
         Op::Binary(b) => match b {
             BinaryOp::Add => "binary.add",
             BinaryOp::Sub => "binary.sub",
@@ -582,6 +625,7 @@ fn variant(op: &Op) -> &'static str {
         },
         Op::Dropout(_) => "dropout",
         Op::Embedding(_) => "embedding",
+        Op::EmbeddingBackward(_) => "embedding_backward",
         Op::Index(i) => match i {
             IndexOp::Cat { .. } => "index.cat",
             IndexOp::IndexSelect { .. } => "index.index_select",
@@ -596,6 +640,7 @@ fn variant(op: &Op) -> &'static str {
             LossOp::Nll { .. } => "loss.nll",
             LossOp::BceWithLogits { .. } => "loss.bce_with_logits",
             LossOp::Bce { .. } => "loss.bce",
+            LossOp::NllBackward { .. } => "loss.nll_backward",
         },
         Op::Quant(q) => match q {
             QuantOp::QuantizePerTensor { .. } => "quant.quantize_per_tensor",
@@ -608,6 +653,7 @@ fn variant(op: &Op) -> &'static str {
             QuantOp::Add { .. } => "quant.add",
             QuantOp::AvgPool { .. } => "quant.avg_pool",
         },
+        Op::FakeQuantBackward(_) => "fake_quant_backward",
         Op::FakeQuant(f) => match f {
             FakeQuantOp::PerTensor { .. } => "fake_quant.per_tensor",
             FakeQuantOp::PerChannel { .. } => "fake_quant.per_channel",
@@ -642,6 +688,7 @@ const VARIANTS: &[&str] = &[
     "unary.hardsigmoid",
     "unary.relu6",
     "unary.softplus",
+    "unary_backward",
     "binary.add",
     "binary.sub",
     "binary.mul",
@@ -686,6 +733,7 @@ const VARIANTS: &[&str] = &[
     "norm.rms",
     "dropout",
     "embedding",
+    "embedding_backward",
     "index.cat",
     "index.index_select",
     "index.index_add",
@@ -697,6 +745,7 @@ const VARIANTS: &[&str] = &[
     "loss.nll",
     "loss.bce_with_logits",
     "loss.bce",
+    "loss.nll_backward",
     "quant.quantize_per_tensor",
     "quant.quantize_per_channel",
     "quant.dequantize_per_tensor",
@@ -710,6 +759,7 @@ const VARIANTS: &[&str] = &[
     "fake_quant.per_channel",
     "fake_quant.learnable_per_tensor",
     "fake_quant.learnable_per_channel",
+    "fake_quant_backward",
 ];
 
 /// The dtype of each input an op takes (optional inputs included when the attribute says).
@@ -742,11 +792,14 @@ fn input_dtypes(op: &Op) -> Vec<DType> {
         ) => [vec![F32], bias_input(*weight), bias_input(*bias)].concat(),
         Op::Norm(NormOp::RmsNorm { weight, .. }) => [vec![F32], bias_input(*weight)].concat(),
         Op::Embedding(_) => vec![F32, I64],
+        Op::EmbeddingBackward(_) => vec![F32, I64],
+        Op::UnaryBackward(_) => vec![F32, F32],
         Op::Index(IndexOp::Cat { .. }) => vec![F32, F32, F32],
         Op::Index(IndexOp::IndexSelect { .. } | IndexOp::Gather { .. }) => vec![F32, I64],
         Op::Index(IndexOp::IndexAdd { .. } | IndexOp::ScatterAdd { .. }) => vec![F32, I64, F32],
         Op::Index(IndexOp::OneHot { .. }) => vec![I64],
         Op::Loss(LossOp::Nll { .. }) => vec![F32, I64],
+        Op::Loss(LossOp::NllBackward { .. }) => vec![F32, F32, I64],
         Op::Loss(LossOp::BceWithLogits { pos_weight, .. }) => {
             [vec![F32, F32], bias_input(*pos_weight)].concat()
         }
@@ -767,6 +820,10 @@ fn input_dtypes(op: &Op) -> Vec<DType> {
             vec![F32, F32, I64]
         }
         Op::FakeQuant(_) => vec![F32, F32, F32],
+        Op::FakeQuantBackward(FakeQuantOp::PerTensor { .. } | FakeQuantOp::PerChannel { .. }) => {
+            vec![F32, F32, F32, I64]
+        }
+        Op::FakeQuantBackward(_) => vec![F32, F32, F32, F32],
         Op::Custom(_) => vec![],
     }
 }

@@ -3,7 +3,7 @@
 
 mod inline;
 mod policy;
-mod recording;
+pub(crate) mod recording;
 mod tracer;
 
 pub use inline::inline;

@@ -57,7 +57,7 @@ impl Recording {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -116,7 +116,11 @@ impl Recording {
 
     /// Maps `outputs` to `node` (one output) or to getitem nodes of it, made when a value is
     /// first used (several).
-    fn bind_outputs(state: &mut State, node: NodeId, outputs: &[Tensor]) -> crate::Result<()> {
+    pub(crate) fn bind_outputs(
+        state: &mut State,
+        node: NodeId,
+        outputs: &[Tensor],
+    ) -> crate::Result<()> {
         if outputs.len() == 1 {
             state.values.insert(outputs[0].id(), node);
             return Ok(());

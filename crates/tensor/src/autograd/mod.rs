@@ -11,5 +11,5 @@ pub use engine::backward;
 pub(crate) use grad_hooks::HookList;
 pub use grad_hooks::{GradHookHandle, HookError, HookResult, PostAccumulateGradHook};
 pub use grad_mode::{NoGradGuard, is_grad_enabled, no_grad, set_grad_enabled};
-pub use gradcheck::{GradcheckOptions, gradcheck};
+pub use gradcheck::{GradcheckOptions, gradcheck, gradcheck_vjp};
 pub(crate) use node::{GradEdge, record};

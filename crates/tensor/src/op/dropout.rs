@@ -2,7 +2,7 @@
 //! global seeded generator) and survivors are scaled by `1/(1-p)`; in eval it is the identity.
 
 use super::{BackwardCtx, Effects, FusionRole, OpDef, OpKind, expect_float, expect_inputs};
-use crate::cpu::{float_dispatch, map, tensor_from};
+use crate::cpu::{float_dispatch, tensor_from};
 use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta, with_global_generator};
 
 /// Dropout with drop probability `p`. Outputs the result and the bool keep-mask (not
@@ -79,10 +79,12 @@ impl OpDef for DropoutOp {
     }
 
     fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        // g * (mask ? scale : 0), the factor made in g's dtype from the saved keep-mask.
         let g = cx.grad(0)?;
-        let scale = self.scale();
-        let factor = map(&cx.outputs[1], |k: bool| if k { scale } else { 0.0 })?;
-        Ok(vec![Some(g.mul(&factor.to_dtype(g.dtype())?)?)])
+        let factor = cx.outputs[1]
+            .to_dtype(g.dtype())?
+            .mul_scalar(self.scale())?;
+        Ok(vec![Some(g.mul(&factor)?)])
     }
 
     fn output_is_differentiable(&self, index: usize) -> bool {

@@ -1,7 +1,7 @@
 //! Embedding lookup: rows of a `[num, dim]` weight gathered by integer indices of any shape;
 //! backward scatter-adds into a zero weight gradient, skipping the padding row.
 
-use super::{BackwardCtx, OpDef, OpKind, expect_float, expect_inputs};
+use super::{BackwardCtx, Op, OpDef, OpKind, expect_float, expect_inputs};
 use crate::cpu::{float_dispatch, tensor_from};
 use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
 
@@ -114,10 +114,89 @@ impl OpDef for EmbeddingOp {
         if !cx.needs[0] {
             return Ok(vec![None, None]);
         }
-        let g = cx.grad(0)?;
-        let num = weight.shape()[0];
-        let grad =
-            float_dispatch!(g.dtype(), "embedding", T => self.scatter::<T>(&g, indices, num)?);
+        let backward = EmbeddingBackwardOp {
+            num_weights: weight.shape()[0],
+            padding_idx: self.padding_idx,
+        };
+        let grad = Op::EmbeddingBackward(backward).apply1(&[&cx.grad(0)?, indices])?;
         Ok(vec![Some(grad.to_dtype(weight.dtype())?), None])
+    }
+}
+
+/// The gradient of an embedding with respect to its weight: the rows of `grad` added into a
+/// zero `[num_weights, dim]` table at their indices, the padding row left zero. Inputs
+/// `grad, indices`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EmbeddingBackwardOp {
+    pub num_weights: usize,
+    pub padding_idx: Option<usize>,
+}
+
+impl OpDef for EmbeddingBackwardOp {
+    op_identity!(name: "embedding_backward", attributes: fields, kind: Indexing);
+
+    fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let name = "embedding_backward";
+        expect_inputs(name, inputs, 2)?;
+        let (grad, indices) = (&inputs[0], &inputs[1]);
+        expect_float(name, grad)?;
+        if !matches!(indices.dtype, DType::I64 | DType::I32) {
+            return Err(TensorError::invalid(
+                name,
+                format!("indices must be i64 or i32, got {}", indices.dtype),
+            ));
+        }
+        let (lead, dim) = grad.shape.split_at(grad.shape.len().saturating_sub(1));
+        if grad.shape.is_empty() || lead != indices.shape.as_slice() {
+            return Err(TensorError::shapes(
+                name,
+                &grad.shape,
+                &indices.shape,
+                "grad must be the indices' shape plus the embedding dimension",
+            ));
+        }
+        if let Some(p) = self.padding_idx.filter(|&p| p >= self.num_weights) {
+            return Err(TensorError::invalid(
+                name,
+                format!(
+                    "padding_idx {p} is out of range for a table of {} rows",
+                    self.num_weights
+                ),
+            ));
+        }
+        Ok(vec![TensorMeta::new(
+            vec![self.num_weights, dim[0]],
+            grad.dtype,
+        )])
+    }
+
+    fn cpu(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let (grad, indices) = (inputs[0], inputs[1]);
+        let lookup = EmbeddingOp {
+            padding_idx: self.padding_idx,
+        };
+        Ok(vec![
+            float_dispatch!(grad.dtype(), "embedding_backward", T => lookup.scatter::<T>(grad, indices, self.num_weights)?),
+        ])
+    }
+
+    /// Linear in `grad`: its adjoint looks the upstream rows up again, zero at the padding
+    /// index.
+    fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        if !cx.needs[0] {
+            return Ok(vec![None, None]);
+        }
+        let indices = &cx.inputs[1];
+        let upstream = cx.grad(0)?;
+        let rows =
+            Op::Embedding(EmbeddingOp { padding_idx: None }).apply1(&[&upstream, indices])?;
+        let rows = match self.padding_idx {
+            None => rows,
+            Some(p) => {
+                let kept = indices.ne_scalar(p as f64)?.unsqueeze(-1)?;
+                Tensor::where_(&kept, &rows, &super::zeros(&[], rows.dtype())?)?
+            }
+        };
+        Ok(vec![Some(rows), None])
     }
 }

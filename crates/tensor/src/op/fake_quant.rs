@@ -190,9 +190,16 @@ impl FakeQuantOp {
     /// `dX` (the straight-through estimator), and for the learnable ops `dScale` and
     /// `dZeroPoint` summed over each channel, as PyTorch's `fake_quantize_learnable_*_grad`
     /// CPU kernels.
-    fn gradients(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
-        let (x, scale, zero_point) = (&cx.inputs[0], &cx.inputs[1], &cx.inputs[2]);
-        let dy = cx.grad(0)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
+    /// The kernel of [`FakeQuantBackwardOp`]: `dX`, then for the learnable ops `dScale` and
+    /// `dZeroPoint`.
+    fn gradients(
+        &self,
+        dy: &Tensor,
+        x: &Tensor,
+        scale: &Tensor,
+        zero_point: &Tensor,
+    ) -> Result<Vec<Tensor>> {
+        let dy = dy.to_dtype(DType::F32)?.to_vec::<f32>()?;
         let grid = self.grid(x, scale, zero_point, true)?;
         let (qmin, qmax) = self.range();
         let grad_factor = self.learnable().unwrap_or(1.0) as f32;
@@ -228,17 +235,87 @@ impl FakeQuantOp {
         })?;
         let dx = Tensor::from_vec(dx, &x.shape())?;
         if self.learnable().is_none() {
-            return Ok(vec![Some(dx), None, None]);
+            return Ok(vec![dx]);
         }
         let summed = |sums: Vec<f64>, like: &Tensor| {
             Tensor::from_vec(sums.into_iter().map(|v| v as f32).collect(), &like.shape())
         };
-        Ok(vec![
-            cx.needs[0].then_some(dx),
-            cx.needs[1].then(|| summed(dscale, scale)).transpose()?,
-            cx.needs[2].then(|| summed(dzero, zero_point)).transpose()?,
-        ])
+        Ok(vec![dx, summed(dscale, scale)?, summed(dzero, zero_point)?])
     }
+}
+
+/// The gradients of a fake-quantize op (inputs `grad, x, scale, zero_point`): `dX` by the
+/// straight-through estimator, and for the learnable ops `dScale` and `dZeroPoint` summed per
+/// channel, as PyTorch's CPU kernels compute them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FakeQuantBackwardOp(pub(crate) FakeQuantOp);
+
+impl OpDef for FakeQuantBackwardOp {
+    fn name(&self) -> String {
+        format!("{}_backward", self.0.op_name())
+    }
+
+    fn attributes(&self) -> Option<String> {
+        self.0.attributes()
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::Quantized
+    }
+
+    fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let name = self.name();
+        expect_inputs(&name, inputs, 4)?;
+        let forward = self.0.meta(&inputs[1..])?;
+        if inputs[0] != forward[0] {
+            return Err(TensorError::shapes(
+                name,
+                &inputs[0].shape,
+                &forward[0].shape,
+                "grad must have the shape and dtype (f32) of the fake-quantized input",
+            ));
+        }
+        let mut outputs = forward;
+        if self.0.learnable().is_some() {
+            outputs.push(inputs[2].clone());
+            outputs.push(inputs[3].clone());
+        }
+        Ok(outputs)
+    }
+
+    fn cpu(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        self.0.gradients(inputs[0], inputs[1], inputs[2], inputs[3])
+    }
+
+    /// `dX` is linear in the grad with a mask that is constant almost everywhere in `x`,
+    /// `scale` and `zero_point`, so its own gradient is itself; the learnable gradients have
+    /// none defined here.
+    fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        if self.0.learnable().is_some() {
+            return Err(TensorError::NoDoubleBackward {
+                op: self.name(),
+                input: 0,
+            });
+        }
+        let upstream = cx.grad(0)?;
+        let (x, scale, zero_point) = (&cx.inputs[1], &cx.inputs[2], &cx.inputs[3]);
+        let grad =
+            Op::FakeQuantBackward(self.0.clone()).apply1(&[&upstream, x, scale, zero_point])?;
+        Ok(vec![cx.needs[0].then_some(grad), None, None, None])
+    }
+
+    fn computes_half_in_f32(&self) -> bool {
+        false
+    }
+}
+
+/// The fake-quantize backward op that prints as `name` with `attrs`.
+pub(crate) fn decode_backward(
+    name: &str,
+    attrs: Option<&serde_json::Value>,
+) -> Option<FakeQuantOp> {
+    let base = name.strip_suffix("_backward")?;
+    super::text::decode_variant::<FakeQuantOp>(base, attrs)
 }
 
 impl OpDef for FakeQuantOp {
@@ -286,7 +363,14 @@ impl OpDef for FakeQuantOp {
     }
 
     fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
-        self.gradients(cx)
+        let (x, scale, zero_point) = (&cx.inputs[0], &cx.inputs[1], &cx.inputs[2]);
+        let mut grads = Op::FakeQuantBackward(self.clone())
+            .apply(&[&cx.grad(0)?, x, scale, zero_point])?
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| cx.needs[i].then_some(g));
+        let dx = grads.next().flatten();
+        Ok(vec![dx, grads.next().flatten(), grads.next().flatten()])
     }
 }
 

@@ -579,7 +579,7 @@ impl OpDef for IndexOp {
                     if is_legacy_empty(&shape) && !is_legacy_empty(&out_shape) {
                         grads.push(
                             float(i)
-                                .then(|| Tensor::zeros(&shape, x.dtype()))
+                                .then(|| super::zeros(&shape, x.dtype()))
                                 .transpose()?,
                         );
                         continue;
@@ -597,7 +597,7 @@ impl OpDef for IndexOp {
             IndexOp::IndexSelect { dim } => {
                 let x = &cx.inputs[0];
                 let gx = if float(0) {
-                    let zeros = Tensor::zeros(&padded(&x.shape()), g.dtype())?;
+                    let zeros = super::zeros(&padded(&x.shape()), g.dtype())?;
                     let g = g.reshape(&padded(&g.shape()))?;
                     Some(
                         zeros
@@ -625,7 +625,7 @@ impl OpDef for IndexOp {
             IndexOp::Gather { dim } => {
                 let x = &cx.inputs[0];
                 let gx = if float(0) {
-                    let zeros = Tensor::zeros(&x.shape(), g.dtype())?;
+                    let zeros = super::zeros(&x.shape(), g.dtype())?;
                     Some(zeros.scatter_add(dim as isize, &cx.inputs[1], &g)?)
                 } else {
                     None
@@ -636,17 +636,13 @@ impl OpDef for IndexOp {
                 let gsrc = if float(2) {
                     let (index, src) = (&cx.inputs[1], &cx.inputs[2]);
                     let picked = g.gather(dim as isize, index)?;
-                    Some(if index.shape() == src.shape() {
-                        picked
-                    } else {
-                        let full = Tensor::zeros(&src.shape(), g.dtype())?;
-                        let mut region = full.clone();
-                        for (d, &n) in index.shape().iter().enumerate() {
-                            region = region.narrow(d as isize, 0, n)?;
-                        }
-                        region.copy_(&picked)?;
-                        full
-                    })
+                    // `picked` fills the leading corner of the index's shape; the rest of
+                    // `src` received nothing.
+                    let mut grad = picked;
+                    for (d, (&n, &full)) in index.shape().iter().zip(&src.shape()).enumerate() {
+                        grad = super::view::zero_padded(&grad, d, 0, full - n)?;
+                    }
+                    Some(grad)
                 } else {
                     None
                 };

@@ -40,6 +40,13 @@ pub enum LossOp {
     /// `-(y * max(log x, -100) + (1 - y) * max(log(1 - x), -100))` over probabilities `x`;
     /// the gradient divides by `max(x * (1 - x), 1e-12)`, as PyTorch's.
     Bce { reduction: Reduction },
+    /// The gradient of `Nll` with these attributes with respect to its log-probabilities;
+    /// inputs `grad, input, target` (the forward's input gives only the shape).
+    NllBackward {
+        reduction: Reduction,
+        ignore_index: i64,
+        label_smoothing: f64,
+    },
 }
 
 /// PyTorch's floor on each log term of `binary_cross_entropy`.
@@ -83,7 +90,24 @@ impl LossOp {
             | LossOp::L1 { reduction }
             | LossOp::Nll { reduction, .. }
             | LossOp::BceWithLogits { reduction, .. }
-            | LossOp::Bce { reduction } => reduction,
+            | LossOp::Bce { reduction }
+            | LossOp::NllBackward { reduction, .. } => reduction,
+        }
+    }
+
+    /// The forward nll of an `NllBackward` (and nll itself).
+    fn nll_forward(&self) -> LossOp {
+        match *self {
+            LossOp::NllBackward {
+                reduction,
+                ignore_index,
+                label_smoothing,
+            } => LossOp::Nll {
+                reduction,
+                ignore_index,
+                label_smoothing,
+            },
+            ref other => other.clone(),
         }
     }
 
@@ -130,7 +154,9 @@ impl LossOp {
                     })
                     .collect()
             }
-            LossOp::Nll { .. } => unreachable!("nll has its own kernel"),
+            LossOp::Nll { .. } | LossOp::NllBackward { .. } => {
+                unreachable!("nll has its own kernels")
+            }
         };
         let n = losses.len();
         Ok(self.reduce(losses, &shape, n))
@@ -139,7 +165,7 @@ impl LossOp {
     /// Each sample's class (`None` where ignored), checked against the class count, and how
     /// many samples are not ignored.
     fn nll_terms(&self, input: &Tensor, target: &Tensor) -> Result<(Vec<Option<usize>>, usize)> {
-        let LossOp::Nll { ignore_index, .. } = *self else {
+        let LossOp::Nll { ignore_index, .. } = self.nll_forward() else {
             unreachable!("nll only")
         };
         let (_, classes, _) = class_layout(&input.shape());
@@ -171,7 +197,7 @@ impl LossOp {
     fn nll_setup(&self, input: &Tensor, target: &Tensor) -> Result<NllTerms> {
         let LossOp::Nll {
             label_smoothing, ..
-        } = *self
+        } = self.nll_forward()
         else {
             unreachable!("nll only")
         };
@@ -287,6 +313,45 @@ impl LossOp {
         }
         Ok(TensorMeta::new(target.shape.clone(), input.dtype))
     }
+
+    /// Checks `grad, input, target` of `NllBackward`: the grad has the forward's output shape.
+    fn check_nll_backward(&self, inputs: &[TensorMeta]) -> Result<TensorMeta> {
+        let name = self.name();
+        if inputs.len() != 3 {
+            return Err(TensorError::invalid(
+                &name,
+                format!(
+                    "expected 3 inputs (grad, input, target), got {}",
+                    inputs.len()
+                ),
+            ));
+        }
+        let (grad, input, target) = (&inputs[0], &inputs[1], &inputs[2]);
+        expect_float(&name, grad)?;
+        expect_float(&name, input)?;
+        let forward = self.nll_forward();
+        let per_sample = forward.check_nll(input, target)?;
+        let expected = match self.reduction() {
+            Reduction::None => per_sample.shape,
+            _ => vec![],
+        };
+        if grad.shape != expected {
+            return Err(TensorError::shapes(
+                &name,
+                &grad.shape,
+                &expected,
+                "grad must have the shape of nll_loss's output",
+            ));
+        }
+        if grad.dtype != input.dtype {
+            return Err(TensorError::DTypeMismatch {
+                op: name,
+                expected: input.dtype,
+                got: grad.dtype,
+            });
+        }
+        Ok(input.clone())
+    }
 }
 
 /// `log(1 + exp(v))` without overflow.
@@ -301,12 +366,16 @@ variant_names!(LossOp {
     Nll => "nll_loss",
     BceWithLogits => "binary_cross_entropy_with_logits",
     Bce => "binary_cross_entropy",
+    NllBackward => "nll_loss_backward",
 });
 
 impl OpDef for LossOp {
     op_identity!(name: op_name, attributes: variant, kind: Loss);
 
     fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        if let LossOp::NllBackward { .. } = self {
+            return Ok(vec![self.check_nll_backward(inputs)?]);
+        }
         let name = self.name();
         let arity = 2 + matches!(
             self,
@@ -376,6 +445,10 @@ impl OpDef for LossOp {
         Ok(vec![
             float_dispatch!(inputs[0].dtype(), name, T => match self {
                 LossOp::Nll { .. } => self.nll::<T>(inputs[0], inputs[1])?,
+                LossOp::NllBackward { .. } => {
+                    let grad = inputs[0].to_dtype(inputs[1].dtype())?;
+                    self.nll_backward::<T>(inputs[1], inputs[2], &grad)?
+                }
                 _ => self.elementwise::<T>(inputs)?,
             }),
         ])
@@ -387,10 +460,26 @@ impl OpDef for LossOp {
         let mut grads = vec![None; cx.inputs.len()];
         let up = || self.spread(&g, x.numel());
         match self {
-            LossOp::Nll { .. } => {
+            LossOp::Nll {
+                reduction,
+                ignore_index,
+                label_smoothing,
+            } => {
                 if cx.needs[0] {
-                    let dx = float_dispatch!(x.dtype(), self.name(), T => self.nll_backward::<T>(x, y, &g)?);
-                    grads[0] = Some(dx);
+                    let backward = LossOp::NllBackward {
+                        reduction: *reduction,
+                        ignore_index: *ignore_index,
+                        label_smoothing: *label_smoothing,
+                    };
+                    grads[0] = Some(super::Op::Loss(backward).apply1(&[&g, x, y])?);
+                }
+            }
+            // Linear in the grad: its adjoint is the forward nll of the upstream gradient.
+            LossOp::NllBackward { .. } => {
+                let target = &cx.inputs[2];
+                if cx.needs[0] {
+                    let forward = super::Op::Loss(self.nll_forward());
+                    grads[0] = Some(forward.apply1(&[&g, target])?);
                 }
             }
             LossOp::Mse { .. } | LossOp::L1 { .. } => {
@@ -431,7 +520,7 @@ impl OpDef for LossOp {
                 // l = 1 + (pw - 1) * y; dL/dx = (1 - y) - l * sigmoid(-x).
                 let l = match &pw {
                     Some(pw) => pw.sub_scalar(1.0)?.mul(y)?.add_scalar(1.0)?,
-                    None => Tensor::ones_like(y)?,
+                    None => Tensor::ones(&[], y.dtype())?,
                 };
                 let sig_neg = x.neg()?.sigmoid()?;
                 if cx.needs[0] {

@@ -28,7 +28,7 @@ pub use binary::{BinaryOp, CompareOp, ScalarOp};
 pub use conv::{ConvOp, ConvParams, conv2d_images_into};
 pub use custom::{CustomFunction, CustomOp, register_custom};
 pub use dropout::DropoutOp;
-pub use embedding::EmbeddingOp;
+pub use embedding::{EmbeddingBackwardOp, EmbeddingOp};
 pub use facts::{Effects, FusionRole, OpKind, Producer};
 pub use fake_quant::{
     FakeQuantOp, fake_quantize_learnable_per_channel_affine,
@@ -54,6 +54,9 @@ use crate::{DType, Result, Tensor, TensorError, TensorMeta};
 pub enum Op {
     /// Elementwise function of one tensor.
     Unary(UnaryOp),
+    /// The derivative of a unary op: `grad * f'(v)`; inputs `grad, v` (`v` is the unary op's
+    /// input or output, whichever its derivative reads).
+    UnaryBackward(UnaryOp),
     /// Elementwise function of two broadcast tensors.
     Binary(BinaryOp),
     /// Elementwise function of a tensor and a scalar attribute.
@@ -86,6 +89,8 @@ pub enum Op {
     Dropout(DropoutOp),
     /// Embedding lookup.
     Embedding(EmbeddingOp),
+    /// The gradient of an embedding lookup with respect to its weight.
+    EmbeddingBackward(EmbeddingBackwardOp),
     /// Indexing, joining and splitting.
     Index(IndexOp),
     /// Loss functions.
@@ -94,6 +99,8 @@ pub enum Op {
     Quant(QuantOp),
     /// Fake quantization for quantization-aware training (differentiable).
     FakeQuant(FakeQuantOp),
+    /// The gradients of a fake-quantize op; inputs `grad, x, scale, zero_point`.
+    FakeQuantBackward(FakeQuantOp),
     /// A user-defined op with its own backward.
     #[serde(skip)]
     Custom(CustomOp),
@@ -114,9 +121,15 @@ impl BackwardCtx<'_> {
     pub fn grad(&self, i: usize) -> Result<Tensor> {
         match &self.grads[i] {
             Some(g) => Ok(g.clone()),
-            None => Tensor::zeros(&self.output_metas[i].shape, self.output_metas[i].dtype),
+            None => zeros(&self.output_metas[i].shape, self.output_metas[i].dtype),
         }
     }
+}
+
+/// Zeros of `shape` made with ops (a 0-d zero expanded), so that a backward formula that
+/// needs them is recorded when it runs on meta tensors, and costs no memory eagerly.
+pub(crate) fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
+    Tensor::zeros(&[], dtype)?.expand(shape)
 }
 
 /// Everything an op family defines, in one place: its name and attributes as printed, its
@@ -164,6 +177,10 @@ macro_rules! delegate {
     ($self:ident, $def:ident => $body:expr) => {
         match $self {
             Op::Unary($def) => $body,
+            Op::UnaryBackward(op) => {
+                let $def = &unary::UnaryBackwardOp(*op);
+                $body
+            }
             Op::Binary($def) => $body,
             Op::Scalar($def) => $body,
             Op::Compare($def) => $body,
@@ -204,10 +221,15 @@ macro_rules! delegate {
             Op::Norm($def) => $body,
             Op::Dropout($def) => $body,
             Op::Embedding($def) => $body,
+            Op::EmbeddingBackward($def) => $body,
             Op::Index($def) => $body,
             Op::Loss($def) => $body,
             Op::Quant($def) => $body,
             Op::FakeQuant($def) => $body,
+            Op::FakeQuantBackward(op) => {
+                let $def = &fake_quant::FakeQuantBackwardOp(op.clone());
+                $body
+            }
             Op::Custom($def) => $body,
         }
     };
@@ -238,6 +260,7 @@ impl Op {
         use text::{decode_fixed, decode_struct, decode_variant};
         decode_variant(name, attrs)
             .map(Op::Unary)
+            .or_else(|| unary::decode_backward(name, attrs).map(|b| Op::UnaryBackward(b.0)))
             .or_else(|| decode_variant(name, attrs).map(Op::Binary))
             .or_else(|| decode_struct(name, attrs).map(Op::Scalar))
             .or_else(|| decode_variant(name, attrs).map(Op::Compare))
@@ -266,10 +289,12 @@ impl Op {
             .or_else(|| decode_variant(name, attrs).map(Op::Norm))
             .or_else(|| decode_struct(name, attrs).map(Op::Dropout))
             .or_else(|| decode_struct(name, attrs).map(Op::Embedding))
+            .or_else(|| decode_struct(name, attrs).map(Op::EmbeddingBackward))
             .or_else(|| decode_variant(name, attrs).map(Op::Index))
             .or_else(|| decode_variant(name, attrs).map(Op::Loss))
             .or_else(|| decode_variant(name, attrs).map(Op::Quant))
             .or_else(|| decode_variant(name, attrs).map(Op::FakeQuant))
+            .or_else(|| fake_quant::decode_backward(name, attrs).map(Op::FakeQuantBackward))
             .or_else(|| custom::decode(name, attrs).map(Op::Custom))
     }
 
@@ -309,11 +334,15 @@ impl Op {
         Ok(outputs)
     }
 
-    pub(crate) fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+    /// The gradients of the op's inputs from its backward formula: the one definition of the
+    /// op's derivative, which eager autograd runs on real tensors and `tessera_fx::autodiff`
+    /// runs on meta tensors to record it as graph nodes. Formulas only apply ops.
+    pub fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
         delegate!(self, d => d.backward(cx))
     }
 
-    pub(crate) fn output_is_differentiable(&self, index: usize) -> bool {
+    /// Whether output `index` carries gradients (indices and masks do not).
+    pub fn output_is_differentiable(&self, index: usize) -> bool {
         delegate!(self, d => d.output_is_differentiable(index))
     }
 

@@ -1,9 +1,9 @@
 //! Elementwise functions of one tensor, each with its derivative written as a scalar function
 //! of the input or of the output, whichever the backward formula reads.
 
-use super::{BackwardCtx, OpDef, OpKind, expect_float, expect_inputs};
+use super::{BackwardCtx, Op, OpDef, OpKind, expect_float, expect_inputs};
 use crate::cpu::{float_dispatch, map, zip};
-use crate::{DType, Float, Result, Tensor, TensorMeta};
+use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
 
 /// An elementwise function of one float tensor.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -438,20 +438,115 @@ impl OpDef for UnaryOp {
     }
 
     fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
-        let op = *self;
-        let g = cx.grad(0)?;
-        let source = match op.reads() {
+        let source = match self.reads() {
             Reads::Input => &cx.inputs[0],
             Reads::Output => &cx.outputs[0],
         };
+        let grad = Op::UnaryBackward(*self).apply1(&[&cx.grad(0)?, source])?;
+        Ok(vec![Some(grad)])
+    }
+}
+
+/// The derivative of a unary op: `grad * f'(v)` elementwise, `v` being the op's input or its
+/// output (whichever [`UnaryOp`]'s derivative reads); an exact zero derivative gives `+0`.
+/// Inputs `grad, v`, of one shape and dtype.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct UnaryBackwardOp(pub(crate) UnaryOp);
+
+impl UnaryBackwardOp {
+    /// Whether `f''` is zero wherever `f'` is defined (piecewise-linear functions), so that
+    /// the gradient with respect to `v` of a second backward is zero.
+    fn piecewise_linear(self) -> bool {
+        matches!(
+            self.0,
+            UnaryOp::Neg
+                | UnaryOp::Abs
+                | UnaryOp::Sign
+                | UnaryOp::Relu
+                | UnaryOp::LeakyRelu { .. }
+                | UnaryOp::Hardsigmoid
+                | UnaryOp::Relu6
+        )
+    }
+}
+
+impl OpDef for UnaryBackwardOp {
+    fn name(&self) -> String {
+        format!("{}_backward", self.0.name())
+    }
+
+    fn attributes(&self) -> Option<String> {
+        self.0.attributes()
+    }
+
+    fn kind(&self) -> OpKind {
+        OpKind::ElementwiseBinary
+    }
+
+    fn meta(&self, inputs: &[TensorMeta]) -> Result<Vec<TensorMeta>> {
+        let name = self.name();
+        expect_inputs(&name, inputs, 2)?;
+        expect_float(&name, &inputs[0])?;
+        if inputs[0].shape != inputs[1].shape {
+            return Err(TensorError::shapes(
+                name,
+                &inputs[0].shape,
+                &inputs[1].shape,
+                "grad and the value the derivative reads must have one shape",
+            ));
+        }
+        if inputs[0].dtype != inputs[1].dtype {
+            return Err(TensorError::DTypeMismatch {
+                op: name,
+                expected: inputs[0].dtype,
+                got: inputs[1].dtype,
+            });
+        }
+        Ok(vec![inputs[0].clone()])
+    }
+
+    fn cpu(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let (g, source) = (inputs[0], inputs[1]);
         let shape = g.shape();
         let dtype: DType = g.dtype();
-        let grad = float_dispatch!(dtype, self.name(), T => specialize_unary!(op, o => zip(&g, source, &shape, "backward", move |g: T, v: T| {
+        let grad = float_dispatch!(dtype, self.name(), T => specialize_unary!(self.0, o => zip(g, source, &shape, "backward", move |g: T, v: T| {
             let d = o.derivative(v);
             // An exact zero derivative gives +0, never -0 (as PyTorch's threshold_backward).
             let zero: T = num_traits::Zero::zero();
             if d == zero { zero } else { g * d }
         })?));
-        Ok(vec![Some(grad)])
+        Ok(vec![grad])
     }
+
+    /// Linear in `grad` (its adjoint is itself); in `v` only piecewise-linear functions have a
+    /// second derivative defined here (zero).
+    fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {
+        let upstream = cx.grad(0)?;
+        let grad = if cx.needs[0] {
+            Some(Op::UnaryBackward(self.0).apply1(&[&upstream, &cx.inputs[1]])?)
+        } else {
+            None
+        };
+        if cx.needs[1] && !self.piecewise_linear() {
+            return Err(TensorError::NoDoubleBackward {
+                op: self.name(),
+                input: 1,
+            });
+        }
+        Ok(vec![grad, None])
+    }
+
+    /// Computed in the input's own dtype, as the eager backward always was.
+    fn computes_half_in_f32(&self) -> bool {
+        false
+    }
+}
+
+/// The unary backward op that prints as `name` with `attrs` (`relu_backward`).
+pub(crate) fn decode_backward(
+    name: &str,
+    attrs: Option<&serde_json::Value>,
+) -> Option<UnaryBackwardOp> {
+    let base = name.strip_suffix("_backward")?;
+    super::text::decode_variant::<UnaryOp>(base, attrs).map(UnaryBackwardOp)
 }

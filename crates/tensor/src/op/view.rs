@@ -1,7 +1,7 @@
 //! Views that share storage with their input (reshape, permute, narrow, expand) and the copy
 //! that makes a tensor contiguous. Their backward formulas undo the view on the gradient.
 
-use super::{BackwardCtx, OpDef, OpKind, expect_inputs};
+use super::{BackwardCtx, Op, OpDef, OpKind, expect_inputs};
 use crate::layout::{Layout, broadcast_layout, contiguous_strides};
 use crate::{Result, Tensor, TensorError, TensorMeta};
 
@@ -202,9 +202,7 @@ impl OpDef for ViewOp {
                 g.permute(&inverse)?
             }
             ViewOp::Narrow { dim, start, len } => {
-                let full = Tensor::zeros(&input_shape, g.dtype())?;
-                full.narrow(*dim as isize, *start, *len)?.copy_(&g)?;
-                full
+                zero_padded(&g, *dim, *start, input_shape[*dim] - start - len)?
             }
             ViewOp::Expand(_) => g.sum_to_shape(&input_shape)?,
             ViewOp::Contiguous => g,
@@ -215,6 +213,29 @@ impl OpDef for ViewOp {
     fn computes_half_in_f32(&self) -> bool {
         false
     }
+}
+
+/// `g` with `before` and `after` zero slices added along `dim` (the adjoint of a narrow), as
+/// a `cat`, so that it is recorded when traced.
+pub(crate) fn zero_padded(g: &Tensor, dim: usize, before: usize, after: usize) -> Result<Tensor> {
+    let slab = |len: usize| -> Result<Tensor> {
+        let mut shape = g.shape();
+        shape[dim] = len;
+        super::zeros(&shape, g.dtype())
+    };
+    let mut parts = Vec::with_capacity(3);
+    if before > 0 {
+        parts.push(slab(before)?);
+    }
+    parts.push(g.clone());
+    if after > 0 {
+        parts.push(slab(after)?);
+    }
+    if parts.len() == 1 {
+        return Ok(g.clone());
+    }
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    Op::Index(super::IndexOp::Cat { dim }).apply1(&refs)
 }
 
 /// A packed copy of `x` in fresh storage.

@@ -1,0 +1,75 @@
+//! Helpers of the autodiff tests: tracing a loss at op level, and comparing the joint graph's
+//! gradients with eager autograd's on the same module and inputs.
+#![allow(dead_code)]
+
+use tessera_fx::autodiff::{JointGraph, joint_graph};
+use tessera_fx::trace::{LeafPolicy, TracedGraph, trace_with};
+use tessera_nn::{Module, ModuleExt};
+use tessera_tensor::{Tensor, TensorMeta};
+use tessera_testkit::assert_close;
+
+/// Traces `loss(inputs)` at op level (every module call inlined), inputs named as given.
+pub fn traced_loss(
+    module: &dyn Module,
+    inputs: &[(&str, TensorMeta)],
+    loss: impl FnOnce(&[Tensor]) -> tessera_nn::Result<Vec<Tensor>>,
+) -> TracedGraph {
+    trace_with(module, inputs, LeafPolicy::none(), loss).unwrap()
+}
+
+/// Runs the joint graph of `traced` with respect to `wrt` on `inputs` (and `tangents` for its
+/// non-scalar outputs) and returns it and its outputs: forward outputs, then gradients.
+pub fn run_joint(
+    root: &dyn Module,
+    traced: &TracedGraph,
+    wrt: &[&str],
+    inputs: &[Tensor],
+) -> (JointGraph, Vec<Tensor>) {
+    let joint = joint_graph(traced, wrt).unwrap();
+    let detached: Vec<Tensor> = inputs.iter().map(Tensor::detach).collect();
+    let outputs = joint.traced.interpret(root, &detached).unwrap();
+    (joint, outputs)
+}
+
+/// Asserts that the joint graph of `traced` with respect to `wrt` gives the forward outputs
+/// and the gradients eager autograd gives when `eager` runs the same computation on `inputs`
+/// (`wrt` names parameters of `root` or the traced inputs, named `input_names`).
+pub fn assert_joint_matches_eager(
+    root: &dyn Module,
+    traced: &TracedGraph,
+    wrt: &[&str],
+    input_names: &[&str],
+    inputs: &[Tensor],
+    eager: impl FnOnce(&[Tensor]) -> Tensor,
+    tolerance: (f64, f64),
+) {
+    let (joint, outputs) = run_joint(root, traced, wrt, inputs);
+    let leaves: Vec<Tensor> = inputs
+        .iter()
+        .zip(input_names)
+        .map(|(x, name)| {
+            let x = x.detach();
+            if wrt.contains(name) {
+                x.requires_grad_(true).unwrap()
+            } else {
+                x
+            }
+        })
+        .collect();
+    for (_, p) in root.named_parameters() {
+        p.tensor().set_grad(None);
+    }
+    let loss = eager(&leaves);
+    let (rtol, atol) = tolerance;
+    assert_close(&outputs[0], &loss, rtol, atol, "forward output");
+    loss.backward().unwrap();
+    assert_eq!(outputs.len(), joint.forward_outputs + wrt.len());
+    for (name, grad) in wrt.iter().zip(&outputs[joint.forward_outputs..]) {
+        let expected = match input_names.iter().position(|n| n == name) {
+            Some(i) => leaves[i].grad(),
+            None => root.get_parameter(name).unwrap().tensor().grad(),
+        }
+        .unwrap_or_else(|| Tensor::zeros_like(grad).unwrap());
+        assert_close(grad, &expected, rtol, atol, &format!("gradient of {name}"));
+    }
+}

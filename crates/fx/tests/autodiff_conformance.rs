@@ -1,0 +1,190 @@
+//! The joint forward+backward graph of every PyTorch conformance model, traced at op level
+//! with its loss: run by the interpreter, it gives the loss and gradients eager autograd gives
+//! on the same model and batch, and PyTorch's recorded gradients.
+
+mod autodiff_common;
+
+use autodiff_common::{assert_joint_matches_eager, traced_loss};
+use tessera_fx::NodeKind;
+use tessera_fx::trace::TracedGraph;
+use tessera_nn::layers::{Linear, ReLU};
+use tessera_nn::models::note::{MyLinear, Net};
+use tessera_nn::models::{Gpt, GptConfig, MobileNetV2, SmallCnn, VisionTransformer, VitConfig};
+use tessera_nn::{Call, Layer, Module, ModuleExt, Sequential, load_pt_state_dict};
+use tessera_tensor::functional as F;
+use tessera_tensor::{DType, Tensor};
+use tessera_testkit::{Case, conformance_dir};
+
+/// Loads the case's PyTorch weights into `model` (when the case has them).
+fn load(case: &str, model: &dyn Module) {
+    let path = conformance_dir().join(case).join("state_dict.pt");
+    if path.exists() {
+        model
+            .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
+            .unwrap();
+    }
+}
+
+/// The parameters the graph reads, by the get_attr target it reads them under.
+fn parameters_read(traced: &TracedGraph, root: &dyn Module) -> Vec<String> {
+    let mut names: Vec<String> = traced
+        .graph
+        .nodes()
+        .filter_map(|id| match &traced.graph.node(&id).ok()?.kind {
+            NodeKind::GetAttr { target } if root.get_parameter(target).is_ok() => {
+                Some(target.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    names.dedup();
+    names
+}
+
+/// `cross_entropy` of logits flattened to `[rows, classes]` against flattened targets.
+fn flat_cross_entropy(logits: &Tensor, target: &Tensor) -> tessera_tensor::Result<Tensor> {
+    let classes = *logits.shape().last().unwrap();
+    let logits = logits.reshape(&[logits.numel() / classes, classes])?;
+    let target = target.reshape(&[target.numel()])?;
+    F::cross_entropy(&logits, &target, Default::default())
+}
+
+/// Traces `model` with `loss(model(x), target)` at op level, derives the joint graph with
+/// respect to every parameter read (and `x` when it is float), and checks it against eager
+/// autograd; then checks the joint gradients against PyTorch's `grad/*` entries.
+fn check_model<M: Layer>(case_name: &str, model: &M, with_target: bool, tolerance: (f64, f64)) {
+    let case = Case::load(case_name);
+    let input = case.io("input");
+    let input = if input.dtype() == DType::F64 {
+        input.to_dtype(DType::F32).unwrap()
+    } else {
+        input
+    };
+    let loss = |out: &Tensor, target: Option<&Tensor>| match target {
+        Some(target) => flat_cross_entropy(out, target),
+        None => out.sum_all(),
+    };
+    let mut names = vec![("x", input.meta())];
+    let mut inputs = vec![input.clone()];
+    if with_target {
+        let target = case.io("target");
+        names.push(("target", target.meta()));
+        inputs.push(target);
+    }
+    let traced = traced_loss(model, &names, |t| {
+        let out = model.call(t[0].clone())?;
+        Ok(vec![loss(&out, t.get(1))?])
+    });
+    let mut wrt = parameters_read(&traced, model);
+    if input.dtype().is_float() {
+        wrt.push("x".into());
+    }
+    let wrt: Vec<&str> = wrt.iter().map(String::as_str).collect();
+    let input_names: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
+    assert_joint_matches_eager(
+        model,
+        &traced,
+        &wrt,
+        &input_names,
+        &inputs,
+        |t| loss(&model.call(t[0].clone()).unwrap(), t.get(1)).unwrap(),
+        tolerance,
+    );
+    let (joint, outputs) = autodiff_common::run_joint(model, &traced, &wrt, &inputs);
+    for (name, grad) in wrt.iter().zip(&outputs[joint.forward_outputs..]) {
+        let key = if *name == "x" {
+            "grad/input".to_string()
+        } else {
+            format!("grad/{name}")
+        };
+        if case.io.contains_key(&key) {
+            case.check(&key, grad);
+        }
+    }
+}
+
+#[test]
+fn a_mylinear() {
+    let model = MyLinear::new(4, 3).unwrap();
+    load("a_mylinear", &model);
+    check_model("a_mylinear", &model, false, (1e-6, 1e-7));
+}
+
+#[test]
+fn b_sequential() {
+    let model = Sequential::new()
+        .add(Linear::new(4, 3).unwrap())
+        .add(ReLU::new())
+        .add(Linear::new(3, 1).unwrap());
+    load("b_sequential", &model);
+    check_model("b_sequential", &model, false, (1e-6, 1e-7));
+}
+
+#[test]
+fn d_cnn_eval() {
+    let model = SmallCnn::new().unwrap();
+    load("d_cnn_eval", &model);
+    model.eval();
+    check_model("d_cnn_eval", &model, true, (1e-5, 1e-6));
+}
+
+#[test]
+fn d_cnn_train() {
+    let model = SmallCnn::new().unwrap();
+    load("d_cnn_train", &model);
+    model.train(true);
+    check_model("d_cnn_train", &model, true, (1e-5, 1e-6));
+}
+
+#[test]
+fn f_train_net_first_step() {
+    let case = Case::load("f_train_sgd");
+    let model = Net::new().unwrap();
+    load("f_train_sgd", &model);
+    let x = case.io("inputs").select(0, 0).unwrap();
+    let traced = traced_loss(&model, &[("x", x.meta())], |t| {
+        Ok(vec![model.call(t[0].clone())?.abs()?.sum_all()?])
+    });
+    let wrt = parameters_read(&traced, &model);
+    let wrt: Vec<&str> = wrt.iter().map(String::as_str).collect();
+    assert_joint_matches_eager(
+        &model,
+        &traced,
+        &wrt,
+        &["x"],
+        &[x],
+        |t| {
+            model
+                .call(t[0].clone())
+                .unwrap()
+                .abs()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+        },
+        (1e-6, 1e-7),
+    );
+}
+
+#[test]
+fn r_models_mobilenet_v2() {
+    let model = MobileNetV2::new(10, 0.25).unwrap();
+    load("r_models_mobilenet_v2", &model);
+    model.eval();
+    check_model("r_models_mobilenet_v2", &model, true, (1e-4, 1e-5));
+}
+
+#[test]
+fn r_models_vit() {
+    let model = VisionTransformer::new(VitConfig::tiny(10)).unwrap();
+    load("r_models_vit", &model);
+    model.eval();
+    check_model("r_models_vit", &model, true, (1e-4, 1e-5));
+}
+
+#[test]
+fn r_models_gpt() {
+    let model = Gpt::new(GptConfig::tiny()).unwrap();
+    load("r_models_gpt", &model);
+    check_model("r_models_gpt", &model, true, (1e-4, 1e-5));
+}
