@@ -15,7 +15,7 @@ fn values(n: usize, seed: u64, dtype: DType) -> Tensor {
                 .wrapping_mul(2_654_435_761)
                 .wrapping_add(seed * 40_503)
                 % 10_007;
-            if k % 97 == 0 {
+            if k.is_multiple_of(97) {
                 0.0
             } else {
                 (k as f64 / 10_007.0 - 0.5) * 4.0

@@ -1,7 +1,9 @@
-//! The eager kernels of the optimizer ops: [`UpdateArith`] on plain numbers (f32, f64, and
-//! f16/bf16 computed in f32 with every operation's result rounded to the half type, as the
-//! eager ops round each of their outputs), and one parallel pass over the elements that reads
-//! every input and writes every output.
+//! The eager kernels of the optimizer ops: [`UpdateArith`] on blocks of [`LANES`] numbers
+//! (f32, f64, and f16/bf16 computed in f32 with every operation's result rounded to the half
+//! type, as the eager ops round each of their outputs), and one parallel pass over the
+//! elements, block by block, that reads every input and writes every output. Each operation
+//! of the formula runs over a whole block (a short loop the compiler vectorises), so the
+//! option tests of the formula run once per block, not once per element.
 
 use super::formula::UpdateArith;
 use crate::cpu::{PAR_CHUNK, try_uninit_buffer};
@@ -11,10 +13,17 @@ use crate::{Float, Result, Tensor};
 use rayon::prelude::*;
 use std::marker::PhantomData;
 
-/// Plain arithmetic in `T`, each operation rounded by `R` (the identity, or a half type).
-pub(super) struct Numbers<T, R>(PhantomData<(T, R)>);
+/// Elements per block.
+pub(super) const LANES: usize = 64;
 
-impl<T, R> Numbers<T, R> {
+/// A block of `L` elements.
+pub(super) type Block<T, const L: usize> = [T; L];
+
+/// Arithmetic on blocks of `L` numbers of type `T`, each operation rounded by `R` (the
+/// identity, or a half type). Scalars are single f64 numbers.
+pub(super) struct Numbers<T, R, const L: usize = LANES>(PhantomData<(T, R)>);
+
+impl<T, R, const L: usize> Numbers<T, R, L> {
     pub(super) fn new() -> Self {
         Numbers(PhantomData)
     }
@@ -52,29 +61,37 @@ impl Rounding<f32> for ToHalf<half::bf16> {
     }
 }
 
-impl<T: Float, R: Rounding<T>> UpdateArith for Numbers<T, R> {
-    type Elem = T;
+impl<T: Float, R: Rounding<T>, const L: usize> UpdateArith for Numbers<T, R, L> {
+    type Elem = Block<T, L>;
     type Scalar = f64;
     type Step = f32;
 
     #[inline(always)]
-    fn constant(&mut self, value: f64) -> T {
-        T::from_f64(value)
+    fn constant(&mut self, value: f64) -> Block<T, L> {
+        [T::from_f64(value); L]
     }
 
     #[inline(always)]
-    fn binary(&mut self, op: BinaryOp, a: T, b: T) -> T {
-        R::round(op.eval(a, b))
+    fn binary(&mut self, op: BinaryOp, a: Block<T, L>, b: Block<T, L>) -> Block<T, L> {
+        let mut out = a;
+        for (o, y) in out.iter_mut().zip(b) {
+            *o = R::round(op.eval(*o, y));
+        }
+        out
     }
 
     #[inline(always)]
-    fn unary(&mut self, op: UnaryOp, x: T) -> T {
-        R::round(op.eval(x))
+    fn unary(&mut self, op: UnaryOp, x: Block<T, L>) -> Block<T, L> {
+        let mut out = x;
+        for o in &mut out {
+            *o = R::round(op.eval(*o));
+        }
+        out
     }
 
     #[inline(always)]
-    fn scalar_elem(&mut self, s: f64) -> T {
-        T::from_f64(s)
+    fn scalar_elem(&mut self, s: f64) -> Block<T, L> {
+        [T::from_f64(s); L]
     }
 
     #[inline(always)]
@@ -125,33 +142,30 @@ pub(super) fn with_slices<T: StorageElement, R>(
     go(tensors, &[], f)
 }
 
-/// Evaluates `f` on element `i` of every input for every `i`, in parallel chunks, giving
-/// `O` outputs of the inputs' length.
+/// Evaluates `f` on every block of [`LANES`] elements of the inputs (the last one padded
+/// with zeros, its padding dropped), in parallel chunks, giving `O` outputs of the inputs'
+/// length.
 pub(super) fn elementwise<T, const I: usize, const O: usize>(
     op: &str,
     inputs: [&[T]; I],
-    f: impl Fn([T; I]) -> [T; O] + Sync + Send,
+    f: impl Fn([Block<T, LANES>; I]) -> [Block<T, LANES>; O] + Sync + Send,
 ) -> Result<[Vec<T>; O]>
 where
     T: crate::Element + Send + Sync,
 {
     let n = inputs.first().map_or(0, |s| s.len());
+    if inputs.iter().any(|s| s.len() != n) {
+        return Err(crate::TensorError::invalid(
+            op,
+            "the parameter, gradient and state differ in length",
+        ));
+    }
     let mut outputs: [Vec<T>; O] = std::array::from_fn(|_| Vec::new());
     for out in &mut outputs {
         *out = try_uninit_buffer::<T>(op, n)?;
     }
-    let fill = |start: usize, chunk: [&mut [T]; O]| {
-        let len = chunk.first().map_or(0, |c| c.len());
-        let mut chunk = chunk;
-        for i in 0..len {
-            let results = f(inputs.map(|s| s[start + i]));
-            for (out, v) in chunk.iter_mut().zip(results) {
-                out[i] = v;
-            }
-        }
-    };
     if n < PAR_CHUNK {
-        fill(0, outputs.each_mut().map(|v| v.as_mut_slice()));
+        fill_chunk(&f, inputs, 0, outputs.each_mut().map(|v| v.as_mut_slice()));
     } else {
         let mut chunked = outputs.each_mut().map(|v| v.chunks_mut(PAR_CHUNK));
         let rows: Vec<[&mut [T]; O]> = (0..n.div_ceil(PAR_CHUNK))
@@ -159,7 +173,45 @@ where
             .collect();
         rows.into_par_iter()
             .enumerate()
-            .for_each(|(c, row)| fill(c * PAR_CHUNK, row));
+            .for_each(|(c, row)| fill_chunk(&f, inputs, c * PAR_CHUNK, row));
     }
     Ok(outputs)
+}
+
+/// Fills the output slices `chunk` (each as long as the first, all within the inputs) from
+/// the inputs' elements from `start` on, block by block. The one place `f` is called, so that
+/// it is inlined into this loop.
+fn fill_chunk<T, F, const I: usize, const O: usize>(
+    f: &F,
+    inputs: [&[T]; I],
+    start: usize,
+    mut chunk: [&mut [T]; O],
+) where
+    T: crate::Element,
+    F: Fn([Block<T, LANES>; I]) -> [Block<T, LANES>; O],
+{
+    let len = chunk.first().map_or(0, |c| c.len());
+    let mut at = 0;
+    while at < len {
+        let m = (len - at).min(LANES);
+        let (from, to) = (start + at, start + at + m);
+        // Explicit loops, not `array::map`, which the compiler leaves as calls and copies;
+        // whole blocks copy a constant length (inline moves, not `memcpy` calls).
+        let mut blocks = [[T::default(); LANES]; I];
+        for (block, s) in blocks.iter_mut().zip(&inputs) {
+            if m == LANES {
+                block.copy_from_slice(&s[from..to]);
+            } else {
+                block[..m].copy_from_slice(&s[from..to]);
+            }
+        }
+        for (out, result) in chunk.iter_mut().zip(f(blocks)) {
+            if m == LANES {
+                out[at..at + LANES].copy_from_slice(&result);
+            } else {
+                out[at..at + m].copy_from_slice(&result[..m]);
+            }
+        }
+        at += m;
+    }
 }

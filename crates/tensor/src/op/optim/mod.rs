@@ -16,7 +16,7 @@ use super::{BackwardCtx, OpDef, OpKind};
 use crate::cpu::tensor_from;
 use crate::storage::StorageElement;
 use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
-use cpu::{Exact, Numbers, Rounding, ToHalf, elementwise, with_slices};
+use cpu::{Block, Exact, LANES, Numbers, Rounding, ToHalf, elementwise, with_slices};
 use formula::{
     AdamElem, AdamHyper, AdamScalars, SgdHyper, adam_step_scalars, adam_update, sgd_update,
 };
@@ -228,7 +228,9 @@ impl OptimOp {
                     step_size: scalar(n - 2)?,
                     bias_correction2_sqrt: scalar(n - 1)?,
                 };
-                let new = |x: AdamElem<T>, g| adam_update(&mut Numbers::<T, R>::new(), &h, x, g, s);
+                let new = |x: AdamElem<Block<T, LANES>>, g| {
+                    adam_update(&mut Numbers::<T, R>::new(), &h, x, g, s)
+                };
                 with_slices::<T, _>(&inputs[..n - 3], |s| -> Result<Vec<Tensor>> {
                     Ok(wrap(match *s {
                         [p, g, m, v] => {
@@ -341,8 +343,12 @@ impl OpDef for OptimOp {
         if let OptimOp::AdamStepScalars { beta1, beta2 } = *self {
             let step = inputs[0].item::<f32>()?;
             let lr = inputs[1].item::<f64>()?;
-            let (step, step_size, bias_correction2_sqrt) =
-                adam_step_scalars(&mut Numbers::<f64, Exact>::new(), (beta1, beta2), step, lr);
+            let (step, step_size, bias_correction2_sqrt) = adam_step_scalars(
+                &mut Numbers::<f64, Exact, 1>::new(),
+                (beta1, beta2),
+                step,
+                lr,
+            );
             return Ok(vec![
                 Tensor::scalar(step),
                 Tensor::scalar(step_size),
