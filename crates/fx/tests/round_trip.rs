@@ -247,6 +247,26 @@ fn every_op() -> Vec<Op> {
             quant_max: 127,
             grad_factor: 1.0,
         }),
+        Op::Optim(OptimOp::SgdUpdate {
+            momentum: 0.9,
+            dampening: 0.1,
+            weight_decay: 1e-4,
+            nesterov: false,
+            maximize: true,
+        }),
+        Op::Optim(OptimOp::AdamStepScalars {
+            beta1: 0.9,
+            beta2: 0.999,
+        }),
+        Op::Optim(OptimOp::AdamUpdate {
+            beta1: 0.8,
+            beta2: 0.99,
+            eps: 1e-6,
+            weight_decay: 0.01,
+            amsgrad: true,
+            maximize: false,
+            decoupled_weight_decay: true,
+        }),
     ]);
     ops
 }

@@ -9,8 +9,8 @@ use proptest::test_runner::{Config, TestRunner};
 use std::collections::BTreeSet;
 use tessera_tensor::op::{
     BinaryOp, CompareOp, ConvOp, ConvParams, DropoutOp, EmbeddingBackwardOp, EmbeddingOp,
-    FakeQuantOp, IndexOp, LossOp, NormOp, Pool2dParams, PoolOp, QuantOp, ReduceOp, Reduction,
-    ScalarOp, UnaryOp, ViewOp,
+    FakeQuantOp, IndexOp, LossOp, NormOp, OptimOp, Pool2dParams, PoolOp, QuantOp, ReduceOp,
+    Reduction, ScalarOp, UnaryOp, ViewOp,
 };
 use tessera_tensor::{DType, Op, Tensor, TensorMeta};
 use tessera_testkit::every_reduce_kind;
@@ -536,6 +536,41 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
             })
             .boxed(),
     );
+    all.push(
+        (any::<bool>(), any::<bool>(), any::<bool>())
+            .prop_map(|(momentum, nesterov, maximize)| {
+                Op::Optim(OptimOp::SgdUpdate {
+                    momentum: if momentum { 0.9 } else { 0.0 },
+                    dampening: 0.0,
+                    weight_decay: 0.01,
+                    nesterov: nesterov && momentum,
+                    maximize,
+                })
+            })
+            .boxed(),
+    );
+    all.push(
+        Just(Op::Optim(OptimOp::AdamStepScalars {
+            beta1: 0.9,
+            beta2: 0.999,
+        }))
+        .boxed(),
+    );
+    all.push(
+        (any::<bool>(), any::<bool>())
+            .prop_map(|(amsgrad, decoupled_weight_decay)| {
+                Op::Optim(OptimOp::AdamUpdate {
+                    beta1: 0.9,
+                    beta2: 0.999,
+                    eps: 1e-8,
+                    weight_decay: 0.01,
+                    amsgrad,
+                    maximize: false,
+                    decoupled_weight_decay,
+                })
+            })
+            .boxed(),
+    );
     all
 }
 
@@ -660,6 +695,11 @@ fn variant(op: &Op) -> &'static str {
             FakeQuantOp::LearnablePerTensor { .. } => "fake_quant.learnable_per_tensor",
             FakeQuantOp::LearnablePerChannel { .. } => "fake_quant.learnable_per_channel",
         },
+        Op::Optim(o) => match o {
+            OptimOp::SgdUpdate { .. } => "optim.sgd_update",
+            OptimOp::AdamStepScalars { .. } => "optim.adam_step_scalars",
+            OptimOp::AdamUpdate { .. } => "optim.adam_update",
+        },
         // A user-defined op runs the user's own meta and kernel; the tests of custom ops
         // cover the table's side of it.
         Op::Custom(_) => "custom",
@@ -760,11 +800,14 @@ const VARIANTS: &[&str] = &[
     "fake_quant.learnable_per_tensor",
     "fake_quant.learnable_per_channel",
     "fake_quant_backward",
+    "optim.sgd_update",
+    "optim.adam_step_scalars",
+    "optim.adam_update",
 ];
 
 /// The dtype of each input an op takes (optional inputs included when the attribute says).
 fn input_dtypes(op: &Op) -> Vec<DType> {
-    use DType::{Bool, F32, I8, I64, U8};
+    use DType::{Bool, F32, F64, I8, I64, U8};
     match op {
         Op::Unary(_) | Op::Scalar(_) | Op::Clamp { .. } | Op::Reduce(_) => vec![F32],
         Op::Softmax { .. } | Op::View(_) | Op::Dropout(_) => vec![F32],
@@ -824,6 +867,14 @@ fn input_dtypes(op: &Op) -> Vec<DType> {
             vec![F32, F32, F32, I64]
         }
         Op::FakeQuantBackward(_) => vec![F32, F32, F32, F32],
+        Op::Optim(OptimOp::SgdUpdate { momentum, .. }) => {
+            let buffer = if *momentum != 0.0 { vec![F32] } else { vec![] };
+            [vec![F32, F32], buffer, vec![F64]].concat()
+        }
+        Op::Optim(OptimOp::AdamStepScalars { .. }) => vec![F32, F64],
+        Op::Optim(OptimOp::AdamUpdate { amsgrad, .. }) => {
+            [vec![F32; 4], bias_input(*amsgrad), vec![F64; 3]].concat()
+        }
         Op::Custom(_) => vec![],
     }
 }

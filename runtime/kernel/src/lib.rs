@@ -101,6 +101,7 @@ mod scalar;
 pub mod schedule;
 mod stages;
 mod table;
+mod update_table;
 mod workspace;
 
 pub use conv::{ConvCall, run_conv};
@@ -125,4 +126,5 @@ pub use scalar::{BinaryFn, CompareFn, Expr, ReduceFn, ScalarType, UnaryFn, Value
 pub use schedule::schedule;
 pub use stages::Stages;
 pub use table::lower_elementwise;
+pub use update_table::lower_update;
 pub use workspace::Workspace;

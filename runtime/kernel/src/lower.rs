@@ -11,6 +11,7 @@ mod frame;
 mod gemm;
 mod pool;
 mod reduce;
+mod update;
 
 use crate::schedule::schedule;
 use crate::table::lower_elementwise;
@@ -399,6 +400,12 @@ impl Lowering<'_> {
                         );
                     }
                 }
+            }
+            NodeKind::CallFunction {
+                op: Op::Optim(update),
+            } => {
+                let update = update.clone();
+                return self.update(id, &update);
             }
             NodeKind::CallFunction { op } if pool::window_pool(op).is_some() => {
                 let op = op.clone();

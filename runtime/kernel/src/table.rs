@@ -3,6 +3,7 @@
 //! follows its eager kernel operation for operation (same constants, same order), so the
 //! generated code rounds exactly as eager code does. A new elementwise op is one arm here.
 
+use crate::update_table::lower_update;
 use crate::{BinaryFn, CompareFn, Expr, KernelBuilder, ScalarType, UnaryFn, ValueId};
 use tessera_tensor::Op;
 use tessera_tensor::op::{BinaryOp, CompareOp, ScalarOp, UnaryOp};
@@ -99,6 +100,11 @@ pub fn lower_elementwise(
             }
             Ok(x)
         }
+        // An update with one output (SGD without momentum) fuses like any elementwise op.
+        Op::Optim(update) => match lower_update(update, e.b, operands, out)?[..] {
+            [only] => Ok(only),
+            _ => Err(format!("{} has several outputs", op.name())),
+        },
         other => Err(format!("{} is not an elementwise op", other.name())),
     }
 }
@@ -123,12 +129,12 @@ fn compare_fn(c: CompareOp) -> CompareFn {
 }
 
 /// Shorthands that push values into the kernel being built.
-struct Emit<'a> {
-    b: &'a mut KernelBuilder,
+pub(crate) struct Emit<'a> {
+    pub(crate) b: &'a mut KernelBuilder,
 }
 
 impl Emit<'_> {
-    fn c(&mut self, value: f64, ty: ScalarType) -> ValueId {
+    pub(crate) fn c(&mut self, value: f64, ty: ScalarType) -> ValueId {
         self.b.push(ty, Expr::Const(value))
     }
 
@@ -157,7 +163,7 @@ impl Emit<'_> {
         Ok(self.cast(wide, ty))
     }
 
-    fn cast(&mut self, v: ValueId, ty: ScalarType) -> ValueId {
+    pub(crate) fn cast(&mut self, v: ValueId, ty: ScalarType) -> ValueId {
         if self.b.ty(v) == ty {
             v
         } else {
@@ -165,12 +171,12 @@ impl Emit<'_> {
         }
     }
 
-    fn un(&mut self, f: UnaryFn, x: ValueId) -> ValueId {
+    pub(crate) fn un(&mut self, f: UnaryFn, x: ValueId) -> ValueId {
         let ty = self.b.ty(x);
         self.b.push(ty, Expr::Unary(f, x))
     }
 
-    fn bin(&mut self, f: BinaryFn, a: ValueId, b: ValueId) -> ValueId {
+    pub(crate) fn bin(&mut self, f: BinaryFn, a: ValueId, b: ValueId) -> ValueId {
         let ty = self.b.ty(a);
         self.b.push(ty, Expr::Binary(f, a, b))
     }
@@ -185,7 +191,7 @@ impl Emit<'_> {
     }
 
     /// `BinaryOp::eval`.
-    fn binary(&mut self, op: BinaryOp, a: ValueId, b: ValueId) -> ValueId {
+    pub(crate) fn binary(&mut self, op: BinaryOp, a: ValueId, b: ValueId) -> ValueId {
         let f = match op {
             BinaryOp::Add => BinaryFn::Add,
             BinaryOp::Sub => BinaryFn::Sub,
@@ -209,7 +215,7 @@ impl Emit<'_> {
     }
 
     /// `UnaryOp::eval`.
-    fn unary(&mut self, op: UnaryOp, x: ValueId) -> ValueId {
+    pub(crate) fn unary(&mut self, op: UnaryOp, x: ValueId) -> ValueId {
         let ty = self.b.ty(x);
         let zero = self.c(0.0, ty);
         let one = self.c(1.0, ty);

@@ -1,13 +1,15 @@
 //! Adam with L2 or decoupled weight decay and AMSGrad, as `torch.optim.Adam` (single-tensor
-//! path, `foreach=False`); AdamW is this update with `decoupled_weight_decay`.
+//! path, `foreach=False`), computed by the `adam_step_scalars` and `adam_update` ops of the
+//! op table; AdamW is this update with `decoupled_weight_decay`.
 
 use super::state::{
-    Dict, Groups, ParamState, buffer_or_zeros, check_non_negative, increment_step, load_step,
-    load_tensor, read_bool, read_f64, require_tensor, wrong_options, zero_step, zeros_like,
+    Dict, Groups, ParamState, buffer_or_zeros, check_non_negative, load_step, load_tensor,
+    read_bool, read_f64, require_tensor, run_time_scalar, wrong_options, zero_step, zeros_like,
 };
 use super::{GroupOptions, Optimizer, ParamGroup};
 use crate::{Key, NnError, Result, Value};
-use tessera_tensor::{Tensor, no_grad};
+use tessera_tensor::op::OptimOp;
+use tessera_tensor::{Op, Tensor, no_grad};
 
 /// Adam hyper-parameters; `Default` is PyTorch's (`lr` 1e-3, betas (0.9, 0.999), eps 1e-8).
 #[derive(Debug, Clone, PartialEq)]
@@ -142,7 +144,9 @@ super::optimizer_over_groups!(
     Adam
 );
 
-/// One Adam step over every group: moments, bias correction, then the update.
+/// One Adam step over every group: for each parameter the `adam_step_scalars` op (step count
+/// and bias corrections) and the `adam_update` op, whose results are copied into the
+/// parameter and its state in place.
 pub(crate) fn adam_step(inner: &mut Groups<AdamState>) -> Result<()> {
     let _guard = no_grad();
     let Groups {
@@ -155,9 +159,18 @@ pub(crate) fn adam_step(inner: &mut Groups<AdamState>) -> Result<()> {
             return Err(wrong_options(name, gi, group));
         };
         let (beta1, beta2) = o.betas;
+        let scalars = Op::Optim(OptimOp::AdamStepScalars { beta1, beta2 });
+        let update = Op::Optim(OptimOp::AdamUpdate {
+            beta1,
+            beta2,
+            eps: o.eps,
+            weight_decay: o.weight_decay,
+            amsgrad: o.amsgrad,
+            maximize: o.maximize,
+            decoupled_weight_decay: o.decoupled_weight_decay,
+        });
         for p in &group.params {
             let Some(grad) = p.grad() else { continue };
-            let mut g = if o.maximize { grad.neg()? } else { grad };
             let s = match state.entry(p.id()) {
                 indexmap::map::Entry::Occupied(e) => e.into_mut(),
                 indexmap::map::Entry::Vacant(e) => e.insert(AdamState {
@@ -171,38 +184,26 @@ pub(crate) fn adam_step(inner: &mut Groups<AdamState>) -> Result<()> {
                     },
                 }),
             };
-            let step = increment_step(&s.step)?;
-            if o.weight_decay != 0.0 {
-                if o.decoupled_weight_decay {
-                    p.mul_scalar_(1.0 - o.lr * o.weight_decay)?;
-                } else {
-                    g = g.add(&p.mul_scalar(o.weight_decay)?)?;
-                }
-            }
-            // exp_avg.lerp_(g, 1 - beta1), in lerp's form for weights below 0.5.
-            s.exp_avg
-                .add_(&g.sub(&s.exp_avg)?.mul_scalar(1.0 - beta1)?)?;
-            // exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2).
-            s.exp_avg_sq.mul_scalar_(beta2)?;
-            s.exp_avg_sq.add_(&g.mul_scalar(1.0 - beta2)?.mul(&g)?)?;
-
-            let bias_correction1 = 1.0 - beta1.powf(step);
-            let bias_correction2 = 1.0 - beta2.powf(step);
-            let step_size = o.lr / bias_correction1;
-            let bias_correction2_sqrt = bias_correction2.sqrt();
-            let second_moment = if o.amsgrad {
-                let max = buffer_or_zeros(&mut s.max_exp_avg_sq, p)?;
-                max.copy_(&max.maximum(&s.exp_avg_sq)?)?;
-                max
+            let lr = run_time_scalar(o.lr, p)?;
+            let step = scalars.apply(&[&s.step, &run_time_scalar(o.lr, &s.step)?])?;
+            s.step.copy_(&step[0])?;
+            let (step_size, bias_correction2_sqrt) = (
+                step[1].to_device(p.device())?,
+                step[2].to_device(p.device())?,
+            );
+            let max = if o.amsgrad {
+                Some(buffer_or_zeros(&mut s.max_exp_avg_sq, p)?)
             } else {
-                s.exp_avg_sq.clone()
+                None
             };
-            let denom = second_moment
-                .sqrt()?
-                .div_scalar(bias_correction2_sqrt)?
-                .add_scalar(o.eps)?;
-            // param.addcdiv_(exp_avg, denom, value=-step_size).
-            p.add_(&s.exp_avg.mul_scalar(-step_size)?.div(&denom)?)?;
+            let mut inputs = vec![p, &grad, &s.exp_avg, &s.exp_avg_sq];
+            inputs.extend(&max);
+            inputs.extend([&lr, &step_size, &bias_correction2_sqrt]);
+            let new = update.apply(&inputs)?;
+            let targets = [p, &s.exp_avg, &s.exp_avg_sq].into_iter().chain(&max);
+            for (target, value) in targets.zip(&new) {
+                target.copy_(value)?;
+            }
         }
     }
     Ok(())

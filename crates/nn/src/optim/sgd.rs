@@ -1,12 +1,16 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay,
-//! as `torch.optim.SGD` (single-tensor path, `foreach=False`).
+//! as `torch.optim.SGD` (single-tensor path, `foreach=False`): each parameter's step is the
+//! `sgd_update` op of the op table, its results copied into the parameter and the momentum
+//! buffer in place.
 
 use super::state::{
-    Dict, Groups, ParamState, check_non_negative, load_tensor, read_bool, read_f64, wrong_options,
+    Dict, Groups, ParamState, check_non_negative, load_tensor, read_bool, read_f64,
+    run_time_scalar, wrong_options,
 };
 use super::{GroupOptions, Optimizer, ParamGroup};
 use crate::{NnError, Result, Value};
-use tessera_tensor::{Tensor, no_grad};
+use tessera_tensor::op::OptimOp;
+use tessera_tensor::{Op, Tensor, no_grad};
 
 /// SGD hyper-parameters; `Default` is PyTorch's (`lr` 1e-3, everything else off).
 #[derive(Debug, Clone, PartialEq)]
@@ -105,38 +109,39 @@ impl Optimizer for SGD {
             let GroupOptions::Sgd(o) = &group.options else {
                 return Err(wrong_options("SGD", gi, group));
             };
+            let update = Op::Optim(OptimOp::SgdUpdate {
+                momentum: o.momentum,
+                dampening: o.dampening,
+                weight_decay: o.weight_decay,
+                nesterov: o.nesterov,
+                maximize: o.maximize,
+            });
             for p in &group.params {
                 let Some(grad) = p.grad() else { continue };
-                let mut g = if o.maximize { grad.neg()? } else { grad };
-                if o.weight_decay != 0.0 {
-                    g = g.add(&p.mul_scalar(o.weight_decay)?)?;
+                let lr = run_time_scalar(o.lr, p)?;
+                let buffer = match state.get(&p.id()) {
+                    Some(s) if o.momentum != 0.0 => Some(s.momentum_buffer.clone()),
+                    _ => None,
+                };
+                let mut inputs = vec![p, &grad];
+                inputs.extend(&buffer);
+                inputs.push(&lr);
+                let new = update.apply(&inputs)?;
+                p.copy_(&new[0])?;
+                match (buffer, new.get(1)) {
+                    (Some(buffer), Some(new_buffer)) => {
+                        buffer.copy_(new_buffer)?;
+                    }
+                    (None, Some(new_buffer)) => {
+                        state.insert(
+                            p.id(),
+                            SgdState {
+                                momentum_buffer: new_buffer.clone(),
+                            },
+                        );
+                    }
+                    _ => {}
                 }
-                if o.momentum != 0.0 {
-                    let buf = match state.get(&p.id()) {
-                        Some(s) => {
-                            let buf = &s.momentum_buffer;
-                            buf.mul_scalar_(o.momentum)?;
-                            buf.add_(&g.mul_scalar(1.0 - o.dampening)?)?;
-                            buf.clone()
-                        }
-                        None => {
-                            let buf = g.deep_clone()?;
-                            state.insert(
-                                p.id(),
-                                SgdState {
-                                    momentum_buffer: buf.clone(),
-                                },
-                            );
-                            buf
-                        }
-                    };
-                    g = if o.nesterov {
-                        g.add(&buf.mul_scalar(o.momentum)?)?
-                    } else {
-                        buf
-                    };
-                }
-                p.add_(&g.mul_scalar(-o.lr)?)?;
             }
         }
         Ok(())

@@ -355,6 +355,12 @@ pub(crate) fn increment_step(step: &Tensor) -> Result<f64> {
     Ok(step.item::<f64>()?)
 }
 
+/// A hyper-parameter (the learning rate) as the 0-d f64 tensor the update ops read, on the
+/// parameter's device.
+pub(crate) fn run_time_scalar(value: f64, param: &Tensor) -> Result<Tensor> {
+    Ok(Tensor::scalar(value).to_device(param.device())?)
+}
+
 /// The error for a group whose options belong to another optimizer (possible through
 /// `param_groups_mut`).
 pub(crate) fn wrong_options(name: &str, gi: usize, group: &ParamGroup) -> NnError {

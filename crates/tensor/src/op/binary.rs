@@ -43,7 +43,7 @@ impl BinaryOp {
     }
 
     #[inline(always)]
-    fn eval<T: Float>(self, a: T, b: T) -> T {
+    pub(crate) fn eval<T: Float>(self, a: T, b: T) -> T {
         match self {
             BinaryOp::Add => a + b,
             BinaryOp::Sub => a - b,

@@ -10,6 +10,9 @@ pub enum OpKind {
     ElementwiseBinary,
     /// One output element from the same (broadcast) elements of three inputs (`where`).
     ElementwiseTernary,
+    /// Several outputs, each element from the same (broadcast) elements of several inputs
+    /// (the optimizer updates: new parameter and state from parameter, gradient and state).
+    ElementwiseUpdate,
     /// Folds dimensions into fewer (`sum`, `max`).
     Reduction,
     /// Reinterprets the input's storage with another shape or strides; no data moves.
@@ -39,7 +42,10 @@ impl OpKind {
     pub fn is_elementwise(self) -> bool {
         matches!(
             self,
-            OpKind::ElementwiseUnary | OpKind::ElementwiseBinary | OpKind::ElementwiseTernary
+            OpKind::ElementwiseUnary
+                | OpKind::ElementwiseBinary
+                | OpKind::ElementwiseTernary
+                | OpKind::ElementwiseUpdate
         )
     }
 }

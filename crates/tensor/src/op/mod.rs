@@ -16,6 +16,7 @@ mod index;
 mod loss;
 mod matmul;
 mod norm;
+mod optim;
 mod pool;
 pub mod quant;
 mod reduce;
@@ -38,6 +39,8 @@ pub use fake_quant::{
 pub use index::IndexOp;
 pub use loss::{LossOp, Reduction};
 pub use norm::NormOp;
+pub use optim::OptimOp;
+pub use optim::formula as optim_formula;
 pub use pool::{Pool2dParams, PoolOp};
 pub use quant::QuantOp;
 pub use reduce::{ReduceKind, ReduceOp};
@@ -101,6 +104,8 @@ pub enum Op {
     FakeQuant(FakeQuantOp),
     /// The gradients of a fake-quantize op; inputs `grad, x, scale, zero_point`.
     FakeQuantBackward(FakeQuantOp),
+    /// Optimizer updates (SGD, Adam, AdamW) in functional form.
+    Optim(OptimOp),
     /// A user-defined op with its own backward.
     #[serde(skip)]
     Custom(CustomOp),
@@ -230,6 +235,7 @@ macro_rules! delegate {
                 let $def = &fake_quant::FakeQuantBackwardOp(op.clone());
                 $body
             }
+            Op::Optim($def) => $body,
             Op::Custom($def) => $body,
         }
     };
@@ -295,6 +301,7 @@ impl Op {
             .or_else(|| decode_variant(name, attrs).map(Op::Quant))
             .or_else(|| decode_variant(name, attrs).map(Op::FakeQuant))
             .or_else(|| fake_quant::decode_backward(name, attrs).map(Op::FakeQuantBackward))
+            .or_else(|| decode_variant(name, attrs).map(Op::Optim))
             .or_else(|| custom::decode(name, attrs).map(Op::Custom))
     }
 

@@ -116,7 +116,7 @@ impl UnaryOp {
     ];
 
     #[inline(always)]
-    fn eval<T: Float>(self, x: T) -> T {
+    pub(crate) fn eval<T: Float>(self, x: T) -> T {
         let c = |v: f64| T::from_f64(v);
         match self {
             UnaryOp::Neg => -x,
