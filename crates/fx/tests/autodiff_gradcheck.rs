@@ -69,7 +69,11 @@ fn check(op: Op, inputs: Vec<Tensor>, differentiable: &[bool]) {
         .map(|(t, &d)| {
             // A fresh handle: the caller may pass one tensor to several checks.
             let t = t.detach();
-            if d { t.requires_grad_(true).unwrap() } else { t }
+            if d {
+                t.requires_grad_(true).unwrap()
+            } else {
+                t
+            }
         })
         .collect();
     let f = |xs: &[Tensor]| -> tessera_tensor::Result<Tensor> {

@@ -14,9 +14,9 @@ use tessera_kernel::exp_poly as ep;
 use tessera_kernel::{ScalarType, UnaryFn};
 
 /// The program of a transcendental [`UnaryFn`] at type `ty` (`None` for neg, abs and sqrt,
-/// which are single instructions, and for bool).
+/// which are single instructions, and for bool and the half types, which compute in f32).
 pub fn unary(f: UnaryFn, ty: ScalarType) -> Option<MathProgram> {
-    if !f.is_transcendental() || !ty.is_float() {
+    if !f.is_transcendental() || !ty.is_arithmetic() {
         return None;
     }
     let mut m = M::default();
