@@ -173,3 +173,46 @@ fn contiguous_f32_kernels_use_vector_accesses_and_a_scalar_tail() {
     let ptx = render(&kernels(&g)[0], &PtxTarget::SM80).unwrap().ptx;
     assert!(!ptx.contains(".v4"), "{ptx}");
 }
+
+#[test]
+fn standalone_products_of_integers_or_misfit_shapes_are_typed_errors() {
+    use tessera_cuda::{ConvSpec, GemmSpec, StridedOperand, render_conv, render_gemm};
+    use tessera_tensor::op::ConvParams;
+    let spec = GemmSpec {
+        name: "int_gemm".into(),
+        dtype: DType::I32,
+        batch: 1,
+        m: 3,
+        n: 4,
+        k: 5,
+        a: StridedOperand::row_major(3, 5),
+        b: StridedOperand::row_major(5, 4),
+        c: StridedOperand::row_major(3, 4),
+        bias: None,
+        options: GemmOptions::default(),
+    };
+    match render_gemm(&spec, &PtxTarget::SM80) {
+        Err(CudaError::Unsupported { kernel, what }) => {
+            assert_eq!(kernel, "int_gemm");
+            assert!(what.contains("3x5 @ 5x4") && what.contains("I32"), "{what}");
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    // 3 input channels do not split into 2 groups.
+    let conv = ConvSpec {
+        name: "bad_conv".into(),
+        dtype: DType::F32,
+        input_shape: [1, 3, 8, 8],
+        weight_shape: [4, 1, 3, 3],
+        params: ConvParams::conv2d([1, 1], [0, 0], [1, 1], 2),
+        bias: false,
+        options: GemmOptions::default(),
+    };
+    match render_conv(&conv, &PtxTarget::SM80) {
+        Err(CudaError::Unsupported { kernel, what }) => {
+            assert_eq!(kernel, "bad_conv");
+            assert!(what.contains("[1, 3, 8, 8]"), "{what}");
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}

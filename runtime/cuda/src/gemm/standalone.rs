@@ -133,10 +133,16 @@ fn width_for(counts: &[usize]) -> IntWidth {
     }
 }
 
-fn choose(name: &str, dtype: DType, options: GemmOptions) -> Result<(Element, MathPath)> {
+/// The element type and math path of a standalone `what` (named for errors) in `dtype`.
+fn choose(
+    name: &str,
+    what: &str,
+    dtype: DType,
+    options: GemmOptions,
+) -> Result<(Element, MathPath)> {
     let fail = || CudaError::Unsupported {
         kernel: name.to_string(),
-        what: format!("a GEMM of {dtype:?} elements"),
+        what: format!("{what} of {dtype:?} elements (f16, bf16, f32 and f64 are generated)"),
     };
     let element = Element::of_dtype(dtype).ok_or_else(fail)?;
     let path = MathPath::choose(dtype, options).ok_or_else(fail)?;
@@ -145,7 +151,11 @@ fn choose(name: &str, dtype: DType, options: GemmOptions) -> Result<(Element, Ma
 
 /// Renders the batched GEMM `spec` for `target`.
 pub fn render_gemm(spec: &GemmSpec, target: &PtxTarget) -> Result<RenderedGemm> {
-    let (element, path) = choose(&spec.name, spec.dtype, spec.options)?;
+    let what = format!(
+        "a {} x ({}x{} @ {}x{}) GEMM",
+        spec.batch, spec.m, spec.k, spec.k, spec.n
+    );
+    let (element, path) = choose(&spec.name, &what, spec.dtype, spec.options)?;
     let (batch, m, n, k) = (spec.batch, spec.m, spec.n, spec.k);
     let lens = [
         spec.a.reach(batch, m, k),
@@ -261,7 +271,11 @@ pub fn conv_output_shape(spec: &ConvSpec) -> std::result::Result<[usize; 4], Str
 /// (`[c_out / groups, c_in / groups * kh * kw]`) times the input gathered on the fly.
 /// Parameters: input, weight, output (packed NCHW), then the bias if any.
 pub fn render_conv(spec: &ConvSpec, target: &PtxTarget) -> Result<RenderedGemm> {
-    let (element, path) = choose(&spec.name, spec.dtype, spec.options)?;
+    let what = format!(
+        "a convolution of {:?} by {:?}",
+        spec.input_shape, spec.weight_shape
+    );
+    let (element, path) = choose(&spec.name, &what, spec.dtype, spec.options)?;
     let geometry =
         ConvGeometry::new(spec.input_shape, spec.weight_shape, spec.params).map_err(|what| {
             CudaError::Unsupported {
