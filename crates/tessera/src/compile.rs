@@ -97,6 +97,21 @@ pub enum CompileError {
          remove them before compiling, or run the module eagerly"
     )]
     Hooks { module: String, hooks: usize },
+    /// Tracing the loss or deriving the training step's joint graph failed.
+    #[error("building the training step's graph: {source}")]
+    TrainGraph {
+        #[source]
+        source: Box<FxError>,
+    },
+    /// The optimizer could not describe its step as update ops.
+    #[error("recording the optimizer's step: {source}")]
+    Optimizer {
+        #[source]
+        source: Box<crate::nn::NnError>,
+    },
+    /// A training step's graph is not what compiling a training step expects.
+    #[error("training step: {reason}")]
+    TrainStep { reason: String },
     /// Writing the kernels into a folder failed.
     #[error("writing the kernels into {dir}: {source}")]
     Dump {
