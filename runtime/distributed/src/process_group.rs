@@ -90,12 +90,6 @@ impl ProcessGroup {
         Device::Cpu
     }
 
-    /// The NCCL communicator, when this group runs on NCCL.
-    #[cfg(feature = "nccl")]
-    pub(crate) fn nccl(&self) -> Option<&crate::nccl::NcclCommunicator> {
-        self.nccl.as_deref()
-    }
-
     pub fn backend(&self) -> Backend {
         self.communicator.backend()
     }

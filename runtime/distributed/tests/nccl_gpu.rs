@@ -99,7 +99,11 @@ fn collectives_on_cuda_tensors() -> Result<(), Error> {
     // Rows 0..2 go to rank 0, rows 2..4 to rank 1: each gets the sum of its block.
     let t = cuda(&[1.0, 2.0, 3.0, 4.0].map(|v| v * (r + 1.0)), &[4], device)?;
     let block = group.reduce_scatter(&t, ReduceOp::Sum)?;
-    let want = if group.rank() == 0 { [3.0, 6.0] } else { [9.0, 12.0] };
+    let want = if group.rank() == 0 {
+        [3.0, 6.0]
+    } else {
+        [9.0, 12.0]
+    };
     assert_eq!(block.to_vec::<f32>()?, want);
     group.barrier()?;
 
@@ -137,8 +141,15 @@ fn affine(device: Device) -> Result<Affine, Error> {
 }
 
 /// Rows `rows` of the batch of `step`: inputs `[rows, 4]` and targets `[rows, 4]`.
-fn batch(step: usize, rows: std::ops::Range<usize>, device: Device) -> Result<(Tensor, Tensor), Error> {
-    let x: Vec<f32> = rows.clone().flat_map(|i| (0..4).map(move |j| ((i * 4 + j + step) % 7) as f32 - 3.0)).collect();
+fn batch(
+    step: usize,
+    rows: std::ops::Range<usize>,
+    device: Device,
+) -> Result<(Tensor, Tensor), Error> {
+    let x: Vec<f32> = rows
+        .clone()
+        .flat_map(|i| (0..4).map(move |j| ((i * 4 + j + step) % 7) as f32 - 3.0))
+        .collect();
     let y: Vec<f32> = x.iter().map(|v| 0.3 * v - 0.2).collect();
     let n = rows.len();
     Ok((cuda(&x, &[n, 4], device)?, cuda(&y, &[n, 4], device)?))
@@ -166,7 +177,10 @@ fn ddp_on_cuda_matches_one_process_on_the_whole_batch() -> Result<(), Error> {
     }
     let (group, device) = group()?;
     // Tiny buckets: one per parameter, so two all-reduces per backward.
-    let options = DdpOptions { bucket_cap_bytes: 8, ..DdpOptions::default() };
+    let options = DdpOptions {
+        bucket_cap_bytes: 8,
+        ..DdpOptions::default()
+    };
     let ddp = DistributedDataParallel::with_options(affine(device)?, &group, options)?;
     let reference = affine(device)?;
     let half = 4;
@@ -179,10 +193,18 @@ fn ddp_on_cuda_matches_one_process_on_the_whole_batch() -> Result<(), Error> {
         step(&reference, reference.call(x)?, &y, 0.005)?;
     }
     assert_eq!(ddp.buckets().len(), 2);
-    for ((name, p), (_, q)) in ddp.module().named_parameters().iter().zip(reference.named_parameters()) {
+    for ((name, p), (_, q)) in ddp
+        .module()
+        .named_parameters()
+        .iter()
+        .zip(reference.named_parameters())
+    {
         let (p, q) = (p.tensor().to_vec::<f32>()?, q.tensor().to_vec::<f32>()?);
         for (a, b) in p.iter().zip(&q) {
-            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{name}: {p:?} vs {q:?}");
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "{name}: {p:?} vs {q:?}"
+            );
         }
     }
     Ok(())

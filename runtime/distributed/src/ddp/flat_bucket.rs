@@ -62,6 +62,7 @@ impl FlatBucket {
     }
 
     /// The device the bucket lives on.
+    #[cfg(test)]
     pub(crate) fn device(&self) -> Device {
         match self {
             FlatBucket::Host(_) => Device::Cpu,

@@ -5,8 +5,8 @@
 
 use super::buckets::Bucket;
 use super::comm_thread::CommThread;
-use super::stats::SyncStats;
 use super::flat_bucket::FlatBucket;
+use super::stats::SyncStats;
 use crate::{DistributedError, Result};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -145,7 +145,9 @@ impl NcclCommunicator {
         check_device(tensor, name, self.ordinal)?;
         let shape = tensor.shape();
         let numel = tensor.numel();
-        let send = tensor.contiguous().map_err(DistributedError::tensor(name))?;
+        let send = tensor
+            .contiguous()
+            .map_err(DistributedError::tensor(name))?;
         let recv = self.device_zeros(&[self.world_size * numel], tensor.dtype(), name)?;
         with_cuda_memory(&send, name, false, |s| {
             with_cuda_memory(&recv, name, true, |r| {
@@ -185,7 +187,9 @@ impl NcclCommunicator {
         let name = "reduce_scatter";
         check_device(tensor, name, self.ordinal)?;
         let dtype = reduce_type(tensor.dtype(), name)?;
-        let send = tensor.contiguous().map_err(DistributedError::tensor(name))?;
+        let send = tensor
+            .contiguous()
+            .map_err(DistributedError::tensor(name))?;
         let recv = self.device_zeros(block_shape, tensor.dtype(), name)?;
         with_cuda_memory(&send, name, false, |s| {
             with_cuda_memory(&recv, name, true, |r| {
@@ -243,8 +247,16 @@ impl NcclCommunicator {
 fn download(tensor: &Tensor, into: HostBuffer<'_>, op: &'static str) -> Result<()> {
     let _guard = no_grad();
     match into {
-        HostBuffer::F32(b) => b.copy_from_slice(&tensor.to_vec::<f32>().map_err(DistributedError::tensor(op))?),
-        HostBuffer::F64(b) => b.copy_from_slice(&tensor.to_vec::<f64>().map_err(DistributedError::tensor(op))?),
+        HostBuffer::F32(b) => b.copy_from_slice(
+            &tensor
+                .to_vec::<f32>()
+                .map_err(DistributedError::tensor(op))?,
+        ),
+        HostBuffer::F64(b) => b.copy_from_slice(
+            &tensor
+                .to_vec::<f64>()
+                .map_err(DistributedError::tensor(op))?,
+        ),
     }
     Ok(())
 }
@@ -284,7 +296,10 @@ impl Communicator for NcclCommunicator {
 
     fn all_gather(&self, send: HostBuffer<'_>, mut recv: HostBuffer<'_>) -> Result<()> {
         check_gather_lengths(send.len(), recv.len(), self.world_size)?;
-        if matches!((&send, &recv), (HostBuffer::F32(_), HostBuffer::F64(_)) | (HostBuffer::F64(_), HostBuffer::F32(_))) {
+        if matches!(
+            (&send, &recv),
+            (HostBuffer::F32(_), HostBuffer::F64(_)) | (HostBuffer::F64(_), HostBuffer::F32(_))
+        ) {
             return Err(mixed_dtypes("all_gather"));
         }
         let device = self.upload(&send, "all_gather")?;
@@ -307,7 +322,10 @@ impl Communicator for NcclCommunicator {
         reduction: Reduction,
     ) -> Result<()> {
         check_gather_lengths(recv.len(), send.len(), self.world_size)?;
-        if matches!((&send, &recv), (HostBuffer::F32(_), HostBuffer::F64(_)) | (HostBuffer::F64(_), HostBuffer::F32(_))) {
+        if matches!(
+            (&send, &recv),
+            (HostBuffer::F32(_), HostBuffer::F64(_)) | (HostBuffer::F64(_), HostBuffer::F32(_))
+        ) {
             return Err(mixed_dtypes("reduce_scatter"));
         }
         let device = self.upload(&send, "reduce_scatter")?;

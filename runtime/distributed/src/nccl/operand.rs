@@ -31,7 +31,13 @@ mod tests {
         let t = Tensor::zeros(&[2, 3], DType::F32).unwrap();
         let err = check_device(&t, "all_reduce", 1).unwrap_err();
         let text = err.to_string();
-        assert!(matches!(err, DistributedError::Invalid { op: "all_reduce", .. }));
+        assert!(matches!(
+            err,
+            DistributedError::Invalid {
+                op: "all_reduce",
+                ..
+            }
+        ));
         assert!(text.contains("cpu") && text.contains("cuda:1"), "{text}");
         assert!(text.contains("[2, 3]"), "{text}");
     }

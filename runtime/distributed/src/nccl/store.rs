@@ -103,7 +103,9 @@ mod tests {
     fn every_rank_gets_rank_zeros_id() {
         let address = "127.0.0.1:29613";
         let mut id = [0u8; ID_BYTES];
-        id.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8 ^ 0x5a);
+        id.iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8 ^ 0x5a);
         let timeout = Duration::from_secs(20);
         // The clients start first: they retry until rank 0 listens.
         let clients: Vec<_> = (0..2)
