@@ -33,7 +33,8 @@ mod host_values;
 mod launcher;
 #[cfg(feature = "mpi")]
 mod mpi_backend;
-mod nccl_backend;
+#[cfg(feature = "nccl")]
+mod nccl;
 mod process_group;
 mod sampler;
 mod single;

@@ -29,11 +29,17 @@ fn nccl_backend_without_the_feature_names_the_feature() {
     );
 }
 
-/// Runs only where the `nccl` feature is on; on a GPU machine with libnccl it is the place to
-/// extend once CUDA tensors exist. Without a GPU (this machine) the error is typed, not a panic.
+/// Runs only where the `nccl` feature is on and neither libcuda nor libnccl can be loaded (this
+/// machine): the error is typed, not a panic. With both libraries the GPU tests of
+/// `tests/nccl_gpu.rs` apply instead.
 #[cfg(feature = "nccl")]
 #[test]
 fn nccl_backend_reports_backend_unavailable_where_it_cannot_run() {
+    let culib = unsafe { cudarc::nccl::sys::is_culib_present() };
+    if culib && tessera_cuda::driver_present() {
+        eprintln!("libcuda and libnccl are present: see tests/nccl_gpu.rs");
+        return;
+    }
     let err = init_process_group(Backend::Nccl).err().expect("an error");
     assert!(
         matches!(
