@@ -1,17 +1,21 @@
-//! The NCCL backend on GPUs: two ranks (one GPU each) check `all_reduce`, `broadcast`,
-//! `all_gather`, `reduce_scatter` and `barrier` on CUDA tensors, and that
-//! `DistributedDataParallel` on CUDA ends with the parameters of one process trained on the
-//! whole batch. Ignored here (no GPU, no libnccl); on a machine with two GPUs and NCCL:
+//! The NCCL backend on GPUs: `all_reduce`, `broadcast`, `all_gather`, `reduce_scatter` and
+//! `barrier` on CUDA tensors, and `DistributedDataParallel` on CUDA ending with the parameters
+//! of one process trained on the whole batch: in a world of one GPU and in a world of two
+//! ranks on two GPUs (NCCL does not run two ranks of one world on one GPU). Ignored without a
+//! GPU; on a machine with the CUDA driver, libnccl on the loader's path and one GPU or more:
 //!
 //! ```text
 //! cargo test -p tessera-distributed --features nccl --test nccl_gpu -- --ignored --test-threads 1
 //! ```
 //!
-//! Each test launches itself twice as ranks 0 and 1 (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
-//! `MASTER_ADDR`, `MASTER_PORT` as torchrun sets them) and fails unless both ranks pass.
+//! With a single GPU the two-GPU tests fail at once saying so; run the others with
+//! `-- --ignored one_gpu`. Each test starts the test binary again as every rank of its world
+//! (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`, as torchrun sets them)
+//! and fails unless every rank passes; a rank that fails or hangs past five minutes ends the
+//! others.
 #![cfg(feature = "nccl")]
 
-use std::process::Command;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tessera_distributed::{
     Backend, DdpOptions, DistributedDataParallel, ProcessGroup, ReduceOp, init_process_group,
@@ -21,22 +25,51 @@ use tessera_tensor::{DType, Device, Tensor, no_grad};
 
 type Error = Box<dyn std::error::Error>;
 
-const WORLD: usize = 2;
 const LIMIT: Duration = Duration::from_secs(300);
 
-/// In the test process: runs `test` as two ranks and checks both pass. In a rank: `None`.
-fn launch_ranks(test: &str, port: u16) -> Option<()> {
+/// The GPUs this machine has, or why the tests cannot run here.
+fn gpus() -> Result<usize, String> {
+    if !unsafe { cudarc::nccl::sys::is_culib_present() } {
+        return Err("libnccl cannot be loaded (install NCCL or set LD_LIBRARY_PATH)".into());
+    }
+    tessera_cuda::SystemDriver::new()
+        .map(|d| tessera_cuda::CudaDriver::device_count(&d))
+        .map_err(|e| e.to_string())
+}
+
+/// Ends the ranks still running (after one failed or hung).
+fn end_all(children: &mut [Child]) {
+    for child in children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// In the test process: runs `test` as `world` ranks, one GPU each, and checks they all pass.
+/// In a rank (`RANK` is set): `None`, and the caller runs the test's body.
+fn launch_ranks(test: &str, world: usize) -> Option<()> {
     if std::env::var("RANK").is_ok() {
         return None;
     }
+    let gpus = gpus().unwrap_or_else(|why| panic!("{test}: {why}"));
+    assert!(
+        gpus >= world,
+        "{test} needs {world} GPUs (one per rank: NCCL does not run two ranks of a world on one \
+         GPU); this machine has {gpus}"
+    );
+    // A port free now, for rank 0's unique-id store.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
     let exe = std::env::current_exe().expect("the test binary");
-    let mut children: Vec<_> = (0..WORLD)
+    let mut children: Vec<Child> = (0..world)
         .map(|rank| {
             Command::new(&exe)
                 .args(["--exact", test, "--ignored", "--nocapture"])
                 .env("RANK", rank.to_string())
                 .env("LOCAL_RANK", rank.to_string())
-                .env("WORLD_SIZE", WORLD.to_string())
+                .env("WORLD_SIZE", world.to_string())
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", port.to_string())
                 .spawn()
@@ -44,23 +77,41 @@ fn launch_ranks(test: &str, port: u16) -> Option<()> {
         })
         .collect();
     let start = Instant::now();
-    for (rank, child) in children.iter_mut().enumerate() {
-        loop {
-            if let Some(status) = child.try_wait().expect("a rank can be polled") {
-                assert!(status.success(), "{test}: rank {rank} failed: {status}");
-                break;
+    let mut running: Vec<usize> = (0..world).collect();
+    while !running.is_empty() {
+        let mut failed = None;
+        running.retain(|&rank| match children[rank].try_wait() {
+            Ok(None) => true,
+            Ok(Some(status)) if status.success() => false,
+            Ok(Some(status)) => {
+                failed = Some(format!("rank {rank} failed: {status}"));
+                false
             }
-            assert!(start.elapsed() < LIMIT, "{test}: rank {rank} hangs");
-            std::thread::sleep(Duration::from_millis(50));
+            Err(e) => {
+                failed = Some(format!("rank {rank} cannot be polled: {e}"));
+                false
+            }
+        });
+        if failed.is_none() && start.elapsed() > LIMIT {
+            failed = Some(format!("ranks {running:?} still run after {LIMIT:?}"));
         }
+        if let Some(why) = failed {
+            end_all(&mut children);
+            panic!("{test}: {why}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
     Some(())
 }
 
-fn group() -> Result<(ProcessGroup, Device), Error> {
+fn group(world: usize) -> Result<(ProcessGroup, Device), Error> {
     let group = init_process_group(Backend::Nccl)?;
     let device = group.device();
     assert_eq!(device, Device::Cuda(group.rank()));
+    assert_eq!(
+        (group.backend(), group.world_size()),
+        (Backend::Nccl, world)
+    );
     Ok((group, device))
 }
 
@@ -68,51 +119,93 @@ fn cuda(values: &[f32], shape: &[usize], device: Device) -> Result<Tensor, Error
     Ok(Tensor::from_slice(values, shape)?.to_device(device)?)
 }
 
-#[test]
-#[ignore = "needs NVIDIA GPUs and NCCL"]
-fn collectives_on_cuda_tensors() -> Result<(), Error> {
-    if launch_ranks("collectives_on_cuda_tensors", 29641).is_some() {
-        return Ok(());
-    }
-    let (group, device) = group()?;
+/// Every collective on CUDA tensors in a world of `world` ranks, checked against what each
+/// rank contributed (rank r sends values made of r).
+fn collectives(world: usize) -> Result<(), Error> {
+    let (group, device) = group(world)?;
     let r = group.rank() as f32;
+    let w = world as f32;
+    // The sum over ranks of r, and of 1.
+    let sum_r = w * (w - 1.0) / 2.0;
 
     let t = cuda(&[1.0 + r, 10.0 * r], &[2], device)?;
     group.all_reduce(&t, ReduceOp::Sum)?;
-    assert_eq!(t.to_vec::<f32>()?, [3.0, 10.0]);
+    assert_eq!(t.to_vec::<f32>()?, [w + sum_r, 10.0 * sum_r]);
     let t = cuda(&[1.0 + r, 10.0 * r], &[2], device)?;
     group.all_reduce(&t, ReduceOp::Average)?;
-    assert_eq!(t.to_vec::<f32>()?, [1.5, 5.0]);
+    assert_eq!(t.to_vec::<f32>()?, [(w + sum_r) / w, 10.0 * sum_r / w]);
     let t = cuda(&[r, -r], &[2], device)?;
     group.all_reduce(&t, ReduceOp::Max)?;
-    assert_eq!(t.to_vec::<f32>()?, [1.0, 0.0]);
+    assert_eq!(t.to_vec::<f32>()?, [w - 1.0, 0.0]);
+    let t = Tensor::from_slice(&[group.rank() as i64 + 1], &[1])?.to_device(device)?;
+    group.all_reduce(&t, ReduceOp::Min)?;
+    assert_eq!(t.to_vec::<i64>()?, [1]);
+    // A view at an offset into its storage reduces only its own elements.
+    let whole = cuda(&[5.0, 1.0 + r, 2.0, 6.0], &[4], device)?;
+    group.all_reduce(&whole.narrow(0, 1, 2)?, ReduceOp::Sum)?;
+    assert_eq!(whole.to_vec::<f32>()?, [5.0, w + sum_r, 2.0 * w, 6.0]);
 
+    let root = world - 1;
     let t = Tensor::from_slice(&[7 + group.rank() as i64, 9], &[2])?.to_device(device)?;
-    group.broadcast(&t, 1)?;
-    assert_eq!(t.to_vec::<i64>()?, [8, 9]);
+    group.broadcast(&t, root)?;
+    assert_eq!(t.to_vec::<i64>()?, [7 + root as i64, 9]);
 
     let parts = group.all_gather(&cuda(&[r, r + 0.5, r + 0.25], &[3, 1], device)?)?;
-    assert_eq!(parts.len(), WORLD);
-    assert_eq!(parts[0].shape(), [3, 1]);
-    assert_eq!(parts[1].to_vec::<f32>()?, [1.0, 1.5, 1.25]);
+    assert_eq!(parts.len(), world);
+    for (k, part) in parts.iter().enumerate() {
+        let k = k as f32;
+        assert_eq!(part.shape(), [3, 1]);
+        assert_eq!(part.device(), device);
+        assert_eq!(part.to_vec::<f32>()?, [k, k + 0.5, k + 0.25]);
+    }
 
-    // Rows 0..2 go to rank 0, rows 2..4 to rank 1: each gets the sum of its block.
-    let t = cuda(&[1.0, 2.0, 3.0, 4.0].map(|v| v * (r + 1.0)), &[4], device)?;
-    let block = group.reduce_scatter(&t, ReduceOp::Sum)?;
-    let want = if group.rank() == 0 {
-        [3.0, 6.0]
-    } else {
-        [9.0, 12.0]
-    };
-    assert_eq!(block.to_vec::<f32>()?, want);
+    // Rank r sends (i + 1) * (r + 1) at element i; it gets block r (elements 2r, 2r + 1) of
+    // the sum over ranks, (i + 1) * w (w + 1) / 2.
+    let values: Vec<f32> = (0..2 * world)
+        .map(|i| (i as f32 + 1.0) * (r + 1.0))
+        .collect();
+    let block = group.reduce_scatter(&cuda(&values, &[2 * world], device)?, ReduceOp::Sum)?;
+    let ranks_sum = w * (w + 1.0) / 2.0;
+    let i = 2.0 * r;
+    assert_eq!(block.device(), device);
+    assert_eq!(
+        block.to_vec::<f32>()?,
+        [(i + 1.0) * ranks_sum, (i + 2.0) * ranks_sum]
+    );
     group.barrier()?;
 
-    // A CPU tensor is a typed error naming the collective and the device.
+    // Host values through the device: what DDP's checks and `agree` use.
+    assert!(group.agree(Ok(())).is_ok());
+
+    // A CPU tensor, or a transposed view, is a typed error naming the collective.
     let err = group
         .all_reduce(&Tensor::zeros(&[2], DType::F32)?, ReduceOp::Sum)
         .unwrap_err();
     assert!(err.to_string().contains("all_reduce") && err.to_string().contains("cpu"));
+    let square = cuda(&[1.0, 2.0, 3.0, 4.0], &[2, 2], device)?;
+    let err = group
+        .all_reduce(&square.transpose(0, 1)?, ReduceOp::Sum)
+        .unwrap_err();
+    assert!(err.to_string().contains("contiguous"), "{err}");
     Ok(())
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU and NCCL"]
+fn collectives_on_cuda_tensors_one_gpu() -> Result<(), Error> {
+    if launch_ranks("collectives_on_cuda_tensors_one_gpu", 1).is_some() {
+        return Ok(());
+    }
+    collectives(1)
+}
+
+#[test]
+#[ignore = "needs two NVIDIA GPUs and NCCL"]
+fn collectives_on_cuda_tensors_two_gpus() -> Result<(), Error> {
+    if launch_ranks("collectives_on_cuda_tensors_two_gpus", 2).is_some() {
+        return Ok(());
+    }
+    collectives(2)
 }
 
 /// `x * weight + bias`, elementwise ops only (what eager CUDA kernels cover).
@@ -169,13 +262,10 @@ fn step(model: &dyn Module, out: Tensor, y: &Tensor, lr: f32) -> Result<(), Erro
     Ok(())
 }
 
-#[test]
-#[ignore = "needs NVIDIA GPUs and NCCL"]
-fn ddp_on_cuda_matches_one_process_on_the_whole_batch() -> Result<(), Error> {
-    if launch_ranks("ddp_on_cuda_matches_one_process_on_the_whole_batch", 29642).is_some() {
-        return Ok(());
-    }
-    let (group, device) = group()?;
+/// DDP over `world` ranks, each on its share of every batch, against one model on the whole
+/// batch with the learning rate divided by `world` (averaged gradients of half-batch sums).
+fn ddp_matches_the_whole_batch(world: usize) -> Result<(), Error> {
+    let (group, device) = group(world)?;
     // Tiny buckets: one per parameter, so two all-reduces per backward.
     let options = DdpOptions {
         bucket_cap_bytes: 8,
@@ -183,14 +273,14 @@ fn ddp_on_cuda_matches_one_process_on_the_whole_batch() -> Result<(), Error> {
     };
     let ddp = DistributedDataParallel::with_options(affine(device)?, &group, options)?;
     let reference = affine(device)?;
-    let half = 4;
+    let share = 4;
+    let lr = 0.01;
     for s in 0..10 {
-        let rows = group.rank() * half..(group.rank() + 1) * half;
+        let rows = group.rank() * share..(group.rank() + 1) * share;
         let (x, y) = batch(s, rows, device)?;
-        // Averaged half-batch sums are half the whole batch's sum: the reference takes lr / 2.
-        step(ddp.module(), ddp.call(x)?, &y, 0.01)?;
-        let (x, y) = batch(s, 0..WORLD * half, device)?;
-        step(&reference, reference.call(x)?, &y, 0.005)?;
+        step(ddp.module(), ddp.call(x)?, &y, lr)?;
+        let (x, y) = batch(s, 0..world * share, device)?;
+        step(&reference, reference.call(x)?, &y, lr / world as f32)?;
     }
     assert_eq!(ddp.buckets().len(), 2);
     for ((name, p), (_, q)) in ddp
@@ -199,6 +289,7 @@ fn ddp_on_cuda_matches_one_process_on_the_whole_batch() -> Result<(), Error> {
         .iter()
         .zip(reference.named_parameters())
     {
+        assert_eq!(p.tensor().device(), device, "{name}");
         let (p, q) = (p.tensor().to_vec::<f32>()?, q.tensor().to_vec::<f32>()?);
         for (a, b) in p.iter().zip(&q) {
             assert!(
@@ -208,4 +299,22 @@ fn ddp_on_cuda_matches_one_process_on_the_whole_batch() -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU and NCCL"]
+fn ddp_on_cuda_matches_the_whole_batch_one_gpu() -> Result<(), Error> {
+    if launch_ranks("ddp_on_cuda_matches_the_whole_batch_one_gpu", 1).is_some() {
+        return Ok(());
+    }
+    ddp_matches_the_whole_batch(1)
+}
+
+#[test]
+#[ignore = "needs two NVIDIA GPUs and NCCL"]
+fn ddp_on_cuda_matches_the_whole_batch_two_gpus() -> Result<(), Error> {
+    if launch_ranks("ddp_on_cuda_matches_the_whole_batch_two_gpus", 2).is_some() {
+        return Ok(());
+    }
+    ddp_matches_the_whole_batch(2)
 }

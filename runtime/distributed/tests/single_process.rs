@@ -110,6 +110,20 @@ fn launch_info_rejects_malformed_or_inconsistent_variables() {
     assert!(matches!(bad, Err(DistributedError::Launcher(ref m)) if m.contains("RANK")));
     let outside = LaunchInfo::from_lookup(lookup(&[("RANK", "3"), ("WORLD_SIZE", "3")]));
     assert!(matches!(outside, Err(DistributedError::Launcher(_))));
+    let local = LaunchInfo::from_lookup(lookup(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("LOCAL_RANK", "-1"),
+    ]));
+    assert!(matches!(local, Err(DistributedError::Launcher(ref m)) if m.contains("LOCAL_RANK")));
+    // Half of a launcher's pair is an error naming the missing half, not a world of one.
+    let no_size = LaunchInfo::from_lookup(lookup(&[("RANK", "1")])).unwrap_err();
+    assert!(no_size.to_string().contains("WORLD_SIZE"), "{no_size}");
+    let no_rank = LaunchInfo::from_lookup(lookup(&[("OMPI_COMM_WORLD_SIZE", "2")])).unwrap_err();
+    assert!(
+        no_rank.to_string().contains("OMPI_COMM_WORLD_RANK"),
+        "{no_rank}"
+    );
 }
 
 #[test]

@@ -197,4 +197,83 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("cuda:0") && text.contains("cpu"), "{text}");
     }
+
+    /// Buckets on CUDA tensors, on the emulated driver's device `cuda:1`.
+    #[cfg(feature = "nccl")]
+    mod on_cuda {
+        use super::*;
+        use crate::emulated_driver::EmulatedDriver;
+        use std::sync::{Arc, OnceLock};
+
+        const GPU: Device = Device::Cuda(1);
+
+        fn cuda(values: &[f64], shape: &[usize]) -> Tensor {
+            static BACKEND: OnceLock<()> = OnceLock::new();
+            BACKEND.get_or_init(|| {
+                tessera_cuda::init_with_driver(Arc::new(EmulatedDriver::new(2)))
+                    .map(|_| ())
+                    .expect("registering the emulated CUDA backend")
+            });
+            Tensor::from_slice(values, shape)
+                .and_then(|t| t.to_device(GPU))
+                .unwrap()
+        }
+
+        /// Parameters 2 and 0 of a model, last first as DDP buckets them: `b` ([3, 1]) at
+        /// offset 0, `a` ([2, 2], transposed: not contiguous) at offset 3.
+        fn bucket() -> (Bucket, Vec<Tensor>) {
+            let b = cuda(&[3.0, 4.0, 5.0], &[3, 1]);
+            let a = cuda(&[1.0, 2.0, 6.0, 7.0], &[2, 2])
+                .transpose(0, 1)
+                .unwrap();
+            let bucket = Bucket {
+                params: vec![2, 0],
+                offsets: vec![0, 3],
+                numel: 7,
+                dtype: DType::F64,
+            };
+            (bucket, vec![b, a])
+        }
+
+        #[test]
+        fn gradients_are_copied_on_the_device_to_their_offsets_and_back() {
+            let (bucket, grads) = bucket();
+            let flat = FlatBucket::gather(GPU, &bucket, &grads).unwrap();
+            assert_eq!(flat.device(), GPU);
+            let FlatBucket::Device(tensor) = &flat else {
+                panic!("a CUDA bucket for a CUDA group");
+            };
+            assert_eq!((tensor.shape(), tensor.dtype()), (vec![7], DType::F64));
+            // The transposed gradient is flattened in its row-major order.
+            let gathered = tensor.to_vec::<f64>().unwrap();
+            assert_eq!(gathered, [3.0, 4.0, 5.0, 1.0, 6.0, 2.0, 7.0]);
+
+            // What an all-reduce would leave, written back into fresh gradients.
+            let averaged = FlatBucket::Device(cuda(&[9.0, 8.0, 7.0, 6.0, 5.0, 4.0, 3.0], &[7]));
+            let out = [cuda(&[0.0; 3], &[3, 1]), cuda(&[0.0; 4], &[2, 2])];
+            averaged.scatter(&bucket, &out).unwrap();
+            assert_eq!(out[0].to_vec::<f64>().unwrap(), [9.0, 8.0, 7.0]);
+            assert_eq!(out[1].to_vec::<f64>().unwrap(), [6.0, 5.0, 4.0, 3.0]);
+        }
+
+        #[test]
+        fn gradients_on_another_gpu_are_an_error_naming_both() {
+            let (bucket, grads) = bucket();
+            let Err(err) = FlatBucket::gather(Device::Cuda(0), &bucket, &grads) else {
+                panic!("cuda:1 gradients placed in a cuda:0 bucket");
+            };
+            let text = err.to_string();
+            assert!(text.contains("cuda:0") && text.contains("cuda:1"), "{text}");
+        }
+
+        #[test]
+        fn a_bucket_too_small_for_its_gradients_is_an_error_not_an_overrun() {
+            let (mut bucket, grads) = bucket();
+            bucket.numel = 6;
+            let Err(err) = FlatBucket::gather(GPU, &bucket, &grads) else {
+                panic!("seven elements copied into a bucket of six");
+            };
+            assert!(err.to_string().contains("overruns"), "{err}");
+        }
+    }
 }

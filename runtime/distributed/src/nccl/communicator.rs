@@ -27,6 +27,10 @@ pub(crate) struct NcclCommunicator {
     rank: usize,
     world_size: usize,
     ordinal: usize,
+    /// The driver that made the device's primary context current for `ncclCommInitRank`:
+    /// kept so that the context (which holds the communicator's device resources) stays
+    /// retained until the communicator is destroyed, whatever the tensor backend does.
+    context: Box<dyn CudaDriver>,
 }
 
 fn nccl_error(op: &'static str, e: impl std::fmt::Debug) -> DistributedError {
@@ -38,10 +42,10 @@ fn cuda_error(op: &'static str) -> impl Fn(tessera_cuda::CudaError) -> Distribut
 }
 
 impl NcclCommunicator {
-    /// Joins the world of `world_size` ranks as `rank` on `cuda:ordinal`, given the world's
-    /// unique id (128 bytes from rank 0's `ncclGetUniqueId`).
+    /// Joins the world of `world_size` ranks as `rank` on `cuda:ordinal` of `driver`, given
+    /// the world's unique id (128 bytes from rank 0's `ncclGetUniqueId`).
     pub(crate) fn join(
-        driver: &dyn CudaDriver,
+        driver: Box<dyn CudaDriver>,
         id: [u8; super::store::ID_BYTES],
         rank: usize,
         world_size: usize,
@@ -69,6 +73,7 @@ impl NcclCommunicator {
             rank,
             world_size,
             ordinal,
+            context: driver,
         })
     }
 
@@ -351,8 +356,10 @@ impl Communicator for NcclCommunicator {
 
 impl Drop for NcclCommunicator {
     fn drop(&mut self) {
+        // The device's context current on this thread (the last handle may drop anywhere).
+        let _ = self.context.external_stream(self.ordinal);
         let comm = self.comm.get_mut().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the communicator is live and destroyed once.
+        // SAFETY: the communicator is live and destroyed once, before its context is released.
         let _ = unsafe { sys::ncclCommDestroy(comm.0) };
     }
 }

@@ -8,13 +8,14 @@
 //! libnccl or the GPU is missing it is [`DistributedError::BackendUnavailable`], never a panic.
 
 mod communicator;
+mod launch;
 mod operand;
 mod store;
 mod types;
 
 pub(crate) use communicator::NcclCommunicator;
 
-use crate::{Backend, DistributedError, LaunchInfo, Result};
+use crate::{Backend, DistributedError, Result};
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_cuda::{CudaDriver, SystemDriver};
@@ -42,18 +43,13 @@ pub(crate) fn communicator() -> Result<Arc<NcclCommunicator>> {
             "libnccl cannot be loaded (install NCCL or put it on LD_LIBRARY_PATH)",
         ));
     }
-    let launch = LaunchInfo::from_env()?.ok_or_else(|| {
-        DistributedError::Launcher(
-            "the nccl backend needs a launcher: RANK, WORLD_SIZE and LOCAL_RANK (torchrun) or \
-             mpirun's variables"
-                .into(),
-        )
-    })?;
+    let launch = launch::nccl_launch(|name| std::env::var(name).ok())?;
+    let launch_info = launch.info;
     let driver = SystemDriver::new().map_err(|e| unavailable(e.to_string()))?;
-    if launch.local_rank >= driver.device_count() {
+    if launch_info.local_rank >= driver.device_count() {
         return Err(unavailable(format!(
             "local rank {} has no GPU: this host has {} (one process per GPU)",
-            launch.local_rank,
+            launch_info.local_rank,
             driver.device_count()
         )));
     }
@@ -61,21 +57,27 @@ pub(crate) fn communicator() -> Result<Arc<NcclCommunicator>> {
     if registered_backend(DeviceKind::Cuda).is_none() {
         tessera_cuda::init().map_err(|e| unavailable(e.to_string()))?;
     }
-    let address = store::store_address(|name| std::env::var(name).ok())?;
-    let id = if launch.rank == 0 {
+    let id = if launch_info.rank == 0 {
         let id = cudarc::nccl::result::get_uniqueid()
             .map_err(|e| unavailable(format!("ncclGetUniqueId: {e:?}")))?;
         let bytes: [u8; store::ID_BYTES] = id.internal.map(|c| c as u8);
-        store::serve_id(&address, &bytes, launch.world_size, STORE_TIMEOUT)?;
+        // A world of one has no one to tell: no port is opened.
+        if launch_info.world_size > 1 {
+            store::IdServer::bind(&launch.store)?.serve(
+                &bytes,
+                launch_info.world_size,
+                STORE_TIMEOUT,
+            )?;
+        }
         bytes
     } else {
-        store::fetch_id(&address, STORE_TIMEOUT)?
+        store::fetch_id(&launch.store, STORE_TIMEOUT)?
     };
     Ok(Arc::new(NcclCommunicator::join(
-        &driver,
+        Box::new(driver),
         id,
-        launch.rank,
-        launch.world_size,
-        launch.local_rank,
+        launch_info.rank,
+        launch_info.world_size,
+        launch_info.local_rank,
     )?))
 }
