@@ -108,4 +108,6 @@ pub use reduce::MAX_REDUCTION_BLOCK;
 pub use render::{render, render_with};
 pub use rendered::{BLOCKS_PER_MULTIPROCESSOR, RenderedKernel};
 pub use target::PtxTarget;
-pub use tensor::{CudaBackend, CudaStorage, init, init_with_driver};
+pub use tensor::{
+    CudaBackend, CudaStorage, CudaTensorMemory, init, init_with_driver, with_cuda_memory,
+};

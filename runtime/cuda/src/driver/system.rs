@@ -347,6 +347,12 @@ impl CudaDriver for SystemDriver {
         driver_call("cuModuleUnload", unsafe { sys::cuModuleUnload(m.raw) })
     }
 
+    fn external_stream(&self, device: usize) -> Result<sys::CUstream> {
+        self.bind(device)?;
+        // Every call of this driver passes a null stream: the context's legacy default one.
+        Ok(std::ptr::null_mut())
+    }
+
     fn synchronize(&self, device: usize) -> Result<()> {
         self.bind(device)?;
         // SAFETY: a context is bound.

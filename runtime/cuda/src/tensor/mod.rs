@@ -15,10 +15,12 @@ mod copies;
 mod device_state;
 mod eager;
 mod errors;
+mod external_memory;
 mod host_bytes;
 mod init;
 mod storage;
 
 pub use backend::CudaBackend;
+pub use external_memory::{CudaTensorMemory, with_cuda_memory};
 pub use init::{init, init_with_driver};
 pub use storage::CudaStorage;
