@@ -88,7 +88,12 @@ fn elementwise_ops_on_half_tensors_equal_the_cpu() {
         let row = tensor(dtype, &[37], 4, true);
         let tol = ulp(dtype);
         for u in UnaryOp::EVERY {
-            same_on_device_within(&format!("{u:?} {dtype}"), &Op::Unary(u), &[x.clone()], tol);
+            same_on_device_within(
+                &format!("{u:?} {dtype}"),
+                &Op::Unary(u),
+                std::slice::from_ref(&x),
+                tol,
+            );
         }
         for b in BinaryOp::EVERY {
             let inputs = [x.clone(), row.clone()];
@@ -98,13 +103,23 @@ fn elementwise_ops_on_half_tensors_equal_the_cpu() {
                 value: 1.5,
                 reversed: false,
             });
-            same_on_device_within(&format!("{b:?} scalar {dtype}"), &op, &[x.clone()], tol);
+            same_on_device_within(
+                &format!("{b:?} scalar {dtype}"),
+                &op,
+                std::slice::from_ref(&x),
+                tol,
+            );
         }
         let clamp = Op::Clamp {
             min: Some(-0.5),
             max: Some(0.75),
         };
-        same_on_device_within(&format!("clamp {dtype}"), &clamp, &[x.clone()], tol);
+        same_on_device_within(
+            &format!("clamp {dtype}"),
+            &clamp,
+            std::slice::from_ref(&x),
+            tol,
+        );
     }
 }
 
@@ -128,7 +143,7 @@ fn reductions_softmax_and_layer_norm_of_half_tensors_equal_the_cpu() -> Result<(
                 same_on_device_within(
                     &format!("{kind:?} {dims:?} {dtype}"),
                     &op,
-                    &[x.clone()],
+                    std::slice::from_ref(&x),
                     tol,
                 );
             }
@@ -138,7 +153,7 @@ fn reductions_softmax_and_layer_norm_of_half_tensors_equal_the_cpu() -> Result<(
             same_on_device_within(
                 &format!("softmax log={log} {dtype}"),
                 &op,
-                &[x.clone()],
+                std::slice::from_ref(&x),
                 tol,
             );
         }

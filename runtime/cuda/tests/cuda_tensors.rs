@@ -220,7 +220,11 @@ fn elementwise_ops_read_non_contiguous_and_broadcast_operands_in_place() -> Resu
         let t = base.t()?; // [5, 9], strides [1, 5]
         let narrow = tensor(dtype, &[5, 11], 6, false).narrow(1, 1, 9)?;
         let column = tensor(dtype, &[5, 1], 7, false);
-        same_on_device("exp of a transpose", &Op::Unary(UnaryOp::Exp), &[t.clone()]);
+        same_on_device(
+            "exp of a transpose",
+            &Op::Unary(UnaryOp::Exp),
+            std::slice::from_ref(&t),
+        );
         same_on_device(
             "add transpose + narrow",
             &Op::Binary(BinaryOp::Add),
@@ -259,17 +263,17 @@ fn reductions_softmax_and_layer_norm_equal_the_cpu() -> Result<()> {
             same_on_device(
                 &format!("{kind:?} rows {dtype}"),
                 &reduce(kind, vec![1], false),
-                &[x.clone()],
+                std::slice::from_ref(&x),
             );
             same_on_device(
                 &format!("{kind:?} cols {dtype}"),
                 &reduce(kind, vec![0], true),
-                &[x.clone()],
+                std::slice::from_ref(&x),
             );
             same_on_device(
                 &format!("{kind:?} all {dtype}"),
                 &reduce(kind, vec![0, 1], false),
-                &[x.clone()],
+                std::slice::from_ref(&x),
             );
         }
         same_on_device(
@@ -281,7 +285,7 @@ fn reductions_softmax_and_layer_norm_equal_the_cpu() -> Result<()> {
             same_on_device(
                 &format!("softmax log={log} {dtype}"),
                 &Op::Softmax { dim: 1, log },
-                &[x.clone()],
+                std::slice::from_ref(&x),
             );
         }
         let w = tensor(dtype, &[45], 9, false);
