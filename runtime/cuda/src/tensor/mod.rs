@@ -6,8 +6,9 @@
 //! `to_device(Device::Cpu)` copy back.
 //!
 //! Storage holds any dtype (bytes in a block of the device's caching allocator; copies move
-//! bool, integer and float tensors alike). Eager kernels compute on f32 and f64: what the
-//! lowering makes into kernels the PTX renderer generates. The rest is
+//! bool, integer and float tensors alike). Eager kernels compute on f32, f64, f16 and bf16:
+//! what the lowering makes into kernels the PTX renderer generates, and matmul, linear and
+//! convolutions as the standalone generated GEMM and convolution kernels. The rest is
 //! `TensorError::UnsupportedOnDevice` naming the op.
 
 mod backend;
