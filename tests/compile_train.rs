@@ -324,3 +324,37 @@ fn an_optimizer_without_update_ops_is_refused_with_a_typed_error() {
     assert!(err.to_string().contains("no update ops"), "{err}");
     assert_eq!(parameters(&*model)[0].to_vec::<f32>().unwrap(), before);
 }
+
+#[test]
+fn param_groups_keep_their_own_learning_rates() {
+    let (eager, compiled) = (mlp(8), mlp(8));
+    let make = |model: &dyn Module| {
+        let params = parameters(model);
+        let group = |lr: f64| SgdOptions {
+            lr,
+            momentum: 0.5,
+            ..Default::default()
+        };
+        let mut opt = SGD::new(params[..2].to_vec(), group(0.2)).unwrap();
+        opt.add_param_group(params[2..].to_vec(), group(0.01))
+            .unwrap();
+        opt
+    };
+    let mut eager_opt = make(&*eager);
+    let mut g = Generator::new(9);
+    let (x, t) = batch(8, &mut g);
+    let mut step = compile_train_step(
+        compiled.clone(),
+        cross_entropy,
+        make(&*compiled),
+        (&x, &t),
+        CompileOptions::default(),
+    )
+    .unwrap();
+    for s in 0..3 {
+        let (x, t) = batch(8, &mut g);
+        eager_step(&eager, &mut eager_opt, &x, &t);
+        step.step(&x, &t).unwrap();
+        assert_same_parameters(&*compiled, &*eager, 1e-6, &format!("step {s}"));
+    }
+}

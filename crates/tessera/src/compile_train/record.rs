@@ -49,6 +49,8 @@ pub(crate) struct RecordedUpdate<'a> {
     /// Stand-ins (meta tensors) handed to the optimizer, by id.
     standins: HashMap<TensorId, ValueRef>,
     live_ids: HashMap<TensorId, usize>,
+    /// The stand-in of each group's learning rate on each device (one input per group).
+    scalar_standins: HashMap<(usize, String), Tensor>,
     record: UpdateRecord,
 }
 
@@ -58,6 +60,7 @@ impl<'a> RecordedUpdate<'a> {
             grads,
             standins: HashMap::new(),
             live_ids: HashMap::new(),
+            scalar_standins: HashMap::new(),
             record: UpdateRecord {
                 live: Vec::new(),
                 scalars: Vec::new(),
@@ -111,11 +114,17 @@ impl UpdateSink for RecordedUpdate<'_> {
         Some(self.standin(&param.meta(), ValueRef::Grad(i)))
     }
 
-    fn scalar(&mut self, _group: usize, value: f64, _param: &Tensor) -> tessera_nn::Result<Tensor> {
+    fn scalar(&mut self, group: usize, value: f64, param: &Tensor) -> tessera_nn::Result<Tensor> {
+        let key = (group, format!("{:?}", param.device()));
+        if let Some(t) = self.scalar_standins.get(&key) {
+            return Ok(t.clone());
+        }
         let i = self.record.scalars.len();
         self.record.scalars.push(value);
         self.record.shape.scalars += 1;
-        Ok(self.standin(&TensorMeta::new(vec![], DType::F64), ValueRef::Scalar(i)))
+        let t = self.standin(&TensorMeta::new(vec![], DType::F64), ValueRef::Scalar(i));
+        self.scalar_standins.insert(key, t.clone());
+        Ok(t)
     }
 
     fn apply(&mut self, op: &Op, inputs: &[&Tensor]) -> tessera_nn::Result<Vec<Tensor>> {
