@@ -19,7 +19,7 @@ use tessera_tensor::{DType, Generator, Tensor, TensorMeta};
 
 /// Ops the lowering does not generate yet, with why: each needs integer values in the kernel
 /// IR (class targets, argmax indices), which it does not have.
-const NOT_LOWERED: &[&str] = &["nll_loss", "nll_loss_backward", "batch_norm"];
+const NOT_LOWERED: &[&str] = &["nll_loss", "nll_loss_backward"];
 
 /// The GEMM and convolution ops that run as external calls by design.
 const EXTERNAL_BY_DESIGN: &[&str] = &[
