@@ -252,34 +252,32 @@ impl Lowering<'_> {
                             },
                         },
                     );
-                    // `(v > best) | isnan(v)`, as the eager selection.
+                    // The tap replaces the best so far when it is NaN or larger, as the eager
+                    // selection (two float selects: no select of predicates, which not every
+                    // backend has).
                     let nan = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Ne, v, v));
                     let larger = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Gt, v, best));
-                    let beats = b.push(
-                        ScalarType::Bool,
-                        Expr::Select {
-                            cond: nan,
-                            a: nan,
-                            b: larger,
-                        },
-                    );
-                    best = b.push(
-                        ty,
-                        Expr::Select {
-                            cond: beats,
-                            a: v,
-                            b: best,
-                        },
-                    );
                     let here = b.push(ty, Expr::Const(t as f64));
-                    at = b.push(
-                        ty,
-                        Expr::Select {
-                            cond: beats,
-                            a: here,
-                            b: at,
-                        },
-                    );
+                    let pick = |b: &mut KernelBuilder, tap: ValueId, so_far: ValueId| {
+                        let if_larger = b.push(
+                            ty,
+                            Expr::Select {
+                                cond: larger,
+                                a: tap,
+                                b: so_far,
+                            },
+                        );
+                        b.push(
+                            ty,
+                            Expr::Select {
+                                cond: nan,
+                                a: tap,
+                                b: if_larger,
+                            },
+                        )
+                    };
+                    best = pick(&mut b, v, best);
+                    at = pick(&mut b, here, at);
                 }
                 let routed = b.push(ty, Expr::Binary(crate::BinaryFn::Add, zero, grad_value));
                 (0..kh * kw)
