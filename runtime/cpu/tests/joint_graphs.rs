@@ -17,8 +17,8 @@ use tessera_nn::{Call, Module, ModuleExt, Sequential};
 use tessera_tensor::functional as F;
 use tessera_tensor::{DType, Generator, Tensor, TensorMeta};
 
-/// Ops the lowering does not generate yet, with why: each needs integer values in the kernel
-/// IR (class targets, argmax indices), which it does not have.
+/// Ops the lowering does not generate yet: the negative log-likelihood and its gradient read
+/// i64 class targets, and the kernel IR has no integer values.
 const NOT_LOWERED: &[&str] = &["nll_loss", "nll_loss_backward"];
 
 /// The GEMM and convolution ops that run as external calls by design.

@@ -3,7 +3,8 @@
 //! read their operands through the views before them (folded into index arithmetic); a
 //! reduction becomes one kernel with its group's prologue and its epilogue partition
 //! ([`reduce`]); max and average pooling without padding become window reductions
-//! ([`pool`]); views become layouts, never steps; every other node runs its eager kernel as
+//! ([`pool`]); pooling backward whose windows tile the input writes each window once
+//! ([`pool_backward`]); views become layouts, never steps; every other node runs its eager kernel as
 //! an external step and is reported as a fallback with the reason.
 
 mod conv;
