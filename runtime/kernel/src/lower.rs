@@ -4,8 +4,8 @@
 //! reduction becomes one kernel with its group's prologue and its epilogue partition
 //! ([`reduce`]); max and average pooling without padding become window reductions
 //! ([`pool`]); pooling backward whose windows tile the input writes each window once
-//! ([`pool_backward`]); views become layouts, never steps; every other node runs its eager kernel as
-//! an external step and is reported as a fallback with the reason.
+//! ([`pool_backward`]); views become layouts, never steps; every other node runs its eager
+//! kernel as an external step and is reported as a fallback with the reason.
 
 mod conv;
 mod frame;
