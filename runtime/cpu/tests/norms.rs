@@ -1,6 +1,7 @@
 //! Differential tests of the channel norms as generated kernels: group norm (channels split
-//! into groups inside the kernel's frame), instance norm and eval-mode batch norm (running
-//! statistics, not folded into a convolution), each with an elementwise prologue and epilogue
+//! into groups inside the kernel's frame), instance norm, eval-mode batch norm (running
+//! statistics, not folded into a convolution) and training-mode batch norm (batch statistics
+//! per channel, over the batch and spatial dims), each with an elementwise prologue and epilogue
 //! fused, run by the eager ops, the kernel-IR interpreter and the JIT, in f32 and f64, for odd
 //! shapes and transposed (non-contiguous) inputs; and the snapshot of a group norm kernel.
 
@@ -19,6 +20,7 @@ enum Norm {
     Group(usize, bool, bool),
     Instance(bool, bool),
     BatchEval(bool, bool),
+    BatchTrain(bool, bool),
 }
 
 impl Norm {
@@ -37,6 +39,12 @@ impl Norm {
             },
             Norm::BatchEval(weight, bias) => NormOp::BatchNorm {
                 training: false,
+                eps: 1e-5,
+                weight,
+                bias,
+            },
+            Norm::BatchTrain(weight, bias) => NormOp::BatchNorm {
+                training: true,
                 eps: 1e-5,
                 weight,
                 bias,
@@ -87,7 +95,10 @@ fn normed(
     }
     let op = norm.op();
     let (weight, bias) = match norm {
-        Norm::Group(_, w, b) | Norm::Instance(w, b) | Norm::BatchEval(w, b) => (w, b),
+        Norm::Group(_, w, b)
+        | Norm::Instance(w, b)
+        | Norm::BatchEval(w, b)
+        | Norm::BatchTrain(w, b) => (w, b),
     };
     if weight {
         args.push(b.input(&channels, false));
@@ -219,6 +230,29 @@ fn eval_batch_norm_equals_eager_bit_for_bit() {
                         let b = normed(dtype, shape, norm, strided, (fused, fused), None);
                         // The scale and shift are computed in f64 and rounded as eager does.
                         generated_and_agreeing(&b, 0.0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn training_batch_norm_is_a_reduction_over_batch_and_spatial_dims_with_per_channel_statistics() {
+    let shapes: [&[usize]; 4] = [&[2, 3, 5, 7], &[4, 5], &[3, 2, 9], &[2, 3, 4, 2, 3]];
+    for dtype in [DType::F32, DType::F64] {
+        for shape in shapes {
+            for affine in [false, true] {
+                for strided in [false, true] {
+                    for stat in [None, Some(1), Some(2)] {
+                        let norm = Norm::BatchTrain(affine, affine);
+                        let b = normed(dtype, shape, norm, strided, (true, true), stat);
+                        let program = generated_and_agreeing(&b, tolerance(dtype));
+                        // The channel is the one output loop of the norm's kernel.
+                        assert!(
+                            program.kernels().any(|k| k.domain == [shape[1]]),
+                            "{program}"
+                        );
                     }
                 }
             }

@@ -343,7 +343,7 @@ fn autograd_through_cuda_tensors_gives_the_cpu_gradients() -> Result<()> {
             let x = x.requires_grad_(true)?;
             let w = w.requires_grad_(true)?;
             // Binary and scalar ops with a broadcast, softmax, log-softmax and a mean (unary
-            // ops are left out: their backward is a fused CPU kernel, see below).
+            // ops have a test of their own below).
             let y = x.mul(&w)?.add_scalar(0.5)?.mul(&x)?.softmax(1)?;
             let z = y.sub(&w)?.log_softmax(1)?.div_scalar(3.0)?;
             let loss = z.mul(&x)?.mean(&[0, 1], false)?;
@@ -375,15 +375,24 @@ fn autograd_through_cuda_tensors_gives_the_cpu_gradients() -> Result<()> {
 }
 
 #[test]
-fn the_backward_of_unary_ops_is_not_on_the_device_yet() -> Result<()> {
-    // Unary ops differentiate with one fused CPU kernel (`UnaryOp::backward`), which device
-    // memory does not reach: a typed error, not a wrong gradient.
-    let x = cuda(&tensor(DType::F32, &[6], 17, false))?.requires_grad_(true)?;
-    let err = x.tanh()?.sum_all()?.backward().unwrap_err();
-    assert!(
-        matches!(&err, TensorError::UnsupportedOnDevice { device: CUDA, .. }),
-        "{err:?}"
-    );
+fn the_backward_of_unary_ops_runs_on_the_device_and_gives_the_cpu_gradients() -> Result<()> {
+    // `UnaryOp::backward` applies `Op::UnaryBackward`, which lowers to a kernel of the IR like
+    // any elementwise op, so the gradient is computed in device memory.
+    for dtype in [DType::F32, DType::F64] {
+        let xs = tensor(dtype, &[6], 17, false);
+        let run = |x: Tensor| -> Result<Tensor> {
+            let x = x.requires_grad_(true)?;
+            x.tanh()?.mul(&x.gelu()?)?.sum_all()?.backward()?;
+            Ok(x)
+        };
+        let (c, d) = (run(xs.clone())?, run(cuda(&xs)?)?);
+        let (c, d) = (c.grad().unwrap(), d.grad().unwrap());
+        assert_eq!(d.device(), CUDA, "the gradient stays on the device");
+        let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
+        for (a, b) in c.to_vec_f64()?.iter().zip(d.to_vec_f64()?) {
+            assert!(close(*a, b, tol), "{dtype}: cpu {a}, cuda {b}");
+        }
+    }
     Ok(())
 }
 

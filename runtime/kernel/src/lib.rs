@@ -101,6 +101,7 @@ mod scalar;
 pub mod schedule;
 mod stages;
 mod table;
+mod unary_backward_table;
 mod update_table;
 mod workspace;
 

@@ -3,13 +3,15 @@
 //! read their operands through the views before them (folded into index arithmetic); a
 //! reduction becomes one kernel with its group's prologue and its epilogue partition
 //! ([`reduce`]); max and average pooling without padding become window reductions
-//! ([`pool`]); views become layouts, never steps; every other node runs its eager kernel as
-//! an external step and is reported as a fallback with the reason.
+//! ([`pool`]); pooling backward whose windows tile the input writes each window once
+//! ([`pool_backward`]); views become layouts, never steps; every other node runs its eager
+//! kernel as an external step and is reported as a fallback with the reason.
 
 mod conv;
 mod frame;
 mod gemm;
 mod pool;
+mod pool_backward;
 mod reduce;
 mod update;
 
@@ -24,7 +26,7 @@ use std::collections::{HashMap, HashSet};
 use tessera_fx::{Graph, NodeId, NodeKind};
 use tessera_passes::fusion_groups;
 use tessera_tensor::layout::{Layout, broadcast_layout};
-use tessera_tensor::op::{FusionRole, OpKind, ViewOp, view_strides};
+use tessera_tensor::op::{FusionRole, OpKind, PoolOp, ViewOp, view_strides};
 use tessera_tensor::{Op, TensorMeta};
 
 /// A graph value during lowering: a slot seen through views, and the layout those views give.
@@ -355,6 +357,11 @@ impl Lowering<'_> {
                 let layout = Layout::contiguous(&m.shape);
                 vec![self.slot(id, m, SlotSource::Attribute(target.clone()), layout)]
             }
+            // The argmax indices of a max pooling lowered values-only: their only users, the
+            // backward nodes, recompute them.
+            NodeKind::GetItem { .. } if pool_backward::is_recomputed_indices(self.graph, id) => {
+                return Ok(());
+            }
             NodeKind::GetItem { index } => {
                 let operand = self.operands(id)?.into_iter().next();
                 let all = operand.and_then(|o| self.values.get(&o));
@@ -406,6 +413,22 @@ impl Lowering<'_> {
             } => {
                 let update = update.clone();
                 return self.update(id, &update);
+            }
+            NodeKind::CallFunction {
+                op: Op::Pool(PoolOp::MaxPool2d(p)),
+            } if pool_backward::indices_recomputed(self.graph, id) => {
+                return self.pool(id, &Op::Pool(PoolOp::MaxPool2dValues(*p)));
+            }
+            NodeKind::CallFunction {
+                op:
+                    op @ Op::Pool(
+                        PoolOp::MaxPool2dBackward { .. }
+                        | PoolOp::AvgPool2dBackward { .. }
+                        | PoolOp::AdaptiveAvgPool2dBackward { .. },
+                    ),
+            } => {
+                let op = op.clone();
+                return self.pool_backward(id, &op);
             }
             NodeKind::CallFunction { op } if pool::window_pool(op).is_some() => {
                 let op = op.clone();

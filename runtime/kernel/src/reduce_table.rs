@@ -114,9 +114,17 @@ pub fn lower_reduction(
             norm @ (NormOp::LayerNorm { .. }
             | NormOp::RmsNorm { .. }
             | NormOp::GroupNorm { .. }
-            | NormOp::InstanceNorm { .. }),
+            | NormOp::InstanceNorm { .. }
+            | NormOp::BatchNorm { training: true, .. }),
         ) => {
             let (eps, weight, bias, centred) = match *norm {
+                // Batch statistics: the instance norm's formula over the batch too.
+                NormOp::BatchNorm {
+                    training: true,
+                    eps,
+                    weight,
+                    bias,
+                } => (eps, weight, bias, true),
                 NormOp::LayerNorm {
                     eps, weight, bias, ..
                 }

@@ -30,6 +30,14 @@ pub fn lower_elementwise(
         return Emit { b }.convert(operands[0], out);
     }
     if out.is_half() {
+        if let Op::UnaryBackward(_) = op {
+            // The eager backward computes in the half type itself, rounding after every
+            // operation; one rounding at the end would not give its bits.
+            return Err(format!(
+                "{} computes in {out} operation by operation, not in f32",
+                op.name()
+            ));
+        }
         let computed = lower_elementwise(op, b, operands, out.compute())?;
         return Emit { b }.convert(computed, out);
     }
@@ -99,6 +107,12 @@ pub fn lower_elementwise(
                 x = e.select(below, lo, x);
             }
             Ok(x)
+        }
+        Op::UnaryBackward(u) => {
+            arity(2)?;
+            let grad = e.float_as(operands[0], out)?;
+            let v = e.float_as(operands[1], out)?;
+            Ok(e.unary_backward(*u, grad, v))
         }
         // An update with one output (SGD without momentum) fuses like any elementwise op.
         Op::Optim(update) => match lower_update(update, e.b, operands, out)?[..] {
@@ -181,11 +195,11 @@ impl Emit<'_> {
         self.b.push(ty, Expr::Binary(f, a, b))
     }
 
-    fn cmp(&mut self, f: CompareFn, a: ValueId, b: ValueId) -> ValueId {
+    pub(crate) fn cmp(&mut self, f: CompareFn, a: ValueId, b: ValueId) -> ValueId {
         self.b.push(ScalarType::Bool, Expr::Compare(f, a, b))
     }
 
-    fn select(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> ValueId {
+    pub(crate) fn select(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> ValueId {
         let ty = self.b.ty(a);
         self.b.push(ty, Expr::Select { cond, a, b })
     }

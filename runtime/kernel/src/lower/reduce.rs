@@ -79,6 +79,13 @@ pub(super) fn reducible(op: &Op, shape: &[usize]) -> Option<ReduceSpec> {
         Op::Norm(NormOp::InstanceNorm { .. }) if nd >= 3 => {
             ((2..nd).collect(), vec![None, None, None])
         }
+        // Batch statistics per channel, over the batch and spatial dims: the channel is the
+        // only output loop, the statistics are per channel.
+        Op::Norm(NormOp::BatchNorm { training: true, .. }) if nd >= 2 => {
+            let reduced: Vec<usize> = std::iter::once(0).chain(2..nd).collect();
+            let channel: FrameMap = vec![Some(0)];
+            (reduced, vec![None, Some(channel.clone()), Some(channel)])
+        }
         // Running statistics per channel: nothing is reduced, the spatial dims are the
         // reduction loops; the statistics outputs are the running ones, per channel.
         Op::Norm(NormOp::BatchNorm {

@@ -1,0 +1,205 @@
+//! The pooling backward ops whose windows tile the input, lowered to the kernel IR: average
+//! (plain and adaptive) and max pooling's gradients through the kernel-IR interpreter and the
+//! JIT give the eager kernels' bits, in f32 and f64, on strided inputs and on windows holding
+//! ties, infinities and NaN (the argmax the backward recomputes is the eager forward's). Windows
+//! that overlap run the eager kernels, reported as fallbacks.
+
+mod common;
+
+use common::{eager, jit_run, lowered};
+use tessera_fx::Graph;
+use tessera_kernel::{Interpreter, NoEnvironment, Program, run_program};
+use tessera_tensor::op::{Pool2dParams, PoolOp};
+use tessera_tensor::{DType, Op, Tensor, TensorMeta};
+
+fn params(kernel: usize, stride: usize) -> Pool2dParams {
+    Pool2dParams {
+        kernel: [kernel; 2],
+        stride: [stride; 2],
+        padding: [0; 2],
+        dilation: [1; 2],
+        ceil_mode: false,
+    }
+}
+
+/// Values with repeats (ties within windows), and every 11th element special: +-inf, NaN.
+fn values(n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| match i % 11 {
+            3 => f64::INFINITY,
+            7 if i % 3 == 0 => f64::NAN,
+            8 => f64::NEG_INFINITY,
+            _ => ((i * 37 % 13) as f64 - 6.0) * 0.25,
+        })
+        .collect()
+}
+
+/// `shape` of `dtype` holding `values`, given transposed in its last two dims when `strided`.
+fn tensor(shape: &[usize], dtype: DType, strided: bool, seed: usize) -> Tensor {
+    let n: usize = shape.iter().product();
+    let vs: Vec<f64> = values(n + seed)[seed..].to_vec();
+    let nd = shape.len();
+    let t = if strided {
+        let mut swapped = shape.to_vec();
+        swapped.swap(nd - 2, nd - 1);
+        let mut dims: Vec<usize> = (0..nd).collect();
+        dims.swap(nd - 2, nd - 1);
+        Tensor::from_vec(vs, &swapped)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+            .permute(&dims)
+            .unwrap()
+    } else {
+        Tensor::from_vec(vs, shape)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+    };
+    if shape[nd - 2] > 1 && shape[nd - 1] > 1 {
+        assert_eq!(t.is_contiguous(), !strided);
+    }
+    t
+}
+
+/// Bit patterns widened exactly to f64, NaNs made one pattern.
+fn bits(t: &Tensor) -> Vec<u64> {
+    t.to_vec_f64()
+        .unwrap()
+        .into_iter()
+        .map(|x| {
+            if x.is_nan() {
+                f64::NAN.to_bits()
+            } else {
+                x.to_bits()
+            }
+        })
+        .collect()
+}
+
+/// Runs `graph` through the kernel-IR interpreter and the JIT and checks every output's bits
+/// against eager execution; the program, for further checks.
+fn assert_bit_identical(graph: &Graph, inputs: &[Tensor]) -> Program {
+    let program = lowered(graph, inputs);
+    let expected = eager(graph, inputs);
+    let interpreted = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
+    let jitted = jit_run(&program, inputs);
+    for (i, e) in expected.iter().enumerate() {
+        assert_eq!(
+            bits(e),
+            bits(&interpreted[i]),
+            "interpreter, output {i}\n{program}"
+        );
+        assert_eq!(bits(e), bits(&jitted[i]), "JIT, output {i}\n{program}");
+    }
+    program
+}
+
+/// `max_pool2d_with_indices(x)` and its backward from `grad`, returning the pooled values
+/// and the input gradient.
+fn max_pool_graph(x: &[usize], g: &[usize], p: Pool2dParams, dtype: DType) -> Graph {
+    let mut graph = Graph::new();
+    let xn = graph.placeholder("x", TensorMeta::new(x.to_vec(), dtype));
+    let gn = graph.placeholder("grad", TensorMeta::new(g.to_vec(), dtype));
+    let pool = graph
+        .call_function(Op::Pool(PoolOp::MaxPool2d(p)), &[&xn])
+        .unwrap();
+    let values = graph.getitem(&pool, 0).unwrap();
+    let indices = graph.getitem(&pool, 1).unwrap();
+    let nd = x.len();
+    let input_size = [x[nd - 2], x[nd - 1]];
+    let dx = graph
+        .call_function(
+            Op::Pool(PoolOp::MaxPool2dBackward { input_size }),
+            &[&gn, &indices],
+        )
+        .unwrap();
+    graph.output(&[&values, &dx]).unwrap();
+    graph
+}
+
+#[test]
+fn max_pool_backward_recomputes_the_eager_argmax_bit_for_bit() {
+    for dtype in [DType::F32, DType::F64] {
+        for strided in [false, true] {
+            for (x, g, k) in [
+                (vec![2, 3, 6, 8], vec![2, 3, 3, 4], 2),
+                (vec![3, 6, 9], vec![3, 2, 3], 3),
+            ] {
+                let graph = max_pool_graph(&x, &g, params(k, k), dtype);
+                let inputs = [tensor(&x, dtype, strided, 0), tensor(&g, dtype, false, 5)];
+                let program = assert_bit_identical(&graph, &inputs);
+                assert!(program.fallbacks.is_empty(), "{program}");
+                assert_eq!(program.kernels().count(), 2, "{program}");
+            }
+        }
+    }
+}
+
+#[test]
+fn overlapping_max_pool_backward_runs_the_eager_kernels() {
+    let (x, g) = ([1, 2, 5, 5], [1, 2, 4, 4]);
+    let graph = max_pool_graph(&x, &g, params(2, 1), DType::F32);
+    let inputs = [
+        tensor(&x, DType::F32, false, 0),
+        tensor(&g, DType::F32, false, 1),
+    ];
+    let program = assert_bit_identical(&graph, &inputs);
+    let ops: Vec<&str> = program.fallbacks.iter().map(|f| f.op.as_str()).collect();
+    assert_eq!(
+        ops,
+        ["max_pool2d_with_indices", "max_pool2d_backward"],
+        "{program}"
+    );
+}
+
+/// `op(grad)` for an average pooling backward op.
+fn one_op(op: PoolOp, g: &[usize], dtype: DType) -> Graph {
+    let mut graph = Graph::new();
+    let gn = graph.placeholder("grad", TensorMeta::new(g.to_vec(), dtype));
+    let dx = graph.call_function(Op::Pool(op), &[&gn]).unwrap();
+    graph.output(&[&dx]).unwrap();
+    graph
+}
+
+#[test]
+fn average_pool_backwards_spread_the_eager_shares_bit_for_bit() {
+    for dtype in [DType::F32, DType::F64] {
+        for strided in [false, true] {
+            let cases = [
+                (
+                    PoolOp::AvgPool2dBackward {
+                        params: params(2, 2),
+                        count_include_pad: false,
+                        input_size: [6, 8],
+                    },
+                    vec![2, 3, 3, 4],
+                ),
+                (
+                    PoolOp::AdaptiveAvgPool2dBackward { input_size: [6, 9] },
+                    vec![2, 3, 2, 3],
+                ),
+                (
+                    PoolOp::AdaptiveAvgPool2dBackward { input_size: [5, 7] },
+                    vec![4, 3, 1, 1],
+                ),
+            ];
+            for (op, g) in cases {
+                let graph = one_op(op.clone(), &g, dtype);
+                let program = assert_bit_identical(&graph, &[tensor(&g, dtype, strided, 2)]);
+                assert!(program.fallbacks.is_empty(), "{op:?}\n{program}");
+                assert_eq!(program.kernels().count(), 1, "{program}");
+            }
+        }
+    }
+}
+
+#[test]
+fn adaptive_bins_that_do_not_divide_run_the_eager_kernel() {
+    let op = PoolOp::AdaptiveAvgPool2dBackward { input_size: [5, 7] };
+    let g = [1, 2, 2, 3];
+    let graph = one_op(op, &g, DType::F32);
+    let program = assert_bit_identical(&graph, &[tensor(&g, DType::F32, false, 0)]);
+    assert_eq!(program.fallbacks.len(), 1, "{program}");
+    assert!(program.fallbacks[0].reason.contains("windows"), "{program}");
+}
