@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use tessera_fx::GraphModule;
 use tessera_fx::trace::{LeafPolicy, trace_with};
-use tessera_nn::layers::{Dropout, Linear, ReLU};
+use tessera_nn::layers::{Dropout, Dropout2d, Linear, ReLU};
 use tessera_nn::{Call, Forward, ModuleExt, Sequential};
 use tessera_tensor::{DType, Generator, Tensor, manual_seed, with_global_generator};
 use tessera_testkit::f32s;
@@ -118,4 +118,30 @@ fn another_seed_draws_other_masks_in_the_graph() {
         run(8),
         "the mask is drawn at run time, not baked in at trace time"
     );
+}
+
+#[test]
+fn a_traced_dropout2d_draws_its_channel_mask_each_run_as_eager() {
+    let _serial = GENERATOR.lock().unwrap_or_else(|e| e.into_inner());
+    let eager = Dropout2d::new(0.5).unwrap();
+    eager.train(true);
+    let graphed = Arc::new(Dropout2d::new(0.5).unwrap());
+    graphed.train(true);
+    let traced =
+        tessera_fx::trace::trace(&*graphed, f32s(&[3, 4, 2, 2]), LeafPolicy::none()).unwrap();
+    assert!(traced.graph.to_string().contains("call_function[dropout]"));
+    let gm = GraphModule::new(graphed.clone(), traced);
+    let x = Tensor::randn_with(&[3, 4, 2, 2], DType::F32, &mut Generator::new(3)).unwrap();
+    let mut outputs = Vec::new();
+    for seed in [11, 12] {
+        manual_seed(seed);
+        let expected = eager.call(x.clone()).unwrap().to_vec::<f32>().unwrap();
+        let eager_next = next_draw();
+        manual_seed(seed);
+        let got = gm.call(x.clone()).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(got, expected, "seed {seed}");
+        assert_eq!(next_draw(), eager_next, "seed {seed}");
+        outputs.push(got);
+    }
+    assert_ne!(outputs[0], outputs[1], "the mask is drawn at run time");
 }
