@@ -80,6 +80,18 @@ fn a_training_batch_norm_returns_its_running_statistics_as_buffer_mutations() {
     );
     assert_eq!(traced.graph.results().unwrap().len(), 1);
     assert_round_trips(&traced.graph);
+    struct Copy;
+    impl tessera_fx::transformer::Transformer for Copy {}
+    let copied = tessera_fx::transformer::transform(&traced.graph, &mut Copy).unwrap();
+    copied.verify().unwrap();
+    assert_eq!(
+        copied.to_string(),
+        traced.graph.to_string(),
+        "a transform keeps them"
+    );
+    let json = serde_json::to_string(&traced.graph).unwrap();
+    let loaded: Graph = serde_json::from_str(&json).unwrap();
+    assert_eq!(loaded.buffer_mutations(), traced.graph.buffer_mutations());
 }
 
 #[test]
