@@ -183,6 +183,16 @@ pub enum RunError {
         got_shape: Vec<usize>,
         got_dtype: tessera_tensor::DType,
     },
+    /// Fewer outputs than the graph declares buffer mutations.
+    #[error("the graph writes {expected} buffers back but only {got} outputs were given")]
+    MutationCount { expected: usize, got: usize },
+    /// A buffer mutation output that could not be written back into the module.
+    #[error("writing the new value of buffer `{target}` back: {source}")]
+    WriteBack {
+        target: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// An error of this crate raised by an [`crate::interpreter::Interpreter`] method that a
     /// user overrode.
     #[error("{0}")]
@@ -257,6 +267,12 @@ pub enum TraceError {
     /// A tensor that reached the graph without being produced by the traced forward.
     #[error("a traced tensor of shape {shape:?} was not produced by the traced forward")]
     ForeignTensor { shape: Vec<usize> },
+    /// The forward wrote a traced value into a tensor of this shape that is not a buffer of
+    /// the traced module, so the graph has nowhere to write it back.
+    #[error(
+        "the forward writes a traced value into a tensor of shape {shape:?} that is not a buffer of the traced module"
+    )]
+    StateWrite { shape: Vec<usize> },
     /// Inlining the call_module node `node` (of module `target`) failed.
     #[error("inlining {node} ({target}): {source}")]
     Inline {

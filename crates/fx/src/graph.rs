@@ -32,6 +32,8 @@ pub struct Graph {
     stamps: Vec<u32>,
     counters: HashMap<String, usize>,
     pub(crate) cursor: Cursor,
+    /// The buffers the trailing outputs are written into (see [`Graph::buffer_mutations`]).
+    pub(crate) mutations: Vec<String>,
 }
 
 impl Graph {
@@ -270,6 +272,7 @@ impl Graph {
 
     fn shape_eq(&self, other: &Graph, with_metadata: bool) -> bool {
         self.len() == other.len()
+            && self.mutations == other.mutations
             && self.order.iter().zip(other.order.iter()).all(|(a, b)| {
                 let (na, nb) = (&self.graph[a], &other.graph[b]);
                 let names = |g: &Graph, i| -> Vec<String> {

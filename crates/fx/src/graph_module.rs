@@ -2,6 +2,8 @@
 //! module. Its parameters, buffers and state-dict keys are the traced module's (plus those of
 //! the modules passes added to it), its hooks and train/eval work like any module's, and
 //! calling it runs the graph with the interpreter, so it can be trained like the original.
+//! The graph's buffer mutations (a training batch norm's running statistics) are written
+//! into the module's buffers after each call, as eager execution updates them.
 //!
 //! The traced module is shared, never changed: a pass that needs a different module (a conv
 //! with batch norm folded in, a pruned or quantized layer) adds it to the graph module's own
@@ -177,7 +179,8 @@ impl GraphModule {
             root: self.as_module(),
             constants: Some(&self.constants),
         };
-        run(&mut interpreter, &self.graph, inputs).map_err(to_nn_error)
+        let outputs = run(&mut interpreter, &self.graph, inputs).map_err(to_nn_error)?;
+        crate::write_back(&self.graph, self.as_module(), outputs).map_err(to_nn_error)
     }
 }
 

@@ -17,6 +17,9 @@ struct NodeRepr {
 #[derive(Serialize, Deserialize)]
 struct GraphRepr {
     nodes: Vec<NodeRepr>,
+    /// The buffers the trailing outputs are written into.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    buffer_mutations: Vec<String>,
 }
 
 impl Serialize for Graph {
@@ -33,7 +36,11 @@ impl Serialize for Graph {
                     .collect(),
             })
             .collect();
-        GraphRepr { nodes }.serialize(s)
+        GraphRepr {
+            nodes,
+            buffer_mutations: self.mutations.clone(),
+        }
+        .serialize(s)
     }
 }
 
@@ -65,6 +72,7 @@ impl<'de> Deserialize<'de> for Graph {
             }
             graph.order.push(index);
         }
+        graph.mutations = repr.buffer_mutations;
         Ok(graph)
     }
 }

@@ -118,18 +118,23 @@ fn describe(graph: &Graph, id: &NodeId, node: &Node) -> String {
 }
 
 impl TracedGraph {
-    /// Runs the graph with the reference interpreter on `inputs`: `get_attr` reads the tensors
-    /// made while tracing, then `root`'s state, and `call_module` calls `root`'s submodules.
+    /// Runs the graph with the reference interpreter on `inputs`: `get_attr` reads `root`'s
+    /// state, then the tensors made while tracing, and `call_module` calls `root`'s
+    /// submodules. The graph's buffer mutations are written into `root`'s buffers (see
+    /// [`crate::write_back`]); the results are returned.
     pub fn interpret(&self, root: &dyn Module, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let mut interpreter = GraphInterpreter {
             root,
             constants: Some(&self.attributes),
         };
-        run(&mut interpreter, &self.graph, inputs)
+        let outputs = run(&mut interpreter, &self.graph, inputs)?;
+        crate::write_back(&self.graph, root, outputs)
     }
 }
 
-/// Executes `graph` on `inputs` (one per placeholder, in order) and returns its outputs.
+/// Executes `graph` on `inputs` (one per placeholder, in order) and returns all its outputs:
+/// the results, then the new values of the buffers it mutates, which this function does not
+/// write back (see [`crate::write_back`]; `GraphModule` and [`TracedGraph::interpret`] do).
 pub fn run(
     interpreter: &mut dyn Interpreter,
     graph: &Graph,

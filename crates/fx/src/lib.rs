@@ -61,6 +61,7 @@ pub mod graph_module;
 mod graph_serde;
 pub mod interpreter;
 mod lexer;
+pub mod mutations;
 mod names;
 mod node;
 mod node_id;
@@ -84,6 +85,7 @@ pub use error::{
 pub use fx_layout::FxLayout;
 pub use graph::Graph;
 pub use graph_module::GraphModule;
+pub use mutations::write_back;
 pub use names::sanitize as sanitize_name;
 pub use node::{Node, NodeKind};
 pub use node_id::NodeId;

@@ -23,6 +23,8 @@ struct Entry {
     kind: NodeKind,
     meta: Vec<TensorMeta>,
     operands: Vec<Use>,
+    /// The buffers an output's trailing operands are written into.
+    mutations: Vec<String>,
 }
 
 impl Graph {
@@ -73,6 +75,7 @@ fn parse_header(lx: &mut Lexer) -> Result<Vec<Entry>, ParseError> {
                 name: Some(name),
                 meta,
                 operands: Vec::new(),
+                mutations: Vec::new(),
             });
             if !lx.eat(",") {
                 break;
@@ -87,19 +90,35 @@ fn parse_header(lx: &mut Lexer) -> Result<Vec<Entry>, ParseError> {
 
 fn parse_line(lx: &mut Lexer) -> Result<Entry, ParseError> {
     if lx.eat("return") {
-        let operands = if lx.eat("(") {
-            let operands = operand_list(lx)?;
+        let items = if lx.eat("(") {
+            let items = return_items(lx)?;
             lx.expect(")")?;
-            operands
+            items
         } else {
-            vec![operand(lx)?]
+            vec![return_item(lx)?]
         };
         expect_end(lx)?;
+        let mut operands = Vec::with_capacity(items.len());
+        let mut mutations = Vec::new();
+        for (value, target) in items {
+            match target {
+                Some(target) => mutations.push(target),
+                None if !mutations.is_empty() => {
+                    let mut at = value.at;
+                    at.message =
+                        "a result cannot follow a buffer mutation (`%value -> buffer`)".into();
+                    return Err(at);
+                }
+                None => {}
+            }
+            operands.push(value);
+        }
         return Ok(Entry {
             name: None,
             kind: NodeKind::Output,
             meta: Vec::new(),
             operands,
+            mutations,
         });
     }
     lx.expect("%")?;
@@ -171,6 +190,7 @@ fn finish(
         kind,
         meta,
         operands,
+        mutations: Vec::new(),
     })
 }
 
@@ -193,6 +213,31 @@ fn name_use(lx: &mut Lexer, what: &str) -> Result<Use, ParseError> {
 fn operand(lx: &mut Lexer) -> Result<Use, ParseError> {
     lx.expect("%")?;
     name_use(lx, "an operand name")
+}
+
+/// `%a`, or a buffer mutation `%a -> bn.running_mean`.
+fn return_item(lx: &mut Lexer) -> Result<(Use, Option<String>), ParseError> {
+    let value = operand(lx)?;
+    let target = match lx.eat("->") {
+        true => Some(lx.path("a buffer path")?.to_string()),
+        false => None,
+    };
+    Ok((value, target))
+}
+
+/// The items of a parenthesised `return`, up to its closing `)` (not consumed).
+fn return_items(lx: &mut Lexer) -> Result<Vec<(Use, Option<String>)>, ParseError> {
+    let mut items = Vec::new();
+    lx.skip_spaces();
+    if lx.peek() == Some(')') {
+        return Ok(items);
+    }
+    loop {
+        items.push(return_item(lx)?);
+        if !lx.eat(",") {
+            return Ok(items);
+        }
+    }
 }
 
 /// `%a, %b` up to a closing `)` (not consumed).
@@ -275,6 +320,7 @@ fn build(entries: Vec<Entry>) -> Result<Graph, ParseError> {
             Some(index) => index,
             None => {
                 let name = graph.fresh_name("output");
+                graph.mutations = entry.mutations;
                 graph.add_unordered(name, entry.kind, entry.meta, &[])
             }
         };

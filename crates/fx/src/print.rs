@@ -7,6 +7,9 @@
 //!     return %relu
 //! ```
 //!
+//! Buffer mutations (see [`crate::mutations`]) follow the results in the `return` line, as
+//! `return (%relu, %getitem_3 -> bn.running_mean)`.
+//!
 //! Node metadata is not printed (serde keeps it); the output node's name is not printed either,
 //! and parsing names it `output` (or the first free `output_N`).
 
@@ -73,10 +76,7 @@ impl Graph {
         let node = &self.graph[i];
         let operands = self.operand_list(i);
         if node.kind == NodeKind::Output {
-            return match self.operand_indices(i).len() {
-                1 => format!("return {operands}"),
-                _ => format!("return ({operands})"),
-            };
+            return self.return_line(i);
         }
         let mut line = format!(
             "%{} : {} = {}",
@@ -88,6 +88,30 @@ impl Graph {
             line.push_str(&format!("({operands})"));
         }
         line
+    }
+}
+
+impl Graph {
+    /// `return %a`, `return (%a, %b)`; buffer mutations follow the results as
+    /// `%value -> target`.
+    fn return_line(&self, i: NodeIndex<u32>) -> String {
+        let operands = self.operand_indices(i);
+        let first_mutation = operands.len().saturating_sub(self.mutations.len());
+        let items: Vec<String> = operands
+            .iter()
+            .enumerate()
+            .map(|(k, &o)| {
+                let value = format!("%{}", self.graph[o].name);
+                match k.checked_sub(first_mutation) {
+                    Some(m) => format!("{value} -> {}", self.mutations[m]),
+                    None => value,
+                }
+            })
+            .collect();
+        match items.as_slice() {
+            [one] => format!("return {one}"),
+            _ => format!("return ({})", items.join(", ")),
+        }
     }
 }
 

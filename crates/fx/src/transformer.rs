@@ -79,5 +79,8 @@ pub fn transform(graph: &Graph, transformer: &mut dyn Transformer) -> Result<Gra
     if let Some(output) = graph.output_node() {
         transformer.output(&mut new, graph.node(&output)?, &outputs)?;
     }
+    // The trailing outputs still write the same buffers (an `output` override that drops
+    // them leaves a graph that fails verification).
+    new.mutations = graph.mutations.clone();
     Ok(new)
 }

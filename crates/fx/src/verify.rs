@@ -123,6 +123,44 @@ impl Graph {
         {
             problems.push("the output is not the last node".into());
         }
+        problems.extend(self.mutation_problems(outputs.first().copied()));
+        problems
+    }
+
+    /// Buffer mutations that are not trailing outputs of one tensor each, with a valid and
+    /// unique buffer path.
+    fn mutation_problems(&self, output: Option<NodeIndex<u32>>) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.mutations.is_empty() {
+            return problems;
+        }
+        let operands = output.map(|o| self.operand_indices(o)).unwrap_or_default();
+        if operands.len() < self.mutations.len() {
+            problems.push(format!(
+                "the graph writes {} buffers back but returns only {} values",
+                self.mutations.len(),
+                operands.len()
+            ));
+            return problems;
+        }
+        let values = &operands[operands.len() - self.mutations.len()..];
+        let mut seen = HashSet::new();
+        for (target, &value) in self.mutations.iter().zip(values) {
+            if crate::graph::check_path(target).is_err() {
+                problems.push(format!("buffer mutation target `{target}` is not a path"));
+            }
+            if !seen.insert(target.as_str()) {
+                problems.push(format!("buffer `{target}` is written back twice"));
+            }
+            let metas = &self.graph[value].meta;
+            if metas.len() != 1 {
+                problems.push(format!(
+                    "the new value of buffer `{target}`, %{}, yields {} values",
+                    self.graph[value].name,
+                    metas.len()
+                ));
+            }
+        }
         problems
     }
 

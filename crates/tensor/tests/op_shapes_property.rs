@@ -8,9 +8,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::collections::BTreeSet;
 use tessera_tensor::op::{
-    BinaryOp, CompareOp, ConvOp, ConvParams, DropoutOp, EmbeddingBackwardOp, EmbeddingOp,
-    FakeQuantOp, IndexOp, LossOp, NormOp, OptimOp, Pool2dParams, PoolOp, QuantOp, ReduceOp,
-    Reduction, ScalarOp, UnaryOp, ViewOp,
+    BatchNormUpdateOp, BinaryOp, CompareOp, ConvOp, ConvParams, DropoutOp, EmbeddingBackwardOp,
+    EmbeddingOp, FakeQuantOp, IndexOp, LossOp, NormOp, OptimOp, Pool2dParams, PoolOp, QuantOp,
+    ReduceOp, Reduction, ScalarOp, UnaryOp, ViewOp,
 };
 use tessera_tensor::{DType, Op, Tensor, TensorMeta};
 use tessera_testkit::every_reduce_kind;
@@ -277,6 +277,21 @@ fn ops() -> Vec<BoxedStrategy<Op>> {
     all.push(
         (prop::sample::select(vec![0.0, 0.5, 1.0]), any::<bool>())
             .prop_map(|(p, training)| Op::Dropout(DropoutOp { p, training }))
+            .boxed(),
+    );
+    all.push(
+        (
+            prop::option::of(prop::sample::select(vec![0.0, 0.1, 1.0])),
+            small(),
+            any::<bool>(),
+        )
+            .prop_map(|(momentum, count, counted)| {
+                Op::BatchNormUpdate(BatchNormUpdateOp {
+                    momentum,
+                    count,
+                    counted,
+                })
+            })
             .boxed(),
     );
     all.push(
@@ -659,6 +674,7 @@ fn variant(op: &Op) -> &'static str {
             NormOp::RmsNorm { .. } => "norm.rms",
         },
         Op::Dropout(_) => "dropout",
+        Op::BatchNormUpdate(_) => "batch_norm_update",
         Op::Embedding(_) => "embedding",
         Op::EmbeddingBackward(_) => "embedding_backward",
         Op::Index(i) => match i {
@@ -772,6 +788,7 @@ const VARIANTS: &[&str] = &[
     "norm.instance",
     "norm.rms",
     "dropout",
+    "batch_norm_update",
     "embedding",
     "embedding_backward",
     "index.cat",
@@ -811,6 +828,10 @@ fn input_dtypes(op: &Op) -> Vec<DType> {
     match op {
         Op::Unary(_) | Op::Scalar(_) | Op::Clamp { .. } | Op::Reduce(_) => vec![F32],
         Op::Softmax { .. } | Op::View(_) | Op::Dropout(_) => vec![F32],
+        Op::BatchNormUpdate(u) => {
+            let counter = if u.counted { vec![I64] } else { vec![] };
+            [vec![F32; 4], counter].concat()
+        }
         Op::ToDType(_) => vec![I64],
         Op::Binary(_) | Op::Compare(_) | Op::Matmul => vec![F32, F32],
         Op::Where => vec![Bool, F32, F32],

@@ -11,8 +11,13 @@
 //! `grad_<value>` (`grad_fc1_weight`) where the gradient is a node of its own. A value the
 //! outputs do not depend on gets zeros.
 //!
+//! Training-mode state: the forward's buffer mutations (a training batch norm's running
+//! statistics) need no gradient and stay buffer mutations of the joint graph, returned after
+//! the gradients; a training dropout's mask is an output of its node, which the backward reads,
+//! so the gradient flows through the mask drawn in the same run.
+//!
 //! Not done here: choosing what to save and what to recompute (the graph keeps every forward
-//! value the formulas read), training-mode state updates as graph values, and optimizers.
+//! value the formulas read), and optimizers.
 
 mod walk;
 
@@ -26,7 +31,8 @@ pub struct JointGraph {
     /// The graph, and the tensors its `get_attr` nodes read that are not state of the traced
     /// module: the forward's constants and those the backward formulas made.
     pub traced: TracedGraph,
-    /// How many of the outputs are the forward's (they come first).
+    /// How many of the outputs are the forward's results (they come first; the buffer
+    /// mutations, `traced.graph.buffer_mutations()`, come last, after the gradients).
     pub forward_outputs: usize,
     /// What each gradient output (after the forward outputs) is the gradient of, in order.
     pub gradients_of: Vec<String>,

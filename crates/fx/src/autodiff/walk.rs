@@ -32,7 +32,7 @@ struct Walk<'a> {
 
 pub(super) fn derive(forward: &TracedGraph, wrt: &[&str]) -> Result<JointGraph> {
     let graph = &forward.graph;
-    let output = graph
+    graph
         .output_node()
         .ok_or_else(|| fail(AutodiffError::NoOutput))?;
     let sources = find_sources(graph, wrt)?;
@@ -49,13 +49,25 @@ pub(super) fn derive(forward: &TracedGraph, wrt: &[&str]) -> Result<JointGraph> 
         grads: HashMap::new(),
     };
     let copied = walk.copy_forward(&sources)?;
-    let outputs = graph.operands(&output)?;
+    // Buffer mutations are not differentiated: they stay the joint graph's last outputs.
+    let outputs = graph.results()?;
+    let mutations = graph.mutation_values()?;
     let tangents = walk.seed(&outputs)?;
     let order: Vec<NodeId> = graph.nodes().collect();
     for id in order.iter().rev() {
         walk.step(id)?;
     }
-    walk.finish(forward, &outputs, &sources, wrt, tangents, &copied)
+    let returned = Returned {
+        outputs: &outputs,
+        mutations: &mutations,
+    };
+    walk.finish(forward, returned, &sources, wrt, tangents, &copied)
+}
+
+/// What the forward returns: its results, and the buffers it writes with their new values.
+struct Returned<'a> {
+    outputs: &'a [NodeId],
+    mutations: &'a [(String, NodeId)],
 }
 
 /// The forward nodes of each value to differentiate with respect to, in request order (a
@@ -264,7 +276,7 @@ impl Walk<'_> {
     fn finish(
         mut self,
         forward: &TracedGraph,
-        outputs: &[NodeId],
+        returned: Returned,
         sources: &[Vec<NodeId>],
         wrt: &[&str],
         tangents: Vec<String>,
@@ -294,6 +306,7 @@ impl Walk<'_> {
             };
             gradients.push(grad);
         }
+        let outputs = returned.outputs;
         let recording = Arc::clone(&self.recording);
         let mut state = recording.lock();
         let mut results: Vec<NodeId> = Vec::with_capacity(outputs.len() + gradients.len());
@@ -312,6 +325,10 @@ impl Walk<'_> {
         }
         let refs: Vec<&NodeId> = results.iter().collect();
         state.graph.output(&refs)?;
+        for (target, value) in returned.mutations {
+            let node = recording.operand(&mut state, &self.values[value][0])?;
+            state.graph.mutate_buffer(target, &node)?;
+        }
         let mut graph = std::mem::take(&mut state.graph);
         let mut attributes = std::mem::take(&mut state.attributes);
         drop(state);

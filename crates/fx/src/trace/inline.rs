@@ -72,17 +72,35 @@ fn inline_one(
             .or_insert_with(|| tensor.clone());
     }
     let input = *input;
-    let result = traced
+    let outputs = traced
         .graph
         .insert_before(node, |g| splice(g, &sub.graph, &input, target))?;
+    // The module's result comes first; the buffers it writes (a training batch norm's running
+    // statistics) become buffer mutations of the whole graph, under the module's path.
+    let mutations = sub.graph.buffer_mutations();
+    let result_count = outputs.len().saturating_sub(mutations.len());
+    let result = outputs
+        .first()
+        .filter(|_| result_count == 1)
+        .copied()
+        .ok_or_else(|| FxError::Trace {
+            source: TraceError::NoOutput {
+                module: target.into(),
+            },
+        })?;
+    for (name, value) in mutations.iter().zip(&outputs[result_count..]) {
+        traced
+            .graph
+            .mutate_buffer(&format!("{target}.{name}"), value)?;
+    }
     traced.graph.replace_all_uses_with(node, &result)?;
     traced.graph.erase(node)?;
     Ok(())
 }
 
 /// Copies `sub`'s nodes into `g`: its placeholder is `input`, its attributes move under
-/// `prefix`; returns the node standing for its output.
-fn splice(g: &mut Graph, sub: &Graph, input: &NodeId, prefix: &str) -> Result<NodeId> {
+/// `prefix`; returns the nodes standing for its outputs.
+fn splice(g: &mut Graph, sub: &Graph, input: &NodeId, prefix: &str) -> Result<Vec<NodeId>> {
     let mut map: HashMap<NodeId, NodeId> = sub
         .placeholders()
         .into_iter()
@@ -103,9 +121,5 @@ fn splice(g: &mut Graph, sub: &Graph, input: &NodeId, prefix: &str) -> Result<No
             }),
         }
     })?;
-    outputs.into_iter().next().ok_or_else(|| FxError::Trace {
-        source: TraceError::NoOutput {
-            module: prefix.into(),
-        },
-    })
+    Ok(outputs)
 }

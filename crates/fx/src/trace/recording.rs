@@ -24,6 +24,9 @@ pub(crate) struct State {
     /// Tensors that get_attr nodes read: parameters and buffers by qualified name, then
     /// constants made during the forward (`_tensor_constant0`, ...).
     pub(crate) attributes: IndexMap<String, Tensor>,
+    /// Buffers the forward gave new values (by qualified name), in the order first written:
+    /// the traced graph returns them as buffer mutations.
+    pub(crate) mutations: IndexMap<String, NodeId>,
 }
 
 pub(crate) struct Recording {
@@ -148,6 +151,23 @@ impl TraceRecorder for Recording {
         outputs: &[Tensor],
     ) -> tessera_tensor::Result<()> {
         self.record_op(op, inputs, outputs).map_err(to_tensor_error)
+    }
+
+    /// A buffer of the traced module gets a new value: the graph will return it as a buffer
+    /// mutation, and later reads of the buffer in the same forward see the new value.
+    fn record_state_write(&self, target: &Tensor, value: &Tensor) -> tessera_tensor::Result<()> {
+        let Some(name) = self.names.get(&target.id()) else {
+            return Err(to_tensor_error(FxError::Trace {
+                source: TraceError::StateWrite {
+                    shape: target.shape(),
+                },
+            }));
+        };
+        let mut state = self.lock();
+        let node = self.operand(&mut state, value).map_err(to_tensor_error)?;
+        state.values.insert(target.id(), node);
+        state.mutations.insert(name.clone(), node);
+        Ok(())
     }
 }
 

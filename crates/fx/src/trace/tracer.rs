@@ -110,6 +110,9 @@ pub fn trace_with(
         .collect::<Result<_>>()?;
     let refs: Vec<&NodeId> = results.iter().collect();
     state.graph.output(&refs)?;
+    for (name, node) in std::mem::take(&mut state.mutations) {
+        state.graph.mutate_buffer(&name, &node)?;
+    }
     let graph = std::mem::take(&mut state.graph);
     let attributes = std::mem::take(&mut state.attributes);
     Ok(TracedGraph { graph, attributes })

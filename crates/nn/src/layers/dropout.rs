@@ -92,7 +92,16 @@ impl Forward for Dropout2d {
         }
         let mut mask_shape = shape[..shape.len() - 2].to_vec();
         mask_shape.extend([1, 1]);
-        let ones = Tensor::ones(&mask_shape, input.dtype())?;
+        let spatial = shape[shape.len() - 2] * shape[shape.len() - 1];
+        let ones = if input.is_meta() && spatial > 0 {
+            // Tracing: ones made from the traced input, so that the graph's dropout node draws
+            // the mask each time it runs rather than once now, into a constant.
+            let corner = input.narrow(-1, 0, 1)?.narrow(-2, 0, 1)?;
+            let one = Tensor::ones(&[], input.dtype())?;
+            Tensor::where_(&corner.gt_scalar(0.0)?, &one, &one)?
+        } else {
+            Tensor::ones(&mask_shape, input.dtype())?
+        };
         let mask = functional::dropout(&ones, self.p, true)?;
         Ok(input.mul(&mask)?)
     }

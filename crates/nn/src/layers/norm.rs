@@ -213,40 +213,29 @@ struct BatchNormState<'a> {
 
 impl BatchNormState<'_> {
     /// PyTorch's `_BatchNorm.forward`: in training with tracked statistics, count the batch
-    /// and blend the running statistics (with `momentum`, or `1 / count` when it is `None`);
-    /// batch statistics normalise in training and whenever no running statistics exist.
+    /// and blend the running statistics (with `momentum`, or `1 / count` when it is `None`),
+    /// through the one update op eager and traced graphs share; batch statistics normalise in
+    /// training and whenever no running statistics exist.
     fn forward(&self, input: &Tensor) -> Result<Tensor> {
         let o = self.options;
-        let mut factor = o.momentum.unwrap_or(0.0);
-        // Counting batches is a side effect that tracing (a meta input) does not perform.
-        if let (true, true, Some(count), false) = (
-            self.training,
-            o.track_running_stats,
-            self.num_batches_tracked,
-            input.is_meta(),
-        ) {
-            let _guard = no_grad();
-            let n = count.item::<i64>()? + 1;
-            count.fill_(n as f64)?;
-            if o.momentum.is_none() {
-                factor = 1.0 / n as f64;
-            }
-        }
         let use_batch_stats =
             self.training || (self.running_mean.is_none() && self.running_var.is_none());
-        let (mean, var) = if !self.training || o.track_running_stats {
-            (self.running_mean, self.running_var)
+        let running = if !self.training || o.track_running_stats {
+            functional::RunningStats {
+                mean: self.running_mean,
+                var: self.running_var,
+                num_batches_tracked: self.num_batches_tracked.filter(|_| self.training),
+            }
         } else {
-            (None, None)
+            functional::RunningStats::default()
         };
-        Ok(functional::batch_norm(
+        Ok(functional::batch_norm_tracked(
             input,
-            mean,
-            var,
+            running,
             self.weight,
             self.bias,
             use_batch_stats,
-            factor,
+            o.momentum,
             o.eps,
         )?)
     }

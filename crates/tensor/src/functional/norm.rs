@@ -1,15 +1,16 @@
 //! Normalisation functions (batch_norm, layer_norm, group_norm, instance_norm, rms_norm),
-//! including the in-place running-statistic updates of batch and instance norm.
+//! including the running-statistic updates of batch and instance norm.
 
-use crate::op::{NormOp, Op};
+use crate::op::{BatchNormUpdateOp, NormOp, Op};
+use crate::trace::write_state;
 use crate::{Result, Tensor, TensorError, no_grad};
 
 /// Batch normalisation over dim 1 of `[N, C]`, `[N, C, L]` or `[N, C, H, W]` input.
 ///
 /// In training the batch mean and biased variance normalise, and the running statistics (when
-/// given) are updated in place with `running = (1 - momentum) * running + momentum * batch`,
-/// using the unbiased batch variance. Outside training the running statistics normalise and
-/// are required.
+/// given) are updated with `running = (1 - momentum) * running + momentum * batch`, using the
+/// unbiased batch variance (see [`batch_norm_tracked`]). Outside training the running
+/// statistics normalise and are required.
 #[allow(clippy::too_many_arguments)]
 pub fn batch_norm(
     input: &Tensor,
@@ -21,8 +22,41 @@ pub fn batch_norm(
     momentum: f64,
     eps: f64,
 ) -> Result<Tensor> {
-    let running = running_pair("batch_norm", running_mean, running_var)?;
-    if !training && running.is_none() {
+    let running = RunningStats {
+        mean: running_mean,
+        var: running_var,
+        num_batches_tracked: None,
+    };
+    batch_norm_tracked(input, running, weight, bias, training, Some(momentum), eps)
+}
+
+/// The running statistics of a batch norm, as `_BatchNorm` keeps them: the mean and variance
+/// (both or neither) and the i64 scalar counting the training batches seen.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunningStats<'a> {
+    pub mean: Option<&'a Tensor>,
+    pub var: Option<&'a Tensor>,
+    pub num_batches_tracked: Option<&'a Tensor>,
+}
+
+/// [`batch_norm`] with PyTorch's batch counter, as `BatchNorm1d`/`BatchNorm2d` run it. In
+/// training with running statistics, the statistics update is the
+/// [`BatchNormUpdateOp`](crate::op::BatchNormUpdateOp) (`num_batches_tracked` goes up by one,
+/// and a `momentum` of `None` blends with weight `1 / num_batches_tracked`, a cumulative
+/// average); its outputs are written into the running statistics with
+/// [`write_state`](crate::trace::write_state): in place eagerly, as buffer mutations of the
+/// graph while tracing.
+pub fn batch_norm_tracked(
+    input: &Tensor,
+    running: RunningStats,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    training: bool,
+    momentum: Option<f64>,
+    eps: f64,
+) -> Result<Tensor> {
+    let stats = running_pair("batch_norm", running.mean, running.var)?;
+    if !training && stats.is_none() {
         return Err(TensorError::invalid(
             "batch_norm",
             "running_mean and running_var must be given outside training",
@@ -35,23 +69,33 @@ pub fn batch_norm(
         bias: bias.is_some(),
     });
     let mut inputs = vec![input];
-    if let (false, Some((m, v))) = (training, running) {
+    if let (false, Some((m, v))) = (training, stats) {
         inputs.extend([m, v]);
     }
     inputs.extend(weight);
     inputs.extend(bias);
     let mut outputs = op.apply(&inputs)?;
-    // A meta (traced) input has no statistics to blend: the update is a side effect tracing
-    // does not record.
-    if let (true, Some((running_mean, running_var)), false) = (training, running, input.is_meta()) {
-        let n = (input.numel() / input.shape()[1]) as f64;
-        let _guard = no_grad();
-        blend(running_mean, &outputs[1], momentum)?;
-        blend(
-            running_var,
-            &outputs[2].mul_scalar(n / (n - 1.0))?,
+    if let (true, Some((running_mean, running_var))) = (training, stats) {
+        let shape = input.shape();
+        let update = BatchNormUpdateOp {
             momentum,
-        )?;
+            count: shape[0] * shape[2..].iter().product::<usize>(),
+            counted: running.num_batches_tracked.is_some(),
+        };
+        let mut update_inputs = vec![&outputs[1], &outputs[2], running_mean, running_var];
+        update_inputs.extend(running.num_batches_tracked);
+        let updated = {
+            let _guard = no_grad();
+            Op::BatchNormUpdate(update).apply(&update_inputs)?
+        };
+        let targets = [
+            Some(running_mean),
+            Some(running_var),
+            running.num_batches_tracked,
+        ];
+        for (target, value) in targets.into_iter().flatten().zip(&updated) {
+            write_state(target, value)?;
+        }
     }
     Ok(outputs.swap_remove(0))
 }

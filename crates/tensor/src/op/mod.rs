@@ -4,6 +4,7 @@
 
 #[macro_use]
 mod identity;
+mod batch_norm_update;
 mod binary;
 mod cast;
 mod conv;
@@ -25,6 +26,7 @@ mod text;
 mod unary;
 mod view;
 
+pub use batch_norm_update::BatchNormUpdateOp;
 pub use binary::{BinaryOp, CompareOp, ScalarOp};
 pub use conv::{ConvOp, ConvParams, conv2d_images_into};
 pub use custom::{CustomFunction, CustomOp, register_custom};
@@ -88,6 +90,8 @@ pub enum Op {
     Pool(PoolOp),
     /// Normalisation layers.
     Norm(NormOp),
+    /// The running-statistics update of a training batch norm (new buffer values).
+    BatchNormUpdate(BatchNormUpdateOp),
     /// Dropout.
     Dropout(DropoutOp),
     /// Embedding lookup.
@@ -224,6 +228,7 @@ macro_rules! delegate {
             Op::Conv($def) => $body,
             Op::Pool($def) => $body,
             Op::Norm($def) => $body,
+            Op::BatchNormUpdate($def) => $body,
             Op::Dropout($def) => $body,
             Op::Embedding($def) => $body,
             Op::EmbeddingBackward($def) => $body,
@@ -293,6 +298,7 @@ impl Op {
             .or_else(|| decode_variant(name, attrs).map(Op::Conv))
             .or_else(|| decode_variant(name, attrs).map(Op::Pool))
             .or_else(|| decode_variant(name, attrs).map(Op::Norm))
+            .or_else(|| decode_struct(name, attrs).map(Op::BatchNormUpdate))
             .or_else(|| decode_struct(name, attrs).map(Op::Dropout))
             .or_else(|| decode_struct(name, attrs).map(Op::Embedding))
             .or_else(|| decode_struct(name, attrs).map(Op::EmbeddingBackward))
