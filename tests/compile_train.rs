@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use tessera::functional as F;
 use tessera::nn::layers::{Linear, ReLU};
+use tessera::nn::models::SmallCnn;
 use tessera::nn::models::note::Net;
 use tessera::nn::optim::{
     Adam, AdamOptions, AdamW, AdamWOptions, LrScheduler, Optimizer, RMSprop, RmsPropOptions, SGD,
@@ -356,5 +357,101 @@ fn param_groups_keep_their_own_learning_rates() {
         eager_step(&eager, &mut eager_opt, &x, &t);
         step.step(&x, &t).unwrap();
         assert_same_parameters(&*compiled, &*eager, 1e-6, &format!("step {s}"));
+    }
+}
+
+/// The conformance small CNN in training mode with the case's weights and running statistics.
+fn small_cnn_train() -> Arc<SmallCnn> {
+    let model = Arc::new(SmallCnn::new().unwrap());
+    let path = conformance_dir().join("d_cnn_train").join("state_dict.pt");
+    model
+        .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
+        .unwrap();
+    model.train(true);
+    model
+}
+
+#[test]
+fn batch_norm_running_statistics_are_updated_by_compiled_steps_as_by_pytorch_and_eager() {
+    let case = Case::load("d_cnn_train");
+    let (x, t) = (case.io("input"), case.io("target"));
+    let model = small_cnn_train();
+    let before: Vec<(String, Tensor)> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(name, p)| (name, p.tensor().deep_clone().unwrap()))
+        .collect();
+    let opt = SGD::new(
+        parameters(&*model),
+        SgdOptions {
+            lr: 0.1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut step = compile_train_step(
+        model.clone(),
+        cross_entropy,
+        opt,
+        (&x, &t),
+        CompileOptions::default(),
+    )
+    .unwrap();
+    let loss = step.step(&x, &t).unwrap();
+    case.check("loss", &loss);
+    for bn in ["bn1", "bn2"] {
+        for stat in ["running_mean", "running_var", "num_batches_tracked"] {
+            let key = format!("{bn}.{stat}");
+            let buffer = model.get_buffer(&key).unwrap();
+            case.check(&format!("after/{key}"), &buffer);
+        }
+    }
+    // One plain SGD step: each parameter moved by -lr times PyTorch's gradient.
+    for (name, p0) in &before {
+        let expected = p0
+            .sub(&case.io(&format!("grad/{name}")).mul_scalar(0.1).unwrap())
+            .unwrap();
+        let p = model.get_parameter(name).unwrap();
+        assert_close(
+            p.tensor(),
+            &expected,
+            1e-4,
+            1e-5,
+            &format!("{name} after one step"),
+        );
+    }
+
+    // Three more steps against an eager twin: the same parameters and buffers.
+    let eager = Arc::new(SmallCnn::new().unwrap());
+    eager
+        .load_state_dict(&model.state_dict().unwrap(), true, false)
+        .unwrap();
+    eager.train(true);
+    let mut eager_opt = SGD::new(
+        parameters(&*eager),
+        SgdOptions {
+            lr: 0.1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut g = Generator::new(1);
+    for s in 0..3 {
+        let x = Tensor::randn_with(&[4, 3, 16, 16], DType::F32, &mut g).unwrap();
+        let t = Tensor::from_vec(vec![1i64, 7, 3, 0], &[4]).unwrap();
+        eager_opt.zero_grad(true);
+        let loss = cross_entropy(&eager.call(x.clone()).unwrap(), &t).unwrap();
+        loss.backward().unwrap();
+        eager_opt.step().unwrap();
+        step.step(&x, &t).unwrap();
+        let what = format!("step {s}");
+        assert_same_parameters(&*model, &*eager, 1e-4, &what);
+        for ((name, a), (_, b)) in model.named_buffers().into_iter().zip(eager.named_buffers()) {
+            let (a, b) = (
+                a.to_dtype(DType::F64).unwrap(),
+                b.to_dtype(DType::F64).unwrap(),
+            );
+            assert_close(&a, &b, 1e-5, 1e-6, &format!("{what}: {name}"));
+        }
     }
 }

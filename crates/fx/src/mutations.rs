@@ -54,6 +54,21 @@ impl Graph {
         Ok(())
     }
 
+    /// Stops writing buffers: returns each mutated buffer with the node of its new value, in
+    /// output order, and leaves those values out of the output node (the results stay), for a
+    /// caller that returns them its own way (a compiled training step writes them itself).
+    pub fn take_buffer_mutations(&mut self) -> Result<Vec<(String, NodeId)>> {
+        let taken = self.mutation_values()?;
+        if let Some(output) = self.output_node() {
+            let results = self.results()?;
+            self.erase(&output)?;
+            let refs: Vec<&NodeId> = results.iter().collect();
+            self.output(&refs)?;
+        }
+        self.mutations.clear();
+        Ok(taken)
+    }
+
     fn output_operands(&self) -> Result<Vec<NodeId>> {
         match self.output_node() {
             Some(output) => self.operands(&output),

@@ -144,7 +144,12 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
         let program = &traced.programs[p].1;
         let outputs = program.compiled.run(&feed(&program.feeds))?;
         let _guard = no_grad();
-        for ((target, _), value) in update.assigns.iter().zip(&outputs[1..]) {
+        let targets = update
+            .assigns
+            .iter()
+            .map(|(target, _)| target)
+            .chain(traced.joint.mutated_buffers());
+        for (target, value) in targets.zip(&outputs[1..]) {
             target
                 .copy_(value)
                 .map_err(|source| CompileError::Optimizer {

@@ -36,6 +36,9 @@ pub(crate) struct JointStep {
     grads: Vec<NodeId>,
     /// Module state read by the graph, each with its placeholder.
     state: Vec<(Tensor, NodeId)>,
+    /// Buffers a training step writes (batch-norm running statistics), each with the node of
+    /// its new value: outputs after the update's.
+    mutations: Vec<(Tensor, NodeId)>,
     /// Trainable parameters by id, with their position among `grads`.
     pub(crate) grad_index: HashMap<TensorId, usize>,
 }
@@ -67,6 +70,7 @@ pub(crate) fn joint_step<M: Layer>(
         mut graph,
         mut attributes,
     } = joint.traced;
+    let mutated = graph.take_buffer_mutations().map_err(graph_error)?;
     let output = graph
         .output_node()
         .ok_or_else(|| invalid("the joint graph has no output".into()))?;
@@ -81,6 +85,15 @@ pub(crate) fn joint_step<M: Layer>(
         .chain(module.named_buffers())
         .collect();
     let state = state_as_inputs(&mut graph, &live_state).map_err(graph_error)?;
+    let mutations = mutated
+        .into_iter()
+        .map(|(target, value)| match live_state.get(&target) {
+            Some(buffer) => Ok((buffer.clone(), value)),
+            None => Err(invalid(format!(
+                "the graph writes {target}, which is not a buffer of the module"
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     for name in live_state.keys() {
         attributes.shift_remove(name);
     }
@@ -95,6 +108,7 @@ pub(crate) fn joint_step<M: Layer>(
         loss,
         grads,
         state,
+        mutations,
         grad_index,
     })
 }
@@ -133,8 +147,9 @@ fn state_as_inputs(
 }
 
 impl JointStep {
-    /// The step's graph module with `update` appended (its outputs: the loss, then each
-    /// written value in the record's order) and what feeds each of its placeholders.
+    /// The step's graph module with `update` appended (its outputs: the loss, each written
+    /// value in the record's order, then the new buffer values) and what feeds each of its
+    /// placeholders.
     pub(crate) fn with_update(
         &self,
         update: &UpdateRecord,
@@ -210,6 +225,7 @@ impl JointStep {
         }
         let mut results = vec![self.loss];
         results.extend(update.shape.written.iter().map(|r| node_of(r, &op_outputs)));
+        results.extend(self.mutations.iter().map(|(_, value)| *value));
         let result_refs: Vec<&NodeId> = results.iter().collect();
         graph.output(&result_refs)?;
 
@@ -236,6 +252,11 @@ impl JointStep {
         );
         gm.constants = self.constants.clone();
         Ok((gm, order))
+    }
+
+    /// The buffers written after the update's values, in output order.
+    pub(crate) fn mutated_buffers(&self) -> impl Iterator<Item = &Tensor> {
+        self.mutations.iter().map(|(t, _)| t)
     }
 
     /// The module state tensors fed as [`Feed::State`], in order.
