@@ -75,6 +75,7 @@
 
 pub mod allocator;
 mod body;
+pub mod compiled;
 mod device;
 pub mod driver;
 mod elementwise;
@@ -96,6 +97,7 @@ mod target;
 mod tensor;
 
 pub use allocator::{AllocatorStats, CachingAllocator, DeviceBlock};
+pub use compiled::{CudaProgram, CudaRunStats, HostStep};
 pub use device::{CudaDevice, DeviceBuffer, LoadedKernel};
 pub use driver::{CudaDriver, DeviceProperties, SystemDriver, driver_present};
 pub use elementwise::ELEMENTWISE_BLOCK;
@@ -108,4 +110,4 @@ pub use reduce::MAX_REDUCTION_BLOCK;
 pub use render::{render, render_with};
 pub use rendered::{BLOCKS_PER_MULTIPROCESSOR, RenderedKernel};
 pub use target::PtxTarget;
-pub use tensor::{CudaBackend, CudaStorage, init, init_with_driver};
+pub use tensor::{CudaBackend, CudaStorage, current_backend, init, init_with_driver};

@@ -11,14 +11,14 @@
 //! `TensorError::UnsupportedOnDevice` naming the op.
 
 mod backend;
-mod copies;
-mod device_state;
-mod eager;
+pub(crate) mod copies;
+pub(crate) mod device_state;
+pub(crate) mod eager;
 mod errors;
 mod host_bytes;
 mod init;
-mod storage;
+pub(crate) mod storage;
 
 pub use backend::CudaBackend;
-pub use init::{init, init_with_driver};
+pub use init::{current_backend, init, init_with_driver};
 pub use storage::CudaStorage;
