@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 use tessera_cpu::{CpuError, JitProgram};
 use tessera_cuda::{CudaProgram, HostStep};
 use tessera_kernel::{
-    BoxError, Environment, Fallback, Interpreter, KernelError, KernelExecutor, MemoryPlan, Program,
-    StepTimer, Workspace, lower, run_planned, run_planned_into,
+    BoxError, Environment, Fallback, Interpreter, KernelError, KernelExecutor, LowerOptions,
+    MemoryPlan, Program, StepTimer, Workspace, lower_with, run_planned, run_planned_into,
 };
 use tessera_tensor::{Device, Layout, Tensor};
 
@@ -153,8 +153,10 @@ pub struct CompileReport {
     /// with why (the op-level [`CompileReport::fallbacks`] run there too, as eager CUDA ops
     /// where the backend has them).
     pub host_steps: Vec<HostStep>,
-    /// On a CUDA device: kernels launched on the device per call, and the arena's bytes.
+    /// On a CUDA device: kernels launched on the device per call, of which GEMM or
+    /// convolution tile kernels (epilogue fused), and the arena's bytes.
     pub device_kernels: usize,
+    pub device_products: usize,
     pub arena_bytes: usize,
 }
 
@@ -204,8 +206,8 @@ impl fmt::Display for CompileReport {
         if self.device_kernels > 0 || !self.host_steps.is_empty() {
             writeln!(
                 f,
-                "device: {} kernels, arena of {} bytes",
-                self.device_kernels, self.arena_bytes
+                "device: {} kernels ({} GEMM/convolution), arena of {} bytes",
+                self.device_kernels, self.device_products, self.arena_bytes
             )?;
         }
         for h in &self.host_steps {
@@ -472,7 +474,11 @@ impl CompiledModule {
             Device::Cuda(_) => metas.iter().map(|m| Layout::contiguous(&m.shape)).collect(),
             _ => key.iter().map(|(l, _)| l.clone()).collect(),
         };
-        let program = lower(&reshaped_graph(&gm, &metas)?, &layouts)?;
+        let program = lower_with(
+            &reshaped_graph(&gm, &metas)?,
+            &layouts,
+            lower_options(self.options.device),
+        )?;
         let code = self.code_for(&gm, &prepared.graph_text, &key, &metas, program)?;
         let mut compiled = Compiled::new(code.0, code.1);
         if let Device::Cuda(ordinal) = self.options.device {
@@ -480,6 +486,7 @@ impl CompiledModule {
             let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
             report.host_steps = program.host_steps().to_vec();
             report.device_kernels = program.device_kernels();
+            report.device_products = program.device_products();
             report.arena_bytes = program.arena_bytes();
             compiled.cuda = Some(program);
         }
@@ -514,7 +521,7 @@ impl CompiledModule {
             Backend::Interpreter => None,
         };
         let mode = match batch {
-            Some(b) => batch_mode(gm, key, metas, b, &program),
+            Some(b) => batch_mode(self.options.device, gm, key, metas, b, &program),
             None => BatchMode::Specialised(
                 "the inputs share no leading size (or one is a scalar)".into(),
             ),
@@ -684,10 +691,19 @@ impl CompiledModule {
     }
 }
 
+/// How programs are lowered for `device`: on a CUDA device a GEMM or convolution with nothing
+/// to fuse is a kernel of its own (generated PTX), not an eager call on the host.
+fn lower_options(device: Device) -> LowerOptions {
+    LowerOptions {
+        product_kernels: matches!(device, Device::Cuda(_)),
+    }
+}
+
 /// Whether the code compiled for `program` (lowered for `metas`, of batch `batch`) runs any
 /// batch: the kernels lowered for the next batch must differ only in what the code takes at
 /// run time.
 fn batch_mode(
+    device: Device,
     gm: &GraphModule,
     key: &Signature,
     metas: &[tessera_tensor::TensorMeta],
@@ -707,7 +723,7 @@ fn batch_mode(
         })
         .collect();
     let other = reshaped_graph(gm, &with_batch(metas, next))
-        .and_then(|g| lower(&g, &layouts).map_err(CompileError::from));
+        .and_then(|g| lower_with(&g, &layouts, lower_options(device)).map_err(CompileError::from));
     match other {
         Err(e) => BatchMode::Specialised(format!("at batch {next}: {e}")),
         Ok(other) => match program.code_difference(&other) {

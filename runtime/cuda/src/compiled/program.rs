@@ -1,14 +1,14 @@
 //! [`CudaProgram`]: a lowered program prepared for one device. Every kernel the PTX renderer
-//! generates is rendered for the device's target and loaded once; the steps it does not
-//! generate (external GEMM and convolution calls until the device GEMM lands, eager calls of
-//! ops the lowering does not cover) are host steps, each recorded with why. The slots get
+//! generates is rendered for the device's target and loaded once, kernels with a GEMM or
+//! convolution call included (the generated tile kernels of `crate::gemm`, epilogue fused);
+//! the steps it does not generate (eager calls of ops the lowering does not cover, kernels
+//! the renderer refuses, such as an integer GEMM) are host steps, each recorded with why. The slots get
 //! their places in one arena ([`ArenaLayout`]), allocated here, and the attributes are
 //! uploaded once.
 
 use super::layout::{ArenaLayout, SlotPlace};
 use crate::driver::{CudaDriver, FunctionId, GraphId, LaunchDims, ModuleId};
 use crate::tensor::device_state::DeviceState;
-use crate::tensor::eager::external::external_part;
 use crate::tensor::storage::CudaStorage;
 use crate::{CudaBackend, CudaError, Result, render};
 use std::sync::{Arc, Mutex};
@@ -183,18 +183,29 @@ impl CudaProgram {
         step: &Step,
         plan: &MemoryPlan,
     ) -> Result<std::result::Result<DeviceLaunch, String>> {
-        if let Some(why) = external_part(step) {
-            return Ok(Err(why));
-        }
-        let Step::Kernel {
-            kernel,
-            inputs,
-            outputs,
-            ..
-        } = step
-        else {
-            return Ok(Err("an external step".into()));
+        let (kernel, inputs, outputs) = match step {
+            Step::Kernel {
+                kernel,
+                inputs,
+                outputs,
+                ..
+            } => (kernel, inputs, outputs),
+            Step::External { node, call, .. } => {
+                let op = match call {
+                    tessera_kernel::ExternalCall::Op(op) => op.name(),
+                    tessera_kernel::ExternalCall::Module(path) => path.clone(),
+                };
+                let why = self
+                    .program
+                    .fallbacks
+                    .iter()
+                    .find(|f| f.node == *node)
+                    .map_or("the lowering gives it no kernel", |f| f.reason.as_str());
+                return Ok(Err(format!("%{node} ({op}) runs an eager kernel: {why}")));
+            }
         };
+        // A kernel with a GEMM or convolution call renders as the generated tile kernel
+        // (`crate::gemm`) with the kernel's epilogue fused, exact for f32 as on the CPU.
         let rendered = match render(kernel, &self.state.target) {
             Ok(r) => r,
             Err(CudaError::Unsupported { what, .. }) => {
@@ -246,6 +257,23 @@ impl CudaProgram {
                 Part::Host { .. } => 0,
             })
             .sum()
+    }
+
+    /// How many of the device kernels are GEMM or convolution tile kernels (a kernel with an
+    /// external GEMM or convolution call, its epilogue fused).
+    pub fn device_products(&self) -> usize {
+        let host: std::collections::HashSet<usize> =
+            self.host_steps.iter().map(|h| h.step).collect();
+        self.program
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|(i, step)| {
+                !host.contains(i)
+                    && matches!(step, Step::Kernel { kernel, .. }
+                        if kernel.gemm.is_some() || kernel.conv.is_some())
+            })
+            .count()
     }
 
     /// The arena's size in bytes (one allocation for the program's lifetime).

@@ -48,6 +48,8 @@ struct State {
     /// The launches recorded so far on each capturing device.
     captures: HashMap<usize, Vec<Recorded>>,
     graphs: HashMap<GraphId, (usize, Vec<Recorded>)>,
+    /// Each device's compute capability (8.0 unless a test sets another).
+    capabilities: Vec<(i32, i32)>,
 }
 
 /// A driver whose devices are PTX emulators.
@@ -94,6 +96,7 @@ impl EmulatedDriver {
                 modules_per_device: vec![0; devices],
                 captures: HashMap::new(),
                 graphs: HashMap::new(),
+                capabilities: vec![(8, 0); devices],
             }),
             total_memory,
         }
@@ -101,6 +104,14 @@ impl EmulatedDriver {
 
     pub fn counters(&self) -> DriverCounters {
         self.lock().counters
+    }
+
+    /// Makes `device` report compute capability `capability` (what kernels are rendered
+    /// for, when asked before the device's first use).
+    pub fn set_compute_capability(&self, device: usize, capability: (i32, i32)) {
+        if let Some(c) = self.lock().capabilities.get_mut(device) {
+            *c = capability;
+        }
     }
 
     /// How many modules were loaded on `device` so far.
@@ -144,10 +155,11 @@ impl CudaDriver for EmulatedDriver {
     }
 
     fn properties(&self, device: usize) -> Result<DeviceProperties> {
-        self.lock().memory(device)?;
+        let mut state = self.lock();
+        state.memory(device)?;
         Ok(DeviceProperties {
             name: format!("PTX emulator {device}"),
-            compute_capability: (8, 0),
+            compute_capability: state.capabilities[device],
             // One multiprocessor: grids of at most 8 blocks, so launches stay quick.
             multiprocessors: 1,
             total_memory: self.total_memory,
