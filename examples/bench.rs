@@ -1,8 +1,12 @@
 //! Benchmarks of the eager CPU path on the workloads of `../shared/reference/BASELINE.md`,
-//! and of the same models compiled (`bench_compiled`); `--json` prints one object per line:
+//! and of the same models compiled (`bench_compiled`) and trained as compiled steps
+//! (`bench_train`); `--json` prints one object per line:
 //! `{"name", "median_ms", "min_ms", "threads"}` (and `"gbs"` for `memory_bandwidth_gbs`).
 
 mod bench_compiled;
+mod bench_train;
+#[path = "shapes_net.rs"]
+mod shapes_net;
 mod support;
 
 use clap::Parser;
@@ -371,7 +375,12 @@ fn run(args: &Args) -> Result<()> {
             "workload", "median ms", "min ms", "threads"
         );
     }
-    let all = || WORKLOADS.iter().chain(bench_compiled::WORKLOADS.iter());
+    let all = || {
+        WORKLOADS
+            .iter()
+            .chain(bench_compiled::WORKLOADS.iter())
+            .chain(bench_train::WORKLOADS.iter())
+    };
     let selected: Vec<&Workload> = if args.only.is_empty() {
         all().collect()
     } else {

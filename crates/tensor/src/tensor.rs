@@ -446,6 +446,33 @@ impl Tensor {
         })
     }
 
+    /// Calls `f` with the device crate's memory behind this tensor and the view's layout into
+    /// it, for a device library that works on that memory in place (NCCL collectives through
+    /// `tessera-cuda`). The storage is write-locked and its version bumped when `write` (an
+    /// in-place write, as autograd counts them), read-locked otherwise. `None` for CPU and
+    /// meta tensors. `f` must not `set_data` this handle.
+    pub fn with_device_storage<R>(
+        &self,
+        write: bool,
+        f: impl FnOnce(&dyn crate::backend::DeviceStorage, &Layout) -> R,
+    ) -> Option<R> {
+        let d = self.0.data.read().unwrap_or_else(poisoned);
+        if write {
+            d.storage.version.fetch_add(1, Ordering::Relaxed);
+            let guard = d.storage.buffer.write().unwrap_or_else(poisoned);
+            match &*guard {
+                Storage::Device(buffer) => Some(f(buffer.memory.as_ref(), &d.layout)),
+                _ => None,
+            }
+        } else {
+            let guard = d.storage.buffer.read().unwrap_or_else(poisoned);
+            match &*guard {
+                Storage::Device(buffer) => Some(f(buffer.memory.as_ref(), &d.layout)),
+                _ => None,
+            }
+        }
+    }
+
     /// [`Tensor::with_storage_slice`] for the method `op`, which errors name.
     fn read_storage<T: StorageElement, R>(
         &self,

@@ -125,6 +125,21 @@ pub enum CompileError {
     /// `run_into` writes CPU outputs; a module compiled for a device returns its outputs.
     #[error("run_into is for modules compiled for the cpu; this one runs on {device}: use run")]
     RunIntoOnDevice { device: Device },
+    /// Tracing the loss or deriving the training step's joint graph failed.
+    #[error("building the training step's graph: {source}")]
+    TrainGraph {
+        #[source]
+        source: Box<FxError>,
+    },
+    /// The optimizer could not describe its step as update ops.
+    #[error("recording the optimizer's step: {source}")]
+    Optimizer {
+        #[source]
+        source: Box<crate::nn::NnError>,
+    },
+    /// A training step's graph is not what compiling a training step expects.
+    #[error("training step: {reason}")]
+    TrainStep { reason: String },
     /// Writing the kernels into a folder failed.
     #[error("writing the kernels into {dir}: {source}")]
     Dump {

@@ -7,6 +7,7 @@
 //! doctests of such a crate (`tests/facade_user`).
 
 mod compile;
+mod compile_train;
 pub mod datasets;
 mod exit;
 pub mod fit;
@@ -18,6 +19,7 @@ pub use compile::{
     Backend, BatchMode, CompileError, CompileOptions, CompileReport, CompiledModule,
     DUMP_KERNELS_ENV, compile, compile_layer,
 };
+pub use compile_train::{CompiledTrainStep, LossFn, TrainStepReport, compile_train_step};
 pub use tessera_cpu as cpu;
 pub use tessera_cuda as cuda;
 pub use tessera_distributed as distributed;

@@ -110,4 +110,7 @@ pub use reduce::MAX_REDUCTION_BLOCK;
 pub use render::{render, render_with};
 pub use rendered::{BLOCKS_PER_MULTIPROCESSOR, RenderedKernel};
 pub use target::PtxTarget;
-pub use tensor::{CudaBackend, CudaStorage, current_backend, init, init_with_driver};
+pub use tensor::{
+    CudaBackend, CudaStorage, CudaTensorMemory, current_backend, init, init_with_driver,
+    with_cuda_memory,
+};

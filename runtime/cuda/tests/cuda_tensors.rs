@@ -12,7 +12,9 @@ mod emulator;
 use emulated_driver::EmulatedDriver;
 use std::sync::{Arc, OnceLock};
 use tessera_cuda::{CudaBackend, init_with_driver};
-use tessera_tensor::op::{BinaryOp, CompareOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp};
+use tessera_tensor::op::{
+    BinaryOp, CompareOp, ConvOp, ConvParams, ReduceKind, ReduceOp, ScalarOp, UnaryOp,
+};
 use tessera_tensor::{DType, Device, Op, Result, Tensor, TensorError};
 
 const CUDA: Device = Device::Cuda(0);
@@ -218,7 +220,11 @@ fn elementwise_ops_read_non_contiguous_and_broadcast_operands_in_place() -> Resu
         let t = base.t()?; // [5, 9], strides [1, 5]
         let narrow = tensor(dtype, &[5, 11], 6, false).narrow(1, 1, 9)?;
         let column = tensor(dtype, &[5, 1], 7, false);
-        same_on_device("exp of a transpose", &Op::Unary(UnaryOp::Exp), &[t.clone()]);
+        same_on_device(
+            "exp of a transpose",
+            &Op::Unary(UnaryOp::Exp),
+            std::slice::from_ref(&t),
+        );
         same_on_device(
             "add transpose + narrow",
             &Op::Binary(BinaryOp::Add),
@@ -257,17 +263,17 @@ fn reductions_softmax_and_layer_norm_equal_the_cpu() -> Result<()> {
             same_on_device(
                 &format!("{kind:?} rows {dtype}"),
                 &reduce(kind, vec![1], false),
-                &[x.clone()],
+                std::slice::from_ref(&x),
             );
             same_on_device(
                 &format!("{kind:?} cols {dtype}"),
                 &reduce(kind, vec![0], true),
-                &[x.clone()],
+                std::slice::from_ref(&x),
             );
             same_on_device(
                 &format!("{kind:?} all {dtype}"),
                 &reduce(kind, vec![0, 1], false),
-                &[x.clone()],
+                std::slice::from_ref(&x),
             );
         }
         same_on_device(
@@ -279,7 +285,7 @@ fn reductions_softmax_and_layer_norm_equal_the_cpu() -> Result<()> {
             same_on_device(
                 &format!("softmax log={log} {dtype}"),
                 &Op::Softmax { dim: 1, log },
-                &[x.clone()],
+                std::slice::from_ref(&x),
             );
         }
         let w = tensor(dtype, &[45], 9, false);
@@ -384,10 +390,16 @@ fn the_backward_of_unary_ops_is_not_on_the_device_yet() -> Result<()> {
 #[test]
 fn an_op_without_device_kernels_is_unsupported_naming_it() -> Result<()> {
     let a = cuda(&tensor(DType::F32, &[3, 4], 14, false))?;
-    let b = cuda(&tensor(DType::F32, &[4, 2], 15, false))?;
-    match a.matmul(&b) {
+    // The gradient of a convolution's weight has no device kernel yet.
+    let x = cuda(&tensor(DType::F32, &[1, 2, 4, 4], 15, false))?;
+    let go = cuda(&tensor(DType::F32, &[1, 3, 2, 2], 15, false))?;
+    let weight_grad = Op::Conv(ConvOp::BackwardWeight {
+        params: ConvParams::conv2d([1, 1], [0, 0], [1, 1], 1),
+        kernel_size: [3, 3],
+    });
+    match weight_grad.apply(&[&x, &go]) {
         Err(TensorError::UnsupportedOnDevice { op, device, .. }) => {
-            assert_eq!((op.as_str(), device), ("matmul", CUDA))
+            assert_eq!((op.as_str(), device), ("conv2d_backward_weight", CUDA))
         }
         other => panic!("expected UnsupportedOnDevice, got {other:?}"),
     }

@@ -25,7 +25,8 @@ const LAUNCHERS: [(&str, &str, &str); 3] = [
 
 impl LaunchInfo {
     /// Reads the first launcher's variables that are set; `None` when no launcher started this
-    /// process. A variable that is set but malformed is an error naming it.
+    /// process. A variable that is set but malformed, or a rank without its world size (or
+    /// the reverse), is [`DistributedError::Launcher`] naming the variable.
     pub fn from_env() -> Result<Option<LaunchInfo>> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -33,8 +34,11 @@ impl LaunchInfo {
     /// [`LaunchInfo::from_env`] over any variable lookup (tests pass a map).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<LaunchInfo>> {
         for (rank_var, size_var, local_var) in LAUNCHERS {
-            let (Some(rank), Some(size)) = (lookup(rank_var), lookup(size_var)) else {
-                continue;
+            let (rank, size) = match (lookup(rank_var), lookup(size_var)) {
+                (Some(rank), Some(size)) => (rank, size),
+                (None, None) => continue,
+                (Some(_), None) => return Err(half_set(rank_var, size_var)),
+                (None, Some(_)) => return Err(half_set(size_var, rank_var)),
             };
             let rank = parse(rank_var, &rank)?;
             let world_size = parse(size_var, &size)?;
@@ -55,6 +59,14 @@ impl LaunchInfo {
         }
         Ok(None)
     }
+}
+
+/// One of a launcher's pair of variables without the other: a launch set up by hand that
+/// forgot one, which would otherwise silently run as a world of one.
+fn half_set(set: &str, missing: &str) -> DistributedError {
+    DistributedError::Launcher(format!(
+        "{set} is set but {missing} is not: a launcher sets both"
+    ))
 }
 
 fn parse(name: &str, value: &str) -> Result<usize> {

@@ -33,11 +33,21 @@ mod host_values;
 mod launcher;
 #[cfg(feature = "mpi")]
 mod mpi_backend;
-mod nccl_backend;
+#[cfg(feature = "nccl")]
+mod nccl;
 mod process_group;
 mod sampler;
 mod single;
 mod state_dict_prefix;
+
+// tessera-cuda's emulated CUDA driver (PTX run on the CPU, memory bounds-checked), for the unit
+// tests of DDP buckets on CUDA tensors where no GPU exists.
+#[cfg(all(test, feature = "nccl"))]
+#[path = "../../cuda/tests/emulated_driver/mod.rs"]
+mod emulated_driver;
+#[cfg(all(test, feature = "nccl"))]
+#[path = "../../cuda/tests/emulator/mod.rs"]
+mod emulator;
 
 pub use backend::{Backend, ReduceOp, Reduction};
 pub use communicator::{Communicator, HostBuffer};

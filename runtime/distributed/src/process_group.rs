@@ -6,28 +6,50 @@ use crate::communicator::Communicator;
 use crate::host_values::HostValues;
 use crate::{Backend, DistributedError, LaunchInfo, ReduceOp, Result};
 use std::sync::Arc;
-use tessera_tensor::Tensor;
+use tessera_tensor::{Device, Tensor};
 
 /// A handle on this process's world; clones share it. The engine shuts down (MPI finalises)
 /// when the last handle is dropped.
 #[derive(Clone)]
 pub struct ProcessGroup {
     communicator: Arc<dyn Communicator>,
+    /// The NCCL communicator behind `communicator`, whose collectives on CUDA tensors run on
+    /// the device; `None` for the other backends.
+    #[cfg(feature = "nccl")]
+    nccl: Option<Arc<crate::nccl::NcclCommunicator>>,
 }
 
 /// Joins the world the launcher started, on `backend` (PyTorch's `init_process_group`). MPI
 /// takes rank and world size from `mpirun` (and checks them against any launcher variables
 /// that are set). A backend whose feature is off, or whose library or device is missing, is a
-/// typed error; so is NCCL for now, until Tessera has CUDA tensors to run its collectives on.
+/// typed error. NCCL takes rank, world size and local rank (its GPU, `cuda:LOCAL_RANK`) from
+/// the launcher's variables and the NCCL unique id from rank 0 at `MASTER_ADDR:MASTER_PORT`;
+/// its collectives take CUDA tensors.
 pub fn init_process_group(backend: Backend) -> Result<ProcessGroup> {
-    let communicator: Arc<dyn Communicator> = match backend {
-        Backend::Mpi => mpi_communicator()?,
-        Backend::Nccl => crate::nccl_backend::communicator()?,
-        Backend::Single => Arc::new(crate::single::SingleProcess),
+    let group = match backend {
+        Backend::Mpi => ProcessGroup::host(mpi_communicator()?),
+        Backend::Nccl => nccl_group()?,
+        Backend::Single => ProcessGroup::single(),
     };
-    let group = ProcessGroup { communicator };
     group.check_launcher_agrees()?;
     Ok(group)
+}
+
+#[cfg(feature = "nccl")]
+fn nccl_group() -> Result<ProcessGroup> {
+    let nccl = crate::nccl::communicator()?;
+    Ok(ProcessGroup {
+        communicator: nccl.clone(),
+        nccl: Some(nccl),
+    })
+}
+
+#[cfg(not(feature = "nccl"))]
+fn nccl_group() -> Result<ProcessGroup> {
+    Err(DistributedError::FeatureDisabled {
+        backend: Backend::Nccl,
+        feature: "nccl",
+    })
 }
 
 #[cfg(feature = "mpi")]
@@ -46,9 +68,26 @@ fn mpi_communicator() -> Result<Arc<dyn Communicator>> {
 impl ProcessGroup {
     /// A world of this one process, where every collective keeps the data as it is.
     pub fn single() -> ProcessGroup {
+        Self::host(Arc::new(crate::single::SingleProcess))
+    }
+
+    /// A group whose collectives run on host buffers.
+    fn host(communicator: Arc<dyn Communicator>) -> ProcessGroup {
         ProcessGroup {
-            communicator: Arc::new(crate::single::SingleProcess),
+            communicator,
+            #[cfg(feature = "nccl")]
+            nccl: None,
         }
+    }
+
+    /// Where this group's collectives take their tensors: `cuda:LOCAL_RANK` for NCCL, the
+    /// CPU for the others.
+    pub fn device(&self) -> Device {
+        #[cfg(feature = "nccl")]
+        if let Some(nccl) = &self.nccl {
+            return nccl.device();
+        }
+        Device::Cpu
     }
 
     pub fn backend(&self) -> Backend {
@@ -85,9 +124,13 @@ impl ProcessGroup {
         Ok(())
     }
 
-    /// Combines `tensor` across ranks in place (float32 or float64); every rank ends with the
-    /// result.
+    /// Combines `tensor` across ranks in place (float32 or float64; on NCCL also float16 and
+    /// integers); every rank ends with the result.
     pub fn all_reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<()> {
+        #[cfg(feature = "nccl")]
+        if let Some(nccl) = &self.nccl {
+            return nccl.all_reduce_tensor(tensor, op);
+        }
         let mut values = HostValues::read_reducible(tensor, "all_reduce")?;
         self.all_reduce_values(&mut values, op)?;
         values.write_into(tensor, 0, "all_reduce")
@@ -105,6 +148,10 @@ impl ProcessGroup {
 
     /// Copies rank `root`'s `tensor` into every rank's `tensor`, in place (any dtype).
     pub fn broadcast(&self, tensor: &Tensor, root: usize) -> Result<()> {
+        #[cfg(feature = "nccl")]
+        if let Some(nccl) = &self.nccl {
+            return nccl.broadcast_tensor(tensor, root);
+        }
         let mut values = HostValues::read(tensor, "broadcast")?;
         self.communicator.broadcast(values.buffer(), root)?;
         values.write_into(tensor, 0, "broadcast")
@@ -112,6 +159,10 @@ impl ProcessGroup {
 
     /// Every rank's `tensor`, in rank order (all ranks pass the same shape and dtype).
     pub fn all_gather(&self, tensor: &Tensor) -> Result<Vec<Tensor>> {
+        #[cfg(feature = "nccl")]
+        if let Some(nccl) = &self.nccl {
+            return nccl.all_gather_tensor(tensor);
+        }
         let mut send = HostValues::read(tensor, "all_gather")?;
         let mut recv = HostValues::zeros(tensor.dtype(), send.len() * self.world_size());
         self.communicator.all_gather(send.buffer(), recv.buffer())?;
@@ -138,6 +189,10 @@ impl ProcessGroup {
         };
         let mut block_shape = shape.clone();
         block_shape[0] = rows / world;
+        #[cfg(feature = "nccl")]
+        if let Some(nccl) = &self.nccl {
+            return nccl.reduce_scatter_tensor(tensor, &block_shape, op);
+        }
         let mut send = HostValues::read_reducible(tensor, "reduce_scatter")?;
         let mut recv = HostValues::zeros(tensor.dtype(), send.len() / world);
         self.communicator

@@ -29,11 +29,17 @@ fn nccl_backend_without_the_feature_names_the_feature() {
     );
 }
 
-/// Runs only where the `nccl` feature is on; on a GPU machine with libnccl it is the place to
-/// extend once CUDA tensors exist. Without a GPU (this machine) the error is typed, not a panic.
+/// Runs only where the `nccl` feature is on and neither libcuda nor libnccl can be loaded (this
+/// machine): the error is typed, not a panic. With both libraries the GPU tests of
+/// `tests/nccl_gpu.rs` apply instead.
 #[cfg(feature = "nccl")]
 #[test]
 fn nccl_backend_reports_backend_unavailable_where_it_cannot_run() {
+    let culib = unsafe { cudarc::nccl::sys::is_culib_present() };
+    if culib && tessera_cuda::driver_present() {
+        eprintln!("libcuda and libnccl are present: see tests/nccl_gpu.rs");
+        return;
+    }
     let err = init_process_group(Backend::Nccl).err().expect("an error");
     assert!(
         matches!(
@@ -104,6 +110,20 @@ fn launch_info_rejects_malformed_or_inconsistent_variables() {
     assert!(matches!(bad, Err(DistributedError::Launcher(ref m)) if m.contains("RANK")));
     let outside = LaunchInfo::from_lookup(lookup(&[("RANK", "3"), ("WORLD_SIZE", "3")]));
     assert!(matches!(outside, Err(DistributedError::Launcher(_))));
+    let local = LaunchInfo::from_lookup(lookup(&[
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("LOCAL_RANK", "-1"),
+    ]));
+    assert!(matches!(local, Err(DistributedError::Launcher(ref m)) if m.contains("LOCAL_RANK")));
+    // Half of a launcher's pair is an error naming the missing half, not a world of one.
+    let no_size = LaunchInfo::from_lookup(lookup(&[("RANK", "1")])).unwrap_err();
+    assert!(no_size.to_string().contains("WORLD_SIZE"), "{no_size}");
+    let no_rank = LaunchInfo::from_lookup(lookup(&[("OMPI_COMM_WORLD_SIZE", "2")])).unwrap_err();
+    assert!(
+        no_rank.to_string().contains("OMPI_COMM_WORLD_RANK"),
+        "{no_rank}"
+    );
 }
 
 #[test]

@@ -4,9 +4,9 @@
 
 use super::state::{
     Dict, Groups, ParamState, buffer_or_zeros, check_non_negative, load_step, load_tensor,
-    read_bool, read_f64, require_tensor, run_time_scalar, wrong_options, zero_step, zeros_like,
+    read_bool, read_f64, require_tensor, wrong_options, zero_step, zeros_like,
 };
-use super::{GroupOptions, Optimizer, ParamGroup};
+use super::{EagerUpdate, GroupOptions, Optimizer, ParamGroup, UpdateSink};
 use crate::{Key, NnError, Result, Value};
 use tessera_tensor::op::OptimOp;
 use tessera_tensor::{Op, Tensor, no_grad};
@@ -147,8 +147,7 @@ super::optimizer_over_groups!(
 /// One Adam step over every group: for each parameter the `adam_step_scalars` op (step count
 /// and bias corrections) and the `adam_update` op, whose results are copied into the
 /// parameter and its state in place.
-pub(crate) fn adam_step(inner: &mut Groups<AdamState>) -> Result<()> {
-    let _guard = no_grad();
+pub(crate) fn adam_step(inner: &mut Groups<AdamState>, sink: &mut dyn UpdateSink) -> Result<()> {
     let Groups {
         name,
         groups,
@@ -170,7 +169,7 @@ pub(crate) fn adam_step(inner: &mut Groups<AdamState>) -> Result<()> {
             decoupled_weight_decay: o.decoupled_weight_decay,
         });
         for p in &group.params {
-            let Some(grad) = p.grad() else { continue };
+            let Some(grad) = sink.grad(p) else { continue };
             let s = match state.entry(p.id()) {
                 indexmap::map::Entry::Occupied(e) => e.into_mut(),
                 indexmap::map::Entry::Vacant(e) => e.insert(AdamState {
@@ -184,12 +183,13 @@ pub(crate) fn adam_step(inner: &mut Groups<AdamState>) -> Result<()> {
                     },
                 }),
             };
-            let lr = run_time_scalar(o.lr, p)?;
-            let step = scalars.apply(&[&s.step, &run_time_scalar(o.lr, &s.step)?])?;
-            s.step.copy_(&step[0])?;
+            let lr = sink.scalar(gi, o.lr, p)?;
+            let host_lr = sink.scalar(gi, o.lr, &s.step)?;
+            let step = sink.apply(&scalars, &[&s.step, &host_lr])?;
+            sink.assign(&s.step, &step[0])?;
             let (step_size, bias_correction2_sqrt) = (
-                step[1].to_device(p.device())?,
-                step[2].to_device(p.device())?,
+                sink.to_device_of(&step[1], p)?,
+                sink.to_device_of(&step[2], p)?,
             );
             let max = if o.amsgrad {
                 Some(buffer_or_zeros(&mut s.max_exp_avg_sq, p)?)
@@ -199,10 +199,10 @@ pub(crate) fn adam_step(inner: &mut Groups<AdamState>) -> Result<()> {
             let mut inputs = vec![p, &grad, &s.exp_avg, &s.exp_avg_sq];
             inputs.extend(&max);
             inputs.extend([&lr, &step_size, &bias_correction2_sqrt]);
-            let new = update.apply(&inputs)?;
+            let new = sink.apply(&update, &inputs)?;
             let targets = [p, &s.exp_avg, &s.exp_avg_sq].into_iter().chain(&max);
             for (target, value) in targets.zip(&new) {
-                target.copy_(value)?;
+                sink.assign(target, value)?;
             }
         }
     }
@@ -211,7 +211,12 @@ pub(crate) fn adam_step(inner: &mut Groups<AdamState>) -> Result<()> {
 
 impl Optimizer for Adam {
     fn step(&mut self) -> Result<()> {
-        adam_step(&mut self.inner)
+        let _guard = no_grad();
+        adam_step(&mut self.inner, &mut EagerUpdate)
+    }
+
+    fn step_with(&mut self, sink: &mut dyn UpdateSink) -> Result<()> {
+        adam_step(&mut self.inner, sink)
     }
 
     super::forward_to_groups!();

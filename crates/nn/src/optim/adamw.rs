@@ -55,7 +55,12 @@ super::optimizer_over_groups!(
 
 impl Optimizer for AdamW {
     fn step(&mut self) -> Result<()> {
-        adam_step(&mut self.inner)
+        let _guard = tessera_tensor::no_grad();
+        adam_step(&mut self.inner, &mut super::EagerUpdate)
+    }
+
+    fn step_with(&mut self, sink: &mut dyn super::UpdateSink) -> Result<()> {
+        adam_step(&mut self.inner, sink)
     }
 
     super::forward_to_groups!();

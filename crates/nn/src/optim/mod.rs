@@ -28,6 +28,7 @@ mod rmsprop;
 mod sgd;
 mod state;
 mod step_lr;
+mod update_sink;
 
 pub use adam::{Adam, AdamOptions};
 pub use adamw::{AdamW, AdamWOptions};
@@ -36,6 +37,7 @@ pub use lr_scheduler::LrScheduler;
 pub use rmsprop::{RMSprop, RmsPropOptions};
 pub use sgd::{SGD, SgdOptions};
 pub use step_lr::StepLR;
+pub use update_sink::{EagerUpdate, UpdateSink};
 
 use crate::{Result, Value};
 use tessera_tensor::Tensor;
@@ -103,6 +105,17 @@ pub trait Optimizer {
     /// Applies one update to every parameter that has a gradient (others are skipped).
     fn step(&mut self) -> Result<()>;
 
+    /// The step as update ops sent to `sink`: [`EagerUpdate`] applies them now (what
+    /// [`Optimizer::step`] does for the optimizers that have update ops), a compiled training
+    /// step records them into its graph. Optimizers without update ops refuse.
+    fn step_with(&mut self, sink: &mut dyn UpdateSink) -> Result<()> {
+        let _ = sink;
+        Err(crate::NnError::Invalid(
+            "this optimizer has no update ops (SGD, Adam and AdamW have): it can only step eagerly"
+                .into(),
+        ))
+    }
+
     /// Clears the gradients: to `None` when `set_to_none` (PyTorch's default), else to zeros.
     fn zero_grad(&self, set_to_none: bool);
 
@@ -119,6 +132,37 @@ pub trait Optimizer {
     /// Loads hyper-parameters and per-parameter state (deep copies) from a
     /// [`Optimizer::state_dict`], checking group counts and sizes and state shapes first.
     fn load_state_dict(&mut self, state_dict: &Value) -> Result<()>;
+}
+
+/// A boxed optimizer is an optimizer (so a `Box<dyn Optimizer>` can be handed on by value).
+impl<O: Optimizer + ?Sized> Optimizer for Box<O> {
+    fn step(&mut self) -> Result<()> {
+        (**self).step()
+    }
+
+    fn step_with(&mut self, sink: &mut dyn UpdateSink) -> Result<()> {
+        (**self).step_with(sink)
+    }
+
+    fn zero_grad(&self, set_to_none: bool) {
+        (**self).zero_grad(set_to_none)
+    }
+
+    fn param_groups(&self) -> &[ParamGroup] {
+        (**self).param_groups()
+    }
+
+    fn param_groups_mut(&mut self) -> &mut [ParamGroup] {
+        (**self).param_groups_mut()
+    }
+
+    fn state_dict(&self) -> Value {
+        (**self).state_dict()
+    }
+
+    fn load_state_dict(&mut self, state_dict: &Value) -> Result<()> {
+        (**self).load_state_dict(state_dict)
+    }
 }
 
 /// Parameters that share hyper-parameters, as an entry of PyTorch's `param_groups`.

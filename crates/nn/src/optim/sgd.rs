@@ -4,10 +4,9 @@
 //! buffer in place.
 
 use super::state::{
-    Dict, Groups, ParamState, check_non_negative, load_tensor, read_bool, read_f64,
-    run_time_scalar, wrong_options,
+    Dict, Groups, ParamState, check_non_negative, load_tensor, read_bool, read_f64, wrong_options,
 };
-use super::{GroupOptions, Optimizer, ParamGroup};
+use super::{EagerUpdate, GroupOptions, Optimizer, ParamGroup, UpdateSink};
 use crate::{NnError, Result, Value};
 use tessera_tensor::op::OptimOp;
 use tessera_tensor::{Op, Tensor, no_grad};
@@ -104,6 +103,10 @@ super::optimizer_over_groups!(
 impl Optimizer for SGD {
     fn step(&mut self) -> Result<()> {
         let _guard = no_grad();
+        self.step_with(&mut EagerUpdate)
+    }
+
+    fn step_with(&mut self, sink: &mut dyn UpdateSink) -> Result<()> {
         let Groups { groups, state, .. } = &mut self.inner;
         for (gi, group) in groups.iter().enumerate() {
             let GroupOptions::Sgd(o) = &group.options else {
@@ -117,8 +120,8 @@ impl Optimizer for SGD {
                 maximize: o.maximize,
             });
             for p in &group.params {
-                let Some(grad) = p.grad() else { continue };
-                let lr = run_time_scalar(o.lr, p)?;
+                let Some(grad) = sink.grad(p) else { continue };
+                let lr = sink.scalar(gi, o.lr, p)?;
                 let buffer = match state.get(&p.id()) {
                     Some(s) if o.momentum != 0.0 => Some(s.momentum_buffer.clone()),
                     _ => None,
@@ -126,19 +129,13 @@ impl Optimizer for SGD {
                 let mut inputs = vec![p, &grad];
                 inputs.extend(&buffer);
                 inputs.push(&lr);
-                let new = update.apply(&inputs)?;
-                p.copy_(&new[0])?;
+                let new = sink.apply(&update, &inputs)?;
+                sink.assign(p, &new[0])?;
                 match (buffer, new.get(1)) {
-                    (Some(buffer), Some(new_buffer)) => {
-                        buffer.copy_(new_buffer)?;
-                    }
+                    (Some(buffer), Some(new_buffer)) => sink.assign(&buffer, new_buffer)?,
                     (None, Some(new_buffer)) => {
-                        state.insert(
-                            p.id(),
-                            SgdState {
-                                momentum_buffer: new_buffer.clone(),
-                            },
-                        );
+                        let momentum_buffer = sink.keep(new_buffer, p)?;
+                        state.insert(p.id(), SgdState { momentum_buffer });
                     }
                     _ => {}
                 }

@@ -137,6 +137,14 @@ pub trait CudaDriver: Send + Sync + fmt::Debug {
 
     /// Destroys `graph` (after the replays queued so far).
     fn destroy_graph(&self, graph: GraphId) -> Result<()>;
+    /// Makes `device`'s context current on the calling thread and returns the stream this
+    /// driver queues its work on, so that a library enqueuing its own work on the driver's
+    /// memory (NCCL collectives) runs in order with the driver's copies and launches. The
+    /// system driver returns the legacy default stream (the null `CUstream`) of the device's
+    /// primary context. A driver without a CUDA context (the tests' emulator) cannot host such
+    /// work and says so with [`CudaError::InvalidUse`](crate::CudaError::InvalidUse); a
+    /// device it does not have is [`CudaError::DeviceUnavailable`](crate::CudaError::DeviceUnavailable).
+    fn external_stream(&self, device: usize) -> Result<cudarc::driver::sys::CUstream>;
 
     /// Waits until the work issued on `device` has finished; an asynchronous fault of that
     /// work (an illegal address in a kernel) is reported here.

@@ -403,6 +403,12 @@ impl CudaDriver for SystemDriver {
         system_graph::destroy(&g)
     }
 
+    fn external_stream(&self, device: usize) -> Result<sys::CUstream> {
+        self.bind(device)?;
+        // Every call of this driver passes a null stream: the context's legacy default one.
+        Ok(std::ptr::null_mut())
+    }
+
     fn synchronize(&self, device: usize) -> Result<()> {
         self.bind(device)?;
         // SAFETY: a context is bound.

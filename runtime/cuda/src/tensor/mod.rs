@@ -6,8 +6,9 @@
 //! `to_device(Device::Cpu)` copy back.
 //!
 //! Storage holds any dtype (bytes in a block of the device's caching allocator; copies move
-//! bool, integer and float tensors alike). Eager kernels compute on f32 and f64: what the
-//! lowering makes into kernels the PTX renderer generates. The rest is
+//! bool, integer and float tensors alike). Eager kernels compute on f32, f64, f16 and bf16:
+//! what the lowering makes into kernels the PTX renderer generates, and matmul, linear and
+//! convolutions as the standalone generated GEMM and convolution kernels. The rest is
 //! `TensorError::UnsupportedOnDevice` naming the op.
 
 mod backend;
@@ -15,10 +16,12 @@ pub(crate) mod copies;
 pub(crate) mod device_state;
 pub(crate) mod eager;
 mod errors;
+mod external_memory;
 mod host_bytes;
 mod init;
 pub(crate) mod storage;
 
 pub use backend::CudaBackend;
+pub use external_memory::{CudaTensorMemory, with_cuda_memory};
 pub use init::{current_backend, init, init_with_driver};
 pub use storage::CudaStorage;

@@ -384,6 +384,18 @@ impl CudaDriver for EmulatedDriver {
         Ok(())
     }
 
+    /// The emulator has no CUDA context an external library could enqueue on.
+    fn external_stream(&self, device: usize) -> Result<cudarc::driver::sys::CUstream> {
+        self.lock().memory(device)?;
+        Err(CudaError::InvalidUse {
+            call: "external_stream",
+            message: format!(
+                "the emulated driver has no CUDA context on cuda:{device} for an external \
+                 library (NCCL) to enqueue work on"
+            ),
+        })
+    }
+
     fn synchronize(&self, device: usize) -> Result<()> {
         self.lock().memory(device).map(|_| ())
     }

@@ -1,8 +1,8 @@
 //! The communication thread: all-reduces gradient buckets in the order they are submitted,
 //! while the thread that submitted them goes on with backward.
 
-use crate::host_values::HostValues;
-use crate::{DistributedError, ProcessGroup, ReduceOp, Result};
+use super::flat_bucket::FlatBucket;
+use crate::{DistributedError, ProcessGroup, Result};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 /// A bucket's flat gradients, to be averaged across ranks.
 struct Job {
     bucket: usize,
-    values: HostValues,
+    values: FlatBucket,
 }
 
 /// An averaged bucket (or the failure), and how long its all-reduce took.
 pub(crate) struct Done {
     pub(crate) bucket: usize,
-    pub(crate) result: Result<HostValues>,
+    pub(crate) result: Result<FlatBucket>,
     pub(crate) elapsed: Duration,
 }
 
@@ -36,9 +36,7 @@ impl CommThread {
             .spawn(move || {
                 for Job { bucket, mut values } in job_queue {
                     let start = Instant::now();
-                    let result = group
-                        .all_reduce_values(&mut values, ReduceOp::Average)
-                        .map(|()| values);
+                    let result = values.average(&group).map(|()| values);
                     let elapsed = start.elapsed();
                     if done_queue
                         .send(Done {
@@ -63,7 +61,7 @@ impl CommThread {
     }
 
     /// Queues `values` of `bucket` for averaging.
-    pub(crate) fn submit(&self, bucket: usize, values: HostValues) -> Result<()> {
+    pub(crate) fn submit(&self, bucket: usize, values: FlatBucket) -> Result<()> {
         self.jobs
             .as_ref()
             .ok_or(DistributedError::CommunicationStopped)?

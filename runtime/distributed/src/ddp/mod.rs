@@ -4,6 +4,7 @@
 
 mod buckets;
 mod comm_thread;
+mod flat_bucket;
 mod reducer;
 mod stats;
 
@@ -90,6 +91,7 @@ impl<M: Module> DistributedDataParallel<M> {
             params,
             buckets,
             CommThread::start(group.clone())?,
+            group.device(),
         ));
         let mut hooks = Vec::new();
         for (index, (_, param)) in reducer.params().iter().enumerate() {
@@ -221,8 +223,13 @@ fn check_same_model(
     let lowest = highest
         .deep_clone()
         .map_err(DistributedError::tensor("DistributedDataParallel"))?;
-    group.all_reduce(&highest, crate::ReduceOp::Max)?;
-    group.all_reduce(&lowest, crate::ReduceOp::Min)?;
+    // Host values: on NCCL they travel through the device, whatever the module's device.
+    let mut high = crate::host_values::HostValues::read(&highest, "DistributedDataParallel")?;
+    let mut low = crate::host_values::HostValues::read(&lowest, "DistributedDataParallel")?;
+    group.all_reduce_values(&mut high, crate::ReduceOp::Max)?;
+    group.all_reduce_values(&mut low, crate::ReduceOp::Min)?;
+    high.write_into(&highest, 0, "DistributedDataParallel")?;
+    low.write_into(&lowest, 0, "DistributedDataParallel")?;
     let (highest, lowest) = (
         highest
             .to_vec_f64()

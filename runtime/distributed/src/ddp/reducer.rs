@@ -5,12 +5,12 @@
 
 use super::buckets::Bucket;
 use super::comm_thread::CommThread;
+use super::flat_bucket::FlatBucket;
 use super::stats::SyncStats;
-use crate::host_values::HostValues;
 use crate::{DistributedError, Result};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use tessera_tensor::Tensor;
+use tessera_tensor::{Device, Tensor};
 
 /// Gradient synchronisation of one wrapped module.
 pub(crate) struct Reducer {
@@ -18,6 +18,8 @@ pub(crate) struct Reducer {
     buckets: Vec<Bucket>,
     /// For every parameter, its bucket.
     bucket_of: Vec<usize>,
+    /// Where buckets are flattened: the process group's device.
+    device: Device,
     state: Mutex<Iteration>,
 }
 
@@ -41,6 +43,7 @@ impl Reducer {
         params: Vec<(String, Tensor)>,
         buckets: Vec<Bucket>,
         comm: CommThread,
+        device: Device,
     ) -> Reducer {
         let mut bucket_of = vec![0; params.len()];
         for (b, bucket) in buckets.iter().enumerate() {
@@ -61,6 +64,7 @@ impl Reducer {
             params,
             buckets,
             bucket_of,
+            device,
             state: Mutex::new(state),
         }
     }
@@ -134,14 +138,14 @@ impl Reducer {
     /// Flattens bucket `b`'s gradients and hands them to the communication thread.
     fn launch(&self, state: &mut Iteration, b: usize) -> Result<()> {
         let bucket = &self.buckets[b];
-        let mut flat = HostValues::zeros(bucket.dtype, bucket.numel);
-        for (&p, &offset) in bucket.params.iter().zip(&bucket.offsets) {
+        let mut grads = Vec::with_capacity(bucket.params.len());
+        for &p in &bucket.params {
             let (name, param) = &self.params[p];
-            let grad = param.grad().ok_or_else(|| {
+            grads.push(param.grad().ok_or_else(|| {
                 DistributedError::Reducer(format!("{name} is marked ready but has no gradient"))
-            })?;
-            flat.copy_from(&grad, offset, "DistributedDataParallel bucket")?;
+            })?);
         }
+        let flat = FlatBucket::gather(self.device, bucket, &grads)?;
         let still_pending = state.ready.iter().filter(|&&r| !r).count();
         state.launched_with_pending.push((b, still_pending));
         state.comm.submit(b, flat)
@@ -160,11 +164,19 @@ impl Reducer {
         let exposed = wait_start.elapsed();
         for (b, values) in finished {
             let bucket = &self.buckets[b];
-            for (&p, &offset) in bucket.params.iter().zip(&bucket.offsets) {
-                if let Some(grad) = self.params[p].1.grad() {
-                    values.write_into(&grad, offset, "DistributedDataParallel bucket")?;
-                }
-            }
+            let grads = bucket
+                .params
+                .iter()
+                .map(|&p| {
+                    self.params[p].1.grad().ok_or_else(|| {
+                        DistributedError::Reducer(format!(
+                            "{} lost its gradient during the all-reduce",
+                            self.params[p].0
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            values.scatter(bucket, &grads)?;
         }
         state.last = Some(SyncStats {
             launch_order: state

@@ -4,7 +4,7 @@
 //! which memory each kernel parameter gets: an operand's storage, an output or intermediate
 //! allocated per call, or scratch.
 
-use super::external::external_part;
+use super::external::{compile_call, external_part};
 use super::graph::op_graph;
 use crate::driver::{CudaDriver, FunctionId, LaunchDims, ModuleId};
 use crate::tensor::device_state::DeviceState;
@@ -37,7 +37,7 @@ pub(crate) enum Binding {
 }
 
 /// One loaded kernel and how to launch it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Launch {
     pub(crate) kernel: String,
     pub(crate) function: FunctionId,
@@ -74,6 +74,9 @@ pub(crate) fn compile(
     inputs: &[DeviceOperand<'_>],
     outputs: &[TensorMeta],
 ) -> Result<Option<CompiledOp>> {
+    if let Some(call) = compile_call(driver, state, op, inputs, outputs) {
+        return call;
+    }
     let graph = op_graph(op, inputs, outputs)?;
     let layouts: Vec<_> = inputs.iter().map(|x| x.layout.clone()).collect();
     let program = lower(&graph, &layouts)?;

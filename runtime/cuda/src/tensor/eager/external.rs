@@ -1,12 +1,40 @@
-//! Where device implementations of the steps the PTX renderer does not generate plug in: a
-//! kernel that starts with an external GEMM or convolution call ([`tessera_kernel::GemmCall`],
-//! [`tessera_kernel::ConvCall`]), and an external step that runs an op's eager kernel. Today
-//! there is none, so an op whose program has such a step is unsupported on the device. A
-//! device GEMM (the generated PTX GEMM of `gemm*`, or cuBLAS) becomes an arm here returning
-//! the launches that compute the call into the kernel's scratch buffer, after which the
-//! kernel's rendered epilogue runs as usual.
+//! Where device implementations of the steps the PTX renderer does not generate from a lowered
+//! program plug in. A one-op graph of `matmul`, `linear` or a forward convolution lowers to an
+//! external call (a GEMM without an epilogue runs its eager kernel: there is nothing to fuse),
+//! so those ops are compiled here instead, as the standalone generated GEMM and implicit-GEMM
+//! convolution kernels ([`super::product`], [`super::convolution`]). Any other program with an
+//! external step (an op the lowering leaves to its eager CPU kernel) is unsupported on the
+//! device.
 
+use super::compile::CompiledOp;
+use super::{convolution, product};
+use crate::Result;
+use crate::driver::CudaDriver;
+use crate::tensor::device_state::DeviceState;
+use std::sync::Arc;
 use tessera_kernel::{Kernel, Step};
+use tessera_tensor::backend::DeviceOperand;
+use tessera_tensor::op::ConvOp;
+use tessera_tensor::{Op, TensorMeta};
+
+/// The device kernels of `op` when it is a product or convolution compiled here, or `None`
+/// for the ops the lowering handles.
+pub(crate) fn compile_call(
+    driver: &Arc<dyn CudaDriver>,
+    state: &DeviceState,
+    op: &Op,
+    inputs: &[DeviceOperand<'_>],
+    outputs: &[TensorMeta],
+) -> Option<Result<Option<CompiledOp>>> {
+    Some(match op {
+        Op::Matmul => product::matmul(driver, state, inputs, outputs),
+        Op::Linear { bias } => product::linear(driver, state, inputs, outputs, *bias),
+        Op::Conv(ConvOp::Forward { params, bias }) => {
+            convolution::conv_forward(driver, state, inputs, outputs, *params, *bias)
+        }
+        _ => return None,
+    })
+}
 
 /// Why `step` cannot run as rendered kernels alone (its external part), or `None` when it
 /// can.

@@ -6,16 +6,20 @@
 //! ([`compile`]); later calls with the same key find the loaded kernels in the device's
 //! [`KernelCache`] and only allocate their outputs and launch ([`run`]).
 //!
-//! What the lowering does not turn into rendered kernels (an external GEMM or convolution
-//! call, an op it leaves to its eager CPU kernel, bool or integer buffers) makes the op
+//! `matmul`, `linear` and forward convolutions, which a one-op graph lowers to an external
+//! call, are compiled by [`external`] as standalone generated GEMM and implicit-GEMM
+//! convolution kernels ([`builder`] assembles them). What else the lowering does not turn into
+//! rendered kernels (an op it leaves to its eager CPU kernel, integer buffers) makes the op
 //! unsupported on the device: `apply` returns `None`, which dispatch reports as
-//! `TensorError::UnsupportedOnDevice` naming the op. [`external`] is the one place where
-//! device implementations of those steps will plug in.
+//! `TensorError::UnsupportedOnDevice` naming the op.
 
+mod builder;
 mod cache;
 mod compile;
+mod convolution;
 pub(crate) mod external;
 mod graph;
+mod product;
 mod run;
 
 pub(crate) use cache::KernelCache;

@@ -1,0 +1,217 @@
+//! `tessera::compile_train_step`, PyTorch's `torch.compile` of a training step: the loss of a
+//! module on a batch is traced at op level, its backward derived as a graph
+//! (`tessera_fx::autodiff`), the optimizer's update recorded as ops after it, and the whole
+//! step (forward, loss, backward, update) compiled as one program by [`crate::compile`].
+//!
+//! Parameters, buffers and optimizer state are the graph's inputs, read live on every call;
+//! the program returns the loss and the new values, which the step writes into those tensors
+//! in place. So the module, the optimizer and its `state_dict` are the caller's own, and eager
+//! and compiled steps can be mixed on them. Learning rates are run-time inputs (schedulers
+//! work); a step whose update differs (SGD's first step with momentum, which has no buffer
+//! yet) compiles its own program, cached, as does a batch of another shape.
+
+mod graph;
+mod record;
+
+use crate::compile::{CompileError, CompileOptions, CompileReport, CompiledModule, compile};
+use crate::nn::optim::Optimizer;
+use crate::nn::{Layer, ModuleExt};
+use graph::{Feed, JointStep, joint_step};
+use record::{RecordedUpdate, UpdateShape};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_tensor::{Tensor, TensorMeta, no_grad};
+
+/// The loss of a training step: `loss(output, target)`.
+pub type LossFn = dyn Fn(&Tensor, &Tensor) -> crate::nn::Result<Tensor>;
+
+/// A compiled training step over `module` (forward, `loss`, backward, `optimizer` update):
+/// [`CompiledTrainStep::step`] takes a batch and returns the loss. It owns the optimizer,
+/// which stays reachable ([`CompiledTrainStep::optimizer_mut`]) for schedulers, eager steps and
+/// its `state_dict`.
+pub struct CompiledTrainStep<M: Layer, O: Optimizer> {
+    module: Arc<M>,
+    loss: Box<LossFn>,
+    optimizer: O,
+    options: CompileOptions,
+    /// One per batch shape (and training mode) met.
+    joints: Vec<TracedBatch>,
+    report: TrainStepReport,
+}
+
+/// The joint graph of one batch shape and the programs compiled from it per update shape.
+struct TracedBatch {
+    input: TensorMeta,
+    target: TensorMeta,
+    training: bool,
+    joint: JointStep,
+    programs: Vec<(UpdateShape, StepProgram)>,
+}
+
+/// A compiled step and what feeds its inputs.
+struct StepProgram {
+    compiled: CompiledModule,
+    feeds: Vec<Feed>,
+}
+
+/// What compiling the step did.
+#[derive(Debug, Clone, Default)]
+pub struct TrainStepReport {
+    /// Tracing the loss and deriving the joint graph, over every batch shape met.
+    pub trace_time: Duration,
+    /// Building and compiling the step programs, over every program compiled.
+    pub compile_time: Duration,
+    /// Step programs compiled (one per batch shape and update shape).
+    pub programs: usize,
+    /// The compile report of the program compiled last.
+    pub last: CompileReport,
+}
+
+/// Traces `loss(module(input), target)` for batches shaped like `example` (input, target),
+/// derives its backward and prepares a step that also applies `optimizer`'s update; programs
+/// are compiled on the first call of each batch and update shape (the update's shape depends
+/// on the optimizer state the first step creates). `options.optimize` is ignored: the inference
+/// passes (batch-norm folding, constant folding) do not hold for training graphs.
+pub fn compile_train_step<M, O>(
+    module: Arc<M>,
+    loss: impl Fn(&Tensor, &Tensor) -> crate::nn::Result<Tensor> + 'static,
+    optimizer: O,
+    example: (&Tensor, &Tensor),
+    options: CompileOptions,
+) -> Result<CompiledTrainStep<M, O>, CompileError>
+where
+    M: Layer + 'static,
+    O: Optimizer,
+{
+    let mut step = CompiledTrainStep {
+        module,
+        loss: Box::new(loss),
+        optimizer,
+        options: CompileOptions {
+            optimize: false,
+            ..options
+        },
+        joints: Vec::new(),
+        report: TrainStepReport::default(),
+    };
+    step.joint_for(&example.0.meta(), &example.1.meta())?;
+    Ok(step)
+}
+
+impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
+    /// One training step on `(input, target)`: runs the compiled forward, loss, backward and
+    /// update, writes the new parameters and optimizer state in place, and returns the loss
+    /// (computed before the update, as an eager loop's `loss` is).
+    pub fn step(&mut self, input: &Tensor, target: &Tensor) -> Result<Tensor, CompileError> {
+        let j = self.joint_for(&input.meta(), &target.meta())?;
+        let traced = &mut self.joints[j];
+        let mut recorder = RecordedUpdate::new(&traced.joint.grad_index);
+        self.optimizer
+            .step_with(&mut recorder)
+            .map_err(|source| CompileError::Optimizer {
+                source: Box::new(source),
+            })?;
+        let update = recorder.finish();
+        let state: Vec<Tensor> = traced.joint.state().cloned().collect();
+        let scalars: Vec<Tensor> = update.scalars.iter().map(|&v| Tensor::scalar(v)).collect();
+        let batch = [input, target];
+        let feed = |feeds: &[Feed]| -> Vec<Tensor> {
+            feeds
+                .iter()
+                .map(|f| match *f {
+                    Feed::Batch(i) => batch[i].clone(),
+                    Feed::State(i) => state[i].clone(),
+                    Feed::Live(i) => update.live[i].clone(),
+                    Feed::Scalar(i) => scalars[i].clone(),
+                })
+                .collect()
+        };
+        let p = match traced.programs.iter().position(|(s, _)| *s == update.shape) {
+            Some(p) => p,
+            None => {
+                let start = Instant::now();
+                let (gm, feeds) = traced.joint.with_update(&update)?;
+                let compiled = compile(&gm, &feed(&feeds), self.options.clone())?;
+                self.report.compile_time += start.elapsed();
+                self.report.programs += 1;
+                self.report.last = compiled.report();
+                traced
+                    .programs
+                    .push((update.shape.clone(), StepProgram { compiled, feeds }));
+                traced.programs.len() - 1
+            }
+        };
+        let program = &traced.programs[p].1;
+        let outputs = program.compiled.run(&feed(&program.feeds))?;
+        let _guard = no_grad();
+        for ((target, _), value) in update.assigns.iter().zip(&outputs[1..]) {
+            target
+                .copy_(value)
+                .map_err(|source| CompileError::Optimizer {
+                    source: Box::new(source.into()),
+                })?;
+        }
+        Ok(outputs[0].clone())
+    }
+
+    /// The index of the joint graph for batches of these shapes in the module's current
+    /// mode, traced now if new.
+    fn joint_for(
+        &mut self,
+        input: &TensorMeta,
+        target: &TensorMeta,
+    ) -> Result<usize, CompileError> {
+        let training = self.module.is_training();
+        if let Some(i) = self
+            .joints
+            .iter()
+            .position(|j| j.input == *input && j.target == *target && j.training == training)
+        {
+            return Ok(i);
+        }
+        let start = Instant::now();
+        let joint = joint_step(&*self.module, &*self.loss, input, target)?;
+        self.report.trace_time += start.elapsed();
+        self.joints.push(TracedBatch {
+            input: input.clone(),
+            target: target.clone(),
+            training,
+            joint,
+            programs: Vec::new(),
+        });
+        Ok(self.joints.len() - 1)
+    }
+
+    /// The optimizer (for its `state_dict`, param groups, eager steps).
+    pub fn optimizer(&self) -> &O {
+        &self.optimizer
+    }
+
+    /// The optimizer, mutably (a scheduler's `step`, `load_state_dict`, an eager step).
+    pub fn optimizer_mut(&mut self) -> &mut O {
+        &mut self.optimizer
+    }
+
+    /// Gives the optimizer back.
+    pub fn into_optimizer(self) -> O {
+        self.optimizer
+    }
+
+    /// The module trained.
+    pub fn module(&self) -> &Arc<M> {
+        &self.module
+    }
+
+    /// What tracing and compiling did so far.
+    pub fn report(&self) -> &TrainStepReport {
+        &self.report
+    }
+
+    /// The compiled step programs, as the op-level graphs they were lowered from.
+    pub fn graphs(&self) -> Vec<crate::fx::Graph> {
+        self.joints
+            .iter()
+            .flat_map(|j| j.programs.iter().map(|(_, p)| p.compiled.graph()))
+            .collect()
+    }
+}

@@ -1,0 +1,326 @@
+//! `tessera::compile_train_step`: PyTorch's 20-step SGD, Adam and AdamW trajectories of the
+//! Modules-note Net reproduced by compiled steps; compiled steps equal eager ones on an MLP with
+//! cross entropy, through the JIT and the interpreter; eager and compiled steps mix on one
+//! optimizer (with a scheduler changing the learning rate) and continue identically; a new
+//! batch shape traces again; an optimizer without update ops is refused with a typed error.
+
+use std::sync::Arc;
+use tessera::functional as F;
+use tessera::nn::layers::{Linear, ReLU};
+use tessera::nn::models::note::Net;
+use tessera::nn::optim::{
+    Adam, AdamOptions, AdamW, AdamWOptions, LrScheduler, Optimizer, RMSprop, RmsPropOptions, SGD,
+    SgdOptions, StepLR,
+};
+use tessera::nn::{Call, Module, ModuleExt, Sequential, Value, load_pt_state_dict};
+use tessera::tensor::{DType, Generator, Tensor};
+use tessera::{Backend, CompileError, CompileOptions, compile_train_step};
+use tessera_testkit::{Case, assert_close, conformance_dir};
+
+const KEYS: [&str; 4] = ["l0.weight", "l0.bias", "l1.weight", "l1.bias"];
+
+fn note_net(case: &str) -> Arc<Net> {
+    let model = Arc::new(Net::new().unwrap());
+    let path = conformance_dir().join(case).join("state_dict.pt");
+    model
+        .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
+        .unwrap();
+    model
+}
+
+fn parameters(model: &dyn Module) -> Vec<Tensor> {
+    model
+        .named_parameters()
+        .into_iter()
+        .map(|(_, p)| p.tensor().clone())
+        .collect()
+}
+
+/// The case's loss, `out.abs().sum()`; the target is not read.
+fn abs_sum(out: &Tensor, _target: &Tensor) -> tessera::nn::Result<Tensor> {
+    Ok(out.abs()?.sum_all()?)
+}
+
+fn state_tensor<'a>(sd: &'a Value, index: i64, key: &str) -> &'a Tensor {
+    let Value::Dict(d) = sd else {
+        panic!("state_dict")
+    };
+    let Value::Dict(state) = &d[&tessera::nn::Key::from("state")] else {
+        panic!("state")
+    };
+    let Value::Dict(entry) = &state[&tessera::nn::Key::Int(index)] else {
+        panic!("state {index}")
+    };
+    entry[&tessera::nn::Key::from(key)]
+        .as_tensor()
+        .expect("a tensor")
+}
+
+fn check_trajectory<O: Optimizer>(
+    name: &str,
+    make: impl FnOnce(Vec<Tensor>) -> O,
+    state_keys: &[&str],
+) {
+    let case = Case::load(name);
+    let model = note_net(name);
+    let inputs = case.io("inputs").to_dtype(DType::F32).unwrap();
+    let losses = case.io("losses");
+    let unused_target = Tensor::zeros(&[1], DType::F32).unwrap();
+    let x0 = inputs.select(0, 0).unwrap();
+    let mut step = compile_train_step(
+        model.clone(),
+        abs_sum,
+        make(parameters(&*model)),
+        (&x0, &unused_target),
+        CompileOptions::default(),
+    )
+    .unwrap();
+    for s in 1..=20 {
+        let x = inputs.select(0, s - 1).unwrap();
+        let loss = step.step(&x, &unused_target).unwrap();
+        let expected = losses.select(0, s - 1).unwrap();
+        assert_close(
+            &loss,
+            &expected,
+            case.rtol,
+            case.atol,
+            &format!("{name} loss {s}"),
+        );
+        if [1, 5, 20].contains(&s) {
+            for (k, p) in KEYS.iter().zip(parameters(&*model)) {
+                case.check(&format!("after_step_{s}/{k}"), &p);
+            }
+        }
+    }
+    let sd = step.optimizer().state_dict();
+    for (i, k) in KEYS.iter().enumerate() {
+        for key in state_keys {
+            let t = state_tensor(&sd, i as i64, key);
+            case.check(&format!("opt_state_after_step_20/{k}/{key}"), t);
+        }
+    }
+}
+
+#[test]
+fn sgd_trajectory_matches_pytorch_as_compiled_steps() {
+    let options = SgdOptions {
+        lr: 1e-2,
+        momentum: 0.9,
+        weight_decay: 1e-2,
+        ..Default::default()
+    };
+    check_trajectory(
+        "f_train_sgd",
+        |p| SGD::new(p, options).unwrap(),
+        &["momentum_buffer"],
+    );
+}
+
+#[test]
+fn adam_trajectory_matches_pytorch_as_compiled_steps() {
+    check_trajectory(
+        "f_train_adam",
+        |p| Adam::new(p, AdamOptions::default()).unwrap(),
+        &["step", "exp_avg", "exp_avg_sq"],
+    );
+}
+
+#[test]
+fn adamw_trajectory_matches_pytorch_as_compiled_steps() {
+    check_trajectory(
+        "f_train_adamw",
+        |p| AdamW::new(p, AdamWOptions::default()).unwrap(),
+        &["step", "exp_avg", "exp_avg_sq"],
+    );
+}
+
+/// An MLP classifier (`Linear(20, 32) -> ReLU -> Linear(32, 5)`) whose parameters are drawn
+/// from a generator seeded by `seed` (not the global one, which tests running in parallel
+/// share).
+fn mlp(seed: u64) -> Arc<Sequential> {
+    let mut model = Sequential::new();
+    model.push(Box::new(Linear::new(20, 32).unwrap()));
+    model.push(Box::new(ReLU::new()));
+    model.push(Box::new(Linear::new(32, 5).unwrap()));
+    let mut g = Generator::new(seed);
+    let _guard = tessera::no_grad();
+    for p in parameters(&model) {
+        let init = Tensor::randn_with(&p.shape(), DType::F32, &mut g).unwrap();
+        p.copy_(&init.mul_scalar(0.2).unwrap()).unwrap();
+    }
+    Arc::new(model)
+}
+
+fn cross_entropy(out: &Tensor, target: &Tensor) -> tessera::nn::Result<Tensor> {
+    Ok(F::cross_entropy(out, target, Default::default())?)
+}
+
+fn batch(rows: usize, g: &mut Generator) -> (Tensor, Tensor) {
+    let x = Tensor::randn_with(&[rows, 20], DType::F32, g).unwrap();
+    let classes: Vec<i64> = (0..rows as i64).map(|i| (i * 7 + 3) % 5).collect();
+    (x, Tensor::from_vec(classes, &[rows]).unwrap())
+}
+
+/// One eager step of `model` with `opt` on `(x, t)`; the loss.
+fn eager_step(model: &Sequential, opt: &mut dyn Optimizer, x: &Tensor, t: &Tensor) -> f32 {
+    opt.zero_grad(true);
+    let loss = cross_entropy(&model.call(x.clone()).unwrap(), t).unwrap();
+    loss.backward().unwrap();
+    opt.step().unwrap();
+    loss.item::<f32>().unwrap()
+}
+
+fn assert_same_parameters(a: &dyn Module, b: &dyn Module, tolerance: f64, what: &str) {
+    for ((name, pa), (_, pb)) in a.named_parameters().into_iter().zip(b.named_parameters()) {
+        assert_close(
+            pa.tensor(),
+            pb.tensor(),
+            tolerance,
+            tolerance,
+            &format!("{what}: {name}"),
+        );
+    }
+}
+
+#[test]
+fn compiled_steps_equal_eager_steps_on_an_mlp_through_the_jit_and_the_interpreter() {
+    for backend in [Backend::Interpreter, Backend::Jit] {
+        for adam in [false, true] {
+            let (eager, compiled) = (mlp(3), mlp(3));
+            let make = |model: &dyn Module| -> Box<dyn Optimizer> {
+                if adam {
+                    Box::new(Adam::new(parameters(model), AdamOptions::default()).unwrap())
+                } else {
+                    let options = SgdOptions {
+                        lr: 0.05,
+                        momentum: 0.9,
+                        nesterov: true,
+                        weight_decay: 1e-3,
+                        ..Default::default()
+                    };
+                    Box::new(SGD::new(parameters(model), options).unwrap())
+                }
+            };
+            let mut eager_opt = make(&*eager);
+            let mut g = Generator::new(11);
+            let (x, t) = batch(16, &mut g);
+            let mut step = compile_train_step(
+                compiled.clone(),
+                cross_entropy,
+                make(&*compiled),
+                (&x, &t),
+                CompileOptions {
+                    backend,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            for s in 0..5 {
+                let (x, t) = batch(16, &mut g);
+                let expected = eager_step(&eager, &mut *eager_opt, &x, &t);
+                let loss = step.step(&x, &t).unwrap().item::<f32>().unwrap();
+                let what = format!("{backend:?}, adam {adam}, step {s}");
+                assert!(
+                    (loss - expected).abs() <= 1e-5 * expected.abs(),
+                    "{what}: {loss} vs {expected}"
+                );
+                assert_same_parameters(&*compiled, &*eager, 1e-5, &what);
+            }
+            // SGD with momentum compiles a second program once its buffers exist; Adam's
+            // state exists from the first step on.
+            assert_eq!(step.report().programs, if adam { 1 } else { 2 });
+        }
+    }
+}
+
+#[test]
+fn eager_and_compiled_steps_mix_on_one_optimizer_with_a_scheduler() {
+    let options = SgdOptions {
+        lr: 0.1,
+        momentum: 0.8,
+        dampening: 0.1,
+        ..Default::default()
+    };
+    let (reference, mixed) = (mlp(5), mlp(5));
+    let mut reference_opt = SGD::new(parameters(&*reference), options.clone()).unwrap();
+    let mut reference_sched = StepLR::new(&mut reference_opt, 2, 0.5).unwrap();
+    let mut g = Generator::new(2);
+    let batches: Vec<(Tensor, Tensor)> = (0..6).map(|_| batch(8, &mut g)).collect();
+    for (x, t) in &batches {
+        eager_step(&reference, &mut reference_opt, x, t);
+        reference_sched.step(&mut reference_opt).unwrap();
+    }
+
+    let mut opt = SGD::new(parameters(&*mixed), options).unwrap();
+    let mut sched = StepLR::new(&mut opt, 2, 0.5).unwrap();
+    let mut step = compile_train_step(
+        mixed.clone(),
+        cross_entropy,
+        opt,
+        (&batches[0].0, &batches[0].1),
+        CompileOptions::default(),
+    )
+    .unwrap();
+    for (i, (x, t)) in batches.iter().enumerate() {
+        if (2..4).contains(&i) {
+            eager_step(&mixed, step.optimizer_mut(), x, t);
+        } else {
+            step.step(x, t).unwrap();
+        }
+        sched.step(step.optimizer_mut()).unwrap();
+    }
+    assert_same_parameters(&*mixed, &*reference, 1e-6, "mixed vs eager");
+    let (a, b) = (step.optimizer().state_dict(), reference_opt.state_dict());
+    for i in 0..4 {
+        assert_close(
+            state_tensor(&a, i, "momentum_buffer"),
+            state_tensor(&b, i, "momentum_buffer"),
+            1e-6,
+            1e-6,
+            &format!("momentum buffer {i}"),
+        );
+    }
+}
+
+#[test]
+fn a_batch_of_another_shape_traces_and_compiles_again() {
+    let model = mlp(1);
+    let mut g = Generator::new(4);
+    let (x, t) = batch(8, &mut g);
+    let opt = SGD::new(parameters(&*model), SgdOptions::default()).unwrap();
+    let mut step = compile_train_step(
+        model,
+        cross_entropy,
+        opt,
+        (&x, &t),
+        CompileOptions::default(),
+    )
+    .unwrap();
+    step.step(&x, &t).unwrap();
+    let (x3, t3) = batch(3, &mut g);
+    let loss = step.step(&x3, &t3).unwrap();
+    assert_eq!(loss.shape(), Vec::<usize>::new());
+    step.step(&x, &t).unwrap();
+    assert_eq!(step.report().programs, 2);
+}
+
+#[test]
+fn an_optimizer_without_update_ops_is_refused_with_a_typed_error() {
+    let model = mlp(1);
+    let mut g = Generator::new(4);
+    let (x, t) = batch(4, &mut g);
+    let opt = RMSprop::new(parameters(&*model), RmsPropOptions::default()).unwrap();
+    let before = parameters(&*model)[0].to_vec::<f32>().unwrap();
+    let mut step = compile_train_step(
+        model.clone(),
+        cross_entropy,
+        opt,
+        (&x, &t),
+        CompileOptions::default(),
+    )
+    .unwrap();
+    let err = step.step(&x, &t).unwrap_err();
+    assert!(matches!(err, CompileError::Optimizer { .. }), "{err}");
+    assert!(err.to_string().contains("no update ops"), "{err}");
+    assert_eq!(parameters(&*model)[0].to_vec::<f32>().unwrap(), before);
+}
