@@ -1,6 +1,6 @@
 //! Host steps of a [`CudaProgram`]: what the device does not run as a generated kernel.
-//! A kernel the PTX renderer refuses (an integer GEMM, a read of a product's result at
-//! another point) runs on the host: its buffers copied from the arena, the kernel run by the
+//! A kernel the PTX renderer refuses (bf16 rounding below sm_80, a read of a product's
+//! result at another point) runs on the host: its buffers copied from the arena, the kernel run by the
 //! caller's CPU executor, its outputs and scratch copied back. An external op runs as an eager op on CUDA tensors when the CUDA backend has its
 //! kernels, else on the CPU (operands copied to the host and the results back).
 

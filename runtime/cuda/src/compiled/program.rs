@@ -2,9 +2,9 @@
 //! generates is rendered for the device's target and loaded once, kernels with a GEMM or
 //! convolution call included (the generated tile kernels of `crate::gemm`, epilogue fused);
 //! the steps it does not generate (eager calls of ops the lowering does not cover, kernels
-//! the renderer refuses, such as an integer GEMM) are host steps, each recorded with why. The slots get
-//! their places in one arena ([`ArenaLayout`]), allocated here, and the attributes are
-//! uploaded once.
+//! the renderer refuses, such as one rounding to bf16 below sm_80) are host steps, each
+//! recorded with why. The slots get their places in one arena ([`ArenaLayout`]), allocated
+//! here, and the attributes are uploaded once.
 
 use super::layout::{ArenaLayout, SlotPlace};
 use crate::driver::{CudaDriver, FunctionId, GraphId, LaunchDims, ModuleId};
