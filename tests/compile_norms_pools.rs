@@ -51,7 +51,11 @@ fn unfolded_norms_and_padded_pools_compile_to_kernels_only() {
     let expected = gm.call(x.clone()).unwrap();
     for optimize in [true, false] {
         for backend in [Backend::Jit, Backend::Interpreter] {
-            let options = CompileOptions { optimize, backend };
+            let options = CompileOptions {
+                optimize,
+                backend,
+                ..CompileOptions::default()
+            };
             let compiled = compile(&gm, std::slice::from_ref(&x), options).unwrap();
             let report = compiled.report();
             assert!(report.fallbacks.is_empty(), "{report}");

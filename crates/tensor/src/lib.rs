@@ -19,6 +19,7 @@ mod cpu;
 mod creation;
 mod derived;
 mod device;
+mod device_memory;
 mod display;
 mod dtype;
 mod error;

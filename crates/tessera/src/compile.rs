@@ -11,6 +11,7 @@
 
 mod batch;
 mod cache;
+mod cuda;
 mod dump;
 mod module;
 mod state_stamp;
@@ -31,11 +32,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_cpu::{CpuError, JitProgram};
+use tessera_cuda::{CudaProgram, HostStep};
 use tessera_kernel::{
-    BoxError, Environment, Fallback, Interpreter, KernelError, KernelExecutor, MemoryPlan, Program,
-    StepTimer, Workspace, lower, run_planned, run_planned_into,
+    BoxError, Environment, Fallback, Interpreter, KernelError, KernelExecutor, LowerOptions,
+    MemoryPlan, Program, StepTimer, Workspace, lower_with, run_planned, run_planned_into,
 };
-use tessera_tensor::{Layout, Tensor};
+use tessera_tensor::{Device, Layout, Tensor};
 
 /// How a compiled program runs its kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -52,7 +54,15 @@ pub enum Backend {
 pub struct CompileOptions {
     /// Run the inference passes (batch-norm folding, clean-up, simplification) before lowering.
     pub optimize: bool,
+    /// How host code runs: every kernel on the CPU, or, on a CUDA device, the steps the
+    /// device does not run (external GEMM/convolution calls without a device GEMM).
     pub backend: Backend,
+    /// Where the program runs: `Device::Cpu` (the default), or `Device::Cuda(i)`: kernels
+    /// rendered to PTX and run on that device, inputs and outputs CUDA tensors there.
+    pub device: Device,
+    /// On a CUDA device, capture each run of launches into a CUDA graph on the first call
+    /// for an input signature and replay it on later calls (on by default).
+    pub cuda_graphs: bool,
 }
 
 impl Default for CompileOptions {
@@ -60,6 +70,8 @@ impl Default for CompileOptions {
         CompileOptions {
             optimize: true,
             backend: Backend::Jit,
+            device: Device::Cpu,
+            cuda_graphs: true,
         }
     }
 }
@@ -97,6 +109,22 @@ pub enum CompileError {
          remove them before compiling, or run the module eagerly"
     )]
     Hooks { module: String, hooks: usize },
+    /// The CUDA device failed, or there is none ([`tessera_cuda::CudaError::DeviceUnavailable`]).
+    #[error(transparent)]
+    Cuda(#[from] tessera_cuda::CudaError),
+    /// An input is not on the device the module was compiled for.
+    #[error(
+        "input {input} is on {found}, but the module was compiled for {expected}: move it with \
+         to_device({expected})"
+    )]
+    InputDevice {
+        input: String,
+        expected: Device,
+        found: Device,
+    },
+    /// `run_into` writes CPU outputs; a module compiled for a device returns its outputs.
+    #[error("run_into is for modules compiled for the cpu; this one runs on {device}: use run")]
+    RunIntoOnDevice { device: Device },
     /// Tracing the loss or deriving the training step's joint graph failed.
     #[error("building the training step's graph: {source}")]
     TrainGraph {
@@ -136,6 +164,15 @@ pub struct CompileReport {
     pub compiles: usize,
     /// Whether the code last compiled runs any batch, or why not.
     pub batch: BatchMode,
+    /// On a CUDA device: the steps of the last compiled program that run on the host, each
+    /// with why (the op-level [`CompileReport::fallbacks`] run there too, as eager CUDA ops
+    /// where the backend has them).
+    pub host_steps: Vec<HostStep>,
+    /// On a CUDA device: kernels launched on the device per call, of which GEMM or
+    /// convolution tile kernels (epilogue fused), and the arena's bytes.
+    pub device_kernels: usize,
+    pub device_products: usize,
+    pub arena_bytes: usize,
 }
 
 /// Whether compiled code takes the batch (the leading size every input shares) at run time.
@@ -181,6 +218,16 @@ impl fmt::Display for CompileReport {
         for fb in &self.fallbacks {
             writeln!(f, "fallback {fb}")?;
         }
+        if self.device_kernels > 0 || !self.host_steps.is_empty() {
+            writeln!(
+                f,
+                "device: {} kernels ({} GEMM/convolution), arena of {} bytes",
+                self.device_kernels, self.device_products, self.arena_bytes
+            )?;
+        }
+        for h in &self.host_steps {
+            writeln!(f, "host step {}: {}", h.step, h.reason)?;
+        }
         Ok(())
     }
 }
@@ -193,6 +240,8 @@ pub(crate) struct Compiled {
     plan: MemoryPlan,
     jit: Option<Arc<JitProgram>>,
     workspaces: Mutex<Vec<Workspace>>,
+    /// The program prepared on the CUDA device (compiled for one).
+    pub(crate) cuda: Option<CudaProgram>,
 }
 
 impl Compiled {
@@ -202,6 +251,7 @@ impl Compiled {
             program,
             jit,
             workspaces: Mutex::new(Vec::new()),
+            cuda: None,
         }
     }
 
@@ -434,10 +484,28 @@ impl CompiledModule {
         }
         let key: Signature = inputs.iter().map(|t| (t.layout(), t.dtype())).collect();
         let metas: Vec<tessera_tensor::TensorMeta> = inputs.iter().map(Tensor::meta).collect();
-        let layouts: Vec<Layout> = key.iter().map(|(l, _)| l.clone()).collect();
-        let program = lower(&reshaped_graph(&gm, &metas)?, &layouts)?;
+        let layouts: Vec<Layout> = match self.options.device {
+            // Inputs are copied packed into fixed places on the device.
+            Device::Cuda(_) => metas.iter().map(|m| Layout::contiguous(&m.shape)).collect(),
+            _ => key.iter().map(|(l, _)| l.clone()).collect(),
+        };
+        let program = lower_with(
+            &reshaped_graph(&gm, &metas)?,
+            &layouts,
+            lower_options(self.options.device),
+        )?;
         let code = self.code_for(&gm, &prepared.graph_text, &key, &metas, program)?;
-        let compiled = Arc::new(Compiled::new(code.0, code.1));
+        let mut compiled = Compiled::new(code.0, code.1);
+        if let Device::Cuda(ordinal) = self.options.device {
+            let program = cuda::prepare(&compiled, &gm, ordinal, self.options.cuda_graphs)?;
+            let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
+            report.host_steps = program.host_steps().to_vec();
+            report.device_kernels = program.device_kernels();
+            report.device_products = program.device_products();
+            report.arena_bytes = program.arena_bytes();
+            compiled.cuda = Some(program);
+        }
+        let compiled = Arc::new(compiled);
         prepared.programs.insert(key, compiled.clone());
         Ok((compiled, gm))
     }
@@ -468,7 +536,7 @@ impl CompiledModule {
             Backend::Interpreter => None,
         };
         let mode = match batch {
-            Some(b) => batch_mode(gm, key, metas, b, &program),
+            Some(b) => batch_mode(self.options.device, gm, key, metas, b, &program),
             None => BatchMode::Specialised(
                 "the inputs share no leading size (or one is a scalar)".into(),
             ),
@@ -517,7 +585,12 @@ impl CompiledModule {
         timer: Option<StepTimer<'_>>,
     ) -> Result<(Vec<Tensor>, Arc<Compiled>), CompileError> {
         self.check_hooks()?;
+        cuda::check_devices(self.options.device, inputs)?;
         let (compiled, gm) = self.program_for(inputs)?;
+        if let Some(device_program) = &compiled.cuda {
+            let outputs = device_program.run(inputs, compiled.executor())?;
+            return Ok((outputs, compiled));
+        }
         let env = Attributes(&gm);
         let (program, plan) = (&compiled.program, &compiled.plan);
         let outputs = compiled.with_workspace(|ws| {
@@ -533,6 +606,11 @@ impl CompiledModule {
     /// outputs are all computed by kernels allocates nothing.
     pub fn run_into(&self, inputs: &[Tensor], outputs: &[Tensor]) -> Result<(), CompileError> {
         self.check_hooks()?;
+        if self.options.device != Device::Cpu {
+            return Err(CompileError::RunIntoOnDevice {
+                device: self.options.device,
+            });
+        }
         let (compiled, gm) = self.program_for(inputs)?;
         let env = Attributes(&gm);
         let (program, plan) = (&compiled.program, &compiled.plan);
@@ -570,6 +648,14 @@ impl CompiledModule {
             refuse_hooks(self.source.root())?;
         }
         Ok(())
+    }
+
+    /// On a CUDA device, the counters of the calls so far, summed over the programs compiled
+    /// for each input signature (kernel launches, CUDA graphs captured and replayed, host
+    /// steps); all zero on the CPU.
+    pub fn cuda_stats(&self) -> tessera_cuda::CudaRunStats {
+        let prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        cuda::sum_stats(prepared.programs.values().filter_map(|c| c.cuda.as_ref()))
     }
 
     /// What compiling did (for the most recently compiled input shapes).
@@ -620,10 +706,19 @@ impl CompiledModule {
     }
 }
 
+/// How programs are lowered for `device`: on a CUDA device a GEMM or convolution with nothing
+/// to fuse is a kernel of its own (generated PTX), not an eager call on the host.
+fn lower_options(device: Device) -> LowerOptions {
+    LowerOptions {
+        product_kernels: matches!(device, Device::Cuda(_)),
+    }
+}
+
 /// Whether the code compiled for `program` (lowered for `metas`, of batch `batch`) runs any
 /// batch: the kernels lowered for the next batch must differ only in what the code takes at
 /// run time.
 fn batch_mode(
+    device: Device,
     gm: &GraphModule,
     key: &Signature,
     metas: &[tessera_tensor::TensorMeta],
@@ -643,7 +738,7 @@ fn batch_mode(
         })
         .collect();
     let other = reshaped_graph(gm, &with_batch(metas, next))
-        .and_then(|g| lower(&g, &layouts).map_err(CompileError::from));
+        .and_then(|g| lower_with(&g, &layouts, lower_options(device)).map_err(CompileError::from));
     match other {
         Err(e) => BatchMode::Specialised(format!("at batch {next}: {e}")),
         Ok(other) => match program.code_difference(&other) {

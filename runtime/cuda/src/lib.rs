@@ -75,6 +75,7 @@
 
 pub mod allocator;
 mod body;
+pub mod compiled;
 mod device;
 pub mod driver;
 mod elementwise;
@@ -96,6 +97,7 @@ mod target;
 mod tensor;
 
 pub use allocator::{AllocatorStats, CachingAllocator, DeviceBlock};
+pub use compiled::{CudaProgram, CudaRunStats, HostStep};
 pub use device::{CudaDevice, DeviceBuffer, LoadedKernel};
 pub use driver::{CudaDriver, DeviceProperties, SystemDriver, driver_present};
 pub use elementwise::ELEMENTWISE_BLOCK;
@@ -109,5 +111,6 @@ pub use render::{render, render_with};
 pub use rendered::{BLOCKS_PER_MULTIPROCESSOR, RenderedKernel};
 pub use target::PtxTarget;
 pub use tensor::{
-    CudaBackend, CudaStorage, CudaTensorMemory, init, init_with_driver, with_cuda_memory,
+    CudaBackend, CudaStorage, CudaTensorMemory, current_backend, init, init_with_driver,
+    with_cuda_memory,
 };

@@ -114,7 +114,7 @@ pub use interpret::{Interpreter, interpret};
 pub use kernel::{
     BufferParam, BufferRole, IndexExpr, Kernel, KernelBuilder, Schedule, Store, operands,
 };
-pub use lower::lower;
+pub use lower::{LowerOptions, lower, lower_with};
 pub use memory_plan::{ArenaBuffer, MemoryPlan, SlotHome};
 pub use program::{ExternalCall, Fallback, Program, Slot, SlotSource, SlotView, Step};
 pub use reduce_table::lower_reduction;

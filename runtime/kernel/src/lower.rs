@@ -46,8 +46,28 @@ impl Val {
     }
 }
 
-/// Lowers `graph`, whose inputs have the layouts `input_layouts` (packed where not given).
+/// What a backend asks of the lowering besides the graph and its inputs' layouts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct LowerOptions {
+    /// A GEMM or convolution with no elementwise epilogue to fuse becomes a kernel of its own
+    /// (the call and its bias) instead of an external step running its eager kernel. Off for
+    /// the CPU, whose eager kernel is the same call without a kernel around it; on for a
+    /// device, where an external step would run on the host.
+    pub product_kernels: bool,
+}
+
+/// Lowers `graph`, whose inputs have the layouts `input_layouts` (packed where not given),
+/// with the default [`LowerOptions`] (the CPU's).
 pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
+    lower_with(graph, input_layouts, LowerOptions::default())
+}
+
+/// [`lower`] with `options`.
+pub fn lower_with(
+    graph: &Graph,
+    input_layouts: &[Layout],
+    options: LowerOptions,
+) -> Result<Program> {
     let grouping = fusion_groups(graph).map_err(|e| KernelError::Grouping {
         source: Box::new(e),
     })?;
@@ -102,6 +122,7 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
         values: HashMap::new(),
         inputs: 0,
         input_layouts,
+        options,
     };
     // Reductions (and the getitem after a norm) waiting for their epilogue partition.
     let mut epilogue_for: HashMap<usize, (NodeId, Option<NodeId>)> = HashMap::new();
@@ -149,7 +170,7 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
                 && at >= lowered[p]
             {
                 if let Some(g) = gemm_for.remove(&p) {
-                    lowering.node(&g)?;
+                    lowering.lone_product(&g)?;
                 }
                 if let Some((r, bridge)) = epilogue_for.remove(&p) {
                     lowering.reduction(&ReductionGroup {
@@ -198,7 +219,7 @@ pub fn lower(graph: &Graph, input_layouts: &[Layout]) -> Result<Program> {
                     {
                         gemm_for.insert(p, id);
                     }
-                    _ => lowering.node(&id)?,
+                    _ => lowering.lone_product(&id)?,
                 }
             }
             NodeKind::CallFunction { .. }
@@ -285,6 +306,7 @@ struct Lowering<'g> {
     values: HashMap<NodeId, Vec<Val>>,
     inputs: usize,
     input_layouts: &'g [Layout],
+    options: LowerOptions,
 }
 
 impl Lowering<'_> {

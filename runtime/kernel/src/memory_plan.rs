@@ -214,6 +214,12 @@ impl MemoryPlan {
             .unwrap_or(SlotHome::Tensor)
     }
 
+    /// The arena buffers of step `step`'s kernel scratch parameters, in parameter order
+    /// (empty for an external step or a step the plan does not know).
+    pub fn scratch(&self, step: usize) -> &[ArenaBuffer] {
+        self.scratch.get(step).map_or(&[], Vec::as_slice)
+    }
+
     /// Per program output, whether a run into caller buffers has its kernel write it there.
     pub fn direct(&self) -> &[bool] {
         &self.direct

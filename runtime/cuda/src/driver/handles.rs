@@ -71,3 +71,23 @@ impl fmt::Display for FunctionId {
         write!(f, "fn{}", self.0)
     }
 }
+
+/// An executable CUDA graph, from [`CudaDriver::end_capture`](super::CudaDriver::end_capture).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GraphId(u64);
+
+impl GraphId {
+    pub const fn new(index: u64) -> GraphId {
+        GraphId(index)
+    }
+
+    pub const fn index(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for GraphId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "graph{}", self.0)
+    }
+}

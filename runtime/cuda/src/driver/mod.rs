@@ -27,8 +27,9 @@ mod jit;
 mod launch;
 mod properties;
 mod system;
+mod system_graph;
 
-pub use handles::{DevicePtr, FunctionId, ModuleId};
+pub use handles::{DevicePtr, FunctionId, GraphId, ModuleId};
 pub(crate) use jit::{driver_call, load_with_log};
 pub use launch::{KernelArg, LaunchDims};
 pub use properties::DeviceProperties;
@@ -114,6 +115,28 @@ pub trait CudaDriver: Send + Sync + fmt::Debug {
     /// Unloads a module; its functions are invalid afterwards.
     fn unload_module(&self, module: ModuleId) -> Result<()>;
 
+    /// Starts recording `device`'s launches into a CUDA graph: until
+    /// [`CudaDriver::end_capture`], [`CudaDriver::launch`] on that device records the launch
+    /// (its function, dimensions and argument values) and runs nothing. Copies are not
+    /// recorded (a capture holds kernels only); a second begin on a capturing device is
+    /// [`CudaError::InvalidUse`](crate::CudaError::InvalidUse).
+    fn begin_capture(&self, device: usize) -> Result<()>;
+
+    /// Ends `device`'s capture and instantiates what it recorded as an executable graph,
+    /// which [`CudaDriver::launch_graph`] replays (the recorded launches, in order, with the
+    /// recorded arguments) on the device's queue.
+    fn end_capture(&self, device: usize) -> Result<GraphId>;
+
+    /// Queues a replay of `graph` on its device.
+    ///
+    /// # Safety
+    /// Every pointer among the recorded arguments is still a live allocation of the device
+    /// with the extent the kernels touch (what [`CudaDriver::launch`] requires, for each
+    /// recorded launch).
+    unsafe fn launch_graph(&self, graph: GraphId) -> Result<()>;
+
+    /// Destroys `graph` (after the replays queued so far).
+    fn destroy_graph(&self, graph: GraphId) -> Result<()>;
     /// Makes `device`'s context current on the calling thread and returns the stream this
     /// driver queues its work on, so that a library enqueuing its own work on the driver's
     /// memory (NCCL collectives) runs in order with the driver's copies and launches. The

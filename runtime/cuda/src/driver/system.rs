@@ -4,8 +4,9 @@
 //! never a panic. Each device's primary context is retained on first use and bound to the
 //! calling thread before every call; work goes on the context's legacy default stream.
 
+use super::system_graph::{self, RecordedLaunch, SystemGraph, capture_misuse};
 use super::{
-    CudaDriver, DeviceProperties, DevicePtr, FunctionId, KernelArg, LaunchDims, ModuleId,
+    CudaDriver, DeviceProperties, DevicePtr, FunctionId, GraphId, KernelArg, LaunchDims, ModuleId,
     driver_call, load_with_log,
 };
 use crate::{CudaError, Result};
@@ -41,6 +42,9 @@ struct Function {
 struct Handles {
     modules: HashMap<ModuleId, Module>,
     functions: HashMap<FunctionId, Function>,
+    /// The launches recorded so far on each capturing device.
+    captures: HashMap<usize, Vec<RecordedLaunch>>,
+    graphs: HashMap<GraphId, SystemGraph>,
 }
 
 // SAFETY: CUmodule and CUfunction are opaque driver handles, valid from any thread once their
@@ -306,8 +310,16 @@ impl CudaDriver for SystemDriver {
                 })?;
             (f.device, f.raw)
         };
-        self.bind(device)?;
         let mut storage: Vec<[u8; 8]> = args.iter().map(|a| a.bytes()).collect();
+        if let Some(recorded) = self.handles().captures.get_mut(&device) {
+            recorded.push(RecordedLaunch {
+                function: raw,
+                dims,
+                args: storage,
+            });
+            return Ok(());
+        }
+        self.bind(device)?;
         let mut params: Vec<*mut c_void> = storage
             .iter_mut()
             .map(|b| b.as_mut_ptr() as *mut c_void)
@@ -345,6 +357,50 @@ impl CudaDriver for SystemDriver {
         self.bind(m.device)?;
         // SAFETY: the module was loaded in this device's context and is unloaded once.
         driver_call("cuModuleUnload", unsafe { sys::cuModuleUnload(m.raw) })
+    }
+
+    fn begin_capture(&self, device: usize) -> Result<()> {
+        self.bind(device)?;
+        let mut handles = self.handles();
+        if handles.captures.contains_key(&device) {
+            return Err(capture_misuse(
+                "begin_capture",
+                format!("device {device} is already capturing"),
+            ));
+        }
+        handles.captures.insert(device, Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&self, device: usize) -> Result<GraphId> {
+        let mut recorded = self.handles().captures.remove(&device).ok_or_else(|| {
+            capture_misuse("end_capture", format!("device {device} is not capturing"))
+        })?;
+        self.bind(device)?;
+        let graph = system_graph::instantiate(device, &mut recorded)?;
+        let id = GraphId::new(self.next_id.fetch_add(1, Ordering::Relaxed));
+        self.handles().graphs.insert(id, graph);
+        Ok(id)
+    }
+
+    unsafe fn launch_graph(&self, graph: GraphId) -> Result<()> {
+        let handles = self.handles();
+        let g = handles.graphs.get(&graph).ok_or_else(|| {
+            capture_misuse("cuGraphLaunch", format!("{graph} is not a live graph"))
+        })?;
+        self.bind(g.device)?;
+        // SAFETY: an instantiated graph of this context; the caller promises its pointers.
+        driver_call("cuGraphLaunch", unsafe {
+            sys::cuGraphLaunch(g.exec, std::ptr::null_mut())
+        })
+    }
+
+    fn destroy_graph(&self, graph: GraphId) -> Result<()> {
+        let g = self.handles().graphs.remove(&graph).ok_or_else(|| {
+            capture_misuse("cuGraphDestroy", format!("{graph} is not a live graph"))
+        })?;
+        self.bind(g.device)?;
+        system_graph::destroy(&g)
     }
 
     fn external_stream(&self, device: usize) -> Result<sys::CUstream> {

@@ -5,7 +5,10 @@
 use super::CudaBackend;
 use crate::driver::{CudaDriver, SystemDriver};
 use crate::{CudaError, Result};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// The backend registered last by this crate (what compiled programs run on).
+static CURRENT: Mutex<Option<Arc<CudaBackend>>> = Mutex::new(None);
 use tessera_tensor::backend::register_backend;
 
 /// Registers the CUDA backend on this machine's driver (PyTorch's `torch.cuda.init`). Without
@@ -25,5 +28,15 @@ pub fn init_with_driver(driver: Arc<dyn CudaDriver>) -> Result<Arc<CudaBackend>>
     }
     let backend = Arc::new(CudaBackend::new(driver));
     register_backend(backend.clone())?;
+    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = Some(backend.clone());
     Ok(backend)
+}
+
+/// The CUDA backend registered by [`init`] or [`init_with_driver`]; when none was, [`init`]
+/// registers the machine's driver now ([`CudaError::DeviceUnavailable`] without one).
+pub fn current_backend() -> Result<Arc<CudaBackend>> {
+    if let Some(b) = CURRENT.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        return Ok(b);
+    }
+    init()
 }

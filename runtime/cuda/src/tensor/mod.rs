@@ -12,16 +12,16 @@
 //! `TensorError::UnsupportedOnDevice` naming the op.
 
 mod backend;
-mod copies;
-mod device_state;
-mod eager;
+pub(crate) mod copies;
+pub(crate) mod device_state;
+pub(crate) mod eager;
 mod errors;
 mod external_memory;
 mod host_bytes;
 mod init;
-mod storage;
+pub(crate) mod storage;
 
 pub use backend::CudaBackend;
 pub use external_memory::{CudaTensorMemory, with_cuda_memory};
-pub use init::{init, init_with_driver};
+pub use init::{current_backend, init, init_with_driver};
 pub use storage::CudaStorage;

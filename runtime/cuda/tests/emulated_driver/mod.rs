@@ -13,7 +13,7 @@
 use super::emulator::{GlobalMemory, LaunchConfig, Module, ParamValue};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use tessera_cuda::driver::{DevicePtr, FunctionId, KernelArg, LaunchDims, ModuleId};
+use tessera_cuda::driver::{DevicePtr, FunctionId, GraphId, KernelArg, LaunchDims, ModuleId};
 use tessera_cuda::{CudaDriver, CudaError, DeviceProperties, Result};
 
 /// What the emulated driver has been asked to do so far.
@@ -25,7 +25,17 @@ pub struct DriverCounters {
     pub modules_loaded: u64,
     pub copies_to_device: u64,
     pub copies_to_host: u64,
+    /// Launches recorded while capturing (not run then).
+    pub captured_launches: u64,
+    /// Graphs instantiated by `end_capture`.
+    pub graphs_instantiated: u64,
+    /// Replays of graphs (`launch_graph`), and the kernels those replays ran.
+    pub graph_launches: u64,
+    pub replayed_launches: u64,
 }
+
+/// A launch as recorded by a capture.
+type Recorded = (FunctionId, LaunchDims, Vec<KernelArg>);
 
 struct State {
     memories: Vec<GlobalMemory>,
@@ -35,6 +45,11 @@ struct State {
     counters: DriverCounters,
     /// Modules loaded on each device.
     modules_per_device: Vec<u64>,
+    /// The launches recorded so far on each capturing device.
+    captures: HashMap<usize, Vec<Recorded>>,
+    graphs: HashMap<GraphId, (usize, Vec<Recorded>)>,
+    /// Each device's compute capability (8.0 unless a test sets another).
+    capabilities: Vec<(i32, i32)>,
 }
 
 /// A driver whose devices are PTX emulators.
@@ -79,6 +94,9 @@ impl EmulatedDriver {
                 next_id: 1,
                 counters: DriverCounters::default(),
                 modules_per_device: vec![0; devices],
+                captures: HashMap::new(),
+                graphs: HashMap::new(),
+                capabilities: vec![(8, 0); devices],
             }),
             total_memory,
         }
@@ -86,6 +104,14 @@ impl EmulatedDriver {
 
     pub fn counters(&self) -> DriverCounters {
         self.lock().counters
+    }
+
+    /// Makes `device` report compute capability `capability` (what kernels are rendered
+    /// for, when asked before the device's first use).
+    pub fn set_compute_capability(&self, device: usize, capability: (i32, i32)) {
+        if let Some(c) = self.lock().capabilities.get_mut(device) {
+            *c = capability;
+        }
     }
 
     /// How many modules were loaded on `device` so far.
@@ -129,10 +155,11 @@ impl CudaDriver for EmulatedDriver {
     }
 
     fn properties(&self, device: usize) -> Result<DeviceProperties> {
-        self.lock().memory(device)?;
+        let mut state = self.lock();
+        state.memory(device)?;
         Ok(DeviceProperties {
             name: format!("PTX emulator {device}"),
-            compute_capability: (8, 0),
+            compute_capability: state.capabilities[device],
             // One multiprocessor: grids of at most 8 blocks, so launches stay quick.
             multiprocessors: 1,
             total_memory: self.total_memory,
@@ -270,6 +297,114 @@ impl CudaDriver for EmulatedDriver {
         args: &[KernelArg],
     ) -> Result<()> {
         let mut state = self.lock();
+        let device = state.functions.get(&function).map(|f| f.0);
+        if let Some(recorded) = device.and_then(|d| state.captures.get_mut(&d)) {
+            recorded.push((function, dims, args.to_vec()));
+            state.counters.captured_launches += 1;
+            return Ok(());
+        }
+        state.counters.launches += 1;
+        drop(state);
+        self.run_launch(function, dims, args)
+    }
+
+    fn begin_capture(&self, device: usize) -> Result<()> {
+        let mut state = self.lock();
+        state.memory(device)?;
+        if state.captures.contains_key(&device) {
+            return Err(CudaError::InvalidUse {
+                call: "begin_capture",
+                message: format!("device {device} is already capturing"),
+            });
+        }
+        state.captures.insert(device, Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&self, device: usize) -> Result<GraphId> {
+        let mut state = self.lock();
+        let recorded = state
+            .captures
+            .remove(&device)
+            .ok_or_else(|| CudaError::InvalidUse {
+                call: "end_capture",
+                message: format!("device {device} is not capturing"),
+            })?;
+        let id = GraphId::new(state.next_id());
+        state.graphs.insert(id, (device, recorded));
+        state.counters.graphs_instantiated += 1;
+        Ok(id)
+    }
+
+    unsafe fn launch_graph(&self, graph: GraphId) -> Result<()> {
+        let recorded = {
+            let mut state = self.lock();
+            let (_, recorded) =
+                state
+                    .graphs
+                    .get(&graph)
+                    .cloned()
+                    .ok_or_else(|| CudaError::InvalidUse {
+                        call: "cuGraphLaunch",
+                        message: format!("{graph} is not a live graph"),
+                    })?;
+            state.counters.graph_launches += 1;
+            state.counters.replayed_launches += recorded.len() as u64;
+            recorded
+        };
+        for (function, dims, args) in recorded {
+            self.run_launch(function, dims, &args)?;
+        }
+        Ok(())
+    }
+
+    fn destroy_graph(&self, graph: GraphId) -> Result<()> {
+        self.lock()
+            .graphs
+            .remove(&graph)
+            .map(|_| ())
+            .ok_or_else(|| CudaError::InvalidUse {
+                call: "cuGraphDestroy",
+                message: format!("{graph} is not a live graph"),
+            })
+    }
+
+    fn unload_module(&self, module: ModuleId) -> Result<()> {
+        let mut state = self.lock();
+        state
+            .modules
+            .remove(&module)
+            .ok_or_else(|| CudaError::InvalidUse {
+                call: "cuModuleUnload",
+                message: format!("{module} is not loaded"),
+            })?;
+        state
+            .functions
+            .retain(|_, (_, owner, _, _)| *owner != module);
+        Ok(())
+    }
+
+    /// The emulator has no CUDA context an external library could enqueue on.
+    fn external_stream(&self, device: usize) -> Result<cudarc::driver::sys::CUstream> {
+        self.lock().memory(device)?;
+        Err(CudaError::InvalidUse {
+            call: "external_stream",
+            message: format!(
+                "the emulated driver has no CUDA context on cuda:{device} for an external \
+                 library (NCCL) to enqueue work on"
+            ),
+        })
+    }
+
+    fn synchronize(&self, device: usize) -> Result<()> {
+        self.lock().memory(device).map(|_| ())
+    }
+}
+
+impl EmulatedDriver {
+    /// Runs one launch on the emulator now.
+    fn run_launch(&self, function: FunctionId, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        let mut state = self.lock();
         let (device, _, module, entry) =
             state
                 .functions
@@ -304,41 +439,9 @@ impl CudaDriver for EmulatedDriver {
             block: dims.block[0],
             step_limit: STEP_LIMIT,
         };
-        state.counters.launches += 1;
         let memory = state.memory(device)?;
         module
             .launch(&entry, config, &params, memory)
             .map_err(|e| fail(e.to_string()))
-    }
-
-    fn unload_module(&self, module: ModuleId) -> Result<()> {
-        let mut state = self.lock();
-        state
-            .modules
-            .remove(&module)
-            .ok_or_else(|| CudaError::InvalidUse {
-                call: "cuModuleUnload",
-                message: format!("{module} is not loaded"),
-            })?;
-        state
-            .functions
-            .retain(|_, (_, owner, _, _)| *owner != module);
-        Ok(())
-    }
-
-    /// The emulator has no CUDA context an external library could enqueue on.
-    fn external_stream(&self, device: usize) -> Result<cudarc::driver::sys::CUstream> {
-        self.lock().memory(device)?;
-        Err(CudaError::InvalidUse {
-            call: "external_stream",
-            message: format!(
-                "the emulated driver has no CUDA context on cuda:{device} for an external \
-                 library (NCCL) to enqueue work on"
-            ),
-        })
-    }
-
-    fn synchronize(&self, device: usize) -> Result<()> {
-        self.lock().memory(device).map(|_| ())
     }
 }

@@ -3,7 +3,8 @@
 //! convolution call ([`crate::ConvCall`], the eager im2col + GEMM without its bias) into a
 //! scratch buffer, block of images by block, and adds the bias (per channel) and the epilogue
 //! (activation, residual add) to each block. A convolution without an epilogue runs its eager
-//! kernel (there is nothing to fuse); one the call cannot take (an input that is not packed,
+//! kernel (there is nothing to fuse), or is a kernel of its own when the backend asks
+//! ([`crate::LowerOptions`]); one the call cannot take (an input that is not packed,
 //! a 1-D convolution) falls back.
 
 use super::Lowering;

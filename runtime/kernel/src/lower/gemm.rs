@@ -2,7 +2,8 @@
 //! is its only user: one kernel over the output's index space that starts with the external
 //! GEMM call ([`crate::GemmCall`]) into a scratch buffer, block by block of its outermost
 //! loop, and applies the bias and the epilogue to each block. A GEMM without an epilogue runs
-//! its eager kernel (there is nothing to fuse); one the kernel IR cannot express falls back.
+//! its eager kernel (there is nothing to fuse), or is a kernel of its own when the backend asks
+//! ([`crate::LowerOptions`]); one the kernel IR cannot express falls back.
 
 use super::Lowering;
 use super::frame::{Frame, FrameMap, Local, frame_index};
@@ -35,6 +36,17 @@ impl Lowering<'_> {
             .users_partition(id, partition_of, partitions)?
             .filter(|(_, shape)| Some(shape) == out.as_ref())
             .map(|(p, _)| p))
+    }
+
+    /// GEMM (or convolution) node `id` with no epilogue to fuse: a kernel of its own when
+    /// [`crate::LowerOptions::product_kernels`] asks for one, else its eager kernel (reported
+    /// as a fallback).
+    pub(super) fn lone_product(&mut self, id: &NodeId) -> Result<()> {
+        if self.options.product_kernels {
+            self.gemm(id, &[])
+        } else {
+            self.node(id)
+        }
     }
 
     /// Lowers GEMM (or convolution) node `id` with its `epilogue` partition, or runs both
