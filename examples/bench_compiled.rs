@@ -30,7 +30,8 @@ impl Forward for ElementwiseChain {
     }
 }
 
-fn mlp() -> Result<Sequential> {
+/// The baseline's MLP, 784-256-128-10 with ReLU.
+pub(crate) fn mlp() -> Result<Sequential> {
     Ok(Sequential::new()
         .add(Linear::new(784, 256).map_err(nn_err)?)
         .add(ReLU::new())

@@ -1,26 +1,17 @@
 //! The training workloads of `examples/bench.rs` as compiled steps (`tessera::compile_train_step`):
 //! the baseline MLP's SGD step (`mlp_train_b256_compiled`, against `mlp_train_b256_nn`), the shapes
-//! CNN's step eager and compiled (`cnn_train_b64`, `cnn_train_b64_compiled`), and the cold
+//! CNN's step eager and compiled (`cnn_train_b64_eager`, `cnn_train_b64_compiled`), and the cold
 //! compile time of the MLP step (`compile_mlp_train_ms`: trace, backward, first call).
 
+use crate::bench_compiled::mlp;
 use crate::shapes_net::ShapesNet;
 use crate::{Workload, nn_err};
 use std::sync::Arc;
 use tessera::datasets::{CLASSES, SIDE};
 use tessera::functional as F;
-use tessera::nn::layers::{Linear, ReLU};
 use tessera::nn::optim::{Optimizer, SGD, SgdOptions};
-use tessera::nn::{Call, Layer, ModuleExt, Sequential};
+use tessera::nn::{Call, Layer, ModuleExt};
 use tessera::{CompileOptions, DType, Generator, Result, Tensor, compile_train_step};
-
-fn mlp() -> Result<Sequential> {
-    Ok(Sequential::new()
-        .add(Linear::new(784, 256).map_err(nn_err)?)
-        .add(ReLU::new())
-        .add(Linear::new(256, 128).map_err(nn_err)?)
-        .add(ReLU::new())
-        .add(Linear::new(128, 10).map_err(nn_err)?))
-}
 
 /// The baseline's optimizer: SGD, lr 0.01, momentum 0.9.
 fn sgd(model: &dyn tessera::nn::Module) -> Result<SGD> {

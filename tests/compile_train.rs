@@ -156,6 +156,23 @@ fn cross_entropy(out: &Tensor, target: &Tensor) -> tessera::nn::Result<Tensor> {
     Ok(F::cross_entropy(out, target, Default::default())?)
 }
 
+/// A compiled cross-entropy training step of `model` with `optimizer`, for batches like `(x, t)`.
+fn ce_step<M: tessera::nn::Layer + 'static, O: Optimizer>(
+    model: Arc<M>,
+    optimizer: O,
+    x: &Tensor,
+    t: &Tensor,
+) -> tessera::CompiledTrainStep<M, O> {
+    compile_train_step(
+        model,
+        cross_entropy,
+        optimizer,
+        (x, t),
+        CompileOptions::default(),
+    )
+    .unwrap()
+}
+
 fn batch(rows: usize, g: &mut Generator) -> (Tensor, Tensor) {
     let x = Tensor::randn_with(&[rows, 20], DType::F32, g).unwrap();
     let classes: Vec<i64> = (0..rows as i64).map(|i| (i * 7 + 3) % 5).collect();
@@ -254,14 +271,7 @@ fn eager_and_compiled_steps_mix_on_one_optimizer_with_a_scheduler() {
 
     let mut opt = SGD::new(parameters(&*mixed), options).unwrap();
     let mut sched = StepLR::new(&mut opt, 2, 0.5).unwrap();
-    let mut step = compile_train_step(
-        mixed.clone(),
-        cross_entropy,
-        opt,
-        (&batches[0].0, &batches[0].1),
-        CompileOptions::default(),
-    )
-    .unwrap();
+    let mut step = ce_step(mixed.clone(), opt, &batches[0].0, &batches[0].1);
     for (i, (x, t)) in batches.iter().enumerate() {
         if (2..4).contains(&i) {
             eager_step(&mixed, step.optimizer_mut(), x, t);
@@ -289,14 +299,7 @@ fn a_batch_of_another_shape_traces_and_compiles_again() {
     let mut g = Generator::new(4);
     let (x, t) = batch(8, &mut g);
     let opt = SGD::new(parameters(&*model), SgdOptions::default()).unwrap();
-    let mut step = compile_train_step(
-        model,
-        cross_entropy,
-        opt,
-        (&x, &t),
-        CompileOptions::default(),
-    )
-    .unwrap();
+    let mut step = ce_step(model, opt, &x, &t);
     step.step(&x, &t).unwrap();
     let (x3, t3) = batch(3, &mut g);
     let loss = step.step(&x3, &t3).unwrap();
@@ -312,14 +315,7 @@ fn an_optimizer_without_update_ops_is_refused_with_a_typed_error() {
     let (x, t) = batch(4, &mut g);
     let opt = RMSprop::new(parameters(&*model), RmsPropOptions::default()).unwrap();
     let before = parameters(&*model)[0].to_vec::<f32>().unwrap();
-    let mut step = compile_train_step(
-        model.clone(),
-        cross_entropy,
-        opt,
-        (&x, &t),
-        CompileOptions::default(),
-    )
-    .unwrap();
+    let mut step = ce_step(model.clone(), opt, &x, &t);
     let err = step.step(&x, &t).unwrap_err();
     assert!(matches!(err, CompileError::Optimizer { .. }), "{err}");
     assert!(err.to_string().contains("no update ops"), "{err}");
@@ -344,14 +340,7 @@ fn param_groups_keep_their_own_learning_rates() {
     let mut eager_opt = make(&*eager);
     let mut g = Generator::new(9);
     let (x, t) = batch(8, &mut g);
-    let mut step = compile_train_step(
-        compiled.clone(),
-        cross_entropy,
-        make(&*compiled),
-        (&x, &t),
-        CompileOptions::default(),
-    )
-    .unwrap();
+    let mut step = ce_step(compiled.clone(), make(&*compiled), &x, &t);
     for s in 0..3 {
         let (x, t) = batch(8, &mut g);
         eager_step(&eager, &mut eager_opt, &x, &t);
@@ -389,14 +378,7 @@ fn batch_norm_running_statistics_are_updated_by_compiled_steps_as_by_pytorch_and
         },
     )
     .unwrap();
-    let mut step = compile_train_step(
-        model.clone(),
-        cross_entropy,
-        opt,
-        (&x, &t),
-        CompileOptions::default(),
-    )
-    .unwrap();
+    let mut step = ce_step(model.clone(), opt, &x, &t);
     let loss = step.step(&x, &t).unwrap();
     case.check("loss", &loss);
     for bn in ["bn1", "bn2"] {
