@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use tessera_nn::optim::UpdateSink;
-use tessera_tensor::{DType, Op, Tensor, TensorId, TensorMeta};
+use tessera_tensor::{DType, Device, Op, Tensor, TensorId, TensorMeta};
 
 /// What a value of the update is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,7 +50,7 @@ pub(crate) struct RecordedUpdate<'a> {
     standins: HashMap<TensorId, ValueRef>,
     live_ids: HashMap<TensorId, usize>,
     /// The stand-in of each group's learning rate on each device (one input per group).
-    scalar_standins: HashMap<(usize, String), Tensor>,
+    scalar_standins: HashMap<(usize, Device), Tensor>,
     record: UpdateRecord,
 }
 
@@ -115,7 +115,7 @@ impl UpdateSink for RecordedUpdate<'_> {
     }
 
     fn scalar(&mut self, group: usize, value: f64, param: &Tensor) -> tessera_nn::Result<Tensor> {
-        let key = (group, format!("{:?}", param.device()));
+        let key = (group, param.device());
         if let Some(t) = self.scalar_standins.get(&key) {
             return Ok(t.clone());
         }
