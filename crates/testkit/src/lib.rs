@@ -2,6 +2,7 @@
 //! tensors with tolerances.
 
 mod formula;
+pub mod op_cases;
 mod reduce_kinds;
 mod rounding;
 mod subcase;
