@@ -7,10 +7,12 @@
 
 mod common;
 
+use common::joint_env::Attributes;
+
 use tessera_cpu::JitProgram;
 use tessera_fx::autodiff::{JointGraph, joint_graph};
 use tessera_fx::trace::{LeafPolicy, TracedGraph, trace_with};
-use tessera_kernel::{BoxError, Environment, Interpreter, Program, lower, run_program};
+use tessera_kernel::{Interpreter, Program, lower, run_program};
 use tessera_nn::layers::{GELU, LayerNorm, Linear, ReLU};
 use tessera_nn::models::SmallCnn;
 use tessera_nn::{Call, Module, ModuleExt, Sequential};
@@ -30,33 +32,6 @@ const EXTERNAL_BY_DESIGN: &[&str] = &[
     "conv2d_backward_input",
     "conv2d_backward_weight",
 ];
-
-/// A module's parameters and buffers, then the joint graph's constants, by get_attr target.
-struct Attributes<'a> {
-    root: &'a dyn Module,
-    joint: &'a JointGraph,
-}
-
-impl Environment for Attributes<'_> {
-    fn attribute(&self, target: &str) -> Result<Tensor, BoxError> {
-        if let Ok(p) = self.root.get_parameter(target) {
-            return Ok(p.tensor().clone());
-        }
-        if let Ok(b) = self.root.get_buffer(target) {
-            return Ok(b);
-        }
-        self.joint
-            .traced
-            .attributes
-            .get(target)
-            .cloned()
-            .ok_or_else(|| format!("no attribute {target}").into())
-    }
-
-    fn call_module(&self, target: &str, _args: Vec<Tensor>) -> Result<Vec<Tensor>, BoxError> {
-        Err(format!("module {target} was not inlined").into())
-    }
-}
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn_with(shape, DType::F32, &mut Generator::new(seed)).unwrap()

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod joint_env;
+
 use proptest::prelude::*;
 use std::collections::HashMap;
 use tessera_cpu::JitProgram;

@@ -1,0 +1,183 @@
+//! The joint forward+backward graph of every PyTorch conformance model through the compiler:
+//! traced at op level with its loss, differentiated (`tessera_fx::autodiff`), lowered (what
+//! the lowering leaves to eager kernels runs as external steps), then run by the kernel-IR
+//! interpreter and by the JIT, it gives the graph interpreter's loss and gradients, and
+//! PyTorch's recorded gradients where the case has them.
+
+mod common;
+
+use common::joint_env::Attributes;
+use tessera_cpu::JitProgram;
+use tessera_fx::NodeKind;
+use tessera_fx::autodiff::joint_graph;
+use tessera_fx::trace::{LeafPolicy, TracedGraph, trace_with};
+use tessera_kernel::{Interpreter, lower, run_program};
+use tessera_nn::layers::{Linear, ReLU};
+use tessera_nn::models::note::{MyLinear, Net};
+use tessera_nn::models::{Gpt, GptConfig, MobileNetV2, SmallCnn, VisionTransformer, VitConfig};
+use tessera_nn::{Call, Layer, Module, ModuleExt, Sequential, load_pt_state_dict};
+use tessera_tensor::functional as F;
+use tessera_tensor::{DType, Tensor};
+use tessera_testkit::{Case, conformance_dir};
+
+/// Loads the case's PyTorch weights into `model` (when the case has them).
+fn load(case: &str, model: &dyn Module) {
+    let path = conformance_dir().join(case).join("state_dict.pt");
+    if path.exists() {
+        model
+            .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
+            .unwrap();
+    }
+}
+
+/// The parameters the graph reads, by the get_attr target it reads them under.
+fn parameters_read(traced: &TracedGraph, root: &dyn Module) -> Vec<String> {
+    let mut names: Vec<String> = traced
+        .graph
+        .nodes()
+        .filter_map(|id| match &traced.graph.node(&id).ok()?.kind {
+            NodeKind::GetAttr { target } if root.get_parameter(target).is_ok() => {
+                Some(target.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    names.dedup();
+    names
+}
+
+/// `cross_entropy` of logits flattened to `[rows, classes]` against flattened targets.
+fn flat_cross_entropy(logits: &Tensor, target: &Tensor) -> tessera_tensor::Result<Tensor> {
+    let classes = *logits.shape().last().unwrap();
+    let logits = logits.reshape(&[logits.numel() / classes, classes])?;
+    let target = target.reshape(&[target.numel()])?;
+    F::cross_entropy(&logits, &target, Default::default())
+}
+
+/// Traces `loss(model(input), target)` (cross-entropy with a target, else the output's sum),
+/// derives the joint graph with respect to every parameter read and a float input, and checks
+/// the kernel-IR interpreter and the JIT against the graph interpreter within `tol` (relative
+/// to `max(|expected|, 1)`), then the JIT's gradients against PyTorch's `grad/*` entries.
+fn check_model<M: Layer>(case_name: &str, model: &M, input_key: &str, with_target: bool, tol: f64) {
+    let case = Case::load(case_name);
+    let mut input = case.io(input_key);
+    if input_key == "inputs" {
+        // A training case's batches: the first one.
+        input = input.select(0, 0).unwrap();
+    }
+    if input.dtype() == DType::F64 {
+        input = input.to_dtype(DType::F32).unwrap();
+    }
+    let loss = |out: &Tensor, target: Option<&Tensor>| match target {
+        Some(target) => flat_cross_entropy(out, target),
+        None => out.sum_all(),
+    };
+    let mut names = vec![("x", input.meta())];
+    let mut inputs = vec![input.clone()];
+    if with_target {
+        let target = case.io("target");
+        names.push(("target", target.meta()));
+        inputs.push(target);
+    }
+    let traced = trace_with(model, &names, LeafPolicy::none(), |t| {
+        let out = model.call(t[0].clone())?;
+        Ok(vec![loss(&out, t.get(1))?])
+    })
+    .unwrap();
+    let mut wrt = parameters_read(&traced, model);
+    if input.dtype().is_float() {
+        wrt.push("x".into());
+    }
+    let wrt: Vec<&str> = wrt.iter().map(String::as_str).collect();
+    let joint = joint_graph(&traced, &wrt).unwrap();
+    let expected = joint.traced.interpret(model, &inputs).unwrap();
+    let layouts: Vec<_> = inputs.iter().map(Tensor::layout).collect();
+    let program = lower(joint.graph(), &layouts).unwrap();
+    let env = Attributes {
+        root: model,
+        joint: &joint,
+    };
+    let interpreted = run_program(&program, &env, &Interpreter, &inputs).unwrap();
+    let jit = JitProgram::compile(&program).unwrap();
+    let jitted = run_program(&program, &env, &jit, &inputs).unwrap();
+    assert!(jitted.len() >= joint.forward_outputs + wrt.len());
+    let names = std::iter::repeat_n("loss".to_string(), joint.forward_outputs)
+        .chain(wrt.iter().map(|g| format!("gradient of {g}")));
+    for (((name, e), i), j) in names.zip(&expected).zip(&interpreted).zip(&jitted) {
+        common::assert_within(&format!("{name} (interpreter)"), e, i, tol, &program);
+        common::assert_within(&format!("{name} (JIT)"), e, j, tol, &program);
+    }
+    for (name, grad) in wrt.iter().zip(&jitted[joint.forward_outputs..]) {
+        let key = if *name == "x" {
+            "grad/input".to_string()
+        } else {
+            format!("grad/{name}")
+        };
+        if case.io.contains_key(&key) {
+            case.check(&key, grad);
+        }
+    }
+}
+
+#[test]
+fn a_mylinear() {
+    let model = MyLinear::new(4, 3).unwrap();
+    load("a_mylinear", &model);
+    check_model("a_mylinear", &model, "input", false, 1e-6);
+}
+
+#[test]
+fn b_sequential() {
+    let model = Sequential::new()
+        .add(Linear::new(4, 3).unwrap())
+        .add(ReLU::new())
+        .add(Linear::new(3, 1).unwrap());
+    load("b_sequential", &model);
+    check_model("b_sequential", &model, "input", false, 1e-6);
+}
+
+#[test]
+fn d_cnn_eval() {
+    let model = SmallCnn::new().unwrap();
+    load("d_cnn_eval", &model);
+    model.eval();
+    check_model("d_cnn_eval", &model, "input", true, 1e-5);
+}
+
+#[test]
+fn d_cnn_train() {
+    let model = SmallCnn::new().unwrap();
+    load("d_cnn_train", &model);
+    model.train(true);
+    check_model("d_cnn_train", &model, "input", true, 1e-4);
+}
+
+#[test]
+fn f_train_net() {
+    let model = Net::new().unwrap();
+    load("f_train_sgd", &model);
+    check_model("f_train_sgd", &model, "inputs", false, 1e-5);
+}
+
+#[test]
+fn r_models_mobilenet_v2() {
+    let model = MobileNetV2::new(10, 0.25).unwrap();
+    load("r_models_mobilenet_v2", &model);
+    model.eval();
+    check_model("r_models_mobilenet_v2", &model, "input", true, 1e-4);
+}
+
+#[test]
+fn r_models_vit() {
+    let model = VisionTransformer::new(VitConfig::tiny(10)).unwrap();
+    load("r_models_vit", &model);
+    model.eval();
+    check_model("r_models_vit", &model, "input", true, 1e-4);
+}
+
+#[test]
+fn r_models_gpt() {
+    let model = Gpt::new(GptConfig::tiny()).unwrap();
+    load("r_models_gpt", &model);
+    check_model("r_models_gpt", &model, "input", true, 1e-4);
+}
