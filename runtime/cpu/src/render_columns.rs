@@ -15,8 +15,9 @@ use tessera_kernel::{Expr, Kernel, ReduceFn, ScalarType, Stages, ValueId};
 const GROUP: usize = 16;
 
 /// A kernel with one sweep over its reduction loops whose values are f32 loads walking the
-/// innermost output loop with stride 1 and f32 elementwise values of those, whose reductions
-/// are f32 and whose only stores are the reductions' results, at stride 1 along that loop.
+/// innermost output loop with stride 1 and f32 elementwise values of those and of constants
+/// (computed once per group), whose reductions are f32, and whose values after the sweep are
+/// f32 elementwise values of the reductions, stored at stride 1 along that loop.
 pub(crate) struct ColumnReduction {
     /// The reductions (value, operand, function).
     reduces: Vec<(ValueId, ValueId, ReduceFn)>,
@@ -29,8 +30,10 @@ impl ColumnReduction {
         let simple = kernel.gemm.is_none()
             && kernel.conv.is_none()
             && stages.sweeps == 1
-            && stages.outer_values[0].is_empty()
-            && stages.sweep_stores[0].is_empty();
+            && stages.sweep_stores[0].is_empty()
+            && stages.outer_values[0]
+                .iter()
+                .all(|&v| matches!(kernel.value(v).expr, Expr::Const(_)));
         if !wide_enough || !simple {
             return None;
         }
@@ -59,18 +62,21 @@ impl ColumnReduction {
             }
             reduces.push((v, operand, f));
         }
-        // After the sweep: only the reductions themselves, stored at stride 1.
-        let finished_only = stages
-            .outer_values
-            .iter()
-            .skip(1)
-            .flatten()
-            .all(|v| reduces.iter().any(|r| r.0 == *v));
+        // After the sweep: f32 elementwise values of the reductions (a mean's scaling), and
+        // stores of f32 values at stride 1.
+        let after_ok = stages.outer_values.iter().skip(1).flatten().all(|&v| {
+            f32_(v)
+                && match kernel.value(v).expr {
+                    Expr::Reduce(..) => reduces.iter().any(|r| r.0 == v),
+                    Expr::Const(_) | Expr::Unary(..) | Expr::Binary(..) => true,
+                    _ => false,
+                }
+        });
         let stores_ok = stages.outer_stores.iter().all(|&s| {
             let store = &kernel.stores[s];
-            reduces.iter().any(|r| r.0 == store.value) && store.index.strides[inner_out] == 1
+            f32_(store.value) && store.index.strides[inner_out] == 1
         });
-        (finished_only && stores_ok && !reduces.is_empty()).then_some(ColumnReduction { reduces })
+        (after_ok && stores_ok && !reduces.is_empty()).then_some(ColumnReduction { reduces })
     }
 
     /// The innermost output loop over `start..end` (its outer loops' indices are pushed):
@@ -117,18 +123,28 @@ impl ColumnReduction {
                     .collect()
             })
             .collect();
-        self.reduce_loops(r, b, stages, &bases, &accs, 0);
-        for &s in &stages.outer_stores {
-            let store = &kernel.stores[s];
-            let Some(k) = self.reduces.iter().position(|red| red.0 == store.value) else {
-                continue;
-            };
-            for (u, &base) in bases.iter().enumerate() {
-                r.indices.push(base);
-                let value = b.use_var(accs[k][u]);
-                r.store_vector(b, store, value);
-                r.indices.pop();
+        let mut consts: Vec<Option<Value>> = vec![None; kernel.values.len()];
+        for &v in &stages.outer_values[0] {
+            consts[v.index()] = Some(r.eval(b, v, &[], &consts, None, 1));
+        }
+        self.reduce_loops(r, b, stages, &bases, &accs, &consts, 0);
+        for (u, &base) in bases.iter().enumerate() {
+            let mut vals: Vec<Option<Value>> = vec![None; kernel.values.len()];
+            for (acc, red) in accs.iter().zip(&self.reduces) {
+                vals[red.0.index()] = Some(b.use_var(acc[u]));
             }
+            r.indices.push(base);
+            for &v in stages.outer_values.iter().skip(1).flatten() {
+                if vals[v.index()].is_none() {
+                    vals[v.index()] = Some(r.eval(b, v, &vals, &consts, None, 4));
+                }
+            }
+            for &s in &stages.outer_stores {
+                let store = &kernel.stores[s];
+                let value = r.operand(b, store.value, &vals, &consts, 4);
+                r.store_vector(b, store, value);
+            }
+            r.indices.pop();
         }
     }
 
@@ -142,6 +158,7 @@ impl ColumnReduction {
         stages: &Stages,
         bases: &[Value],
         accs: &[Vec<cranelift_frontend::Variable>],
+        consts: &[Option<Value>],
         level: usize,
     ) {
         let kernel = r.kernel;
@@ -150,7 +167,7 @@ impl ColumnReduction {
         r.counted(b, zero, n, 1, &mut |r, b, k| {
             if level + 1 < kernel.reduce.len() {
                 r.indices.push(k);
-                self.reduce_loops(r, b, stages, bases, accs, level + 1);
+                self.reduce_loops(r, b, stages, bases, accs, consts, level + 1);
                 r.indices.pop();
                 return;
             }
@@ -164,13 +181,13 @@ impl ColumnReduction {
                 for &v in &stages.sweep_values[0] {
                     vals[v.index()] = Some(match &kernel.value(v).expr {
                         Expr::Load { buffer, index } => r.load_vector(b, buffer.index(), index),
-                        _ => r.eval(b, v, &vals, &[], None, 4),
+                        _ => r.eval(b, v, &vals, consts, None, 4),
                     });
                 }
                 r.indices.pop();
                 r.indices.remove(outer);
                 for (acc, &(_, operand, f)) in accs.iter().zip(&self.reduces) {
-                    let x = r.operand(b, operand, &vals, &[], 4);
+                    let x = r.operand(b, operand, &vals, consts, 4);
                     let sum = b.use_var(acc[u]);
                     let next = match f {
                         ReduceFn::Sum => b.ins().fadd(sum, x),
