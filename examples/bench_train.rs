@@ -99,11 +99,15 @@ pub const WORKLOADS: [Workload; 4] = [
     ("compile_mlp_train_ms", |g| {
         let (x, y) = mlp_batch(g)?;
         Ok(Box::new(move || {
-            // Trace, derive the backward, then the first call compiles (and runs) the step.
+            // Trace, derive the backward, then the first call compiles (and runs) the step
+            // with the model's own optimizer (one over another model's parameters would record
+            // no update).
+            let model = Arc::new(mlp()?);
+            let opt = sgd(&*model)?;
             let mut step = compile_train_step(
-                Arc::new(mlp()?),
+                model,
                 cross_entropy,
-                sgd(&mlp()?)?,
+                opt,
                 (&x, &y),
                 CompileOptions::default(),
             )

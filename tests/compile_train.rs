@@ -309,6 +309,48 @@ fn a_batch_of_another_shape_traces_and_compiles_again() {
 }
 
 #[test]
+fn a_step_that_fails_to_compile_leaves_the_optimizer_and_the_parameters_untouched() {
+    // Dampening makes a zero momentum buffer differ from none: a buffer left behind by the
+    // failed first step would change every later eager step.
+    let options = SgdOptions {
+        lr: 0.1,
+        momentum: 0.9,
+        dampening: 0.5,
+        ..Default::default()
+    };
+    let (model, twin) = (mlp(8), mlp(8));
+    let (x, t) = batch(6, &mut Generator::new(9));
+    let opt = SGD::new(parameters(&*model), options.clone()).unwrap();
+    // CPU batches for a program compiled for a CUDA device: no device, or a device mismatch.
+    let on_cuda = CompileOptions {
+        device: tessera::Device::Cuda(0),
+        ..Default::default()
+    };
+    let mut step =
+        compile_train_step(model.clone(), cross_entropy, opt, (&x, &t), on_cuda).unwrap();
+    assert!(step.step(&x, &t).is_err());
+    let mut opt = step.into_optimizer();
+    let Value::Dict(sd) = opt.state_dict() else {
+        panic!("state_dict")
+    };
+    let Value::Dict(state) = &sd[&tessera::nn::Key::from("state")] else {
+        panic!("state")
+    };
+    assert!(
+        state.is_empty(),
+        "the failed step left optimizer state behind"
+    );
+    assert_same_parameters(&*model, &*twin, 0.0, "after the failed step");
+    let mut twin_opt = SGD::new(parameters(&*twin), options).unwrap();
+    for _ in 0..3 {
+        let a = eager_step(&model, &mut opt, &x, &t);
+        let b = eager_step(&twin, &mut twin_opt, &x, &t);
+        assert_eq!(a, b);
+    }
+    assert_same_parameters(&*model, &*twin, 0.0, "eager steps after the failed step");
+}
+
+#[test]
 fn an_optimizer_without_update_ops_is_refused_with_a_typed_error() {
     let model = mlp(1);
     let mut g = Generator::new(4);

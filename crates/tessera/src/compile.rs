@@ -140,6 +140,14 @@ pub enum CompileError {
     /// A training step's graph is not what compiling a training step expects.
     #[error("training step: {reason}")]
     TrainStep { reason: String },
+    /// Writing a compiled training step's new value into the tensor it updates (a parameter,
+    /// a buffer, or an optimizer state tensor, named by `target`) failed.
+    #[error("training step: writing the new value of {target}: {source}")]
+    WriteBack {
+        target: String,
+        #[source]
+        source: Box<tessera_tensor::TensorError>,
+    },
     /// Writing the kernels into a folder failed.
     #[error("writing the kernels into {dir}: {source}")]
     Dump {

@@ -17,10 +17,10 @@ use crate::compile::{CompileError, CompileOptions, CompileReport, CompiledModule
 use crate::nn::optim::Optimizer;
 use crate::nn::{Layer, ModuleExt};
 use graph::{Feed, JointStep, joint_step};
-use record::{RecordedUpdate, UpdateShape};
+use record::{RecordedUpdate, UpdateRecord, UpdateShape};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_tensor::{Tensor, TensorMeta, no_grad};
+use tessera_tensor::{Tensor, TensorId, TensorMeta, no_grad};
 
 /// The loss of a training step: `loss(output, target)`.
 pub type LossFn = dyn Fn(&Tensor, &Tensor) -> crate::nn::Result<Tensor>;
@@ -48,10 +48,50 @@ struct TracedBatch {
     programs: Vec<(UpdateShape, StepProgram)>,
 }
 
-/// A compiled step and what feeds its inputs.
+/// A compiled step, what feeds its inputs, and its arguments, kept between calls: module
+/// state is bound once, the batch and optimizer state are rebound per call (handle clones),
+/// and each learning rate is a 0-d tensor refilled only when its value changes.
 struct StepProgram {
     compiled: CompiledModule,
     feeds: Vec<Feed>,
+    args: Vec<Tensor>,
+    /// The learning rates `args` hold, by run-time scalar.
+    scalars: Vec<f64>,
+}
+
+impl StepProgram {
+    /// Points the arguments at this call's batch and optimizer state and learning rates.
+    fn bind(&mut self, batch: [&Tensor; 2], update: &UpdateRecord) -> Result<(), CompileError> {
+        for (arg, feed) in self.args.iter_mut().zip(&self.feeds) {
+            match *feed {
+                Feed::Batch(i) => *arg = batch[i].clone(),
+                Feed::State(_) => {}
+                Feed::Live(i) => *arg = update.live[i].clone(),
+                Feed::Scalar(i) => {
+                    let value = update.scalars[i];
+                    if self.scalars[i].to_bits() != value.to_bits() {
+                        arg.fill_(value).map_err(|source| CompileError::WriteBack {
+                            target: format!("learning rate {i}"),
+                            source: Box::new(source),
+                        })?;
+                        self.scalars[i] = value;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How an error names a tensor the step writes: a parameter or buffer by its qualified name,
+/// an optimizer state tensor by the parameter it belongs to.
+fn written_name(joint: &JointStep, target: &Tensor, owner: Option<TensorId>) -> String {
+    let shape = target.shape();
+    match owner.and_then(|o| Some((o, joint.state_name(o)?))) {
+        Some((o, name)) if o == target.id() => name.to_string(),
+        Some((_, name)) => format!("the optimizer state of {name} (shape {shape:?})"),
+        None => format!("a tensor of shape {shape:?}"),
+    }
 }
 
 /// What compiling the step did.
@@ -101,9 +141,30 @@ where
 impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
     /// One training step on `(input, target)`: runs the compiled forward, loss, backward and
     /// update, writes the new parameters and optimizer state in place, and returns the loss
-    /// (computed before the update, as an eager loop's `loss` is).
+    /// (computed before the update, as an eager loop's `loss` is). When recording, compiling or
+    /// running the step fails, the optimizer is left as it was (a first step's new state is
+    /// dropped again) and no tensor is written.
     pub fn step(&mut self, input: &Tensor, target: &Tensor) -> Result<Tensor, CompileError> {
         let j = self.joint_for(&input.meta(), &target.meta())?;
+        let had_state = self.optimizer.state_len();
+        let (update, outputs) = match self.record_and_run(j, [input, target]) {
+            Ok(ran) => ran,
+            Err(e) => {
+                self.optimizer.truncate_state(had_state);
+                return Err(e);
+            }
+        };
+        self.write_back(&self.joints[j].joint, &update, &outputs)?;
+        Ok(outputs[0].clone())
+    }
+
+    /// Records the optimizer's step, compiles a program for its shape if none is cached, and
+    /// runs it: the loss, then the new values in [`JointStep::with_update`]'s output order.
+    fn record_and_run(
+        &mut self,
+        j: usize,
+        batch: [&Tensor; 2],
+    ) -> Result<(UpdateRecord, Vec<Tensor>), CompileError> {
         let traced = &mut self.joints[j];
         let mut recorder = RecordedUpdate::new(&traced.joint.grad_index);
         self.optimizer
@@ -112,51 +173,74 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
                 source: Box::new(source),
             })?;
         let update = recorder.finish();
-        let state: Vec<Tensor> = traced.joint.state().cloned().collect();
-        let scalars: Vec<Tensor> = update.scalars.iter().map(|&v| Tensor::scalar(v)).collect();
-        let batch = [input, target];
-        let feed = |feeds: &[Feed]| -> Vec<Tensor> {
-            feeds
-                .iter()
-                .map(|f| match *f {
-                    Feed::Batch(i) => batch[i].clone(),
-                    Feed::State(i) => state[i].clone(),
-                    Feed::Live(i) => update.live[i].clone(),
-                    Feed::Scalar(i) => scalars[i].clone(),
-                })
-                .collect()
-        };
         let p = match traced.programs.iter().position(|(s, _)| *s == update.shape) {
             Some(p) => p,
             None => {
                 let start = Instant::now();
                 let (gm, feeds) = traced.joint.with_update(&update)?;
-                let compiled = compile(&gm, &feed(&feeds), self.options.clone())?;
+                let state: Vec<&Tensor> = traced.joint.state().collect();
+                let args: Vec<Tensor> = feeds
+                    .iter()
+                    .map(|f| match *f {
+                        Feed::Batch(i) => batch[i].clone(),
+                        Feed::State(i) => state[i].clone(),
+                        Feed::Live(i) => update.live[i].clone(),
+                        Feed::Scalar(i) => Tensor::scalar(update.scalars[i]),
+                    })
+                    .collect();
+                let compiled = compile(&gm, &args, self.options.clone())?;
                 self.report.compile_time += start.elapsed();
                 self.report.programs += 1;
                 self.report.last = compiled.report();
-                traced
-                    .programs
-                    .push((update.shape.clone(), StepProgram { compiled, feeds }));
+                let program = StepProgram {
+                    compiled,
+                    feeds,
+                    args,
+                    scalars: update.scalars.clone(),
+                };
+                traced.programs.push((update.shape.clone(), program));
                 traced.programs.len() - 1
             }
         };
-        let program = &traced.programs[p].1;
-        let outputs = program.compiled.run(&feed(&program.feeds))?;
+        let program = &mut traced.programs[p].1;
+        program.bind(batch, &update)?;
+        let outputs = program.compiled.run(&program.args)?;
+        let expected = 1 + update.assigns.len() + traced.joint.mutated_buffers().count();
+        if outputs.len() != expected {
+            return Err(CompileError::TrainStep {
+                reason: format!(
+                    "the step's program returned {} values, {expected} expected (the loss, each \
+                     updated tensor, each written buffer)",
+                    outputs.len()
+                ),
+            });
+        }
+        Ok((update, outputs))
+    }
+
+    /// Writes the step's new values (`outputs` after the loss) into the tensors they update:
+    /// the optimizer's targets in record order, then the written buffers.
+    fn write_back(
+        &self,
+        joint: &JointStep,
+        update: &UpdateRecord,
+        outputs: &[Tensor],
+    ) -> Result<(), CompileError> {
         let _guard = no_grad();
         let targets = update
             .assigns
             .iter()
-            .map(|(target, _)| target)
-            .chain(traced.joint.mutated_buffers());
-        for (target, value) in targets.zip(&outputs[1..]) {
+            .map(|a| (&a.target, a.owner))
+            .chain(joint.mutated_buffers().map(|b| (b, Some(b.id()))));
+        for ((target, owner), value) in targets.zip(&outputs[1..]) {
             target
                 .copy_(value)
-                .map_err(|source| CompileError::Optimizer {
-                    source: Box::new(source.into()),
+                .map_err(|source| CompileError::WriteBack {
+                    target: written_name(joint, target, owner),
+                    source: Box::new(source),
                 })?;
         }
-        Ok(outputs[0].clone())
+        Ok(())
     }
 
     /// The index of the joint graph for batches of these shapes in the module's current

@@ -7,6 +7,7 @@ mod error;
 mod jit;
 mod parallel;
 pub mod render;
+mod render_columns;
 mod render_exp;
 mod render_gemm;
 mod render_half;

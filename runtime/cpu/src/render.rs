@@ -142,7 +142,7 @@ pub fn render(
         let nonempty = b.ins().icmp(IntCC::SignedLessThan, begin, end);
         b.ins().brif(nonempty, go, &[], done, &[]);
         b.switch_to_block(go);
-        r.point(&mut b, None, 1);
+        r.point(&mut b, None, 1, &[]);
         b.ins().jump(done, &[]);
         b.switch_to_block(done);
     } else {
@@ -208,18 +208,41 @@ impl Renderer<'_> {
             return;
         }
         let s = self.kernel.schedule;
+        // The hoisted values (`hoisted_values`: an update's f64 learning rate and what is
+        // derived from it) are computed once, before the loop, when it runs at all (a hoisted
+        // load must not read a buffer the loop never reads).
+        let hoisted = tessera_kernel::hoisted_values(self.kernel);
+        let mut outer: Vec<Option<Value>> = vec![None; hoisted.len()];
+        let done = hoisted.iter().any(|&h| h).then(|| {
+            let go = b.create_block();
+            let done = b.create_block();
+            let nonempty = b.ins().icmp(IntCC::SignedLessThan, start, end);
+            b.ins().brif(nonempty, go, &[], done, &[]);
+            b.switch_to_block(go);
+            for (i, _) in hoisted.iter().enumerate().filter(|(_, h)| **h) {
+                let id = tessera_kernel::ValueId::from_index(i);
+                outer[i] = Some(self.eval(b, id, &outer, &[], None, 1));
+            }
+            done
+        });
         let tail_start = if s.vector_width == 4 {
             let step = (s.vector_width * s.unroll) as i64;
             self.counted(b, start, end, step, &mut |r, b, i| {
                 for u in 0..s.unroll {
                     let j = b.ins().iadd_imm_s(i, (u * s.vector_width) as i64);
-                    r.point(b, Some(j), 4);
+                    r.point(b, Some(j), 4, &outer);
                 }
             })
         } else {
             start
         };
-        self.counted(b, tail_start, end, 1, &mut |r, b, j| r.point(b, Some(j), 1));
+        self.counted(b, tail_start, end, 1, &mut |r, b, j| {
+            r.point(b, Some(j), 1, &outer)
+        });
+        if let Some(done) = done {
+            b.ins().jump(done, &[]);
+            b.switch_to_block(done);
+        }
     }
 
     /// The byte address of `index` in buffer `buffer` at innermost index `j`.
@@ -399,17 +422,48 @@ impl Renderer<'_> {
     }
 
     /// Evaluates the DAG at one point (`lanes` consecutive points of the innermost loop when
-    /// 4) and stores the results.
-    fn point(&mut self, b: &mut FunctionBuilder, j: Option<Value>, lanes: usize) {
+    /// 4) and stores the results; the values in `outer` were computed before the loop.
+    fn point(
+        &mut self,
+        b: &mut FunctionBuilder,
+        j: Option<Value>,
+        lanes: usize,
+        outer: &[Option<Value>],
+    ) {
         let kernel = self.kernel;
         let mut vals: Vec<Option<Value>> = vec![None; kernel.values.len()];
         for i in 0..kernel.values.len() {
+            if outer.get(i).is_some_and(Option::is_some) {
+                continue;
+            }
             let id = tessera_kernel::ValueId::from_index(i);
-            vals[i] = Some(self.eval(b, id, &vals, &[], j, lanes));
+            vals[i] = Some(self.eval(b, id, &vals, outer, j, lanes));
         }
         for s in &kernel.stores {
-            self.store(b, s, &vals, &[], j, lanes);
+            self.store(b, s, &vals, outer, j, lanes);
         }
+    }
+
+    /// Four consecutive f32s of `buffer` from `index` at the loop indices pushed (all of them).
+    pub(crate) fn load_vector(
+        &self,
+        b: &mut FunctionBuilder,
+        buffer: usize,
+        index: &IndexExpr,
+    ) -> Value {
+        let addr = self.address(b, buffer, index, None, 4);
+        b.ins().load(types::F32X4, self.flags, addr, 0)
+    }
+
+    /// Stores the F32X4 `value` at `s`'s index at the loop indices pushed, four consecutive f32s.
+    pub(crate) fn store_vector(
+        &self,
+        b: &mut FunctionBuilder,
+        s: &tessera_kernel::Store,
+        value: Value,
+    ) {
+        let addr = self.address(b, s.buffer.index(), &s.index, None, 4);
+        b.ins().store(self.flags, value, addr, 0);
     }
 
     /// Stores `s`'s value (from `vals`, or a splat of `outer`) at `j`.

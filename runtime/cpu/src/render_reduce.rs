@@ -39,6 +39,12 @@ fn outer_nest(
     end: Value,
 ) {
     let last = r.kernel.domain.len() - 1;
+    if level == last
+        && let Some(columns) = crate::render_columns::ColumnReduction::of(r.kernel, stages)
+    {
+        columns.render(r, b, stages, start, end, &mut body);
+        return;
+    }
     r.counted(b, start, end, 1, &mut |r, b, i| {
         r.indices.push(i);
         if level < last {

@@ -1,7 +1,7 @@
 //! The optimizer update ops as generated kernels: SGD (every option, with and without a
 //! momentum buffer), Adam's step scalars and Adam/AdamW updates (with and without AMSGrad),
 //! lowered from a graph, run by the kernel-IR interpreter and by the JIT, must give the bits
-//! of the eager kernels in f32 and f64; an SGD step without momentum fuses with the
+//! of the eager kernels in f32 and f64 (f32 updates vectorised); an SGD step without momentum fuses with the
 //! elementwise ops that produce its gradient.
 
 mod common;
@@ -115,6 +115,11 @@ fn sgd_updates_lower_to_kernels_with_the_eager_bits() {
                         let what = format!("{op:?} {dtype} buffered={buffered}");
                         let program = check_bit_exact(&graph, &inputs, &what);
                         assert_eq!(program.kernels().count(), 1, "{what}\n{program}");
+                        // The f64 learning rate is computed once, before the vector loop.
+                        if dtype == DType::F32 {
+                            let kernel = program.kernels().next().unwrap();
+                            assert_eq!(kernel.schedule.vector_width, 4, "{what}\n{program}");
+                        }
                     }
                 }
             }

@@ -246,6 +246,39 @@ fn layer_norm_then_relu_is_one_kernel_with_its_statistics_broadcast() {
 }
 
 #[test]
+fn column_reductions_run_across_their_outputs_with_vector_loads_and_agree() {
+    // (shape, reduced dims, kind): a bias gradient, one reduced over two loops, one with an
+    // outer output loop, a max; widths past a multiple of sixteen leave outputs for the
+    // generic body.
+    let cases = [
+        (vec![37, 35], vec![true, false], ReduceKind::Sum),
+        (vec![3, 5, 40], vec![true, true, false], ReduceKind::Sum),
+        (vec![4, 6, 33], vec![false, true, false], ReduceKind::Mean),
+        (vec![9, 16], vec![true, false], ReduceKind::Amax),
+    ];
+    for (shape, dims, kind) in cases {
+        let what = format!("{kind:?} over {dims:?} of {shape:?}");
+        let (graph, inputs) = reduction_chain(
+            DType::F32,
+            shape,
+            false,
+            &[Link::Scalar(BinaryOp::Mul, 0.5, false)],
+            &Reduction::Reduce(kind, dims, false),
+            false,
+            &[],
+        );
+        let program = one_kernel_agreeing(&graph, &inputs, 1e-5);
+        let jit = tessera_cpu::JitProgram::compile(&program).unwrap();
+        let clif = &jit.kernels()[0].clif;
+        // The generic path gathers each lane with a scalar load (the leftover outputs do).
+        assert!(
+            clif.contains("load.f32x4"),
+            "{what}: no vector loads\n{clif}"
+        );
+    }
+}
+
+#[test]
 fn sum_over_a_leading_dim_runs_as_scalar_code_and_agrees() {
     let (graph, inputs) = reduction_chain(
         DType::F32,

@@ -86,6 +86,7 @@ mod error;
 pub mod exp_poly;
 pub mod gemm;
 pub mod guard;
+mod hoist;
 mod ids;
 mod interpret;
 mod kernel;
@@ -109,6 +110,7 @@ pub use conv::{ConvCall, run_conv};
 pub use error::{KernelError, Result};
 pub use gemm::{GemmCall, MatrixIndex};
 pub use guard::Bound;
+pub use hoist::hoisted_values;
 pub use ids::{BufferId, LoopId, SlotId, ValueId};
 pub use interpret::{Interpreter, interpret};
 pub use kernel::{

@@ -130,7 +130,8 @@ fn coalesce_group(
 
 /// F32X4 vectors unrolled 4 times along the innermost loop (the innermost reduction loop of a
 /// reduction kernel) when every value computed per point of it is f32 (or a comparison of
-/// f32s) and reads no f64, every load walks it
+/// f32s) and reads no f64 (an elementwise kernel's values computed once before the loop may
+/// be f64, see [`crate::hoisted_values`]), every load walks it
 /// with a stride of at most [`MAX_GATHER_STRIDE`] (strided ones gathering their lanes) and
 /// every store inside it with stride 1; scalar code otherwise.
 fn choose(kernel: &Kernel) -> Schedule {
@@ -141,12 +142,20 @@ fn choose(kernel: &Kernel) -> Schedule {
     let stages = crate::Stages::of(kernel);
     // A reduction kernel computes its outer values once per output point, in scalar code: they
     // may be f64 (an eval batch norm's affine) where no vector value reads them.
+    // Likewise an elementwise kernel's hoisted values (computed once per run of its innermost
+    // loop): they may be f64 when every value computed per point is f32 (a hoisted operand is
+    // splatted) and none is stored.
+    let hoisted = crate::hoisted_values(kernel);
     let wide = |v: &ValueId| kernel.value(*v).ty == ScalarType::F64;
     let all_f32 = kernel.values.iter().enumerate().all(|(i, v)| {
         let id = ValueId::from_index(i);
         (!kernel.reduce.is_empty() && !stages.is_inner(id))
+            || (hoisted[i] && kernel.stores.iter().all(|s| s.value != id))
             || (v.ty != ScalarType::F64 && !crate::operands(&v.expr).iter().any(wide))
-    }) && kernel.buffers.iter().all(|b| b.ty == ScalarType::F32);
+    }) && kernel.buffers.iter().all(|b| {
+        b.ty == ScalarType::F32
+            || (b.role == crate::BufferRole::Input && only_hoisted(kernel, b, &hoisted))
+    });
     let last = extents.len() - 1;
     // Strided loads gather their lanes, at byte offsets a backend can give as immediates.
     let loads_ok = kernel.values.iter().all(|v| match &v.expr {
@@ -166,4 +175,21 @@ fn choose(kernel: &Kernel) -> Schedule {
     } else {
         Schedule::SCALAR
     }
+}
+
+/// Whether every load of buffer `b` is a value invariant along the innermost loop.
+fn only_hoisted(kernel: &Kernel, b: &crate::BufferParam, hoisted: &[bool]) -> bool {
+    let at = kernel.buffers.iter().position(|p| std::ptr::eq(p, b));
+    kernel
+        .values
+        .iter()
+        .enumerate()
+        .all(|(i, v)| match &v.expr {
+            Expr::Load { buffer, .. } | Expr::LoadIf { buffer, .. }
+                if Some(buffer.index()) == at =>
+            {
+                hoisted[i]
+            }
+            _ => true,
+        })
 }

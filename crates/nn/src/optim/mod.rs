@@ -66,6 +66,14 @@ macro_rules! forward_to_groups {
         fn load_state_dict(&mut self, state_dict: &Value) -> Result<()> {
             self.inner.load_state_dict(state_dict)
         }
+
+        fn state_len(&self) -> usize {
+            self.inner.state.len()
+        }
+
+        fn truncate_state(&mut self, len: usize) {
+            self.inner.state.truncate(len)
+        }
     };
 }
 pub(crate) use forward_to_groups;
@@ -132,6 +140,20 @@ pub trait Optimizer {
     /// Loads hyper-parameters and per-parameter state (deep copies) from a
     /// [`Optimizer::state_dict`], checking group counts and sizes and state shapes first.
     fn load_state_dict(&mut self, state_dict: &Value) -> Result<()>;
+
+    /// How many parameters hold state (momentum buffers, moments), in the order they gained
+    /// it. With [`Optimizer::truncate_state`] this undoes a recorded step whose program then
+    /// failed to compile: a first step records new state entries before anything runs. The
+    /// default (an optimizer that keeps no state) is 0.
+    fn state_len(&self) -> usize {
+        0
+    }
+
+    /// Drops the state of every parameter after the first `len` to gain it (those parameters
+    /// step next as if for the first time). The default does nothing.
+    fn truncate_state(&mut self, len: usize) {
+        let _ = len;
+    }
 }
 
 /// A boxed optimizer is an optimizer (so a `Box<dyn Optimizer>` can be handed on by value).
@@ -162,6 +184,14 @@ impl<O: Optimizer + ?Sized> Optimizer for Box<O> {
 
     fn load_state_dict(&mut self, state_dict: &Value) -> Result<()> {
         (**self).load_state_dict(state_dict)
+    }
+
+    fn state_len(&self) -> usize {
+        (**self).state_len()
+    }
+
+    fn truncate_state(&mut self, len: usize) {
+        (**self).truncate_state(len)
     }
 }
 

@@ -41,6 +41,8 @@ pub(crate) struct JointStep {
     mutations: Vec<(Tensor, NodeId)>,
     /// Trainable parameters by id, with their position among `grads`.
     pub(crate) grad_index: HashMap<TensorId, usize>,
+    /// The qualified name of each parameter and buffer, by id (for errors).
+    names: HashMap<TensorId, String>,
 }
 
 /// Traces `loss(module(input), target)` at op level for a batch shaped like `input` and
@@ -102,7 +104,12 @@ pub(crate) fn joint_step<M: Layer>(
         .enumerate()
         .map(|(i, (_, p))| (p.id(), i))
         .collect();
+    let names = live_state
+        .iter()
+        .map(|(name, t)| (t.id(), name.clone()))
+        .collect();
     Ok(JointStep {
+        names,
         graph,
         constants: attributes,
         loss,
@@ -257,6 +264,11 @@ impl JointStep {
     /// The buffers written after the update's values, in output order.
     pub(crate) fn mutated_buffers(&self) -> impl Iterator<Item = &Tensor> {
         self.mutations.iter().map(|(t, _)| t)
+    }
+
+    /// The qualified name of module state tensor `id` (a parameter or a buffer).
+    pub(crate) fn state_name(&self, id: TensorId) -> Option<&str> {
+        self.names.get(&id).map(String::as_str)
     }
 
     /// The module state tensors fed as [`Feed::State`], in order.

@@ -27,9 +27,17 @@ pub(crate) struct UpdateRecord {
     pub live: Vec<Tensor>,
     /// Run-time scalar values, in order of use.
     pub scalars: Vec<f64>,
-    /// Tensors written at the end of the step, and the value written into each.
-    pub assigns: Vec<(Tensor, ValueRef)>,
+    /// Tensors written at the end of the step, in output order.
+    pub assigns: Vec<Assign>,
     pub shape: UpdateShape,
+}
+
+/// A tensor the step writes at its end: a parameter, or optimizer state of `owner`.
+pub(crate) struct Assign {
+    pub target: Tensor,
+    /// The parameter whose update writes it (the last one the optimizer asked the gradient
+    /// of), to name it in errors.
+    pub owner: Option<TensorId>,
 }
 
 /// What decides the graph of an update: its ops and their operands, the live tensors' shapes
@@ -51,6 +59,8 @@ pub(crate) struct RecordedUpdate<'a> {
     live_ids: HashMap<TensorId, usize>,
     /// The stand-in of each group's learning rate on each device (one input per group).
     scalar_standins: HashMap<(usize, Device), Tensor>,
+    /// The parameter being updated (the last one whose gradient was asked for).
+    owner: Option<TensorId>,
     record: UpdateRecord,
 }
 
@@ -61,6 +71,7 @@ impl<'a> RecordedUpdate<'a> {
             standins: HashMap::new(),
             live_ids: HashMap::new(),
             scalar_standins: HashMap::new(),
+            owner: None,
             record: UpdateRecord {
                 live: Vec::new(),
                 scalars: Vec::new(),
@@ -111,6 +122,7 @@ impl<'a> RecordedUpdate<'a> {
 impl UpdateSink for RecordedUpdate<'_> {
     fn grad(&mut self, param: &Tensor) -> Option<Tensor> {
         let i = *self.grads.get(&param.id())?;
+        self.owner = Some(param.id());
         Some(self.standin(&param.meta(), ValueRef::Grad(i)))
     }
 
@@ -150,7 +162,10 @@ impl UpdateSink for RecordedUpdate<'_> {
     fn assign(&mut self, target: &Tensor, value: &Tensor) -> tessera_nn::Result<()> {
         let value = self.resolve(value)?;
         self.record.shape.written.push(value);
-        self.record.assigns.push((target.clone(), value));
+        self.record.assigns.push(Assign {
+            target: target.clone(),
+            owner: self.owner,
+        });
         Ok(())
     }
 
@@ -159,7 +174,10 @@ impl UpdateSink for RecordedUpdate<'_> {
         let value = self.resolve(value)?;
         let kept = Tensor::zeros(&meta.shape, meta.dtype)?.to_device(param.device())?;
         self.record.shape.written.push(value);
-        self.record.assigns.push((kept.clone(), value));
+        self.record.assigns.push(Assign {
+            target: kept.clone(),
+            owner: Some(param.id()),
+        });
         Ok(kept)
     }
 }
