@@ -154,6 +154,57 @@ fn the_report_weighs_values_at_the_input_shapes_given() {
     );
 }
 
+/// Rematerialises `text` (one forward output) and returns the report and the printed graph.
+fn remat_text(text: &str) -> (RematReport, String) {
+    let mut graph = Graph::parse(text).unwrap();
+    let report = rematerialize(&mut graph, 1).unwrap();
+    graph.verify().unwrap();
+    (report, graph.to_string())
+}
+
+#[test]
+fn a_value_as_large_as_what_it_is_computed_from_is_kept_not_recomputed() {
+    // Recomputing `tanh` would keep `narrow`, as large as `tanh` itself: a tie, and the cut
+    // nearest the backward (no recomputation) is taken.
+    let (report, graph) = remat_text(
+        "graph(x: f32[64, 32], w: f32[32, 32], g: f32[64, 4]):
+    %mm : f32[64, 32] = call_function[matmul](%x, %w)
+    %narrow : f32[64, 4] = call_function[narrow]{dim: 1, start: 0, len: 4}(%mm)
+    %tanh : f32[64, 4] = call_function[tanh](%narrow)
+    %sum : f32[] = call_function[sum]{kind: Sum, dims: [0, 1], keepdim: false}(%tanh)
+    %tanh_backward : f32[64, 4] = call_function[tanh_backward](%g, %tanh)
+    return (%sum, %tanh_backward)
+",
+    );
+    assert!(report.recomputed.is_empty(), "{report}");
+    assert_eq!(report.saved_after, report.saved_before);
+    assert!(!graph.contains("_recomputed"), "{graph}");
+}
+
+#[test]
+fn a_chain_over_an_input_is_recomputed_for_free() {
+    // `exp(x * 2)` is read by the backward; `x` is an input, alive anyway: nothing is kept.
+    let (report, graph) = remat_text(
+        "graph(x: f32[16, 8], g: f32[16, 8]):
+    %mul : f32[16, 8] = call_function[mul]{op: Mul, value: 2.0, reversed: false}(%x)
+    %exp : f32[16, 8] = call_function[exp](%mul)
+    %sum : f32[] = call_function[sum]{kind: Sum, dims: [0, 1], keepdim: false}(%exp)
+    %exp_backward : f32[16, 8] = call_function[exp_backward](%g, %exp)
+    return (%sum, %exp_backward)
+",
+    );
+    assert_eq!(report.bytes_before(), 16 * 8 * 4);
+    assert_eq!(report.bytes_after(), 0, "{report}");
+    assert!(
+        graph.contains(
+            "%exp_backward : f32[16, 8] = call_function[exp_backward](%g, %exp_recomputed)"
+        ),
+        "{graph}"
+    );
+    let recomputed: Vec<&str> = report.recomputed.iter().map(|(o, _)| o.as_str()).collect();
+    assert_eq!(recomputed, ["mul", "exp"]);
+}
+
 #[test]
 fn shapes_that_do_not_fit_the_graph_are_an_error_naming_the_node() {
     let mut gm = GraphModule::from_graph(Graph::parse(GELU_JOINT).unwrap());
