@@ -141,6 +141,16 @@ fn run(args: &Args) -> Result<(), Error> {
         report.programs,
         report.compile_time
     );
+    if let Some(remat) = &report.remat {
+        println!(
+            "rematerialisation: {} of the {} bytes the backward reads from the forward saved \
+             ({} nodes recomputed); the step's arena: {} bytes",
+            remat.bytes_saved(),
+            remat.bytes_before(),
+            remat.recomputed.len(),
+            report.last.arena_bytes
+        );
+    }
     let mut weights = 0.0f64;
     for ((name, a), (_, b)) in eager
         .named_parameters()

@@ -3,7 +3,7 @@
 use crate::{
     CommonSubexpressionElimination, ConstantFold, ConvertStatic, DeadCodeElimination,
     FoldBatchNorm, FuseGroups, InsertObservers, Pass, PassError, PrepareQat, QuantizeDynamic,
-    RemoveDropoutIdentity, Result, Simplify, StructuredPrune,
+    Rematerialize, RemoveDropoutIdentity, Result, Simplify, StructuredPrune,
 };
 
 /// Every registered pass in its default configuration (constant folding freezes every
@@ -18,6 +18,7 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(StructuredPrune::new(0.3)),
         Box::new(Simplify::default()),
         Box::new(FuseGroups),
+        Box::new(Rematerialize::default()),
         Box::new(QuantizeDynamic::new(true)),
         Box::new(InsertObservers),
         Box::new(PrepareQat::default()),

@@ -125,6 +125,13 @@ pub enum CompileError {
     /// `run_into` writes CPU outputs; a module compiled for a device returns its outputs.
     #[error("run_into is for modules compiled for the cpu; this one runs on {device}: use run")]
     RunIntoOnDevice { device: Device },
+    /// A pass over the training step's joint graph failed.
+    #[error("training step: pass {pass}: {source}")]
+    TrainPass {
+        pass: &'static str,
+        #[source]
+        source: Box<PassError>,
+    },
     /// Tracing the loss or deriving the training step's joint graph failed.
     #[error("building the training step's graph: {source}")]
     TrainGraph {
@@ -176,10 +183,12 @@ pub struct CompileReport {
     /// with why (the op-level [`CompileReport::fallbacks`] run there too, as eager CUDA ops
     /// where the backend has them).
     pub host_steps: Vec<HostStep>,
-    /// On a CUDA device: kernels launched on the device per call, of which GEMM or
-    /// convolution tile kernels (epilogue fused), and the arena's bytes.
+    /// On a CUDA device: kernels launched on the device per call, and of those the GEMM or
+    /// convolution tile kernels (epilogue fused).
     pub device_kernels: usize,
     pub device_products: usize,
+    /// The bytes of the arena the intermediate values of the program compiled last share
+    /// (its memory plan's; on a CUDA device, the device arena's).
     pub arena_bytes: usize,
 }
 
@@ -504,6 +513,10 @@ impl CompiledModule {
         )?;
         let code = self.code_for(&gm, &prepared.graph_text, &key, &metas, program)?;
         let mut compiled = Compiled::new(code.0, code.1);
+        self.report
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .arena_bytes = compiled.plan.arena_bytes();
         if let Device::Cuda(ordinal) = self.options.device {
             let program = cuda::prepare(&compiled, &gm, ordinal, self.options.cuda_graphs)?;
             let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());

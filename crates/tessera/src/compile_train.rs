@@ -9,6 +9,11 @@
 //! and compiled steps can be mixed on them. Learning rates are run-time inputs (schedulers
 //! work); a step whose update differs (SGD's first step with momentum, which has no buffer
 //! yet) compiles its own program, cached, as does a batch of another shape.
+//!
+//! Before the update is appended, the joint graph is rematerialised
+//! ([`crate::passes::Rematerialize`], on by default, [`TrainStepOptions::rematerialize`]):
+//! cheap elementwise forward values the backward reads are computed again there rather than
+//! kept alive across the step; [`TrainStepReport::remat`] says how many bytes that saves.
 
 mod graph;
 mod record;
@@ -16,6 +21,7 @@ mod record;
 use crate::compile::{CompileError, CompileOptions, CompileReport, CompiledModule, compile};
 use crate::nn::optim::Optimizer;
 use crate::nn::{Layer, ModuleExt};
+use crate::passes::RematReport;
 use graph::{Feed, JointStep, joint_step};
 use record::{RecordedUpdate, UpdateRecord, UpdateShape};
 use std::sync::Arc;
@@ -33,7 +39,7 @@ pub struct CompiledTrainStep<M: Layer, O: Optimizer> {
     module: Arc<M>,
     loss: Box<LossFn>,
     optimizer: O,
-    options: CompileOptions,
+    options: TrainStepOptions,
     /// One per batch shape (and training mode) met.
     joints: Vec<TracedBatch>,
     report: TrainStepReport,
@@ -94,6 +100,33 @@ fn written_name(joint: &JointStep, target: &Tensor, owner: Option<TensorId>) -> 
     }
 }
 
+/// How a training step is compiled: the program's [`CompileOptions`] and the passes over the
+/// training graph. A [`CompileOptions`] converts into it (rematerialisation on).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainStepOptions {
+    /// How the step's program is compiled (`optimize` is ignored: the inference passes do not
+    /// hold for training graphs).
+    pub compile: CompileOptions,
+    /// Recompute cheap elementwise forward values in the backward instead of keeping them
+    /// alive from forward to backward, where that keeps fewer bytes (on by default).
+    pub rematerialize: bool,
+}
+
+impl Default for TrainStepOptions {
+    fn default() -> Self {
+        CompileOptions::default().into()
+    }
+}
+
+impl From<CompileOptions> for TrainStepOptions {
+    fn from(compile: CompileOptions) -> Self {
+        TrainStepOptions {
+            compile,
+            rematerialize: true,
+        }
+    }
+}
+
 /// What compiling the step did.
 #[derive(Debug, Clone, Default)]
 pub struct TrainStepReport {
@@ -103,32 +136,41 @@ pub struct TrainStepReport {
     pub compile_time: Duration,
     /// Step programs compiled (one per batch shape and update shape).
     pub programs: usize,
-    /// The compile report of the program compiled last.
+    /// The compile report of the program compiled last (its `arena_bytes`: the bytes of the
+    /// arena its intermediate values share).
     pub last: CompileReport,
+    /// What rematerialisation did to the joint graph traced last (`None` when it is off):
+    /// the forward values kept for the backward before and after, and the bytes saved.
+    pub remat: Option<RematReport>,
 }
 
 /// Traces `loss(module(input), target)` for batches shaped like `example` (input, target),
 /// derives its backward and prepares a step that also applies `optimizer`'s update; programs
 /// are compiled on the first call of each batch and update shape (the update's shape depends
-/// on the optimizer state the first step creates). `options.optimize` is ignored: the inference
-/// passes (batch-norm folding, constant folding) do not hold for training graphs.
+/// on the optimizer state the first step creates). `options` is a [`CompileOptions`] or a
+/// [`TrainStepOptions`]; `optimize` is ignored: the inference passes (batch-norm folding,
+/// constant folding) do not hold for training graphs.
 pub fn compile_train_step<M, O>(
     module: Arc<M>,
     loss: impl Fn(&Tensor, &Tensor) -> crate::nn::Result<Tensor> + 'static,
     optimizer: O,
     example: (&Tensor, &Tensor),
-    options: CompileOptions,
+    options: impl Into<TrainStepOptions>,
 ) -> Result<CompiledTrainStep<M, O>, CompileError>
 where
     M: Layer + 'static,
     O: Optimizer,
 {
+    let options = options.into();
     let mut step = CompiledTrainStep {
         module,
         loss: Box::new(loss),
         optimizer,
-        options: CompileOptions {
-            optimize: false,
+        options: TrainStepOptions {
+            compile: CompileOptions {
+                optimize: false,
+                ..options.compile
+            },
             ..options
         },
         joints: Vec::new(),
@@ -188,7 +230,7 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
                         Feed::Scalar(i) => Tensor::scalar(update.scalars[i]),
                     })
                     .collect();
-                let compiled = compile(&gm, &args, self.options.clone())?;
+                let compiled = compile(&gm, &args, self.options.compile.clone())?;
                 self.report.compile_time += start.elapsed();
                 self.report.programs += 1;
                 self.report.last = compiled.report();
@@ -259,8 +301,15 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
             return Ok(i);
         }
         let start = Instant::now();
-        let joint = joint_step(&*self.module, &*self.loss, input, target)?;
+        let (joint, remat) = joint_step(
+            &*self.module,
+            &*self.loss,
+            input,
+            target,
+            self.options.rematerialize,
+        )?;
         self.report.trace_time += start.elapsed();
+        self.report.remat = remat;
         self.joints.push(TracedBatch {
             input: input.clone(),
             target: target.clone(),

@@ -19,7 +19,9 @@ pub use compile::{
     Backend, BatchMode, CompileError, CompileOptions, CompileReport, CompiledModule,
     DUMP_KERNELS_ENV, compile, compile_layer,
 };
-pub use compile_train::{CompiledTrainStep, LossFn, TrainStepReport, compile_train_step};
+pub use compile_train::{
+    CompiledTrainStep, LossFn, TrainStepOptions, TrainStepReport, compile_train_step,
+};
 pub use tessera_cpu as cpu;
 pub use tessera_cuda as cuda;
 pub use tessera_distributed as distributed;

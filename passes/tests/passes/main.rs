@@ -16,6 +16,7 @@ mod quantize;
 mod quantize_residual;
 mod quantize_x86;
 mod random_graphs;
+mod remat;
 mod remove_dropout_identity;
 mod simplify;
 mod structured_prune;

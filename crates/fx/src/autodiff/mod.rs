@@ -17,7 +17,7 @@
 //! so the gradient flows through the mask drawn in the same run.
 //!
 //! Not done here: choosing what to save and what to recompute (the graph keeps every forward
-//! value the formulas read), and optimizers.
+//! value the formulas read; `tessera_passes::Rematerialize` chooses), and optimizers.
 
 mod walk;
 

@@ -1,5 +1,6 @@
 //! The graph of a training step: the loss traced at op level, its joint forward+backward
-//! graph with respect to the trainable parameters, the module's parameters and buffers read as
+//! graph with respect to the trainable parameters (rematerialised when asked), the module's
+//! parameters and buffers read as
 //! graph inputs (they change every step), and the optimizer's recorded update appended, whose
 //! results (new parameters, new optimizer state) are the graph's outputs after the loss.
 
@@ -9,6 +10,7 @@ use crate::fx::autodiff::joint_graph;
 use crate::fx::trace::{LeafPolicy, TracedGraph, trace_with};
 use crate::fx::{FxError, Graph, GraphModule, NodeId, NodeKind};
 use crate::nn::{Call, Layer, Module, ModuleExt, Sequential};
+use crate::passes::RematReport;
 use indexmap::IndexMap;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,13 +48,15 @@ pub(crate) struct JointStep {
 }
 
 /// Traces `loss(module(input), target)` at op level for a batch shaped like `input` and
-/// `target`, and derives its joint graph with respect to the module's trainable parameters.
+/// `target`, derives its joint graph with respect to the module's trainable parameters and,
+/// when `rematerialize` is set, rematerialises it (returning what that did).
 pub(crate) fn joint_step<M: Layer>(
     module: &M,
     loss: &dyn Fn(&Tensor, &Tensor) -> crate::nn::Result<Tensor>,
     input: &TensorMeta,
     target: &TensorMeta,
-) -> Result<JointStep, CompileError> {
+    rematerialize: bool,
+) -> Result<(JointStep, Option<RematReport>), CompileError> {
     let traced = trace_with(
         module,
         &[("input", input.clone()), ("target", target.clone())],
@@ -67,7 +71,17 @@ pub(crate) fn joint_step<M: Layer>(
         .map(|(name, p)| (name, p.tensor().clone()))
         .collect();
     let wrt: Vec<&str> = trainable.iter().map(|(name, _)| name.as_str()).collect();
-    let joint = joint_graph(&traced, &wrt).map_err(graph_error)?;
+    let mut joint = joint_graph(&traced, &wrt).map_err(graph_error)?;
+    let remat = if rematerialize {
+        let report = crate::passes::rematerialize(&mut joint.traced.graph, joint.forward_outputs)
+            .map_err(|source| CompileError::TrainPass {
+            pass: "rematerialize",
+            source: Box::new(source),
+        })?;
+        Some(report)
+    } else {
+        None
+    };
     let TracedGraph {
         mut graph,
         mut attributes,
@@ -108,7 +122,7 @@ pub(crate) fn joint_step<M: Layer>(
         .iter()
         .map(|(name, t)| (t.id(), name.clone()))
         .collect();
-    Ok(JointStep {
+    let step = JointStep {
         names,
         graph,
         constants: attributes,
@@ -117,7 +131,8 @@ pub(crate) fn joint_step<M: Layer>(
         state,
         mutations,
         grad_index,
-    })
+    };
+    Ok((step, remat))
 }
 
 /// Replaces every `get_attr` of module state (`live`, by qualified name) with a placeholder
