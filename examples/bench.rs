@@ -2,8 +2,11 @@
 //! and of the same models compiled (`bench_compiled`) and trained as compiled steps
 //! (`bench_train`); `--json` prints one object per line:
 //! `{"name", "median_ms", "min_ms", "threads"}` (and `"gbs"` for `memory_bandwidth_gbs`).
+//! The GPU rows (`bench_cuda`, names ending in `_cuda...`) add `"gbs"`, `"fraction_of_copy"`
+//! or `"us_per_kernel"`; without a GPU each is `{"name", "unavailable": reason}`.
 
 mod bench_compiled;
+mod bench_cuda;
 mod bench_train;
 #[path = "shapes_net.rs"]
 mod shapes_net;
@@ -406,6 +409,44 @@ fn run(args: &Args) -> Result<()> {
                 "{name:<30} {median:>11.3} {min:>11.3} {:>8}{extra}",
                 args.threads
             );
+        }
+    }
+    run_cuda(args)
+}
+
+/// The GPU rows `args` selects (all of them without `--only`), each measured, or reported
+/// unavailable (no driver or GPU) without stopping the others.
+fn run_cuda(args: &Args) -> Result<()> {
+    let selected = bench_cuda::ROWS
+        .iter()
+        .filter(|name| args.only.is_empty() || args.only.iter().any(|o| name.contains(o.as_str())));
+    let mut copy_gbs = None;
+    for &name in selected {
+        let mut row = serde_json::json!({"name": name});
+        match bench_cuda::measure(name, args.reps) {
+            Ok(r) => {
+                row["median_ms"] = serde_json::json!(r.median_ms);
+                row["min_ms"] = serde_json::json!(r.min_ms);
+                if let Some(gbs) = r.gbs {
+                    row["gbs"] = serde_json::json!(gbs);
+                    match copy_gbs {
+                        None => copy_gbs = Some(gbs),
+                        Some(copy) => row["fraction_of_copy"] = serde_json::json!(gbs / copy),
+                    }
+                }
+                if let Some(us) = r.us_per_kernel {
+                    row["us_per_kernel"] = serde_json::json!(us);
+                }
+            }
+            Err(tessera::TensorError::DeviceUnavailable { reason, .. }) => {
+                row["unavailable"] = serde_json::json!(reason);
+            }
+            Err(e) => return Err(e),
+        }
+        if args.json {
+            println!("{row}");
+        } else {
+            println!("{name:<30} {}", row);
         }
     }
     Ok(())

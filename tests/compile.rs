@@ -279,3 +279,27 @@ fn resnet18_compiles_when_a_prologue_relu_also_feeds_a_convolution() {
     let out = compiled.run(std::slice::from_ref(&x)).unwrap().remove(0);
     assert_close(&out, &expected, 1e-4, 1e-4, "compiled ResNet-18");
 }
+
+#[test]
+fn a_sequential_behind_arc_box_dyn_layer_compiles_with_the_default_leaf_policy() {
+    use tessera::nn::{Layer, Linear, ReLU, Sequential};
+    let seq = Sequential::new()
+        .add(Linear::new(6, 5).unwrap())
+        .add(ReLU::default())
+        .add(Linear::new(5, 3).unwrap());
+    let model: Arc<Box<dyn Layer>> = Arc::new(Box::new(seq));
+    let x = Tensor::randn(&[4, 6], DType::F32).unwrap();
+    let gm = GraphModule::new(
+        model.clone(),
+        trace(&*model, &x, LeafPolicy::default()).unwrap(),
+    );
+    let compiled = compile(&gm, std::slice::from_ref(&x), CompileOptions::default()).unwrap();
+    let out = compiled.run(std::slice::from_ref(&x)).unwrap().remove(0);
+    assert_close(
+        &out,
+        &model.call(x).unwrap(),
+        1e-5,
+        1e-5,
+        "compiled vs eager",
+    );
+}

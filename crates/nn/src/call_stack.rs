@@ -17,7 +17,8 @@ thread_local! {
 }
 
 /// Makes `module` the current call, with its path: its field name under the module calling
-/// it (`""` at the top level; its type name when called from a module it is not registered
+/// it (`""` at the top level; the caller's own path when it is the caller itself, reached
+/// through a `Box` or `Arc`; its type name when called from a module it is not registered
 /// in). The caller becomes current again when the guard drops.
 pub(crate) fn enter(module: &dyn Module) -> (Restore<Frame>, String) {
     let id = module_id(module);
@@ -28,6 +29,11 @@ pub(crate) fn enter(module: &dyn Module) -> (Restore<Frame>, String) {
         // SAFETY: the parent's `call` is below this one on the same thread, so the module
         // it points to is still borrowed.
         let parent = unsafe { &**parent };
+        // The module the current call delegates to (a `Box` or `Arc` calling the module it
+        // holds): the same module, at the same path.
+        if module_id(parent) == id {
+            return parent_path.clone();
+        }
         // A direct child first (cheap); else any descendant (a module reached through a
         // container, `self.activations["relu"]`).
         let name = own(parent)
@@ -60,6 +66,9 @@ pub fn current_module_path() -> Option<String> {
 /// Runs `f` as the body of a call of `module` at the top level: submodules it calls are named
 /// by their paths under `module` (tracing a closure over a module uses this).
 pub fn as_caller<R>(module: &dyn Module, f: impl FnOnce() -> R) -> R {
+    // The module itself, not a `Box` or `Arc` around it: its calls enter the module they hold
+    // (`as_module`), which must find itself here to be the top level.
+    let module = module.as_module();
     let _frame = Restore::set(&CURRENT, Some((module as *const dyn Module, String::new())));
     f()
 }

@@ -103,8 +103,9 @@ pub use driver::{CudaDriver, DeviceProperties, SystemDriver, driver_present};
 pub use elementwise::ELEMENTWISE_BLOCK;
 pub use error::{CudaError, Result};
 pub use gemm::{
-    ConvSpec, CublasGemm, CublasHandle, GemmImplementation, GemmOptions, GemmSpec, MathPath,
-    RenderedGemm, StridedOperand, cublas_plan, cublas_present, plan_gemm, render_conv, render_gemm,
+    ConvBackwardSpec, ConvGradient, ConvSpec, CublasGemm, CublasHandle, GemmImplementation,
+    GemmOptions, GemmSpec, MathPath, RenderedGemm, StridedOperand, cublas_plan, cublas_present,
+    grad_out_matrix, plan_gemm, render_conv, render_conv_backward, render_gemm, weight_transposed,
 };
 pub use reduce::MAX_REDUCTION_BLOCK;
 pub use render::{render, render_with};

@@ -2,8 +2,8 @@
 //! generated GEMM and implicit-GEMM PTX run by the emulator): every operand rank matmul
 //! accepts, broadcast batches, transposed, narrowed and permuted operands, linear with and
 //! without a bias, conv2d with groups, stride, padding and dilation, conv1d, and gradients
-//! through matmul and linear, all against the CPU's eager results in f32 and f64. The
-//! convolution's backward ops have no device kernels yet: a typed error naming the op.
+//! through matmul, linear and convolutions (the input and weight gradient ops for the same
+//! convolutions, over views too), all against the CPU's eager results in f32 and f64.
 //! (Its own test binary: the backend registry is per process.)
 
 mod eager_common;
@@ -11,10 +11,10 @@ mod emulated_driver;
 mod emulator;
 
 use eager_common::{
-    CUDA, assert_close, backend, cuda, same_on_device_within, same_views_on_device_within, tensor,
+    CUDA, assert_close, cuda, same_on_device_within, same_views_on_device_within, tensor,
 };
 use tessera_tensor::op::{ConvOp, ConvParams};
-use tessera_tensor::{DType, Op, Result, Tensor, TensorError};
+use tessera_tensor::{DType, Op, Result, Tensor};
 
 /// How far a product may be from the CPU's: the two sum in different orders.
 fn tolerance(dtype: DType) -> f64 {
@@ -142,10 +142,11 @@ fn conv(params: ConvParams, bias: bool) -> Op {
     Op::Conv(ConvOp::Forward { params, bias })
 }
 
-#[test]
-fn convolutions_equal_the_cpu_with_groups_stride_padding_and_dilation() -> Result<()> {
+/// The convolutions every test runs: 1-D and 2-D, groups (depthwise too), stride, padding,
+/// dilation, 1x1 and 7x7 kernels, one image and two.
+fn conv_cases() -> Vec<ConvCase<'static>> {
     let c2 = ConvParams::conv2d;
-    let cases: [ConvCase; 6] = [
+    vec![
         (
             "3x3 padded",
             &[2, 3, 6, 7],
@@ -188,7 +189,13 @@ fn convolutions_equal_the_cpu_with_groups_stride_padding_and_dilation() -> Resul
             ConvParams::conv1d(2, 1, 1, 1),
             true,
         ),
-    ];
+    ]
+}
+
+#[test]
+fn convolutions_equal_the_cpu_with_groups_stride_padding_and_dilation() -> Result<()> {
+    let c2 = ConvParams::conv2d;
+    let cases = conv_cases();
     for dtype in [DType::F32, DType::F64] {
         for (i, (what, x, w, params, bias)) in cases.iter().enumerate() {
             let mut inputs = vec![
@@ -266,18 +273,143 @@ fn gradients_through_matmul_and_linear_equal_the_cpu() -> Result<()> {
     Ok(())
 }
 
+/// The op of `params`' input gradient, for an input `x`.
+fn input_grad(params: ConvParams, x: &[usize]) -> Op {
+    let input_size = if params.spatial_dims == 1 {
+        [1, x[2]]
+    } else {
+        [x[2], x[3]]
+    };
+    Op::Conv(ConvOp::BackwardInput { params, input_size })
+}
+
+/// The op of `params`' weight gradient, for a weight `w`.
+fn weight_grad(params: ConvParams, w: &[usize]) -> Op {
+    let kernel_size = if params.spatial_dims == 1 {
+        [1, w[2]]
+    } else {
+        [w[2], w[3]]
+    };
+    Op::Conv(ConvOp::BackwardWeight {
+        params,
+        kernel_size,
+    })
+}
+
 #[test]
-fn the_backward_of_a_convolution_is_not_on_the_device_yet() -> Result<()> {
-    backend();
-    let x = cuda(&tensor(DType::F32, &[1, 2, 5, 5], 90, false))?.requires_grad_(true)?;
-    let w = cuda(&tensor(DType::F32, &[3, 2, 3, 3], 91, false))?;
-    let y = conv(ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1), false).apply1(&[&x, &w])?;
-    assert_eq!(y.device(), CUDA);
-    match y.sum_all()?.backward() {
-        Err(TensorError::UnsupportedOnDevice { op, device, .. }) => {
-            assert_eq!((op.as_str(), device), ("conv2d_backward_input", CUDA))
+fn convolution_gradient_ops_equal_the_cpu_with_groups_stride_padding_and_dilation() -> Result<()> {
+    for dtype in [DType::F32, DType::F64] {
+        for (i, (what, x, w, params, _)) in conv_cases().into_iter().enumerate() {
+            let (x, w) = (
+                tensor(dtype, x, 100 + i, false),
+                tensor(dtype, w, 110 + i, false),
+            );
+            let y = conv(params, false).apply1(&[&x, &w])?;
+            let go = tensor(dtype, &y.shape(), 120 + i, false);
+            let tol = tolerance(dtype);
+            same_on_device_within(
+                &format!("{what} input gradient {dtype}"),
+                &input_grad(params, &x.shape()),
+                &[go.clone(), w.clone()],
+                tol,
+            );
+            same_on_device_within(
+                &format!("{what} weight gradient {dtype}"),
+                &weight_grad(params, &w.shape()),
+                &[x.clone(), go],
+                tol,
+            );
         }
-        other => panic!("expected UnsupportedOnDevice, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn convolution_gradients_read_views_and_pack_what_is_not_one_matrix() -> Result<()> {
+    // Two images (the output gradient gathered per group), a 3x3 weight (transposed per
+    // group by the copy kernel), and operands that are transposed or narrowed views.
+    let params = ConvParams::conv2d([2, 1], [1, 1], [1, 1], 2);
+    for dtype in [DType::F32, DType::F64] {
+        let x = tensor(dtype, &[2, 4, 6, 7], 130, false);
+        let w = tensor(dtype, &[6, 2, 3, 3], 131, false);
+        let y_shape = conv(params, false).apply1(&[&x, &w])?.shape();
+        let go = tensor(
+            dtype,
+            &[y_shape[0], y_shape[1], y_shape[3], y_shape[2]],
+            132,
+            false,
+        );
+        let wide = tensor(dtype, &[6, 2, 3, 5], 133, false);
+        let tol = tolerance(dtype);
+        let (dgo, dwide, dx) = (cuda(&go)?, cuda(&wide)?, cuda(&x)?);
+        let op = input_grad(params, &x.shape());
+        let views = |go: &Tensor, wide: &Tensor| -> Result<Vec<Tensor>> {
+            Ok(vec![go.transpose(2, 3)?, wide.narrow(3, 1, 3)?])
+        };
+        let cpu = views(&go, &wide)?;
+        let want = op.apply(&cpu.iter().collect::<Vec<_>>())?;
+        let dev = views(&dgo, &dwide)?;
+        same_views_on_device_within(
+            &format!("input gradient of views {dtype}"),
+            &op,
+            &cpu,
+            &dev,
+            &want,
+            tol,
+        );
+        let op = weight_grad(params, &w.shape());
+        let views = |x: &Tensor, go: &Tensor| -> Result<Vec<Tensor>> {
+            Ok(vec![x.clone(), go.transpose(2, 3)?])
+        };
+        let cpu = views(&x, &go)?;
+        let want = op.apply(&cpu.iter().collect::<Vec<_>>())?;
+        let dev = views(&dx, &dgo)?;
+        same_views_on_device_within(
+            &format!("weight gradient of a view {dtype}"),
+            &op,
+            &cpu,
+            &dev,
+            &want,
+            tol,
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn gradients_through_a_convolution_equal_the_cpu() -> Result<()> {
+    for dtype in [DType::F32, DType::F64] {
+        for (i, (what, x, w, params, bias)) in conv_cases().into_iter().enumerate() {
+            let mut leaves = vec![
+                tensor(dtype, x, 140 + i, false),
+                tensor(dtype, w, 150 + i, false),
+            ];
+            if bias {
+                leaves.push(tensor(dtype, &[w[0]], 160 + i, false));
+            }
+            let run = |leaves: &[Tensor]| -> Result<(Tensor, Vec<Tensor>)> {
+                let leaves: Vec<Tensor> = leaves
+                    .iter()
+                    .map(|t| t.clone().requires_grad_(true))
+                    .collect::<Result<_>>()?;
+                let y = conv(params, bias).apply1(&leaves.iter().collect::<Vec<_>>())?;
+                // A loss whose gradient differs per output element.
+                let loss = y.mul(&y)?.sum_all()?;
+                loss.backward()?;
+                Ok((loss, leaves))
+            };
+            let (cpu_loss, cpu) = run(&leaves)?;
+            let device: Vec<Tensor> = leaves.iter().map(cuda).collect::<Result<_>>()?;
+            let (dev_loss, dev) = run(&device)?;
+            assert_eq!(dev_loss.device(), CUDA);
+            let tol = tolerance(dtype);
+            assert_close(&format!("{what} loss {dtype}"), &cpu_loss, &dev_loss, tol);
+            for (n, (c, d)) in cpu.iter().zip(&dev).enumerate() {
+                let (c, d) = (c.grad().unwrap(), d.grad().unwrap());
+                assert_eq!(d.device(), CUDA, "{what}: gradient {n} left the device");
+                assert_close(&format!("{what} gradient {n} {dtype}"), &c, &d, tol);
+            }
+        }
     }
     Ok(())
 }

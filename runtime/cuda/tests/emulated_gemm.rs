@@ -1,7 +1,8 @@
 //! The generated GEMM and implicit-GEMM convolution kernels, run in the PTX emulator, against
 //! the CPU: lowered programs (linear and matmul with fused epilogues, convolutions with bias
-//! and activation) against the kernel-IR interpreter, and the standalone entry points in f32,
-//! f64, tf32, f16 and bf16 against products computed here in f64. Shapes are small and odd
+//! and activation) against the kernel-IR interpreter, and the standalone entry points (products,
+//! convolutions and both convolution gradients) in f32, f64, tf32, f16 and bf16 against results
+//! computed in f64. Shapes are small and odd
 //! (1, 7, 16, 33, 69) so every tile edge, the k tail and multi-tile grid-stride loops run.
 
 mod emulated;
@@ -10,8 +11,8 @@ mod emulator;
 use emulated::EmulatedPtx;
 use emulator::{GlobalMemory, LaunchConfig, Module, ParamValue};
 use tessera_cuda::{
-    ConvSpec, GemmOptions, GemmSpec, MathPath, PtxTarget, RenderedGemm, StridedOperand,
-    render_conv, render_gemm,
+    ConvBackwardSpec, ConvGradient, ConvSpec, GemmOptions, GemmSpec, MathPath, PtxTarget,
+    RenderedGemm, StridedOperand, render_conv, render_conv_backward, render_gemm,
 };
 use tessera_fx::Graph;
 use tessera_kernel::{Interpreter, NoEnvironment, lower, run_program};
@@ -654,6 +655,150 @@ fn standalone_convolutions_agree_in_every_dtype() {
                     (g - w).abs() <= allowed,
                     "conv {what} {dtype:?} tf32={tf32}: element {i} is {g:e}, want {w:e}"
                 );
+            }
+        }
+    }
+}
+
+/// `v` (`[d0, d1, d2, rest]` row-major) with its dims 1 and 2 swapped.
+fn swap_middle(v: &[f64], [d0, d1, d2, rest]: [usize; 4]) -> Vec<f64> {
+    let mut out = Vec::with_capacity(v.len());
+    for a in 0..d0 {
+        for c in 0..d2 {
+            for b in 0..d1 {
+                let at = ((a * d1 + b) * d2 + c) * rest;
+                out.extend_from_slice(&v[at..at + rest]);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn standalone_convolution_gradients_agree_in_every_dtype() {
+    for (what, x_shape, w_shape, params) in conv_cases() {
+        let forward = ConvSpec {
+            name: "shape".into(),
+            dtype: DType::F64,
+            input_shape: x_shape,
+            weight_shape: w_shape,
+            params,
+            bias: false,
+            options: GemmOptions::default(),
+        };
+        let [n, c_out, oh, ow] = tessera_cuda::gemm::conv_output_shape(&forward).unwrap();
+        let [_, gi, kh, kw] = w_shape;
+        let (groups, taps) = (params.groups, kh * kw);
+        let go = c_out / groups;
+        let grad_shape = [n, c_out, oh, ow];
+        for (dtype, options) in [
+            (DType::F32, GemmOptions::default()),
+            (DType::F32, GemmOptions { allow_tf32: true }),
+            (DType::F16, GemmOptions::default()),
+            (DType::BF16, GemmOptions::default()),
+            (DType::F64, GemmOptions::default()),
+        ] {
+            for gradient in [ConvGradient::Input, ConvGradient::Weight] {
+                // A packed as one row-major matrix per group, B packed NCHW.
+                let (a, b_shape, k, op) = match gradient {
+                    ConvGradient::Input => (
+                        swap_middle(
+                            &values(w_shape.iter().product(), 31),
+                            [groups, go, gi, taps],
+                        ),
+                        grad_shape,
+                        go * taps,
+                        Op::Conv(ConvOp::BackwardInput {
+                            params,
+                            input_size: [x_shape[2], x_shape[3]],
+                        }),
+                    ),
+                    ConvGradient::Weight => (
+                        swap_middle(&values(n * c_out * oh * ow, 32), [1, n, c_out, oh * ow]),
+                        x_shape,
+                        n * oh * ow,
+                        Op::Conv(ConvOp::BackwardWeight {
+                            params,
+                            kernel_size: [kh, kw],
+                        }),
+                    ),
+                };
+                let rows = if gradient == ConvGradient::Input {
+                    gi
+                } else {
+                    go
+                };
+                let spec = ConvBackwardSpec {
+                    name: "conv_gradient_test".into(),
+                    dtype,
+                    gradient,
+                    input_shape: x_shape,
+                    weight_shape: w_shape,
+                    params,
+                    a: StridedOperand::row_major(rows, k),
+                    options,
+                };
+                let rendered = render_conv_backward(&spec, &PtxTarget::SM80).unwrap();
+                let tf32 = rendered.path == MathPath::MmaTf32;
+                let round =
+                    |v: Vec<f64>| v.into_iter().map(|x| round_as(dtype, x, false)).collect();
+                let a: Vec<f64> = round(a);
+                let b: Vec<f64> = round(values(b_shape.iter().product(), 33));
+                let got = run(&rendered, dtype, &[a.clone(), b.clone()], 3);
+                // The reference: the CPU's op on the operands the kernel multiplies (in f64),
+                // and on their magnitudes for the rounding scale (the op is bilinear).
+                let r = |v: &[f64], abs: bool| {
+                    v.iter()
+                        .map(|&x| round_as(dtype, x, tf32))
+                        .map(|x| if abs { x.abs() } else { x })
+                        .collect::<Vec<f64>>()
+                };
+                let reference = |abs: bool| {
+                    let operands = match gradient {
+                        ConvGradient::Input => [
+                            Tensor::from_vec(r(&b, abs), &b_shape).unwrap(),
+                            Tensor::from_vec(
+                                swap_middle(&r(&a, abs), [groups, gi, go, taps]),
+                                &w_shape,
+                            )
+                            .unwrap(),
+                        ],
+                        ConvGradient::Weight => [
+                            Tensor::from_vec(r(&b, abs), &b_shape).unwrap(),
+                            Tensor::from_vec(
+                                swap_middle(&r(&a, abs), [1, c_out, n, oh * ow]),
+                                &grad_shape,
+                            )
+                            .unwrap(),
+                        ],
+                    };
+                    op.apply1(&[&operands[0], &operands[1]])
+                        .unwrap()
+                        .to_vec::<f64>()
+                        .unwrap()
+                };
+                let (want, scale) = (reference(false), reference(true));
+                let unit = match dtype {
+                    DType::F16 => 2f64.powi(-10),
+                    DType::BF16 => 2f64.powi(-7),
+                    DType::F64 => 2f64.powi(-52),
+                    _ if tf32 => 2f64.powi(-10),
+                    _ => 2f64.powi(-23),
+                };
+                let acc_unit = if dtype == DType::F64 {
+                    unit
+                } else {
+                    2f64.powi(-23)
+                };
+                assert_eq!(got.len(), want.len(), "{what} {gradient:?}");
+                for (i, ((g, w), s)) in got.iter().zip(&want).zip(&scale).enumerate() {
+                    let allowed = 2.0 * k as f64 * acc_unit * s + unit * w.abs() + 1e-300;
+                    assert!(
+                        (g - w).abs() <= allowed,
+                        "{gradient:?} gradient of conv {what} {dtype:?} tf32={tf32}: element {i} \
+                         is {g:e}, want {w:e}"
+                    );
+                }
             }
         }
     }

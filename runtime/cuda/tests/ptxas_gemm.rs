@@ -1,6 +1,7 @@
 //! Every GEMM and convolution variant the renderer emits, assembled by `ptxas` for sm_80 and
 //! sm_90: the lowered kernels (linear, transposed matmul, convolutions; f32 and f64, FMA and
-//! tf32 tensor cores) and the standalone entry points in f16, bf16, f32 (FMA and tf32) and
+//! tf32 tensor cores) and the standalone entry points (products, convolutions and both
+//! convolution gradients) in f16, bf16, f32 (FMA and tf32) and
 //! f64, with and without a bias, including 64-bit index arithmetic. Skipped (with a printed
 //! line) when `TESSERA_PTXAS` is unset, unless `TESSERA_REQUIRE_PTXAS=1`.
 
@@ -8,8 +9,8 @@ mod common;
 
 use common::{assemble, gemm_graphs, kernels, ptxas};
 use tessera_cuda::{
-    ConvSpec, GemmOptions, GemmSpec, PtxTarget, StridedOperand, render_conv, render_gemm,
-    render_with,
+    ConvBackwardSpec, ConvGradient, ConvSpec, GemmOptions, GemmSpec, PtxTarget, StridedOperand,
+    render_conv, render_conv_backward, render_gemm, render_with,
 };
 use tessera_tensor::DType;
 use tessera_tensor::op::ConvParams;
@@ -84,6 +85,32 @@ fn standalone_gemms_and_convolutions_assemble_in_every_dtype() {
         };
         let r = render_conv(&spec, &PtxTarget::SM80).unwrap();
         assemble(&ptxas, &r.name, &r.ptx, &ARCHS);
+        // Both gradients, with strides of 2 (the input gradient's divisibility test) and 1.
+        for (gradient, stride) in [ConvGradient::Input, ConvGradient::Weight]
+            .into_iter()
+            .flat_map(|g| [(g, 2), (g, 1)])
+        {
+            let params = ConvParams::conv2d([stride, 1], [1, 1], [1, 2], 2);
+            let (rows, k) = match gradient {
+                ConvGradient::Input => (2, 3 * 9),
+                ConvGradient::Weight => (3, 2 * 9 * 8),
+            };
+            let spec = ConvBackwardSpec {
+                name: format!(
+                    "conv_{gradient:?}_{stride}_{dtype:?}_{}",
+                    options.allow_tf32
+                ),
+                dtype,
+                gradient,
+                input_shape: [2, 4, 9, 8],
+                weight_shape: [6, 2, 3, 3],
+                params,
+                a: StridedOperand::row_major(rows, k),
+                options,
+            };
+            let r = render_conv_backward(&spec, &PtxTarget::SM80).unwrap();
+            assemble(&ptxas, &r.name, &r.ptx, &ARCHS);
+        }
     }
 }
 

@@ -82,6 +82,14 @@ impl Ints<'_> {
         d
     }
 
+    /// `a - b`, wrapping below zero.
+    pub fn sub(&mut self, a: Reg, b: Reg) -> Reg {
+        let d = self.reg();
+        let t = self.t();
+        self.e.ins(format!("sub.{t} {d}, {a}, {b}"));
+        d
+    }
+
     pub fn mul_imm(&mut self, a: Reg, b: usize) -> Reg {
         match b {
             0 => self.constant(0),

@@ -7,12 +7,14 @@
 //!
 //! Two ways in: a kernel-IR kernel with a GEMM or convolution call goes through
 //! [`crate::render`] (its elementwise epilogue evaluated on the accumulators), and the eager
-//! path's batched products and convolutions through [`render_gemm`] and [`render_conv`].
+//! path's batched products and convolutions through [`render_gemm`] and [`render_conv`], and
+//! a convolution's input and weight gradients through [`render_conv_backward`].
 //! Tile sizes live in `config`, one place. Where libcublas is found, [`plan_gemm`] prefers
 //! cuBLAS for the standalone products it can express ([`cublas_plan`]).
 
 mod arith;
 mod config;
+mod conv_backward;
 mod cublas;
 mod element;
 mod epilogue;
@@ -27,6 +29,9 @@ mod tile_kernel;
 
 pub use config::{
     FMA_MICRO, FMA_TILES, GemmOptions, MMA_TILES, MMA_WARP_TILE, MathPath, ROW_PAD_BYTES, Tiles,
+};
+pub use conv_backward::{
+    ConvBackwardSpec, ConvGradient, grad_out_matrix, render_conv_backward, weight_transposed,
 };
 pub use cublas::{
     CublasGemm, CublasHandle, GemmImplementation, cublas_plan, cublas_present, plan_gemm,

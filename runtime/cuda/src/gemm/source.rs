@@ -3,8 +3,13 @@
 //! buffer, or, for a convolution, the input image gathered on the fly (implicit im2col: the
 //! element of k = (input channel, kernel row, kernel column) and outer = output pixel
 //! (image, row, column) is the input pixel it reads, zero in the padding; no im2col buffer
-//! exists). A load slot is one element a thread copies into shared memory per step: its
-//! position in the tile is fixed, the tile and the step move.
+//! exists). A convolution's two gradients gather the same way: the weight gradient reads the
+//! im2col matrix with its roles swapped (outer = (input channel, tap), k = output pixel), the
+//! input gradient reads the output gradient per input pixel (outer = input pixel (image, row,
+//! column), k = (output channel, tap)), zero where no output pixel reads that input pixel
+//! through that tap (the padding, and the pixels a stride skips). A load slot is one element a
+//! thread copies into shared memory per step: its position in the tile is fixed, the tile and
+//! the step move.
 
 use super::arith::{Ints, and_pred};
 use super::element::Element;
@@ -129,7 +134,14 @@ impl ConvGeometry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     Matrix(StridedMatrix),
+    /// The packed input as im2col: outer = output pixel, k = (group input channel, tap).
     Im2col(ConvGeometry),
+    /// The packed input as im2col transposed: outer = (group input channel, tap), k = output
+    /// pixel (the weight gradient's B).
+    Im2colTransposed(ConvGeometry),
+    /// The packed output gradient gathered per input pixel: outer = input pixel, k = (group
+    /// output channel, tap) (the input gradient's B).
+    Col2im(ConvGeometry),
 }
 
 impl Source {
@@ -140,8 +152,10 @@ impl Source {
             Source::Matrix(m) => {
                 m.k_stride == 1 || (m.outer_stride != 1 && m.k_stride < m.outer_stride)
             }
-            // Neighbouring output columns read neighbouring input columns.
-            Source::Im2col(_) => false,
+            // Neighbouring output columns read neighbouring input columns, and neighbouring
+            // input columns neighbouring output-gradient columns.
+            Source::Im2col(_) | Source::Col2im(_) => false,
+            Source::Im2colTransposed(_) => true,
         }
     }
 }
@@ -177,6 +191,22 @@ pub(crate) enum SlotTile {
         planes: Reg,
         outer_inside: Reg,
         origin: (Reg, Reg),
+        geometry: ConvGeometry,
+    },
+    /// The address of image 0's plane of the slot's input channel, and the input row and
+    /// column its tap adds to an output pixel's `(oy * stride, ox * stride)` (wrapping).
+    Im2colTransposed {
+        plane: Reg,
+        outer_inside: Reg,
+        tap_offset: (Reg, Reg),
+        geometry: ConvGeometry,
+    },
+    /// The address of the slot's image's first output-gradient channel of the group, and its
+    /// input row and column plus the padding.
+    Col2im {
+        planes: Reg,
+        outer_inside: Reg,
+        padded: (Reg, Reg),
         geometry: ConvGeometry,
     },
 }
@@ -228,6 +258,43 @@ impl Operand {
                     geometry: c,
                 }
             }
+            Source::Im2colTransposed(c) => {
+                let taps = c.kh * c.kw;
+                let channel = ix.div_imm(outer, taps);
+                let tap = ix.rem_imm(outer, taps);
+                let ky = ix.div_imm(tap, c.kw);
+                let kx = ix.rem_imm(tap, c.kw);
+                let dy = ix.mul_imm(ky, c.dilation[0]);
+                let dy = ix.sub_imm(dy, c.padding[0]);
+                let dx = ix.mul_imm(kx, c.dilation[1]);
+                let dx = ix.sub_imm(dx, c.padding[1]);
+                let plane = ix.mad_imm(batch, c.group_in(), channel);
+                let at = ix.mul_imm(plane, c.h * c.w);
+                SlotTile::Im2colTransposed {
+                    plane: ix.address(self.base, at, size),
+                    outer_inside,
+                    tap_offset: (dy, dx),
+                    geometry: c,
+                }
+            }
+            Source::Col2im(c) => {
+                let per_image = c.h * c.w;
+                let image = ix.div_imm(outer, per_image);
+                let pixel = ix.rem_imm(outer, per_image);
+                let y = ix.div_imm(pixel, c.w);
+                let x = ix.rem_imm(pixel, c.w);
+                let y = ix.add_imm(y, c.padding[0]);
+                let x = ix.add_imm(x, c.padding[1]);
+                let channel = ix.mul_imm(batch, c.group_out());
+                let plane = ix.mad_imm(image, c.c_out, channel);
+                let at = ix.mul_imm(plane, c.oh * c.ow);
+                SlotTile::Col2im {
+                    planes: ix.address(self.base, at, size),
+                    outer_inside,
+                    padded: (y, x),
+                    geometry: c,
+                }
+            }
         }
     }
 
@@ -270,6 +337,67 @@ impl Operand {
                 let inside = and_pred(ix.e, inside, column_inside);
                 let plane_row = ix.mad_imm(channel, c.h, row);
                 let at = ix.mad_imm(plane_row, c.w, column);
+                let address = ix.address(planes, at, size);
+                self.element.load_or_zero(ix.e, address, inside)
+            }
+            SlotTile::Im2colTransposed {
+                plane,
+                outer_inside,
+                tap_offset: (dy, dx),
+                geometry: c,
+            } => {
+                let inside = and_pred(ix.e, outer_inside, k_inside);
+                let per_image = c.oh * c.ow;
+                let image = ix.div_imm(k, per_image);
+                let pixel = ix.rem_imm(k, per_image);
+                let oy = ix.div_imm(pixel, c.ow);
+                let ox = ix.rem_imm(pixel, c.ow);
+                let row = ix.mad_imm(oy, c.stride[0], dy);
+                let column = ix.mad_imm(ox, c.stride[1], dx);
+                // Below zero wraps past the extent: one unsigned compare per side.
+                let row_inside = ix.lt_imm(row, c.h);
+                let column_inside = ix.lt_imm(column, c.w);
+                let inside = and_pred(ix.e, inside, row_inside);
+                let inside = and_pred(ix.e, inside, column_inside);
+                let in_plane = ix.mad_imm(row, c.w, column);
+                let at = ix.mad_imm(image, c.c_in * c.h * c.w, in_plane);
+                let address = ix.address(plane, at, size);
+                self.element.load_or_zero(ix.e, address, inside)
+            }
+            SlotTile::Col2im {
+                planes,
+                outer_inside,
+                padded: (y, x),
+                geometry: c,
+            } => {
+                let inside = and_pred(ix.e, outer_inside, k_inside);
+                let taps = c.kh * c.kw;
+                let channel = ix.div_imm(k, taps);
+                let tap = ix.rem_imm(k, taps);
+                let ky = ix.div_imm(tap, c.kw);
+                let kx = ix.rem_imm(tap, c.kw);
+                // The output pixel whose tap (ky, kx) reads input (y, x): oy * stride =
+                // y + padding - ky * dilation, when that is a multiple of the stride in range.
+                let mut output_index = |padded: Reg, tap: Reg, axis: usize, extent: usize| {
+                    let reach = ix.mul_imm(tap, c.dilation[axis]);
+                    let strided = ix.sub(padded, reach);
+                    // Below zero wraps past the extent: one unsigned compare.
+                    let within = ix.lt_imm(strided, extent * c.stride[axis]);
+                    let within = if c.stride[axis] > 1 {
+                        let skipped = ix.rem_imm(strided, c.stride[axis]);
+                        let aligned = ix.lt_imm(skipped, 1);
+                        and_pred(ix.e, within, aligned)
+                    } else {
+                        within
+                    };
+                    (ix.div_imm(strided, c.stride[axis]), within)
+                };
+                let (oy, row_inside) = output_index(y, ky, 0, c.oh);
+                let (ox, column_inside) = output_index(x, kx, 1, c.ow);
+                let inside = and_pred(ix.e, inside, row_inside);
+                let inside = and_pred(ix.e, inside, column_inside);
+                let plane_row = ix.mad_imm(channel, c.oh, oy);
+                let at = ix.mad_imm(plane_row, c.ow, ox);
                 let address = ix.address(planes, at, size);
                 self.element.load_or_zero(ix.e, address, inside)
             }

@@ -125,7 +125,7 @@ impl RenderedGemm {
     }
 }
 
-fn width_for(counts: &[usize]) -> IntWidth {
+pub(super) fn width_for(counts: &[usize]) -> IntWidth {
     if counts.iter().all(|&c| c < (1 << 31)) {
         IntWidth::U32
     } else {
@@ -134,7 +134,7 @@ fn width_for(counts: &[usize]) -> IntWidth {
 }
 
 /// The element type and math path of a standalone `what` (named for errors) in `dtype`.
-fn choose(
+pub(super) fn choose(
     name: &str,
     what: &str,
     dtype: DType,

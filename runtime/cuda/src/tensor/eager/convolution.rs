@@ -2,8 +2,7 @@
 //! ([`render_conv`]: groups, stride, padding, dilation, the bias added per output channel in
 //! its store). The kernel reads packed NCHW operands, so an input, weight or bias that is a
 //! strided view is packed first by the copy kernel; a conv1d is a conv2d of height 1. The
-//! backward ops (`conv*_backward_input`, `conv*_backward_weight`) have no device kernels yet
-//! and stay `UnsupportedOnDevice`.
+//! backward ops are in [`super::conv_backward`].
 
 use super::builder::OpBuilder;
 use super::compile::CompiledOp;
@@ -19,7 +18,7 @@ use tessera_tensor::op::ConvParams;
 use tessera_tensor::{DType, TensorMeta};
 
 /// `shape` as the 4-D shape the kernel sees: `[N, C, L]` of a conv1d gains a height of 1.
-fn four_d(shape: &[usize]) -> Option<[usize; 4]> {
+pub(super) fn four_d(shape: &[usize]) -> Option<[usize; 4]> {
     match *shape {
         [n, c, l] => Some([n, c, 1, l]),
         [n, c, h, w] => Some([n, c, h, w]),
@@ -29,7 +28,7 @@ fn four_d(shape: &[usize]) -> Option<[usize; 4]> {
 
 /// Operand `n`'s storage when it is packed from element 0, else a packed copy of it; `None`
 /// when the copy is not generated.
-fn packed_operand(
+pub(super) fn packed_operand(
     b: &mut OpBuilder<'_>,
     inputs: &[DeviceOperand<'_>],
     n: usize,

@@ -1,13 +1,13 @@
 //! Where device implementations of the steps the PTX renderer does not generate from a lowered
-//! program plug in. A one-op graph of `matmul`, `linear` or a forward convolution lowers to an
-//! external call (a GEMM without an epilogue runs its eager kernel: there is nothing to fuse),
-//! so those ops are compiled here instead, as the standalone generated GEMM and implicit-GEMM
-//! convolution kernels ([`super::product`], [`super::convolution`]). Any other program with an
-//! external step (an op the lowering leaves to its eager CPU kernel) is unsupported on the
-//! device.
+//! program plug in. A one-op graph of `matmul`, `linear`, a convolution or one of its two
+//! gradients lowers to an external call (a GEMM without an epilogue runs its eager kernel:
+//! there is nothing to fuse), so those ops are compiled here instead, as the standalone
+//! generated GEMM and implicit-GEMM convolution kernels ([`super::product`],
+//! [`super::convolution`], [`super::conv_backward`]). Any other program with an external step
+//! (an op the lowering leaves to its eager CPU kernel) is unsupported on the device.
 
 use super::compile::CompiledOp;
-use super::{convolution, product};
+use super::{conv_backward, convolution, product};
 use crate::Result;
 use crate::driver::CudaDriver;
 use crate::tensor::device_state::DeviceState;
@@ -32,6 +32,20 @@ pub(crate) fn compile_call(
         Op::Conv(ConvOp::Forward { params, bias }) => {
             convolution::conv_forward(driver, state, inputs, outputs, *params, *bias)
         }
+        Op::Conv(ConvOp::BackwardInput { params, input_size }) => {
+            conv_backward::conv_backward_input(driver, state, inputs, outputs, *params, *input_size)
+        }
+        Op::Conv(ConvOp::BackwardWeight {
+            params,
+            kernel_size,
+        }) => conv_backward::conv_backward_weight(
+            driver,
+            state,
+            inputs,
+            outputs,
+            *params,
+            *kernel_size,
+        ),
         _ => return None,
     })
 }

@@ -6,9 +6,9 @@
 //! ([`compile`]); later calls with the same key find the loaded kernels in the device's
 //! [`KernelCache`] and only allocate their outputs and launch ([`run`]).
 //!
-//! `matmul`, `linear` and forward convolutions, which a one-op graph lowers to an external
-//! call, are compiled by [`external`] as standalone generated GEMM and implicit-GEMM
-//! convolution kernels ([`builder`] assembles them). What else the lowering does not turn into
+//! `matmul`, `linear`, convolutions and their input and weight gradients, which a one-op graph
+//! lowers to an external call, are compiled by [`external`] as standalone generated GEMM and
+//! implicit-GEMM convolution kernels ([`builder`] assembles them). What else the lowering does not turn into
 //! rendered kernels (an op it leaves to its eager CPU kernel, integer buffers) makes the op
 //! unsupported on the device: `apply` returns `None`, which dispatch reports as
 //! `TensorError::UnsupportedOnDevice` naming the op.
@@ -16,6 +16,7 @@
 mod builder;
 mod cache;
 mod compile;
+mod conv_backward;
 mod convolution;
 pub(crate) mod external;
 mod graph;
