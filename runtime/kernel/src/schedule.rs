@@ -141,11 +141,12 @@ fn choose(kernel: &Kernel) -> Schedule {
     let stages = crate::Stages::of(kernel);
     // A reduction kernel computes its outer values once per output point, in scalar code: they
     // may be f64 (an eval batch norm's affine) where no vector value reads them.
-    let wide = |v: &ValueId| kernel.value(*v).ty == ScalarType::F64;
+    // Vector code holds f32 lanes and bool masks: f64 and i64 values stay scalar.
+    let wide = |v: &ValueId| matches!(kernel.value(*v).ty, ScalarType::F64 | ScalarType::I64);
     let all_f32 = kernel.values.iter().enumerate().all(|(i, v)| {
         let id = ValueId::from_index(i);
         (!kernel.reduce.is_empty() && !stages.is_inner(id))
-            || (v.ty != ScalarType::F64 && !crate::operands(&v.expr).iter().any(wide))
+            || (!wide(&id) && !crate::operands(&v.expr).iter().any(wide))
     }) && kernel.buffers.iter().all(|b| b.ty == ScalarType::F32);
     let last = extents.len() - 1;
     // Strided loads gather their lanes, at byte offsets a backend can give as immediates.
