@@ -475,6 +475,35 @@ fn comparisons_where_and_integer_ops_run_on_the_device_as_on_the_cpu() -> Result
 }
 
 #[test]
+fn batch_norm_update_counts_batches_and_blends_statistics_on_the_device() -> Result<()> {
+    for momentum in [Some(0.1), None] {
+        for dtype in [DType::F32, DType::F64] {
+            let op = Op::BatchNormUpdate(tessera_tensor::op::BatchNormUpdateOp {
+                momentum,
+                count: 12,
+                counted: true,
+            });
+            let mut inputs: Vec<Tensor> =
+                (0..4).map(|s| tensor(dtype, &[7], 30 + s, false)).collect();
+            inputs.push(Tensor::scalar(3i64));
+            same_on_device(
+                &format!("batch_norm_update {momentum:?} {dtype}"),
+                &op,
+                &inputs,
+            );
+            let on: Vec<Tensor> = inputs.iter().map(cuda).collect::<Result<_>>()?;
+            let refs: Vec<&Tensor> = on.iter().collect();
+            let outs = op.apply(&refs)?;
+            assert_eq!(
+                (outs[2].device(), outs[2].to_vec::<i64>()?),
+                (CUDA, vec![4])
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
 fn tensors_move_between_devices_and_mixing_them_is_a_mismatch() -> Result<()> {
     let x = tensor(DType::F32, &[5], 16, false);
     let on0 = cuda(&x)?;
