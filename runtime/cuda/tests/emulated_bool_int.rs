@@ -148,7 +148,7 @@ fn i64_arithmetic_comparisons_and_casts_agree_with_the_interpreter() {
             1 => 1 << 40,
             2 => -(1 << 35) - 7,
             3 => (1 << 53) + 1,
-            k => (i as i64) * k - 20,
+            k => i * k - 20,
         })
         .collect();
     let mut xs = floats(45, 5);
