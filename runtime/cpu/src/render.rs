@@ -61,7 +61,9 @@ pub(crate) fn clif_type(ty: ScalarType) -> Type {
         ScalarType::F64 => types::F64,
         // The bits of a half element (`crate::render_half`).
         ScalarType::F16 | ScalarType::BF16 => types::I16,
+        // A bool is the byte 0 or 1, in registers as in memory.
         ScalarType::Bool => types::I8,
+        ScalarType::I64 => types::I64,
     }
 }
 
@@ -89,6 +91,17 @@ fn select_bits(b: &mut FunctionBuilder, cond: Value, x: Value, y: Value, ty: Sca
     );
     let picked = b.ins().bitselect(mask, xi, yi);
     b.ins().bitcast(clif_type(ty), flags, picked)
+}
+
+fn int_cc(f: CompareFn) -> IntCC {
+    match f {
+        CompareFn::Eq => IntCC::Equal,
+        CompareFn::Ne => IntCC::NotEqual,
+        CompareFn::Lt => IntCC::SignedLessThan,
+        CompareFn::Le => IntCC::SignedLessThanOrEqual,
+        CompareFn::Gt => IntCC::SignedGreaterThan,
+        CompareFn::Ge => IntCC::SignedGreaterThanOrEqual,
+    }
 }
 
 fn float_cc(f: CompareFn) -> FloatCC {
@@ -584,6 +597,8 @@ impl Renderer<'_> {
             Expr::Const(c) => {
                 let s = match v.ty {
                     ScalarType::F64 => b.ins().f64const(*c),
+                    // As the interpreter: truncated, saturating (`as`).
+                    ScalarType::I64 => b.ins().iconst(types::I64, *c as i64),
                     _ => b.ins().f32const(*c as f32),
                 };
                 if vector {
@@ -607,6 +622,15 @@ impl Renderer<'_> {
                     }
                 }
             }
+            Expr::Binary(f, x, y) if v.ty == ScalarType::I64 => {
+                // Wrapping, as the interpreter (`verify` admits add, sub and mul of i64).
+                let (x, y) = (get(b, x), get(b, y));
+                match f {
+                    BinaryFn::Sub => b.ins().isub(x, y),
+                    BinaryFn::Mul => b.ins().imul(x, y),
+                    _ => b.ins().iadd(x, y),
+                }
+            }
             Expr::Binary(f, x, y) => {
                 let (x, y) = (get(b, x), get(b, y));
                 match f {
@@ -618,8 +642,13 @@ impl Renderer<'_> {
                 }
             }
             Expr::Compare(f, x, y) => {
+                let integer = kernel.value(*x).ty == ScalarType::I64;
                 let (x, y) = (get(b, x), get(b, y));
-                b.ins().fcmp(float_cc(*f), x, y)
+                if integer {
+                    b.ins().icmp(int_cc(*f), x, y)
+                } else {
+                    b.ins().fcmp(float_cc(*f), x, y)
+                }
             }
             Expr::Select { cond, a, b: other } => {
                 let (c, x, y) = (get(b, cond), get(b, a), get(b, other));
@@ -655,6 +684,17 @@ impl Renderer<'_> {
             (f, t) if f.is_half() || t.is_half() => crate::render_half::half_cast(b, x, f, t),
             (ScalarType::F32, ScalarType::F64) => b.ins().fpromote(types::F64, x),
             (ScalarType::F64, ScalarType::F32) => b.ins().fdemote(types::F32, x),
+            // i64 values are scalar (the schedule keeps kernels with them unvectorised).
+            (ScalarType::Bool, ScalarType::I64) => b.ins().uextend(types::I64, x),
+            (ScalarType::I64, ScalarType::Bool) => b.ins().icmp_imm_s(IntCC::NotEqual, x, 0),
+            // Through f64, as the eager cast.
+            (ScalarType::I64, ScalarType::F64) => b.ins().fcvt_from_sint(types::F64, x),
+            (ScalarType::I64, _) => {
+                let wide = b.ins().fcvt_from_sint(types::F64, x);
+                b.ins().fdemote(types::F32, wide)
+            }
+            // Truncating, saturating, NaN giving 0: Rust's `as`.
+            (_, ScalarType::I64) => b.ins().fcvt_to_sint_sat(types::I64, x),
             (ScalarType::Bool, t) => {
                 let (one, zero) = match t {
                     ScalarType::F64 => (b.ins().f64const(1.0), b.ins().f64const(0.0)),

@@ -30,6 +30,9 @@ pub struct CudaDevice {
 pub enum DeviceBuffer {
     F32(CudaSlice<f32>),
     F64(CudaSlice<f64>),
+    /// Bool elements, one byte each (0 or 1).
+    Bool(CudaSlice<u8>),
+    I64(CudaSlice<i64>),
 }
 
 impl DeviceBuffer {
@@ -37,6 +40,8 @@ impl DeviceBuffer {
         match self {
             DeviceBuffer::F32(_) => ScalarType::F32,
             DeviceBuffer::F64(_) => ScalarType::F64,
+            DeviceBuffer::Bool(_) => ScalarType::Bool,
+            DeviceBuffer::I64(_) => ScalarType::I64,
         }
     }
 
@@ -44,6 +49,8 @@ impl DeviceBuffer {
         match self {
             DeviceBuffer::F32(s) => s.len(),
             DeviceBuffer::F64(s) => s.len(),
+            DeviceBuffer::Bool(s) => s.len(),
+            DeviceBuffer::I64(s) => s.len(),
         }
     }
 
@@ -194,12 +201,14 @@ impl CudaDevice {
         Ok(DeviceBuffer::F64(s))
     }
 
-    /// A zeroed device buffer of `len` elements of `ty` (f32 for bool, which kernels never
-    /// store).
+    /// A zeroed device buffer of `len` elements of `ty` (f32 for the half types, whose
+    /// kernels this low-level API does not launch).
     pub fn zeros(&self, ty: ScalarType, len: usize) -> Result<DeviceBuffer> {
         let alloc = driver_error("cuMemAlloc");
         Ok(match ty {
             ScalarType::F64 => DeviceBuffer::F64(self.stream.alloc_zeros(len).map_err(alloc)?),
+            ScalarType::Bool => DeviceBuffer::Bool(self.stream.alloc_zeros(len).map_err(alloc)?),
+            ScalarType::I64 => DeviceBuffer::I64(self.stream.alloc_zeros(len).map_err(alloc)?),
             _ => DeviceBuffer::F32(self.stream.alloc_zeros(len).map_err(alloc)?),
         })
     }
@@ -216,6 +225,14 @@ impl CudaDevice {
                 .map(f64::from)
                 .collect(),
             DeviceBuffer::F64(s) => self.stream.clone_dtoh(s).map_err(copy)?,
+            DeviceBuffer::Bool(s) => {
+                let bytes = self.stream.clone_dtoh(s).map_err(copy)?;
+                bytes.into_iter().map(|b| f64::from(b != 0)).collect()
+            }
+            DeviceBuffer::I64(s) => {
+                let values = self.stream.clone_dtoh(s).map_err(copy)?;
+                values.into_iter().map(|v| v as f64).collect()
+            }
         })
     }
 
@@ -255,6 +272,8 @@ impl CudaDevice {
             let (ptr, guard) = match &mut **b {
                 DeviceBuffer::F32(s) => s.device_ptr_mut(stream),
                 DeviceBuffer::F64(s) => s.device_ptr_mut(stream),
+                DeviceBuffer::Bool(s) => s.device_ptr_mut(stream),
+                DeviceBuffer::I64(s) => s.device_ptr_mut(stream),
             };
             pointers.push(ptr);
             guards.push(guard);

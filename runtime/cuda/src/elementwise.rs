@@ -32,7 +32,10 @@ pub fn vectorizable(kernel: &Kernel) -> bool {
             .buffers
             .iter()
             .all(|b| b.ty == ScalarType::F32 || b.ty.is_half())
-        && kernel.values.iter().all(|v| v.ty != ScalarType::F64)
+        && kernel
+            .values
+            .iter()
+            .all(|v| !matches!(v.ty, ScalarType::F64 | ScalarType::I64))
         // A guarded load reads at its own lane's coordinates: lanes are not evaluated apart.
         && !kernel.values.iter().any(|v| matches!(v.expr, Expr::LoadIf { .. }))
         && kernel.accesses().all(|(_, ix)| contiguous_or_broadcast(ix))
@@ -192,8 +195,16 @@ impl Body<'_> {
     pub fn emit_store(&mut self, s: usize) {
         let store = self.kernel.stores[s].clone();
         let v = self.value(store.value);
-        let sfx = suffix(self.kernel.buffer(store.buffer).ty);
+        let ty = self.kernel.buffer(store.buffer).ty;
         let a = self.address(store.buffer, &store.index);
+        if ty == ScalarType::Bool {
+            // A predicate is stored as the byte 0 or 1.
+            let byte = self.e.reg(RegClass::B32);
+            self.e.ins(format!("selp.u32 {byte}, 1, 0, {v}"));
+            self.e.ins(format!("st.global.u8 [{a}], {byte}"));
+            return;
+        }
+        let sfx = suffix(ty);
         self.e.ins(format!("st.global.{sfx} [{a}], {v}"));
     }
 }

@@ -11,7 +11,7 @@ use crate::index::IntWidth;
 use crate::reduce::{PARTIALS, reduction, reduction_block, shared_bytes};
 use crate::{CudaError, GemmOptions, PtxTarget, RenderedKernel, Result};
 use std::fmt::Write;
-use tessera_kernel::{Kernel, ScalarType, Stages};
+use tessera_kernel::{Kernel, Stages};
 
 /// Renders `kernel` for `target`, or says what it uses that is not rendered yet. GEMM and
 /// convolution calls compute exactly (FMA): [`render_with`] allows tf32 tensor cores.
@@ -30,9 +30,6 @@ pub fn render_with(
         kernel: kernel.name.clone(),
         what: what.to_string(),
     };
-    if kernel.buffers.iter().any(|b| b.ty == ScalarType::Bool) {
-        return Err(unsupported("a bool buffer"));
-    }
     if target.sm < 80 && crate::half::needs_sm80(kernel) {
         return Err(unsupported(
             "rounding to bf16 below sm_80 (cvt.rn.bf16.f32)",

@@ -1,7 +1,9 @@
 //! The scalar-op table: each [`Expr`] of a kernel's DAG as PTX instructions. Arithmetic is
 //! IEEE round-to-nearest (`.rn`, never contracted into fused operations, so results round as
 //! the interpreter's), comparisons follow Rust's `PartialOrd` (`!=` is the unordered `neu`, true
-//! for NaN), and the transcendental functions are the programs of [`crate::math_fns`].
+//! for NaN), and the transcendental functions are the programs of [`crate::math_fns`]. A bool
+//! value is a predicate, stored as the byte 0 or 1 (`ld/st.global.u8` through a `.b32`
+//! register); an i64 value is a `.b64` register with wrapping `.s64` arithmetic.
 
 use crate::body::Body;
 use crate::emit::{Reg, RegClass, f32_imm, f64_imm};
@@ -15,6 +17,7 @@ pub fn class(ty: ScalarType) -> RegClass {
         ScalarType::F64 => RegClass::F64,
         ScalarType::F16 | ScalarType::BF16 => RegClass::B16,
         ScalarType::Bool => RegClass::Pred,
+        ScalarType::I64 => RegClass::B64,
     }
 }
 
@@ -24,21 +27,25 @@ pub fn suffix(ty: ScalarType) -> &'static str {
     match ty {
         ScalarType::F64 => "f64",
         ScalarType::F16 | ScalarType::BF16 => "b16",
+        ScalarType::I64 => "s64",
         _ => "f32",
     }
 }
 
-/// A float immediate of type `ty`.
+/// An immediate of the numeric type `ty` (an i64 one truncated as the interpreter's `as`).
 pub fn imm(ty: ScalarType, v: f64) -> String {
     match ty {
         ScalarType::F64 => f64_imm(v),
+        ScalarType::I64 => (v as i64).to_string(),
         _ => f32_imm(v as f32),
     }
 }
 
-fn compare(f: CompareFn) -> &'static str {
+/// The `setp` comparison of `f` on operands of type `ty` (`ne` is unordered on floats only).
+fn compare(f: CompareFn, ty: ScalarType) -> &'static str {
     match f {
         CompareFn::Eq => "eq",
+        CompareFn::Ne if ty == ScalarType::I64 => "ne",
         CompareFn::Ne => "neu",
         CompareFn::Lt => "lt",
         CompareFn::Le => "le",
@@ -63,6 +70,12 @@ impl Body<'_> {
         let s = suffix(ty);
         let d = self.e.reg(class(ty));
         match &v.expr {
+            Expr::Load { buffer, index } if ty == ScalarType::Bool => {
+                let a = self.address(*buffer, index);
+                let byte = self.e.reg(RegClass::B32);
+                self.e.ins(format!("ld.global.u8 {byte}, [{a}]"));
+                self.e.ins(format!("setp.ne.u32 {d}, {byte}, 0"));
+            }
             Expr::Load { buffer, index } => {
                 let a = self.address(*buffer, index);
                 self.e.ins(format!("ld.global.{s} {d}, [{a}]"));
@@ -89,6 +102,16 @@ impl Body<'_> {
                     }
                 }
             }
+            Expr::Binary(f, a, b) if ty == ScalarType::I64 => {
+                // Wrapping, as the interpreter (`verify` admits add, sub and mul of i64).
+                let (a, b) = (self.value(*a), self.value(*b));
+                let op = match f {
+                    BinaryFn::Sub => "sub.s64",
+                    BinaryFn::Mul => "mul.lo.s64",
+                    _ => "add.s64",
+                };
+                self.e.ins(format!("{op} {d}, {a}, {b}"));
+            }
             Expr::Binary(f, a, b) => {
                 let (a, b) = (self.value(*a), self.value(*b));
                 match f {
@@ -104,10 +127,13 @@ impl Body<'_> {
                 }
             }
             Expr::Compare(f, a, b) => {
-                let t = suffix(self.kernel.value(*a).ty);
+                let operand_ty = self.kernel.value(*a).ty;
+                let t = suffix(operand_ty);
                 let (a, b) = (self.value(*a), self.value(*b));
-                self.e
-                    .ins(format!("setp.{}.{t} {d}, {a}, {b}", compare(*f)));
+                self.e.ins(format!(
+                    "setp.{}.{t} {d}, {a}, {b}",
+                    compare(*f, operand_ty)
+                ));
             }
             Expr::Select { cond, a, b } => {
                 let (c, a, b) = (self.value(*cond), self.value(*a), self.value(*b));
@@ -136,6 +162,22 @@ impl Body<'_> {
                     }
                     (ScalarType::F64, ScalarType::F32) => {
                         self.e.ins(format!("cvt.rn.f32.f64 {d}, {a}"))
+                    }
+                    (ScalarType::I64, ScalarType::Bool) => {
+                        self.e.ins(format!("setp.ne.s64 {d}, {a}, 0"))
+                    }
+                    // Through f64, as the eager cast.
+                    (ScalarType::I64, ScalarType::F64) => {
+                        self.e.ins(format!("cvt.rn.f64.s64 {d}, {a}"))
+                    }
+                    (ScalarType::I64, _) => {
+                        let wide = self.e.reg(RegClass::F64);
+                        self.e.ins(format!("cvt.rn.f64.s64 {wide}, {a}"));
+                        self.e.ins(format!("cvt.rn.f32.f64 {d}, {wide}"));
+                    }
+                    // Truncating; PTX saturates and maps NaN to 0, as Rust's `as`.
+                    (f, ScalarType::I64) if f != ScalarType::Bool => {
+                        self.e.ins(format!("cvt.rzi.s64.{} {d}, {a}", suffix(f)))
                     }
                     (ScalarType::Bool, t) => self.e.ins(format!(
                         "selp.{s} {d}, {}, {}, {a}",
@@ -187,5 +229,6 @@ fn mov_ty(ty: ScalarType) -> &'static str {
         ScalarType::F64 => "f64",
         ScalarType::F16 | ScalarType::BF16 => "b16",
         ScalarType::Bool => "pred",
+        ScalarType::I64 => "b64",
     }
 }

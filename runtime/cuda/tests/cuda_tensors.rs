@@ -404,12 +404,95 @@ fn an_op_without_device_kernels_is_unsupported_naming_it() -> Result<()> {
         }
         other => panic!("expected UnsupportedOnDevice, got {other:?}"),
     }
-    // A compare makes a bool tensor, which kernels do not store yet.
-    let c = Op::Compare(CompareOp::Lt).apply(&[&a, &a]);
-    assert!(
-        matches!(c, Err(TensorError::UnsupportedOnDevice { .. })),
-        "{c:?}"
+    Ok(())
+}
+
+#[test]
+fn comparisons_where_and_integer_ops_run_on_the_device_as_on_the_cpu() -> Result<()> {
+    for dtype in [DType::F32, DType::F64] {
+        let (a, b) = (
+            tensor(dtype, &[3, 5], 20, true),
+            tensor(dtype, &[5], 21, true),
+        );
+        for c in CompareOp::EVERY {
+            same_on_device(
+                &format!("{c:?} {dtype}"),
+                &Op::Compare(c),
+                &[a.clone(), b.clone()],
+            );
+        }
+        let mask = Op::Compare(CompareOp::Gt).apply1(&[&a, &b])?;
+        assert_eq!(mask.dtype(), DType::Bool);
+        // The condition read transposed, through strides.
+        let cond = mask.t()?.contiguous()?.t()?;
+        same_on_device(
+            &format!("where {dtype}"),
+            &Op::Where,
+            &[cond, a.clone(), b.clone()],
+        );
+    }
+    let counts = Tensor::from_vec(vec![0i64, 7, -3, 1 << 40], &[4])?;
+    let plus_one = Op::Scalar(ScalarOp {
+        op: BinaryOp::Add,
+        value: 1.0,
+        reversed: false,
+    });
+    same_on_device("i64 + 1", &plus_one, std::slice::from_ref(&counts));
+    same_on_device(
+        "i64 * i64",
+        &Op::Binary(BinaryOp::Mul),
+        &[counts.clone(), counts.clone()],
     );
+    same_on_device(
+        "i64 -> f32",
+        &Op::ToDType(DType::F32),
+        std::slice::from_ref(&counts),
+    );
+    let x = tensor(DType::F32, &[9], 22, true);
+    same_on_device(
+        "f32 -> i64",
+        &Op::ToDType(DType::I64),
+        std::slice::from_ref(&x),
+    );
+    same_on_device(
+        "f32 -> bool",
+        &Op::ToDType(DType::Bool),
+        std::slice::from_ref(&x),
+    );
+    // The result stays on the device.
+    let on = cuda(&counts)?;
+    let next = plus_one.apply1(&[&on])?;
+    assert_eq!((next.device(), next.dtype()), (CUDA, DType::I64));
+    assert_eq!(next.to_vec::<i64>()?, vec![1, 8, -2, (1 << 40) + 1]);
+    Ok(())
+}
+
+#[test]
+fn batch_norm_update_counts_batches_and_blends_statistics_on_the_device() -> Result<()> {
+    for momentum in [Some(0.1), None] {
+        for dtype in [DType::F32, DType::F64] {
+            let op = Op::BatchNormUpdate(tessera_tensor::op::BatchNormUpdateOp {
+                momentum,
+                count: 12,
+                counted: true,
+            });
+            let mut inputs: Vec<Tensor> =
+                (0..4).map(|s| tensor(dtype, &[7], 30 + s, false)).collect();
+            inputs.push(Tensor::scalar(3i64));
+            same_on_device(
+                &format!("batch_norm_update {momentum:?} {dtype}"),
+                &op,
+                &inputs,
+            );
+            let on: Vec<Tensor> = inputs.iter().map(cuda).collect::<Result<_>>()?;
+            let refs: Vec<&Tensor> = on.iter().collect();
+            let outs = op.apply(&refs)?;
+            assert_eq!(
+                (outs[2].device(), outs[2].to_vec::<i64>()?),
+                (CUDA, vec![4])
+            );
+        }
+    }
     Ok(())
 }
 

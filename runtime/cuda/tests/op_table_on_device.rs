@@ -28,12 +28,6 @@ const ELEMENT_LIMIT: usize = 256;
 
 /// The variants whose cases the CUDA backend refuses with `UnsupportedOnDevice`.
 const UNSUPPORTED_ON_CUDA: &[&str] = &[
-    "compare.eq",
-    "compare.ge",
-    "compare.gt",
-    "compare.le",
-    "compare.lt",
-    "compare.ne",
     "dropout",
     "embedding",
     "embedding_backward",
@@ -71,12 +65,11 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "reduce",
     "softmax",
     "to_dtype",
-    "where",
 ];
 
 /// The variants no random draw made valid for the CPU within the draws (their shapes are too
-/// constrained for the shared shape pool); they are not checked here (`cuda_tensors.rs` pins
-/// the convolution backward ops as refused on the device).
+/// constrained for the shared shape pool); they are not checked here (`cuda_products.rs`
+/// checks the convolution backward ops against the CPU).
 const NEVER_VALID: &[&str] = &[
     "batch_norm_update",
     "conv.backward_input",

@@ -39,10 +39,12 @@ enum Scalar {
     F16(f16),
     BF16(bf16),
     Bool(bool),
+    I64(i64),
 }
 
 impl Scalar {
-    /// `v` rounded once to `ty` (to nearest even; bool is `v != 0`).
+    /// `v` rounded once to `ty` (to nearest even; bool is `v != 0`; i64 truncates towards zero,
+    /// saturating, as Rust's `as`).
     fn of(ty: ScalarType, v: f64) -> Scalar {
         match ty {
             ScalarType::F32 => Scalar::F32(v as f32),
@@ -50,6 +52,7 @@ impl Scalar {
             ScalarType::F16 => Scalar::F16(f16::from_f64(v)),
             ScalarType::BF16 => Scalar::BF16(bf16::from_f64(v)),
             ScalarType::Bool => Scalar::Bool(v != 0.0),
+            ScalarType::I64 => Scalar::I64(v as i64),
         }
     }
 
@@ -60,6 +63,7 @@ impl Scalar {
             Scalar::F16(x) => x.to_f64(),
             Scalar::BF16(x) => x.to_f64(),
             Scalar::Bool(b) => f64::from(u8::from(b)),
+            Scalar::I64(i) => i as f64,
         }
     }
 }
@@ -77,6 +81,7 @@ unsafe fn read(b: BufferPtr, at: usize) -> Scalar {
             ScalarType::F16 => Scalar::F16(*(b.ptr as *const f16).add(at)),
             ScalarType::BF16 => Scalar::BF16(*(b.ptr as *const bf16).add(at)),
             ScalarType::Bool => Scalar::Bool(*b.ptr.add(at) != 0),
+            ScalarType::I64 => Scalar::I64(*(b.ptr as *const i64).add(at)),
         }
     }
 }
@@ -225,6 +230,7 @@ unsafe fn store(
             Scalar::F16(x) => *(b.ptr as *mut f16).add(at) = x,
             Scalar::BF16(x) => *(b.ptr as *mut bf16).add(at) = x,
             Scalar::Bool(x) => *b.ptr.add(at) = u8::from(x),
+            Scalar::I64(x) => *(b.ptr as *mut i64).add(at) = x,
         }
     }
 }
@@ -282,12 +288,19 @@ unsafe fn eval(
             (Scalar::F32(x), Scalar::F32(y)) => {
                 Scalar::F32(binary(*f, x, y, |a, b| tessera_pow_f32(a, b)))
             }
+            // `verify` admits add, sub and mul of i64.
+            (Scalar::I64(x), Scalar::I64(y)) => Scalar::I64(match f {
+                BinaryFn::Sub => x.wrapping_sub(y),
+                BinaryFn::Mul => x.wrapping_mul(y),
+                _ => x.wrapping_add(y),
+            }),
             (x, y) => Scalar::F64(binary(*f, x.as_f64(), y.as_f64(), |a, b| {
                 tessera_pow_f64(a, b)
             })),
         },
         Expr::Compare(f, a, b) => Scalar::Bool(match (get(*a), get(*b)) {
             (Scalar::F32(x), Scalar::F32(y)) => f.eval(x, y),
+            (Scalar::I64(x), Scalar::I64(y)) => f.eval(x, y),
             (x, y) => f.eval(x.as_f64(), y.as_f64()),
         }),
         Expr::Select { cond, a, b } => match get(*cond) {

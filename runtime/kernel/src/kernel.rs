@@ -245,6 +245,14 @@ impl Kernel {
                     Err(fail(format!("{here} is {ty}, f32 or f64 is needed")))
                 }
             };
+            // Constants, comparisons and add, sub and mul also compute in i64.
+            let numeric = |ty: ScalarType| -> Result<()> {
+                if ty.is_numeric() {
+                    Ok(())
+                } else {
+                    Err(fail(format!("{here} is {ty}, f32, f64 or i64 is needed")))
+                }
+            };
             match &v.expr {
                 Expr::Load { buffer, index } => {
                     check_index(*buffer, index, BufferRole::Input)?;
@@ -263,13 +271,16 @@ impl Kernel {
                     self.verify_guarded(here, *buffer, index, bounds)
                         .map_err(fail)?;
                 }
-                Expr::Const(_) => float(v.ty)?,
+                Expr::Const(_) => numeric(v.ty)?,
                 Expr::Unary(_, a) => {
                     float(v.ty)?;
                     operand(*a, Some(v.ty))?;
                 }
-                Expr::Binary(_, a, b) => {
-                    float(v.ty)?;
+                Expr::Binary(f, a, b) => {
+                    if v.ty == ScalarType::I64 && !f.is_integer() {
+                        return Err(fail(format!("{here}: {} is not defined on i64", f.name())));
+                    }
+                    numeric(v.ty)?;
                     operand(*a, Some(v.ty))?;
                     operand(*b, Some(v.ty))?;
                 }
@@ -278,7 +289,7 @@ impl Kernel {
                         return Err(fail(format!("{here}: a comparison gives bool")));
                     }
                     let ta = operand(*a, None)?;
-                    float(ta)?;
+                    numeric(ta)?;
                     operand(*b, Some(ta))?;
                 }
                 Expr::Select { cond, a, b } => {

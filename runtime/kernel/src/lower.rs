@@ -4,9 +4,12 @@
 //! reduction becomes one kernel with its group's prologue and its epilogue partition
 //! ([`reduce`]); max and average pooling without padding become window reductions
 //! ([`pool`]); pooling backward whose windows tile the input writes each window once
-//! ([`pool_backward`]); views become layouts, never steps; every other node runs its eager
-//! kernel as an external step and is reported as a fallback with the reason.
+//! ([`pool_backward`]); batch norm's running-statistics update becomes a batch-count kernel
+//! and a per-channel blend ([`batch_norm_update`]); views become layouts, never steps; every
+//! other node runs its eager kernel as an external step and is reported as a fallback with
+//! the reason.
 
+mod batch_norm_update;
 mod conv;
 mod frame;
 mod gemm;
@@ -429,6 +432,12 @@ impl Lowering<'_> {
                         );
                     }
                 }
+            }
+            NodeKind::CallFunction {
+                op: Op::BatchNormUpdate(update),
+            } => {
+                let update = *update;
+                return self.batch_norm_update(id, &update);
             }
             NodeKind::CallFunction {
                 op: Op::Optim(update),

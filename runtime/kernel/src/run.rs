@@ -50,6 +50,9 @@ pub(crate) enum OutVec {
     F64(Vec<f64>),
     F16(Vec<half::f16>),
     BF16(Vec<half::bf16>),
+    /// One byte per element, 0 or 1, as kernels store bools.
+    Bool(Vec<bool>),
+    I64(Vec<i64>),
 }
 
 impl OutVec {
@@ -59,7 +62,9 @@ impl OutVec {
             ScalarType::F64 => OutVec::F64(tessera_tensor::try_uninit_buffer(kernel, len)?),
             ScalarType::F16 => OutVec::F16(tessera_tensor::try_uninit_buffer(kernel, len)?),
             ScalarType::BF16 => OutVec::BF16(tessera_tensor::try_uninit_buffer(kernel, len)?),
-            _ => OutVec::F32(tessera_tensor::try_uninit_buffer(kernel, len)?),
+            ScalarType::Bool => OutVec::Bool(tessera_tensor::try_uninit_buffer(kernel, len)?),
+            ScalarType::I64 => OutVec::I64(tessera_tensor::try_uninit_buffer(kernel, len)?),
+            ScalarType::F32 => OutVec::F32(tessera_tensor::try_uninit_buffer(kernel, len)?),
         })
     }
 
@@ -69,6 +74,8 @@ impl OutVec {
             OutVec::F64(v) => v.as_mut_ptr() as *mut u8,
             OutVec::F16(v) => v.as_mut_ptr() as *mut u8,
             OutVec::BF16(v) => v.as_mut_ptr() as *mut u8,
+            OutVec::Bool(v) => v.as_mut_ptr() as *mut u8,
+            OutVec::I64(v) => v.as_mut_ptr() as *mut u8,
         };
         BufferPtr { ptr, len, ty }
     }
@@ -90,6 +97,14 @@ impl OutVec {
                 Tensor::from_vec(v, shape)
             }
             OutVec::BF16(mut v) => {
+                v.truncate(len);
+                Tensor::from_vec(v, shape)
+            }
+            OutVec::Bool(mut v) => {
+                v.truncate(len);
+                Tensor::from_vec(v, shape)
+            }
+            OutVec::I64(mut v) => {
                 v.truncate(len);
                 Tensor::from_vec(v, shape)
             }
@@ -191,6 +206,9 @@ fn with_reads<R>(
         DType::F64 => read!(f64, ScalarType::F64),
         DType::F16 => read!(half::f16, ScalarType::F16),
         DType::BF16 => read!(half::bf16, ScalarType::BF16),
+        // A kernel reads a bool as its byte, which Rust keeps 0 or 1.
+        DType::Bool => read!(bool, ScalarType::Bool),
+        DType::I64 => read!(i64, ScalarType::I64),
         d => Err(KernelError::Backend {
             kernel: format!("step {step}"),
             message: format!("a kernel input is {d:?}"),

@@ -145,6 +145,9 @@ fn with_targets(run: &Run<'_>, ws: &mut Workspace, outputs: &[Tensor], next: usi
         DType::F64 => write!(f64, ScalarType::F64),
         DType::F16 => write!(half::f16, ScalarType::F16),
         DType::BF16 => write!(half::bf16, ScalarType::BF16),
+        // Kernels store a bool as the byte 0 or 1, a valid `bool`.
+        DType::Bool => write!(bool, ScalarType::Bool),
+        DType::I64 => write!(i64, ScalarType::I64),
         d => Err(KernelError::Backend {
             kernel: "(runner)".into(),
             message: format!("a kernel writes output {next} as {d:?}"),

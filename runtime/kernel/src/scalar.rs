@@ -5,7 +5,9 @@ use crate::{BufferId, IndexExpr, ValueId};
 use std::fmt;
 use tessera_tensor::DType;
 
-/// The type of a scalar value: a float buffer element or a comparison's truth value.
+/// The type of a scalar value: a float buffer element, a comparison's truth value (stored one
+/// byte per element, 0 or 1, as a bool tensor), or a 64-bit integer (an i64 tensor's element:
+/// a counter, a class index).
 ///
 /// The half types (`F16`, `BF16`) are storage formats: a half value is loaded, stored, or
 /// converted to and from f32 ([`Expr::Cast`], which rounds to nearest even towards a half
@@ -18,6 +20,7 @@ pub enum ScalarType {
     F16,
     BF16,
     Bool,
+    I64,
 }
 
 impl ScalarType {
@@ -28,6 +31,8 @@ impl ScalarType {
             DType::F64 => Some(ScalarType::F64),
             DType::F16 => Some(ScalarType::F16),
             DType::BF16 => Some(ScalarType::BF16),
+            DType::Bool => Some(ScalarType::Bool),
+            DType::I64 => Some(ScalarType::I64),
             _ => None,
         }
     }
@@ -54,19 +59,16 @@ impl ScalarType {
     /// Bytes per element of a buffer of this type.
     pub fn bytes(self) -> usize {
         match self {
-            ScalarType::F64 => 8,
+            ScalarType::F64 | ScalarType::I64 => 8,
             ScalarType::F32 => 4,
             ScalarType::F16 | ScalarType::BF16 => 2,
             ScalarType::Bool => 1,
         }
     }
 
-    /// The type of a value computed for a tensor of `dtype` (bool included).
+    /// The type of a value computed for a tensor of `dtype` (the same as its buffer's).
     pub fn of_value(dtype: DType) -> Option<ScalarType> {
-        match dtype {
-            DType::Bool => Some(ScalarType::Bool),
-            d => ScalarType::of_buffer(d),
-        }
+        ScalarType::of_buffer(dtype)
     }
 
     /// The tensor dtype of a buffer of this type.
@@ -77,12 +79,19 @@ impl ScalarType {
             ScalarType::F16 => DType::F16,
             ScalarType::BF16 => DType::BF16,
             ScalarType::Bool => DType::Bool,
+            ScalarType::I64 => DType::I64,
         }
     }
 
     /// Whether values of this type are floats (the half storage types included).
     pub fn is_float(self) -> bool {
-        self != ScalarType::Bool
+        !matches!(self, ScalarType::Bool | ScalarType::I64)
+    }
+
+    /// Whether constants, comparisons, selections and the integer [`BinaryFn`]s (add, sub, mul)
+    /// compute in this type: f32, f64 and i64.
+    pub fn is_numeric(self) -> bool {
+        self.is_arithmetic() || self == ScalarType::I64
     }
 }
 
@@ -94,6 +103,7 @@ impl fmt::Display for ScalarType {
             ScalarType::F16 => "f16",
             ScalarType::BF16 => "bf16",
             ScalarType::Bool => "bool",
+            ScalarType::I64 => "i64",
         })
     }
 }
@@ -146,7 +156,8 @@ impl UnaryFn {
     }
 }
 
-/// A float function of two floats of one type.
+/// A function of two values of one type: floats, or i64 for add, sub and mul (which wrap on
+/// overflow, as the eager i64 kernels do for values below 2^53, the only ones they keep exact).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BinaryFn {
     Add,
@@ -166,9 +177,15 @@ impl BinaryFn {
             BinaryFn::Pow => "pow",
         }
     }
+
+    /// Whether the function is defined on i64 values.
+    pub fn is_integer(self) -> bool {
+        matches!(self, BinaryFn::Add | BinaryFn::Sub | BinaryFn::Mul)
+    }
 }
 
-/// An ordered comparison of two floats of one type (false when either is NaN, except `ne`).
+/// An ordered comparison of two values of one type, floats or i64 (for floats false when either
+/// is NaN, except `ne`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CompareFn {
     Eq,
@@ -289,9 +306,12 @@ pub enum Expr {
         a: ValueId,
         b: ValueId,
     },
-    /// Conversion to the value's type: f32 <-> f64 rounds to nearest, bool -> float gives 0 or
-    /// 1, float -> bool is `x != 0`; a half type converts only to and from f32 (f32 -> f16 and
-    /// f32 -> bf16 round to nearest even, overflowing to infinity; the widening is exact).
+    /// Conversion to the value's type: f32 <-> f64 rounds to nearest, bool -> number gives 0 or
+    /// 1, number -> bool is `x != 0`; float -> i64 truncates towards zero, saturating, NaN
+    /// giving 0, and i64 -> float goes through f64 (rounding to nearest there, then to f32), as
+    /// the eager cast (`as` through f64) does; a half type converts only to and from f32
+    /// (f32 -> f16 and f32 -> bf16 round to nearest even, overflowing to infinity; the widening
+    /// is exact).
     Cast(ValueId),
     /// The accumulation of `value` over every point of the kernel's reduction loops, for the
     /// current point of its output loops (see [`crate::Stages`] for when it is available).

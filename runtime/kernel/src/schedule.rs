@@ -144,17 +144,22 @@ fn choose(kernel: &Kernel) -> Schedule {
     // may be f64 (an eval batch norm's affine) where no vector value reads them.
     // Likewise an elementwise kernel's hoisted values (computed once per run of its innermost
     // loop): they may be f64 when every value computed per point is f32 (a hoisted operand is
-    // splatted) and none is stored.
+    // splatted) and none is stored. Vector code holds f32 lanes and bool masks: other f64 and
+    // every i64 value stays scalar.
     let hoisted = crate::hoisted_values(kernel);
-    let wide = |v: &ValueId| kernel.value(*v).ty == ScalarType::F64;
+    let wide = |v: &ValueId| matches!(kernel.value(*v).ty, ScalarType::F64 | ScalarType::I64);
     let all_f32 = kernel.values.iter().enumerate().all(|(i, v)| {
         let id = ValueId::from_index(i);
         (!kernel.reduce.is_empty() && !stages.is_inner(id))
-            || (hoisted[i] && kernel.stores.iter().all(|s| s.value != id))
-            || (v.ty != ScalarType::F64 && !crate::operands(&v.expr).iter().any(wide))
+            || (hoisted[i]
+                && v.ty != ScalarType::I64
+                && kernel.stores.iter().all(|s| s.value != id))
+            || (!wide(&id) && !crate::operands(&v.expr).iter().any(wide))
     }) && kernel.buffers.iter().all(|b| {
         b.ty == ScalarType::F32
-            || (b.role == crate::BufferRole::Input && only_hoisted(kernel, b, &hoisted))
+            || (b.role == crate::BufferRole::Input
+                && !matches!(b.ty, ScalarType::I64 | ScalarType::Bool)
+                && only_hoisted(kernel, b, &hoisted))
     });
     let last = extents.len() - 1;
     // Strided loads gather their lanes, at byte offsets a backend can give as immediates.

@@ -57,8 +57,8 @@ pub fn lower_elementwise(
         }
         Op::Binary(f) => {
             arity(2)?;
-            let a = e.float_as(operands[0], out)?;
-            let y = e.float_as(operands[1], out)?;
+            let a = e.number_as(operands[0], out, *f)?;
+            let y = e.number_as(operands[1], out, *f)?;
             Ok(e.binary(*f, a, y))
         }
         Op::Scalar(ScalarOp {
@@ -67,7 +67,7 @@ pub fn lower_elementwise(
             reversed,
         }) => {
             arity(1)?;
-            let x = e.float_as(operands[0], out)?;
+            let x = e.number_as(operands[0], out, *op)?;
             let s = e.c(*value, out);
             Ok(if *reversed {
                 e.binary(*op, s, x)
@@ -77,9 +77,13 @@ pub fn lower_elementwise(
         }
         Op::Compare(c) => {
             arity(2)?;
-            let ty = promote(e.b.ty(operands[0]), e.b.ty(operands[1]));
-            let a = e.float_as(operands[0], ty)?;
-            let y = e.float_as(operands[1], ty)?;
+            // Bools compare as the integers 0 and 1.
+            let ty = match promote(e.b.ty(operands[0]), e.b.ty(operands[1])) {
+                ScalarType::Bool => ScalarType::I64,
+                ty => ty,
+            };
+            let a = e.convert(operands[0], ty)?;
+            let y = e.convert(operands[1], ty)?;
             Ok(e.cmp(compare_fn(*c), a, y))
         }
         Op::Where => {
@@ -87,8 +91,9 @@ pub fn lower_elementwise(
             if e.b.ty(operands[0]) != ScalarType::Bool {
                 return Err("the condition is not bool".into());
             }
-            let a = e.float_as(operands[1], out)?;
-            let y = e.float_as(operands[2], out)?;
+            // Any type but a half one (handled above) selects: floats, i64 and bool.
+            let a = e.convert(operands[1], out)?;
+            let y = e.convert(operands[2], out)?;
             Ok(e.select(operands[0], a, y))
         }
         Op::Clamp { min, max } => {
@@ -124,7 +129,7 @@ pub fn lower_elementwise(
 }
 
 /// The type two kernel types are compared in: their promoted type (f64 wins, bool loses, as
-/// the op table promotes), f32 for the half types.
+/// the op table promotes; i64 against a float is the float), f32 for the half types.
 fn promote(a: ScalarType, b: ScalarType) -> ScalarType {
     ScalarType::of_value(a.dtype().promote(b.dtype()))
         .unwrap_or(ScalarType::F64)
@@ -161,16 +166,30 @@ impl Emit<'_> {
         self.convert(v, ty)
     }
 
+    /// `v` converted to the type `ty` of an op computing `op`: a float type, or i64 for the
+    /// ops integers compute exactly (add, sub, mul, maximum, minimum), as the eager kernels
+    /// compute integer tensors in i64.
+    fn number_as(&mut self, v: ValueId, ty: ScalarType, op: BinaryOp) -> Result<ValueId, String> {
+        let integer = matches!(
+            op,
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Maximum | BinaryOp::Minimum
+        );
+        if ty == ScalarType::I64 && integer {
+            return self.convert(v, ty);
+        }
+        self.float_as(v, ty)
+    }
+
     /// `v` converted to `ty` as the eager cast does, through f32 where a half type is on one
-    /// side (exact, except from f64 to a half type, which would round twice: refused).
-    fn convert(&mut self, v: ValueId, ty: ScalarType) -> Result<ValueId, String> {
+    /// side (exact, except from f64 or i64 to a half type, which would round twice: refused).
+    pub(crate) fn convert(&mut self, v: ValueId, ty: ScalarType) -> Result<ValueId, String> {
         let from = self.b.ty(v);
         if from == ty || !(from.is_half() || ty.is_half()) {
             return Ok(self.cast(v, ty));
         }
-        if from == ScalarType::F64 && ty.is_half() {
+        if matches!(from, ScalarType::F64 | ScalarType::I64) && ty.is_half() {
             return Err(format!(
-                "f64 to {ty} rounds once in the eager cast, twice through f32"
+                "{from} to {ty} rounds once in the eager cast, twice through f32"
             ));
         }
         let wide = self.cast(v, ScalarType::F32);

@@ -280,7 +280,9 @@ fn load(
             .iter()
             .rev()
             .fold(0u64, |acc, b| (acc << 8) | *b as u64);
-        env.write(thread, d, ty, value)?;
+        // A byte loads zero-extended into a 32-bit register.
+        let reg_ty = if ty == Ty::U8 { Ty::U32 } else { ty };
+        env.write(thread, d, reg_ty, value)?;
     }
     Ok(())
 }
@@ -296,8 +298,10 @@ fn store(
 ) -> Result<(), Fault> {
     let element = (ty.bits() / 8) as usize;
     let mut data = Vec::with_capacity(element * lanes as usize);
+    // A byte is stored from the low bits of a 32-bit register.
+    let reg_ty = if ty == Ty::U8 { Ty::U32 } else { ty };
     for s in lane_registers(env, src, lanes)? {
-        let value = env.read(thread, &s, ty)?;
+        let value = env.read(thread, &s, reg_ty)?;
         data.extend_from_slice(&value.to_le_bytes()[..element]);
     }
     let address = checked_address(env, thread, space, addr, data.len() as u64, "store")?;

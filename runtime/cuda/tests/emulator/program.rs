@@ -21,6 +21,8 @@ pub enum Ty {
     U16,
     F16,
     BF16,
+    /// A byte in memory (`ld/st.global.u8`, a bool element); registers holding it are `.b32`.
+    U8,
 }
 
 impl Ty {
@@ -39,6 +41,7 @@ impl Ty {
             "u16" => Ty::U16,
             "f16" => Ty::F16,
             "bf16" => Ty::BF16,
+            "u8" => Ty::U8,
             _ => return None,
         })
     }
@@ -47,6 +50,7 @@ impl Ty {
     pub fn bits(self) -> u32 {
         match self {
             Ty::Pred => 1,
+            Ty::U8 => 8,
             Ty::B16 | Ty::U16 | Ty::F16 | Ty::BF16 => 16,
             Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 => 32,
             Ty::B64 | Ty::U64 | Ty::S64 | Ty::F64 => 64,
