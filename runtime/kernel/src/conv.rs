@@ -48,6 +48,18 @@ pub struct ConvCall {
 }
 
 impl ConvCall {
+    /// Elements of the weight buffer: the weight's, or its Winograd transform's (`None` when
+    /// the count overflows).
+    pub fn weight_len(&self) -> Option<usize> {
+        let numel = |s: &[usize]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        match self.algorithm {
+            ConvAlgorithm::Gemm => numel(&self.weight_shape),
+            ConvAlgorithm::Winograd(tile) => {
+                numel(&winograd_weight_shape(tile, &self.weight_shape))
+            }
+        }
+    }
+
     /// Elements of one output image.
     pub fn image_len(&self, kernel: &Kernel) -> usize {
         kernel.domain.iter().skip(1).product()
@@ -133,19 +145,15 @@ impl Kernel {
             return Err("a convolution kernel is a 4-D nest with no other call".into());
         }
         let numel = |s: &[usize]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        let weight = match c.algorithm {
-            ConvAlgorithm::Gemm => numel(&c.weight_shape),
-            ConvAlgorithm::Winograd(tile) => {
-                if !tessera_tensor::op::winograd_applies(&c.params, &c.weight_shape) {
-                    return Err(format!(
-                        "{tile} takes 3x3 kernels, stride 1, dilation 1 and one group, not \
-                         {:?} with {:?}",
-                        c.weight_shape, c.params
-                    ));
-                }
-                numel(&winograd_weight_shape(tile, &c.weight_shape))
-            }
-        };
+        if let ConvAlgorithm::Winograd(tile) = c.algorithm
+            && !tessera_tensor::op::winograd_applies(&c.params, &c.weight_shape)
+        {
+            return Err(format!(
+                "{tile} takes 3x3 kernels, stride 1, dilation 1 and one group, not {:?} with {:?}",
+                c.weight_shape, c.params
+            ));
+        }
+        let weight = c.weight_len();
         let needs = [
             (c.input, numel(&c.input_shape)),
             (c.weight, weight),

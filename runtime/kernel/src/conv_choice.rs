@@ -11,8 +11,10 @@
 //! C_out` values read once per image ([`WEIGHT_COST`] each: at batch 1 they come from memory,
 //! 4x the weight of the 3x3 kernel for F(4x4)), plus a narrow GEMM's lost throughput when an
 //! image has fewer than [`FULL_TILES`] tiles. Winograd is chosen when its estimate is below
-//! [`MARGIN`] times the eager one. The constants were measured on this project's 2-core AVX2
-//! machine (BENCHMARKS.md, "Winograd convolutions").
+//! [`MARGIN`] times the eager one, and only with [`MIN_CHANNELS`] input and output channels
+//! or more: with fewer, the per-point GEMMs are too thin and the eager kernel is the direct
+//! convolution, faster than any GEMM. The constants were measured on this project's 2-core
+//! AVX2 machine (BENCHMARKS.md, "Winograd convolutions").
 
 use crate::ConvAlgorithm;
 use std::fmt;
@@ -49,10 +51,13 @@ impl fmt::Display for ConvChoice {
 /// multiply-adds of a large GEMM.
 pub const TRANSFORM_COST: f64 = 2.0;
 /// What streaming one transformed weight from memory costs, in multiply-adds.
-pub const WEIGHT_COST: f64 = 6.0;
+pub const WEIGHT_COST: f64 = 4.0;
 /// Tiles per image from which the per-point GEMMs run at full rate; fewer columns leave
 /// the GEMM's register tile partly empty.
-pub const FULL_TILES: f64 = 32.0;
+pub const FULL_TILES: f64 = 16.0;
+/// Input and output channels a Winograd convolution needs at least (measured: 32 channels
+/// on 16x16 images ran 1.4x slower than the direct kernel, 64 channels 1.3x faster).
+pub const MIN_CHANNELS: usize = 48;
 /// Winograd must be estimated below this fraction of the eager kernel's cost.
 pub const MARGIN: f64 = 0.8;
 
@@ -116,6 +121,15 @@ pub fn choose(
             }
         }
     };
+    if sizes.c_in < MIN_CHANNELS || sizes.c_out < MIN_CHANNELS {
+        return choice(
+            ConvAlgorithm::Gemm,
+            format!(
+                "{} input and {} output channels: Winograd needs {MIN_CHANNELS} of each",
+                sizes.c_in, sizes.c_out
+            ),
+        );
+    }
     let eager = eager_cost(sizes);
     let mega = |c: f64| c / 1e6;
     let estimate = format!(
