@@ -113,6 +113,30 @@ impl Lowering<'_> {
         Ok(emitted)
     }
 
+    /// Whether node `id` is a convolution the call can take that would run as a Winograd
+    /// convolution (so that, with no epilogue, it still becomes a kernel).
+    pub(super) fn lone_conv_runs_winograd(&self, id: &NodeId) -> Result<bool> {
+        let Some(Op::Conv(ConvOp::Forward { params, .. })) = self.op_of(id)? else {
+            return Ok(false);
+        };
+        let operands = self.operands(id)?;
+        let (Some(out), Some(x), Some(w)) = (
+            self.meta(id)?.first().cloned(),
+            operands.first(),
+            operands.get(1),
+        ) else {
+            return Ok(false);
+        };
+        let (x, w) = (self.value(x)?, self.value(w)?);
+        let packed4 = |l: &Layout| l.shape.len() == 4 && l.offset == 0 && l.is_contiguous();
+        if !packed4(&x.layout) || !packed4(&w.layout) || out.shape.len() != 4 {
+            return Ok(false);
+        }
+        let node = self.graph.name(id).unwrap_or("?").to_string();
+        let choice = self.conv_choice(&node, &params, &x, &w, &out.shape);
+        Ok(matches!(choice.algorithm, ConvAlgorithm::Winograd(_)))
+    }
+
     /// The algorithm for the convolution `node` of `x` by `w` into `shape`: Winograd only
     /// where the weight is an input or attribute read as it is (so that its transform can be
     /// kept between runs), under the lowering's policy and cost rule.
