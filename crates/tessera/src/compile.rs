@@ -34,8 +34,9 @@ use std::time::{Duration, Instant};
 use tessera_cpu::{CpuError, JitProgram};
 use tessera_cuda::{CudaProgram, HostStep};
 use tessera_kernel::{
-    BoxError, Environment, Fallback, Interpreter, KernelError, KernelExecutor, LowerOptions,
-    MemoryPlan, Program, StepTimer, Workspace, lower_with, run_planned, run_planned_into,
+    BoxError, ConvChoice, Environment, Fallback, Interpreter, KernelError, KernelExecutor,
+    LowerOptions, MemoryPlan, Program, StepTimer, WinogradPolicy, Workspace, lower_with,
+    run_planned, run_planned_into,
 };
 use tessera_tensor::{Device, Layout, Tensor};
 
@@ -63,6 +64,11 @@ pub struct CompileOptions {
     /// On a CUDA device, capture each run of launches into a CUDA graph on the first call
     /// for an input signature and replay it on later calls (on by default).
     pub cuda_graphs: bool,
+    /// Whether 3x3 stride-1 convolutions run as Winograd convolutions on the CPU: `Auto`
+    /// (the default) where a cost rule estimates it faster, per convolution
+    /// ([`CompileReport::convolutions`] says which and why); `Off`; or `Always(tile)`.
+    /// Device programs run none.
+    pub winograd: WinogradPolicy,
 }
 
 impl Default for CompileOptions {
@@ -72,6 +78,7 @@ impl Default for CompileOptions {
             backend: Backend::Jit,
             device: Device::Cpu,
             cuda_graphs: true,
+            winograd: WinogradPolicy::Auto,
         }
     }
 }
@@ -173,6 +180,9 @@ pub struct CompileReport {
     pub skipped_passes: Vec<(&'static str, String)>,
     pub kernels: usize,
     pub fallbacks: Vec<Fallback>,
+    /// The algorithm each convolution fused into a kernel runs, and why
+    /// ([`CompileOptions::winograd`]).
+    pub convolutions: Vec<ConvChoice>,
     pub compile_time: Duration,
     /// How many times code was compiled: once per input layouts and dtypes, but a new batch
     /// compiles nothing when [`CompileReport::batch`] is [`BatchMode::Dynamic`].
@@ -234,6 +244,9 @@ impl fmt::Display for CompileReport {
         }
         for fb in &self.fallbacks {
             writeln!(f, "fallback {fb}")?;
+        }
+        for c in &self.convolutions {
+            writeln!(f, "convolution {c}")?;
         }
         if self.device_kernels > 0 || !self.host_steps.is_empty() {
             writeln!(
@@ -509,7 +522,7 @@ impl CompiledModule {
         let program = lower_with(
             &reshaped_graph(&gm, &metas)?,
             &layouts,
-            lower_options(self.options.device),
+            lower_options(&self.options),
         )?;
         let code = self.code_for(&gm, &prepared.graph_text, &key, &metas, program)?;
         let mut compiled = Compiled::new(code.0, code.1);
@@ -557,7 +570,7 @@ impl CompiledModule {
             Backend::Interpreter => None,
         };
         let mode = match batch {
-            Some(b) => batch_mode(self.options.device, gm, key, metas, b, &program),
+            Some(b) => batch_mode(&self.options, gm, key, metas, b, &program),
             None => BatchMode::Specialised(
                 "the inputs share no leading size (or one is a scalar)".into(),
             ),
@@ -577,6 +590,7 @@ impl CompiledModule {
         let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
         report.kernels = program.kernels().count();
         report.fallbacks = program.fallbacks.clone();
+        report.convolutions = program.convolutions.clone();
         report.compiles += 1;
         report.batch = mode;
         if let Some(dir) = std::env::var_os(DUMP_KERNELS_ENV) {
@@ -727,11 +741,18 @@ impl CompiledModule {
     }
 }
 
-/// How programs are lowered for `device`: on a CUDA device a GEMM or convolution with nothing
-/// to fuse is a kernel of its own (generated PTX), not an eager call on the host.
-fn lower_options(device: Device) -> LowerOptions {
+/// How programs are lowered for `options`' device: on a CUDA device a GEMM or convolution with
+/// nothing to fuse is a kernel of its own (generated PTX), not an eager call on the host, and
+/// no convolution is a Winograd one (the device renders the call itself).
+fn lower_options(options: &CompileOptions) -> LowerOptions {
+    let device = matches!(options.device, Device::Cuda(_));
     LowerOptions {
-        product_kernels: matches!(device, Device::Cuda(_)),
+        product_kernels: device,
+        winograd: if device {
+            WinogradPolicy::Off
+        } else {
+            options.winograd
+        },
     }
 }
 
@@ -739,7 +760,7 @@ fn lower_options(device: Device) -> LowerOptions {
 /// batch: the kernels lowered for the next batch must differ only in what the code takes at
 /// run time.
 fn batch_mode(
-    device: Device,
+    options: &CompileOptions,
     gm: &GraphModule,
     key: &Signature,
     metas: &[tessera_tensor::TensorMeta],
@@ -759,7 +780,7 @@ fn batch_mode(
         })
         .collect();
     let other = reshaped_graph(gm, &with_batch(metas, next))
-        .and_then(|g| lower_with(&g, &layouts, lower_options(device)).map_err(CompileError::from));
+        .and_then(|g| lower_with(&g, &layouts, lower_options(options)).map_err(CompileError::from));
     match other {
         Err(e) => BatchMode::Specialised(format!("at batch {next}: {e}")),
         Ok(other) => match program.code_difference(&other) {

@@ -26,6 +26,8 @@ pub use tessera_cpu as cpu;
 pub use tessera_cuda as cuda;
 pub use tessera_distributed as distributed;
 pub use tessera_kernel as kernel;
+pub use tessera_kernel::{ConvAlgorithm, ConvChoice, WinogradPolicy};
+pub use tessera_tensor::op::WinogradTile;
 
 pub use tessera_fx as fx;
 pub use tessera_nn as nn;

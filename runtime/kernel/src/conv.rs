@@ -1,24 +1,65 @@
 //! The external convolution call a kernel may start with: `scratch = conv2d(x, w)` (no bias)
-//! by the eager path's im2col + GEMM, for the images of the outermost loop's current block,
-//! so that the kernel's epilogue (bias, activation, residual add) reads each block right after
-//! it is computed. The kernel's domain is the output's `[N, C, oH, oW]`; its input and weight
-//! buffers are packed. Both the interpreter and the CPU backend's runner call [`run_conv`].
+//! for the images of the outermost loop's current block, so that the kernel's epilogue (bias,
+//! activation, residual add) reads each block right after it is computed. The call runs the
+//! eager path's kernels (direct or im2col + GEMM) or a Winograd convolution on weights the
+//! program transformed once ([`ConvAlgorithm`], chosen by [`crate::conv_choice`]). The
+//! kernel's domain is the output's `[N, C, oH, oW]`; its input and weight buffers are packed.
+//! Both the interpreter and the CPU backend's runner call [`run_conv`].
 
 use crate::{BufferId, BufferPtr, Kernel, KernelError, Result, ScalarType};
-use tessera_tensor::op::{ConvParams, conv2d_images_into};
+use std::fmt;
+use tessera_tensor::op::{
+    ConvParams, WinogradTile, conv2d_images_into, conv2d_winograd_images_into,
+    winograd_weight_shape,
+};
+
+/// How a convolution call computes its products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConvAlgorithm {
+    /// The eager kernel: direct for short patches, else im2col + GEMM; the weight buffer holds
+    /// the `[C_out, C_in/groups, kH, kW]` weight.
+    Gemm,
+    /// Winograd with this output tile; the weight buffer holds the transformed weights
+    /// (`[points, C_out, C_in]`, a derived slot of the program).
+    Winograd(WinogradTile),
+}
+
+impl fmt::Display for ConvAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConvAlgorithm::Gemm => f.write_str("gemm"),
+            ConvAlgorithm::Winograd(t) => write!(f, "winograd {t}"),
+        }
+    }
+}
 
 /// `out = conv2d(input, weight)` with `params`, the convolution packed in the scratch `out`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConvCall {
     pub input: BufferId,
+    /// The weight, or its Winograd transform ([`ConvAlgorithm`]).
     pub weight: BufferId,
     pub out: BufferId,
     pub params: ConvParams,
     pub input_shape: [usize; 4],
+    /// The convolution's weight shape, `[C_out, C_in/groups, kH, kW]` for both algorithms.
     pub weight_shape: [usize; 4],
+    pub algorithm: ConvAlgorithm,
 }
 
 impl ConvCall {
+    /// Elements of the weight buffer: the weight's, or its Winograd transform's (`None` when
+    /// the count overflows).
+    pub fn weight_len(&self) -> Option<usize> {
+        let numel = |s: &[usize]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        match self.algorithm {
+            ConvAlgorithm::Gemm => numel(&self.weight_shape),
+            ConvAlgorithm::Winograd(tile) => {
+                numel(&winograd_weight_shape(tile, &self.weight_shape))
+            }
+        }
+    }
+
     /// Elements of one output image.
     pub fn image_len(&self, kernel: &Kernel) -> usize {
         kernel.domain.iter().skip(1).product()
@@ -80,7 +121,21 @@ unsafe fn convolve<T: tessera_tensor::Float>(
             std::slice::from_raw_parts_mut((out.ptr as *mut T).add(at), count),
         )
     };
-    conv2d_images_into(c.params, &c.input_shape, &c.weight_shape, x, w, images, out)
+    match c.algorithm {
+        ConvAlgorithm::Gemm => {
+            conv2d_images_into(c.params, &c.input_shape, &c.weight_shape, x, w, images, out)
+        }
+        ConvAlgorithm::Winograd(tile) => conv2d_winograd_images_into(
+            tile,
+            c.params,
+            &c.input_shape,
+            &c.weight_shape,
+            x,
+            w,
+            images,
+            out,
+        ),
+    }
 }
 
 impl Kernel {
@@ -90,9 +145,18 @@ impl Kernel {
             return Err("a convolution kernel is a 4-D nest with no other call".into());
         }
         let numel = |s: &[usize]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if let ConvAlgorithm::Winograd(tile) = c.algorithm
+            && !tessera_tensor::op::winograd_applies(&c.params, &c.weight_shape)
+        {
+            return Err(format!(
+                "{tile} takes 3x3 kernels, stride 1, dilation 1 and one group, not {:?} with {:?}",
+                c.weight_shape, c.params
+            ));
+        }
+        let weight = c.weight_len();
         let needs = [
             (c.input, numel(&c.input_shape)),
-            (c.weight, numel(&c.weight_shape)),
+            (c.weight, weight),
             (c.out, numel(&self.domain)),
         ];
         let ty = self.buffer(c.out).ty;

@@ -70,6 +70,14 @@ pub enum KernelError {
         #[source]
         source: Box<TensorError>,
     },
+    /// Computing a derived constant (a convolution's transformed weights) failed.
+    #[error("deriving {what} for slot {slot}: {source}")]
+    Derive {
+        slot: String,
+        what: String,
+        #[source]
+        source: Box<TensorError>,
+    },
     /// Reading an attribute or calling a module through the environment failed.
     #[error("{what}: {source}")]
     Environment {

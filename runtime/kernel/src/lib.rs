@@ -82,6 +82,8 @@
 
 mod code_identity;
 pub mod conv;
+pub mod conv_choice;
+pub mod derived;
 mod error;
 pub mod exp_poly;
 pub mod gemm;
@@ -106,7 +108,9 @@ mod unary_backward_table;
 mod update_table;
 mod workspace;
 
-pub use conv::{ConvCall, run_conv};
+pub use conv::{ConvAlgorithm, ConvCall, run_conv};
+pub use conv_choice::{ConvChoice, WinogradPolicy};
+pub use derived::Derivation;
 pub use error::{KernelError, Result};
 pub use gemm::{GemmCall, MatrixIndex};
 pub use guard::Bound;

@@ -57,6 +57,9 @@ pub struct LowerOptions {
     /// the CPU, whose eager kernel is the same call without a kernel around it; on for a
     /// device, where an external step would run on the host.
     pub product_kernels: bool,
+    /// Whether 3x3 stride-1 convolutions may run as Winograd convolutions
+    /// ([`crate::conv_choice`]); off by default.
+    pub winograd: crate::WinogradPolicy,
 }
 
 /// Lowers `graph`, whose inputs have the layouts `input_layouts` (packed where not given),
@@ -121,6 +124,7 @@ pub fn lower_with(
             steps: Vec::new(),
             outputs: Vec::new(),
             fallbacks: Vec::new(),
+            convolutions: Vec::new(),
         },
         values: HashMap::new(),
         inputs: 0,

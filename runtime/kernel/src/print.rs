@@ -101,7 +101,7 @@ impl fmt::Display for Kernel {
             let p = &c.params;
             writeln!(
                 f,
-                "    conv {} = conv2d({}{:?}, {}{:?}) stride {:?} padding {:?} dilation {:?} groups {} ; per block of i0",
+                "    conv {} = conv2d({}{:?}, {}{:?}) stride {:?} padding {:?} dilation {:?} groups {} by {} ; per block of i0",
                 c.out,
                 c.input,
                 c.input_shape,
@@ -110,7 +110,8 @@ impl fmt::Display for Kernel {
                 p.stride,
                 p.padding,
                 p.dilation,
-                p.groups
+                p.groups,
+                c.algorithm
             )?;
         }
         for (i, v) in self.values.iter().enumerate() {

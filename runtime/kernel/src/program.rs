@@ -16,6 +16,12 @@ pub enum SlotSource {
     Attribute(String),
     /// Written by a step.
     Step,
+    /// Computed from slot `from` (an input or attribute) before the steps run, once per
+    /// value of `from` ([`crate::derived`]): a convolution's transformed weights.
+    Derived {
+        from: SlotId,
+        derivation: crate::Derivation,
+    },
 }
 
 /// One tensor of a program, and the layout kernels that read it were compiled for.
@@ -81,6 +87,8 @@ pub struct Program {
     pub steps: Vec<Step>,
     pub outputs: Vec<SlotView>,
     pub fallbacks: Vec<Fallback>,
+    /// The algorithm each convolution call runs, and why ([`crate::conv_choice`]).
+    pub convolutions: Vec<crate::ConvChoice>,
 }
 
 impl Program {
@@ -127,6 +135,7 @@ impl fmt::Display for Program {
                 SlotSource::Input(n) => format!("input {n}"),
                 SlotSource::Attribute(a) => format!("attribute {a}"),
                 SlotSource::Step => "step".into(),
+                SlotSource::Derived { from, derivation } => format!("{derivation} of {from}"),
             };
             writeln!(
                 f,
@@ -173,6 +182,9 @@ impl fmt::Display for Program {
         }
         let outs: Vec<String> = self.outputs.iter().map(views_text).collect();
         writeln!(f, "return {}", outs.join(", "))?;
+        for c in &self.convolutions {
+            writeln!(f, "; convolution {c}")?;
+        }
         for k in self.kernels() {
             write!(f, "\n{k}")?;
         }

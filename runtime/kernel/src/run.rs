@@ -361,11 +361,11 @@ impl Run<'_> {
                     }
                     t
                 }
-                SlotSource::Step => continue,
+                SlotSource::Step | SlotSource::Derived { .. } => continue,
             };
             ws.slots[i] = Some(tensor);
         }
-        Ok(())
+        crate::derived::fill_derived(program, &mut ws.slots, &mut ws.derived)
     }
 
     /// Runs every step, dropping each tensor slot after its last use.

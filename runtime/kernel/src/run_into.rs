@@ -96,6 +96,9 @@ fn check_sharing(program: &Program, ws: &Workspace, outputs: &[Tensor]) -> Resul
                     SlotSource::Input(n) => format!("input {n}"),
                     SlotSource::Attribute(name) => format!("attribute {name}"),
                     SlotSource::Step => format!("%{}", slot.name),
+                    SlotSource::Derived { from, derivation } => {
+                        format!("the {derivation} of {from}")
+                    }
                 };
                 return Err(KernelError::OutputShares { index, other });
             }

@@ -27,6 +27,8 @@ pub struct Workspace {
     pub(crate) read_ptrs: Vec<BufferPtr>,
     /// The current kernel's outputs that become tensors, with their slots and lengths.
     pub(crate) fresh: Vec<(OutVec, SlotId, usize)>,
+    /// Per slot, the value last derived for a derived slot, kept between runs.
+    pub(crate) derived: Vec<Option<crate::derived::DerivedValue>>,
 }
 
 // SAFETY: the raw pointers a workspace holds (`targets`, `buffers`, `read_ptrs`) are set and
@@ -58,6 +60,7 @@ impl Workspace {
             reads: Vec::with_capacity(params),
             read_ptrs: Vec::with_capacity(params),
             fresh: Vec::with_capacity(params),
+            derived: (0..n).map(|_| None).collect(),
         }
     }
 
@@ -87,7 +90,8 @@ impl Workspace {
     }
 
     /// Empties the run's tables (keeping their capacity): no tensor of the last run stays
-    /// referenced, and no pointer into a caller's buffer survives it.
+    /// referenced but the derived constants and the detached handles on what they were
+    /// derived from, and no pointer into a caller's buffer survives it.
     pub(crate) fn reset(&mut self) {
         self.slots.iter_mut().for_each(|s| *s = None);
         self.targets.iter_mut().for_each(|t| *t = None);

@@ -4,10 +4,15 @@
 mod direct;
 mod direct_tile;
 mod lowering;
+mod winograd;
 
 use super::{BackwardCtx, Op, OpDef, OpKind, expect_float};
 use crate::cpu::{float_dispatch, tensor_from};
 use crate::{Result, Tensor, TensorError, TensorMeta};
+pub use winograd::{
+    WinogradTile, conv2d_winograd_images_into, winograd_applies, winograd_weight_shape,
+    winograd_weights, winograd_weights_into,
+};
 
 /// Stride, padding, dilation and groups of a convolution, as `[height, width]` pairs.
 ///

@@ -28,7 +28,10 @@ mod view;
 
 pub use batch_norm_update::BatchNormUpdateOp;
 pub use binary::{BinaryOp, CompareOp, ScalarOp};
-pub use conv::{ConvOp, ConvParams, conv2d_images_into};
+pub use conv::{
+    ConvOp, ConvParams, WinogradTile, conv2d_images_into, conv2d_winograd_images_into,
+    winograd_applies, winograd_weight_shape, winograd_weights, winograd_weights_into,
+};
 pub use custom::{CustomFunction, CustomOp, register_custom};
 pub use dropout::DropoutOp;
 pub use embedding::{EmbeddingBackwardOp, EmbeddingOp};

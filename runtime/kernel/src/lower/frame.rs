@@ -206,7 +206,7 @@ impl Lowering<'_> {
                 if c.input == *buffer {
                     Some(numel(&c.input_shape))
                 } else if c.weight == *buffer {
-                    Some(numel(&c.weight_shape))
+                    c.weight_len()
                 } else {
                     None
                 }

@@ -39,10 +39,11 @@ impl Lowering<'_> {
     }
 
     /// GEMM (or convolution) node `id` with no epilogue to fuse: a kernel of its own when
-    /// [`crate::LowerOptions::product_kernels`] asks for one, else its eager kernel (reported
-    /// as a fallback).
+    /// [`crate::LowerOptions::product_kernels`] asks for one or when it is a convolution that
+    /// runs as a Winograd convolution (which has no eager kernel), else its eager kernel
+    /// (reported as a fallback).
     pub(super) fn lone_product(&mut self, id: &NodeId) -> Result<()> {
-        if self.options.product_kernels {
+        if self.options.product_kernels || self.lone_conv_runs_winograd(id)? {
             self.gemm(id, &[])
         } else {
             self.node(id)

@@ -91,7 +91,7 @@ pub(crate) fn compile(
                 dtype: slot.meta.dtype,
                 numel: slot.meta.numel(),
             },
-            SlotSource::Attribute(_) => return Ok(None),
+            SlotSource::Attribute(_) | SlotSource::Derived { .. } => return Ok(None),
         });
     }
     let mut results = Vec::with_capacity(program.outputs.len());

@@ -1,0 +1,243 @@
+//! Winograd convolutions (F(2x2,3x3) and F(4x4,3x3)) equal the eager convolution: in f64 to
+//! rounding, in f32 within a bound relative to the largest sum of the products' magnitudes
+//! (the largest element of `conv(|x|, |w|)`, the scale of the outputs' rounding errors), over
+//! random batches, channel counts, odd spatial sizes, paddings and blocks of images.
+
+use proptest::prelude::*;
+use tessera_tensor::op::{
+    ConvOp, ConvParams, WinogradTile, conv2d_winograd_images_into, winograd_applies,
+    winograd_weight_shape, winograd_weights, winograd_weights_into,
+};
+use tessera_tensor::{DType, Generator, Op, Tensor};
+
+/// The f32 error bound of F(4x4,3x3), relative to `conv(|x|, |w|)` at the output.
+const F4_F32_TOLERANCE: f64 = 1e-5;
+/// The f32 error bound of F(2x2,3x3), relative to `conv(|x|, |w|)` at the output.
+const F2_F32_TOLERANCE: f64 = 1e-6;
+/// The f64 bound of both, relative to `conv(|x|, |w|)`.
+const F64_TOLERANCE: f64 = 1e-14;
+
+fn random(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
+    let mut g = Generator::new(seed);
+    Tensor::randn_with(shape, dtype, &mut g).unwrap()
+}
+
+fn eager_conv(x: &Tensor, w: &Tensor, pad: usize) -> Tensor {
+    let params = ConvParams::conv2d([1, 1], [pad, pad], [1, 1], 1);
+    Op::Conv(ConvOp::Forward {
+        params,
+        bias: false,
+    })
+    .apply1(&[x, w])
+    .unwrap()
+}
+
+/// The Winograd convolution of images `images` of `x` by `w`, as f64 values.
+fn winograd<T: tessera_tensor::Float>(
+    tile: WinogradTile,
+    x: &Tensor,
+    w: &Tensor,
+    pad: usize,
+    images: std::ops::Range<usize>,
+    image_len: usize,
+) -> Vec<f64> {
+    let params = ConvParams::conv2d([1, 1], [pad, pad], [1, 1], 1);
+    let (xs, ws) = (x.shape(), w.shape());
+    let mut u = vec![T::zero(); winograd_weight_shape(tile, &ws).iter().product()];
+    let wv = w.to_vec::<T>().unwrap();
+    winograd_weights_into(tile, &ws, &wv, &mut u).unwrap();
+    let mut out = vec![T::zero(); images.len() * image_len];
+    let xv = x.to_vec::<T>().unwrap();
+    conv2d_winograd_images_into(tile, params, &xs, &ws, &xv, &u, images, &mut out).unwrap();
+    out.iter().map(|v| v.to_f64().unwrap()).collect()
+}
+
+/// The largest `|got - expected|` over `got` (the outputs from element `offset` on), divided
+/// by the largest element of `scale`.
+fn worst_error(got: &[f64], expected: &Tensor, scale: &Tensor, offset: usize) -> f64 {
+    let (e, s) = (expected.to_vec_f64().unwrap(), scale.to_vec_f64().unwrap());
+    let scale = s.iter().copied().fold(1e-300, f64::max);
+    got.iter()
+        .enumerate()
+        .map(|(i, g)| (g - e[offset + i]).abs())
+        .fold(0.0, f64::max)
+        / scale
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    n: usize,
+    c_in: usize,
+    c_out: usize,
+    h: usize,
+    w: usize,
+    pad: usize,
+    seed: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        1usize..4,
+        1usize..10,
+        1usize..10,
+        1usize..16,
+        1usize..16,
+        0usize..3,
+        any::<u64>(),
+    )
+        .prop_filter(
+            "the padded input holds the kernel",
+            |(_, _, _, h, w, pad, _)| h + 2 * pad >= 3 && w + 2 * pad >= 3,
+        )
+        .prop_map(|(n, c_in, c_out, h, w, pad, seed)| Case {
+            n,
+            c_in,
+            c_out,
+            h,
+            w,
+            pad,
+            seed,
+        })
+}
+
+/// Checks both tiles on `c` in `dtype` against the f64 eager convolution, for the whole batch
+/// and for the images after the first (a block that does not start at image 0).
+fn check(c: &Case, dtype: DType) -> Result<(), TestCaseError> {
+    let x = random(&[c.n, c.c_in, c.h, c.w], dtype, c.seed);
+    let w = random(&[c.c_out, c.c_in, 3, 3], dtype, c.seed ^ 0x5eed);
+    let (x64, w64) = (
+        x.to_dtype(DType::F64).unwrap(),
+        w.to_dtype(DType::F64).unwrap(),
+    );
+    let expected = eager_conv(&x64, &w64, c.pad);
+    let scale = eager_conv(&x64.abs().unwrap(), &w64.abs().unwrap(), c.pad);
+    let out_shape = expected.shape();
+    let image_len: usize = out_shape[1..].iter().product();
+    for tile in [WinogradTile::F2x2, WinogradTile::F4x4] {
+        let tol = match (dtype, tile) {
+            (DType::F64, _) => F64_TOLERANCE,
+            (_, WinogradTile::F4x4) => F4_F32_TOLERANCE,
+            (_, WinogradTile::F2x2) => F2_F32_TOLERANCE,
+        };
+        for first in [0, c.n - 1] {
+            let got = if dtype == DType::F64 {
+                winograd::<f64>(tile, &x, &w, c.pad, first..c.n, image_len)
+            } else {
+                winograd::<f32>(tile, &x, &w, c.pad, first..c.n, image_len)
+            };
+            let err = worst_error(&got, &expected, &scale, first * image_len);
+            if std::env::var_os("WINOGRAD_ERRORS").is_some() {
+                eprintln!("ERR {tile} {dtype:?} {err:e} {c:?}");
+            }
+            prop_assert!(
+                err <= tol,
+                "{tile} {dtype:?} {c:?} from image {first}: error {err:e} > {tol:e}"
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn winograd_equals_the_eager_convolution_in_f64(c in case()) {
+        check(&c, DType::F64)?;
+    }
+
+    #[test]
+    fn winograd_equals_the_eager_convolution_in_f32_within_its_bound(c in case()) {
+        check(&c, DType::F32)?;
+    }
+}
+
+/// ResNet-like channel counts, where the sum over channels is long: the f32 bound holds.
+#[test]
+fn winograd_f32_error_stays_within_its_bound_over_many_channels() {
+    for (ci, co, hw) in [(64, 64, 14), (256, 32, 7), (16, 128, 9)] {
+        let c = Case {
+            n: 1,
+            c_in: ci,
+            c_out: co,
+            h: hw,
+            w: hw,
+            pad: 1,
+            seed: ci as u64,
+        };
+        check(&c, DType::F32).unwrap();
+    }
+}
+
+#[test]
+fn winograd_applies_only_to_3x3_stride_1_undilated_ungrouped_convolutions() {
+    let same = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1);
+    assert!(winograd_applies(&same, &[8, 4, 3, 3]));
+    assert!(!winograd_applies(&same, &[8, 4, 5, 5]));
+    let strided = ConvParams::conv2d([2, 1], [1, 1], [1, 1], 1);
+    assert!(!winograd_applies(&strided, &[8, 4, 3, 3]));
+    let dilated = ConvParams::conv2d([1, 1], [1, 1], [1, 2], 1);
+    assert!(!winograd_applies(&dilated, &[8, 4, 3, 3]));
+    let grouped = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 2);
+    assert!(!winograd_applies(&grouped, &[8, 2, 3, 3]));
+    assert!(!winograd_applies(
+        &ConvParams::conv1d(1, 1, 1, 1),
+        &[8, 4, 3]
+    ));
+}
+
+#[test]
+fn transformed_weights_have_one_matrix_per_point() {
+    let w = random(&[5, 3, 3, 3], DType::F32, 1);
+    let u = winograd_weights(WinogradTile::F4x4, &w).unwrap();
+    assert_eq!(u.shape(), [36, 5, 3]);
+    let u = winograd_weights(WinogradTile::F2x2, &w.to_dtype(DType::F64).unwrap()).unwrap();
+    assert_eq!((u.shape(), u.dtype()), (vec![16, 5, 3], DType::F64));
+    // The F(2x2) transform's corner point is the kernel's corner: G's first row is (1, 0, 0).
+    let (wv, uv) = (w.to_vec_f64().unwrap(), u.to_vec_f64().unwrap());
+    assert_eq!(uv[0], wv[0]);
+}
+
+#[test]
+fn mismatched_buffers_are_errors_naming_the_shapes() {
+    let params = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1);
+    let x = vec![0.0f32; 2 * 3 * 5 * 5];
+    let u = vec![0.0f32; 36 * 4 * 3];
+    let mut out = vec![0.0f32; 4 * 5 * 5];
+    let tile = WinogradTile::F4x4;
+    // Two images' outputs do not fit one image's buffer.
+    let e = conv2d_winograd_images_into(
+        tile,
+        params,
+        &[2, 3, 5, 5],
+        &[4, 3, 3, 3],
+        &x,
+        &u,
+        0..2,
+        &mut out,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("[2, 3, 5, 5]") && e.contains("[4, 3, 3, 3]"),
+        "{e}"
+    );
+    // A stride-2 convolution is refused.
+    let strided = ConvParams::conv2d([2, 2], [1, 1], [1, 1], 1);
+    assert!(
+        conv2d_winograd_images_into(
+            tile,
+            strided,
+            &[2, 3, 5, 5],
+            &[4, 3, 3, 3],
+            &x,
+            &u,
+            0..1,
+            &mut out
+        )
+        .is_err()
+    );
+    // Weights of the wrong size do not transform.
+    let mut small = vec![0.0f32; 10];
+    assert!(winograd_weights_into(tile, &[4, 3, 3, 3], &vec![0.0f32; 108], &mut small).is_err());
+}
