@@ -4,50 +4,16 @@
 
 mod autodiff_common;
 
-use autodiff_common::{assert_joint_matches_eager, traced_loss};
-use tessera_fx::NodeKind;
-use tessera_fx::trace::TracedGraph;
+use autodiff_common::{
+    assert_joint_matches_eager, flat_cross_entropy, load_case_weights as load, parameters_read,
+    traced_loss,
+};
 use tessera_nn::layers::{Linear, ReLU};
 use tessera_nn::models::note::{MyLinear, Net};
 use tessera_nn::models::{Gpt, GptConfig, MobileNetV2, SmallCnn, VisionTransformer, VitConfig};
-use tessera_nn::{Call, Layer, Module, ModuleExt, Sequential, load_pt_state_dict};
-use tessera_tensor::functional as F;
+use tessera_nn::{Call, Layer, ModuleExt, Sequential};
 use tessera_tensor::{DType, Tensor};
-use tessera_testkit::{Case, conformance_dir};
-
-/// Loads the case's PyTorch weights into `model` (when the case has them).
-fn load(case: &str, model: &dyn Module) {
-    let path = conformance_dir().join(case).join("state_dict.pt");
-    if path.exists() {
-        model
-            .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
-            .unwrap();
-    }
-}
-
-/// The parameters the graph reads, by the get_attr target it reads them under.
-fn parameters_read(traced: &TracedGraph, root: &dyn Module) -> Vec<String> {
-    let mut names: Vec<String> = traced
-        .graph
-        .nodes()
-        .filter_map(|id| match &traced.graph.node(&id).ok()?.kind {
-            NodeKind::GetAttr { target } if root.get_parameter(target).is_ok() => {
-                Some(target.clone())
-            }
-            _ => None,
-        })
-        .collect();
-    names.dedup();
-    names
-}
-
-/// `cross_entropy` of logits flattened to `[rows, classes]` against flattened targets.
-fn flat_cross_entropy(logits: &Tensor, target: &Tensor) -> tessera_tensor::Result<Tensor> {
-    let classes = *logits.shape().last().unwrap();
-    let logits = logits.reshape(&[logits.numel() / classes, classes])?;
-    let target = target.reshape(&[target.numel()])?;
-    F::cross_entropy(&logits, &target, Default::default())
-}
+use tessera_testkit::Case;
 
 /// Traces `model` with `loss(model(x), target)` at op level, derives the joint graph with
 /// respect to every parameter read (and `x` when it is float), and checks it against eager

@@ -8,20 +8,21 @@
 mod autodiff_common;
 
 use crate::common::{f32s, snapshots};
-use autodiff_common::traced_loss;
+use autodiff_common::{
+    flat_cross_entropy, load_case_weights as load, parameters_read, traced_loss,
+};
 use proptest::prelude::*;
 use tessera_fx::autodiff::{JointGraph, joint_graph};
 use tessera_fx::trace::TracedGraph;
-use tessera_fx::{Graph, GraphModule, NodeId, NodeKind};
+use tessera_fx::{Graph, GraphModule, NodeId};
 use tessera_nn::layers::{GELU, LayerNorm, Linear, ReLU};
 use tessera_nn::models::note::{MyLinear, Net};
 use tessera_nn::models::{Gpt, GptConfig, MobileNetV2, SmallCnn, VisionTransformer, VitConfig};
-use tessera_nn::{Call, Layer, Module, ModuleExt, Sequential, load_pt_state_dict};
+use tessera_nn::{Call, Layer, Module, ModuleExt, Sequential};
 use tessera_passes::{PassError, RematReport, Rematerialize, rematerialize};
-use tessera_tensor::functional as F;
 use tessera_tensor::op::{BinaryOp, DropoutOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp};
 use tessera_tensor::{DType, Generator, Op, Tensor};
-use tessera_testkit::{Case, conformance_dir};
+use tessera_testkit::Case;
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn_with(shape, DType::F32, &mut Generator::new(seed)).unwrap()
@@ -275,23 +276,6 @@ fn more_forward_outputs_than_results_is_a_typed_error() {
 
 // --- Conformance models -------------------------------------------------------------------
 
-fn load(case: &str, model: &dyn Module) {
-    let path = conformance_dir().join(case).join("state_dict.pt");
-    if path.exists() {
-        model
-            .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
-            .unwrap();
-    }
-}
-
-/// `cross_entropy` of logits flattened to `[rows, classes]` against flattened targets.
-fn flat_cross_entropy(logits: &Tensor, target: &Tensor) -> tessera_tensor::Result<Tensor> {
-    let classes = *logits.shape().last().unwrap();
-    let logits = logits.reshape(&[logits.numel() / classes, classes])?;
-    let target = target.reshape(&[target.numel()])?;
-    F::cross_entropy(&logits, &target, Default::default())
-}
-
 /// The case's model with its loss (cross entropy against the case's target, else the sum),
 /// differentiated with respect to every parameter and the input, rematerialised and run.
 fn check_model<M: Layer>(case_name: &str, model: &M, with_target: bool) -> RematReport {
@@ -314,17 +298,7 @@ fn check_model<M: Layer>(case_name: &str, model: &M, with_target: bool) -> Remat
             None => out.sum_all()?,
         }])
     });
-    let mut wrt: Vec<String> = traced
-        .graph
-        .nodes()
-        .filter_map(|id| match &traced.graph.node(&id).ok()?.kind {
-            NodeKind::GetAttr { target } if model.get_parameter(target).is_ok() => {
-                Some(target.clone())
-            }
-            _ => None,
-        })
-        .collect();
-    wrt.dedup();
+    let mut wrt = parameters_read(&traced, model);
     if input.dtype().is_float() {
         wrt.push("x".into());
     }

@@ -4,55 +4,22 @@
 //! interpreter and by the JIT, it gives the graph interpreter's loss and gradients, and
 //! PyTorch's recorded gradients where the case has them.
 
+#[path = "../../../crates/fx/tests/autodiff_common/mod.rs"]
+mod autodiff_common;
 mod common;
 
+use autodiff_common::{flat_cross_entropy, load_case_weights as load, parameters_read};
 use common::joint_env::Attributes;
 use tessera_cpu::JitProgram;
-use tessera_fx::NodeKind;
 use tessera_fx::autodiff::joint_graph;
-use tessera_fx::trace::{LeafPolicy, TracedGraph, trace_with};
+use tessera_fx::trace::{LeafPolicy, trace_with};
 use tessera_kernel::{Interpreter, lower, run_program};
 use tessera_nn::layers::{Linear, ReLU};
 use tessera_nn::models::note::{MyLinear, Net};
 use tessera_nn::models::{Gpt, GptConfig, MobileNetV2, SmallCnn, VisionTransformer, VitConfig};
-use tessera_nn::{Call, Layer, Module, ModuleExt, Sequential, load_pt_state_dict};
-use tessera_tensor::functional as F;
+use tessera_nn::{Call, Layer, ModuleExt, Sequential};
 use tessera_tensor::{DType, Tensor};
-use tessera_testkit::{Case, conformance_dir};
-
-/// Loads the case's PyTorch weights into `model` (when the case has them).
-fn load(case: &str, model: &dyn Module) {
-    let path = conformance_dir().join(case).join("state_dict.pt");
-    if path.exists() {
-        model
-            .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
-            .unwrap();
-    }
-}
-
-/// The parameters the graph reads, by the get_attr target it reads them under.
-fn parameters_read(traced: &TracedGraph, root: &dyn Module) -> Vec<String> {
-    let mut names: Vec<String> = traced
-        .graph
-        .nodes()
-        .filter_map(|id| match &traced.graph.node(&id).ok()?.kind {
-            NodeKind::GetAttr { target } if root.get_parameter(target).is_ok() => {
-                Some(target.clone())
-            }
-            _ => None,
-        })
-        .collect();
-    names.dedup();
-    names
-}
-
-/// `cross_entropy` of logits flattened to `[rows, classes]` against flattened targets.
-fn flat_cross_entropy(logits: &Tensor, target: &Tensor) -> tessera_tensor::Result<Tensor> {
-    let classes = *logits.shape().last().unwrap();
-    let logits = logits.reshape(&[logits.numel() / classes, classes])?;
-    let target = target.reshape(&[target.numel()])?;
-    F::cross_entropy(&logits, &target, Default::default())
-}
+use tessera_testkit::Case;
 
 /// Traces `loss(model(input), target)` (cross-entropy with a target, else the output's sum),
 /// derives the joint graph with respect to every parameter read and a float input, and checks

@@ -1,12 +1,50 @@
-//! Helpers of the autodiff tests: tracing a loss at op level, and comparing the joint graph's
-//! gradients with eager autograd's on the same module and inputs.
+//! Helpers of the autodiff tests: loading a conformance case's weights, tracing a loss at op
+//! level, the parameters a traced graph reads, and comparing the joint graph's gradients with
+//! eager autograd's on the same module and inputs. (Included by path from the passes' and the
+//! CPU backend's tests too.)
 #![allow(dead_code)]
 
+use tessera_fx::NodeKind;
 use tessera_fx::autodiff::{JointGraph, joint_graph};
 use tessera_fx::trace::{LeafPolicy, TracedGraph, trace_with};
-use tessera_nn::{Module, ModuleExt};
+use tessera_nn::{Module, ModuleExt, load_pt_state_dict};
+use tessera_tensor::functional as F;
 use tessera_tensor::{Tensor, TensorMeta};
-use tessera_testkit::assert_close;
+use tessera_testkit::{assert_close, conformance_dir};
+
+/// Loads the case's PyTorch weights into `model` (when the case has them).
+pub fn load_case_weights(case: &str, model: &dyn Module) {
+    let path = conformance_dir().join(case).join("state_dict.pt");
+    if path.exists() {
+        model
+            .load_state_dict(&load_pt_state_dict(path).unwrap(), true, false)
+            .unwrap();
+    }
+}
+
+/// The parameters the graph reads, by the get_attr target it reads them under.
+pub fn parameters_read(traced: &TracedGraph, root: &dyn Module) -> Vec<String> {
+    let mut names: Vec<String> = traced
+        .graph
+        .nodes()
+        .filter_map(|id| match &traced.graph.node(&id).ok()?.kind {
+            NodeKind::GetAttr { target } if root.get_parameter(target).is_ok() => {
+                Some(target.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    names.dedup();
+    names
+}
+
+/// `cross_entropy` of logits flattened to `[rows, classes]` against flattened targets.
+pub fn flat_cross_entropy(logits: &Tensor, target: &Tensor) -> tessera_tensor::Result<Tensor> {
+    let classes = *logits.shape().last().unwrap();
+    let logits = logits.reshape(&[logits.numel() / classes, classes])?;
+    let target = target.reshape(&[target.numel()])?;
+    F::cross_entropy(&logits, &target, Default::default())
+}
 
 /// Traces `loss(inputs)` at op level (every module call inlined), inputs named as given.
 pub fn traced_loss(
