@@ -5,14 +5,13 @@
 mod autodiff_common;
 
 use autodiff_common::{
-    assert_joint_matches_eager, flat_cross_entropy, load_case_weights as load, parameters_read,
-    traced_loss,
+    TracedCase, assert_joint_matches_eager, case_loss, load_case_weights as load, parameters_read,
+    trace_case, traced_loss,
 };
 use tessera_nn::layers::{Linear, ReLU};
 use tessera_nn::models::note::{MyLinear, Net};
 use tessera_nn::models::{Gpt, GptConfig, MobileNetV2, SmallCnn, VisionTransformer, VitConfig};
 use tessera_nn::{Call, Layer, ModuleExt, Sequential};
-use tessera_tensor::{DType, Tensor};
 use tessera_testkit::Case;
 
 /// Traces `model` with `loss(model(x), target)` at op level, derives the joint graph with
@@ -20,40 +19,20 @@ use tessera_testkit::Case;
 /// autograd; then checks the joint gradients against PyTorch's `grad/*` entries.
 fn check_model<M: Layer>(case_name: &str, model: &M, with_target: bool, tolerance: (f64, f64)) {
     let case = Case::load(case_name);
-    let input = case.io("input");
-    let input = if input.dtype() == DType::F64 {
-        input.to_dtype(DType::F32).unwrap()
-    } else {
-        input
-    };
-    let loss = |out: &Tensor, target: Option<&Tensor>| match target {
-        Some(target) => flat_cross_entropy(out, target),
-        None => out.sum_all(),
-    };
-    let mut names = vec![("x", input.meta())];
-    let mut inputs = vec![input.clone()];
-    if with_target {
-        let target = case.io("target");
-        names.push(("target", target.meta()));
-        inputs.push(target);
-    }
-    let traced = traced_loss(model, &names, |t| {
-        let out = model.call(t[0].clone())?;
-        Ok(vec![loss(&out, t.get(1))?])
-    });
-    let mut wrt = parameters_read(&traced, model);
-    if input.dtype().is_float() {
-        wrt.push("x".into());
-    }
+    let TracedCase {
+        traced,
+        inputs,
+        input_names,
+        wrt,
+    } = trace_case(&case, model, case.io("input"), with_target);
     let wrt: Vec<&str> = wrt.iter().map(String::as_str).collect();
-    let input_names: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
     assert_joint_matches_eager(
         model,
         &traced,
         &wrt,
         &input_names,
         &inputs,
-        |t| loss(&model.call(t[0].clone()).unwrap(), t.get(1)).unwrap(),
+        |t| case_loss(&model.call(t[0].clone()).unwrap(), t.get(1)).unwrap(),
         tolerance,
     );
     let (joint, outputs) = autodiff_common::run_joint(model, &traced, &wrt, &inputs);

@@ -8,9 +8,7 @@
 mod autodiff_common;
 
 use crate::common::{f32s, snapshots};
-use autodiff_common::{
-    flat_cross_entropy, load_case_weights as load, parameters_read, traced_loss,
-};
+use autodiff_common::{TracedCase, load_case_weights as load, trace_case, traced_loss};
 use proptest::prelude::*;
 use tessera_fx::autodiff::{JointGraph, joint_graph};
 use tessera_fx::trace::TracedGraph;
@@ -280,28 +278,12 @@ fn more_forward_outputs_than_results_is_a_typed_error() {
 /// differentiated with respect to every parameter and the input, rematerialised and run.
 fn check_model<M: Layer>(case_name: &str, model: &M, with_target: bool) -> RematReport {
     let case = Case::load(case_name);
-    let mut input = case.io("input");
-    if input.dtype() == DType::F64 {
-        input = input.to_dtype(DType::F32).unwrap();
-    }
-    let mut names = vec![("x", input.meta())];
-    let mut inputs = vec![input.clone()];
-    if with_target {
-        let target = case.io("target");
-        names.push(("target", target.meta()));
-        inputs.push(target);
-    }
-    let traced = traced_loss(model, &names, |t| {
-        let out = model.call(t[0].clone())?;
-        Ok(vec![match t.get(1) {
-            Some(target) => flat_cross_entropy(&out, target)?,
-            None => out.sum_all()?,
-        }])
-    });
-    let mut wrt = parameters_read(&traced, model);
-    if input.dtype().is_float() {
-        wrt.push("x".into());
-    }
+    let TracedCase {
+        traced,
+        inputs,
+        wrt,
+        ..
+    } = trace_case(&case, model, case.io("input"), with_target);
     let wrt: Vec<&str> = wrt.iter().map(String::as_str).collect();
     let joint = joint_graph(&traced, &wrt).unwrap();
     let detached: Vec<Tensor> = inputs.iter().map(Tensor::detach).collect();

@@ -8,17 +8,16 @@
 mod autodiff_common;
 mod common;
 
-use autodiff_common::{flat_cross_entropy, load_case_weights as load, parameters_read};
+use autodiff_common::{TracedCase, load_case_weights as load, trace_case};
 use common::joint_env::Attributes;
 use tessera_cpu::JitProgram;
 use tessera_fx::autodiff::joint_graph;
-use tessera_fx::trace::{LeafPolicy, trace_with};
 use tessera_kernel::{Interpreter, lower, run_program};
 use tessera_nn::layers::{Linear, ReLU};
 use tessera_nn::models::note::{MyLinear, Net};
 use tessera_nn::models::{Gpt, GptConfig, MobileNetV2, SmallCnn, VisionTransformer, VitConfig};
-use tessera_nn::{Call, Layer, ModuleExt, Sequential};
-use tessera_tensor::{DType, Tensor};
+use tessera_nn::{Layer, ModuleExt, Sequential};
+use tessera_tensor::Tensor;
 use tessera_testkit::Case;
 
 /// Traces `loss(model(input), target)` (cross-entropy with a target, else the output's sum),
@@ -32,29 +31,12 @@ fn check_model<M: Layer>(case_name: &str, model: &M, input_key: &str, with_targe
         // A training case's batches: the first one.
         input = input.select(0, 0).unwrap();
     }
-    if input.dtype() == DType::F64 {
-        input = input.to_dtype(DType::F32).unwrap();
-    }
-    let loss = |out: &Tensor, target: Option<&Tensor>| match target {
-        Some(target) => flat_cross_entropy(out, target),
-        None => out.sum_all(),
-    };
-    let mut names = vec![("x", input.meta())];
-    let mut inputs = vec![input.clone()];
-    if with_target {
-        let target = case.io("target");
-        names.push(("target", target.meta()));
-        inputs.push(target);
-    }
-    let traced = trace_with(model, &names, LeafPolicy::none(), |t| {
-        let out = model.call(t[0].clone())?;
-        Ok(vec![loss(&out, t.get(1))?])
-    })
-    .unwrap();
-    let mut wrt = parameters_read(&traced, model);
-    if input.dtype().is_float() {
-        wrt.push("x".into());
-    }
+    let TracedCase {
+        traced,
+        inputs,
+        wrt,
+        ..
+    } = trace_case(&case, model, input, with_target);
     let wrt: Vec<&str> = wrt.iter().map(String::as_str).collect();
     let joint = joint_graph(&traced, &wrt).unwrap();
     let expected = joint.traced.interpret(model, &inputs).unwrap();

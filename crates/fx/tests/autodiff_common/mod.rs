@@ -7,10 +7,10 @@
 use tessera_fx::NodeKind;
 use tessera_fx::autodiff::{JointGraph, joint_graph};
 use tessera_fx::trace::{LeafPolicy, TracedGraph, trace_with};
-use tessera_nn::{Module, ModuleExt, load_pt_state_dict};
+use tessera_nn::{Call, Layer, Module, ModuleExt, load_pt_state_dict};
 use tessera_tensor::functional as F;
-use tessera_tensor::{Tensor, TensorMeta};
-use tessera_testkit::{assert_close, conformance_dir};
+use tessera_tensor::{DType, Tensor, TensorMeta};
+use tessera_testkit::{Case, assert_close, conformance_dir};
 
 /// Loads the case's PyTorch weights into `model` (when the case has them).
 pub fn load_case_weights(case: &str, model: &dyn Module) {
@@ -44,6 +44,61 @@ pub fn flat_cross_entropy(logits: &Tensor, target: &Tensor) -> tessera_tensor::R
     let logits = logits.reshape(&[logits.numel() / classes, classes])?;
     let target = target.reshape(&[target.numel()])?;
     F::cross_entropy(&logits, &target, Default::default())
+}
+
+/// The loss of the conformance joint-graph tests: cross entropy of the flattened output
+/// against the target when there is one, else the output's sum.
+pub fn case_loss(out: &Tensor, target: Option<&Tensor>) -> tessera_tensor::Result<Tensor> {
+    match target {
+        Some(target) => flat_cross_entropy(out, target),
+        None => out.sum_all(),
+    }
+}
+
+/// A conformance case's model traced with [`case_loss`]: the graph, its inputs (`x`, then the
+/// case's `target` when it has one) and the values to differentiate against (every parameter
+/// the graph reads, and `x` when it is float).
+pub struct TracedCase {
+    pub traced: TracedGraph,
+    pub inputs: Vec<Tensor>,
+    pub input_names: Vec<&'static str>,
+    pub wrt: Vec<String>,
+}
+
+/// Traces `model` on `input` (f64 inputs taken as f32) with [`case_loss`] against the case's
+/// `target` when `with_target`.
+pub fn trace_case<M: Layer>(
+    case: &Case,
+    model: &M,
+    input: Tensor,
+    with_target: bool,
+) -> TracedCase {
+    let input = if input.dtype() == DType::F64 {
+        input.to_dtype(DType::F32).unwrap()
+    } else {
+        input
+    };
+    let mut names = vec![("x", input.meta())];
+    let mut inputs = vec![input.clone()];
+    if with_target {
+        let target = case.io("target");
+        names.push(("target", target.meta()));
+        inputs.push(target);
+    }
+    let traced = traced_loss(model, &names, |t| {
+        let out = model.call(t[0].clone())?;
+        Ok(vec![case_loss(&out, t.get(1))?])
+    });
+    let mut wrt = parameters_read(&traced, model);
+    if input.dtype().is_float() {
+        wrt.push("x".into());
+    }
+    TracedCase {
+        traced,
+        inputs,
+        input_names: names.iter().map(|(n, _)| *n).collect(),
+        wrt,
+    }
 }
 
 /// Traces `loss(inputs)` at op level (every module call inlined), inputs named as given.
