@@ -3,7 +3,7 @@
 //! LayerNorm), that it parses back, that running it gives eager autograd's gradients, and the
 //! errors for what cannot be differentiated.
 
-mod autodiff_common;
+use crate::autodiff_common;
 
 use autodiff_common::{assert_joint_matches_eager, run_joint, traced_loss};
 use tessera_fx::autodiff::joint_graph;

@@ -2,7 +2,7 @@
 //! with its loss: run by the interpreter, it gives the loss and gradients eager autograd gives
 //! on the same model and batch, and PyTorch's recorded gradients.
 
-mod autodiff_common;
+use crate::autodiff_common;
 
 use autodiff_common::{
     TracedCase, assert_joint_matches_eager, case_loss, load_case_weights as load, parameters_read,

@@ -1,7 +1,7 @@
 //! Random chains of elementwise, reduction and view ops (values used several times included):
 //! the joint graph's gradients equal eager autograd's on the same chain.
 
-mod autodiff_common;
+use crate::autodiff_common;
 
 use autodiff_common::{assert_joint_matches_eager, traced_loss};
 use proptest::prelude::*;

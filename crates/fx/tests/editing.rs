@@ -1,7 +1,7 @@
 //! The editing API: inserting before and after a node, replacing uses, erasing, copying
 //! nodes and whole graphs, and fresh names.
 
-mod common;
+use crate::common;
 
 use common::{f32s, relu, residual_block};
 use tessera_fx::{FxError, Graph, NodeId, Result, ValueMap};

@@ -1,7 +1,7 @@
 //! `GraphModule`: the traced module's state under the same keys, hooks, train/eval, and
 //! training through the graph with the same gradients as eager.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

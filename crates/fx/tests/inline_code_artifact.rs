@@ -1,7 +1,7 @@
 //! Inlining module calls into ops, the `forward` source a graph renders as, and the saved
 //! artifact that runs without the model's Rust type.
 
-mod common;
+use crate::common;
 
 use common::{assert_eager_gives, assert_interprets_as_eager, small_cnn, snapshots};
 use tessera_fx::NodeKind;

@@ -2,7 +2,7 @@
 //! PyTorch's outputs and gradients at module level and at op level, and errors name the
 //! node being executed.
 
-mod common;
+use crate::common;
 
 use common::{Case, small_cnn};
 use tessera_fx::interpreter::{GraphInterpreter, run};

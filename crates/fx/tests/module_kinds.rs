@@ -3,7 +3,7 @@
 //! the same kinds, and saved graphs keep them (also those saved when the field was
 //! `module_type`).
 
-mod common;
+use crate::common;
 
 use common::{f32s, small_cnn};
 use tessera_fx::trace::{LeafPolicy, trace};

@@ -1,6 +1,6 @@
 //! The printed, tabular and DOT forms of hand-built graphs, as reviewed snapshots.
 
-mod common;
+use crate::common;
 
 use common::{cnn_chain, multi_io, residual_block, snapshots};
 use tessera_fx::Result;

@@ -1,7 +1,7 @@
 //! Round trips: print -> parse -> print is the identity, the parsed graph equals the original,
 //! every op of the table survives its text form, and serde keeps the whole graph.
 
-mod common;
+use crate::common;
 
 use common::{cnn_chain, f32s, multi_io, residual_block};
 use tessera_fx::{Graph, Result};

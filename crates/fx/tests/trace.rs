@@ -2,7 +2,7 @@
 //! traced through to ops with get_attr of their parameters, shapes are on every node, and
 //! reading a traced value is an error naming the module path.
 
-mod common;
+use crate::common;
 
 use common::{f32s, small_cnn};
 use tessera_fx::trace::{LeafPolicy, trace, trace_with};

@@ -3,7 +3,7 @@
 //! op level (inlined), a ResNet basic block with its residual add, and a module with several
 //! inputs and outputs. Also re-shaping a traced graph for a new input size.
 
-mod common;
+use crate::common;
 
 use common::{assert_interprets_as_eager, small_cnn, snapshots};
 use tessera_fx::interpreter::GraphInterpreter;

@@ -3,7 +3,7 @@
 //! graph's runners), so graph training reproduces eager training bit for bit; the joint graph
 //! keeps them, undifferentiated, after the gradients.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use tessera_fx::trace::{LeafPolicy, TracedGraph, inline, trace, trace_with};

@@ -1,6 +1,6 @@
 //! `verify()` reports every problem of a graph at once, each with the node's name.
 
-mod common;
+use crate::common;
 
 use common::{f32s, relu, residual_block};
 use std::collections::BTreeSet;

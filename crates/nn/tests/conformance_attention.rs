@@ -3,7 +3,7 @@
 //! `state_dict.pt`, reprs, outputs, attention weights and the gradients of every input and
 //! parameter.
 
-mod common;
+use crate::common;
 
 use common::{Case, check_reprs, check_state_dict_keys, load_strict, params_of};
 use tessera_nn::layers::{

@@ -2,7 +2,7 @@
 //! ones, which `conformance_norm_layers` checks): reprs as PyTorch prints them, state dicts
 //! loaded strictly from `state_dict.pt`, outputs and the gradients of inputs and parameters.
 
-mod common;
+use crate::common;
 
 use common::Case;
 use tessera_nn::layers::{

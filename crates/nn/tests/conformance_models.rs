@@ -3,7 +3,7 @@
 //! `state_dict.pt`, with their key orders, reprs, outputs, activations (forward hooks), losses
 //! and the gradients of the input and of every parameter the case stores.
 
-mod common;
+use crate::common;
 
 use common::{Case, check_state_dict_keys, load_strict};
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 //! through `load_state_dict`, outputs, activations (captured by forward hooks), gradients,
 //! optimizer trajectories, key orders, reprs and error texts.
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_close};
 use std::collections::HashMap;

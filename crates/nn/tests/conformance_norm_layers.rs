@@ -3,7 +3,7 @@
 //! and eval mode, gradients of inputs and parameters, and running statistics after a
 //! train-mode forward.
 
-mod common;
+use crate::common;
 
 use common::Case;
 use tessera_nn::layers::{

@@ -3,7 +3,7 @@
 //! the case's holder module; outputs, final states and the gradients of inputs, initial states
 //! and every parameter; reprs and keys; load errors; finite-difference gradchecks; input checks.
 
-mod common;
+use crate::common;
 
 use common::{
     Case, check_reprs, check_state_dict_keys, checkpoint, joined, leaves, load_strict, params_of,

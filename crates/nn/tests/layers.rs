@@ -3,7 +3,7 @@
 //! forward values against the functional ops they wrap (ConvTranspose2d against a direct
 //! loop and gradcheck).
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_close};
 use tessera_nn::layers::{

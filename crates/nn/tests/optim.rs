@@ -2,7 +2,7 @@
 //! against scalar reference updates, param groups, state_dict round trips and load errors,
 //! and schedules against PyTorch's closed forms.
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_close};
 use tessera_nn::optim::{

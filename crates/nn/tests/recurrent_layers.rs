@@ -2,7 +2,7 @@
 //! dropout between layers, reprs of every option, parameter names and init bounds, and the
 //! errors for wrong ranks, feature sizes and initial-state shapes, naming the module path.
 
-mod common;
+use crate::common;
 
 use tessera_nn::layers::{
     GRU, GRUCell, LSTM, LSTMCell, Nonlinearity, RNN, RNNCell, RecurrentCellOptions,

@@ -3,7 +3,7 @@
 //! resnet18/34/50, vgg11_bn, mobilenet_v2 and vit_b_16, and the eval-mode outputs of resnet34,
 //! resnet50 and vgg11_bn on a fixed input with every weight given by the script's formula.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, formula_tensor, read_safetensors};
 use tessera_nn::models::{mobilenet_v2, resnet18, resnet34, resnet50, vgg11_bn, vit_b_16};

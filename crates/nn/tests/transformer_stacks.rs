@@ -4,7 +4,7 @@
 //! decoder layers and final norm compute when called one by one; the pre-norm gelu decoder
 //! layer computes its definition, composed from its own sublayers.
 
-mod common;
+use crate::common;
 
 use common::{Case, checkpoint, json_strings, state_dict_keys};
 use tessera_nn::layers::{

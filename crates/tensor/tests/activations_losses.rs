@@ -3,7 +3,7 @@
 //! gradients against finite differences in f64, and values at the points the definitions pin
 //! down (kinks, thresholds, zero targets).
 
-mod common;
+use crate::common;
 
 use common::{UnaryMethod, check, check_unary_methods, tensor};
 use tessera_tensor::functional::{

@@ -2,7 +2,7 @@
 //! and every `sdpa_*` sub-case of the `n_attention` conformance case (outputs and gradients of
 //! query, key and value).
 
-mod common;
+use crate::common;
 
 use common::{Case, leaf};
 use tessera_tensor::functional::{AttentionOptions, causal_mask, scaled_dot_product_attention};

@@ -1,7 +1,7 @@
 //! The autograd engine's behaviour: accumulation, shared subgraphs, retain_graph, no_grad,
 //! detach, explicit gradients, and the errors PyTorch gives for misuse.
 
-mod common;
+use crate::common;
 use common::f32_leaf;
 use tessera_tensor::{DType, Result, Tensor, no_grad};
 

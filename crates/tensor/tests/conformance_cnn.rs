@@ -3,7 +3,7 @@
 //! gradients of the input and of every parameter, in eval and in train mode (cases
 //! `d_cnn_eval` and `d_cnn_train`).
 
-mod common;
+use crate::common;
 
 use common::Case;
 use tessera_tensor::functional as F;

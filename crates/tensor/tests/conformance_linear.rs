@@ -1,7 +1,7 @@
 //! PyTorch conformance of matmul, linear and relu with their gradients (cases `a_mylinear`
 //! and `b_sequential` from `../shared/conformance`).
 
-mod common;
+use crate::common;
 
 use common::Case;
 use tessera_tensor::{Result, Tensor};

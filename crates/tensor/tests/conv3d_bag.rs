@@ -1,7 +1,7 @@
 //! Issue 14's conv3d, conv_transpose1d and embedding_bag: gradients against finite
 //! differences in f64, values from the definitions, and errors for hostile shapes.
 
-mod common;
+use crate::common;
 
 use common::{check, leaf, tensor};
 use tessera_tensor::functional::{EmbeddingBagMode, conv_transpose1d, conv3d, embedding_bag};

@@ -1,7 +1,7 @@
 //! Convolution and pooling: hand-computed cases, gradchecks over strides, padding, dilation,
 //! groups, bias and ceil_mode, error messages, and PyTorch conformance (case `d_cnn_eval`).
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_close, iota, leaf, tensor};
 use tessera_tensor::functional as F;

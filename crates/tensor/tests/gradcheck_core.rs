@@ -1,7 +1,7 @@
 //! Every differentiable core op (elementwise, reductions, softmax, matmul, linear, views,
 //! casts) checked against finite differences in f64.
 
-mod common;
+use crate::common;
 
 use common::{UnaryMethod, check, check_unary_methods, leaf};
 use tessera_tensor::{DType, GradcheckOptions, Result, Tensor, gradcheck};

@@ -1,7 +1,7 @@
 //! Indexing and joining: cat, stack, split, chunk, index_select, index_add, gather,
 //! scatter_add and one_hot, checked by hand on small cases, by gradcheck, and by their errors.
 
-mod common;
+use crate::common;
 
 use common::{check, leaf};
 use tessera_tensor::{DType, Result, Tensor};

@@ -1,7 +1,7 @@
 //! Normalisation, dropout, embedding and loss functions: gradients by gradcheck, values by
 //! hand and against the PyTorch conformance cases.
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_close, check, leaf, tensor};
 use tessera_tensor::functional::{

@@ -1,7 +1,7 @@
 //! `Tensor::rebind` and `Tensor::detach_`: a handle that takes another tensor's data and
 //! autograd identity, as rebinding a Python attribute does.
 
-mod common;
+use crate::common;
 use common::f32_leaf;
 use tessera_tensor::{Result, no_grad};
 

@@ -2,7 +2,7 @@
 //! interpolate, pixel_shuffle): gradients against finite differences in f64, and errors for
 //! shapes they cannot take.
 
-mod common;
+use crate::common;
 
 use common::{check, leaf, tensor};
 use tessera_tensor::functional::{

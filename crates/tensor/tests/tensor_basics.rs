@@ -1,7 +1,7 @@
 //! Tensors as shared handles: views share storage, in-place updates reach every holder,
 //! broadcasting and promotion follow PyTorch, dtype conversions, devices and creation.
 
-mod common;
+use crate::common;
 use common::iota;
 use half::{bf16, f16};
 use tessera_tensor::{DType, Device, Generator, Result, Tensor, TensorError};

@@ -6,10 +6,12 @@ pub mod op_cases;
 mod reduce_kinds;
 mod rounding;
 mod subcase;
+mod test_files;
 
 pub use formula::{formula_tensor, pseudo_random};
 pub use reduce_kinds::every_reduce_kind;
 pub use rounding::rounding_bound;
+pub use test_files::assert_test_files_registered;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
