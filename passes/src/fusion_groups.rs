@@ -7,7 +7,8 @@
 //! Groups grow from their output backwards: a node joins the group of its users only when all
 //! of its users are in that one group. So every member but the group's output is used only
 //! inside the group, a group has one output, and it is convex (a path leaving the group starts
-//! at its output and can never come back in).
+//! at its output and can never come back in). Nothing joins a group through its producer: an
+//! elementwise op feeding a convolution is the epilogue of whatever computed its input.
 
 use crate::{Changed, Pass, Result};
 use std::collections::{BTreeMap, HashMap};
@@ -105,6 +106,11 @@ fn role(graph: &Graph, id: &NodeId) -> Result<Role> {
     })
 }
 
+/// Whether `id` is a GEMM or convolution (the producer a group starts with).
+fn producer_member(graph: &Graph, id: &NodeId) -> bool {
+    matches!(role(graph, id), Ok(Role::Producer(_)))
+}
+
 /// A group being grown backwards from its output.
 struct Growing {
     /// The shape of the elementwise members (a reduction's input shape).
@@ -133,7 +139,12 @@ pub fn fusion_groups(graph: &Graph) -> Result<FusionGrouping> {
             Some(Some(first)) if user_groups.all(|g| g == Some(first)) => Some(first),
             _ => None,
         };
+        // A group's producer is its first computation: a node feeding the producer is its
+        // operand, never part of its kernel (joining would take the producer's operand away
+        // from the epilogue of the GEMM or convolution before it).
+        let feeds_producer = shared.is_some() && users.iter().any(|u| producer_member(graph, u));
         let joined = match (role, shared) {
+            _ if feeds_producer => None,
             (Role::Elementwise, Some(g)) if growing[g].shape == shape => {
                 growing[g].elementwise += 1;
                 Some(g)

@@ -13,7 +13,9 @@ use tessera_nn::models::SmallCnn;
 use tessera_passes::fusion_groups::FUSION_GROUP_KEY;
 use tessera_passes::registry::by_name;
 use tessera_passes::{Changed, fusion_groups};
-use tessera_tensor::op::{BinaryOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp, ViewOp};
+use tessera_tensor::op::{
+    BinaryOp, ConvOp, ConvParams, ReduceKind, ReduceOp, ScalarOp, UnaryOp, ViewOp,
+};
 use tessera_tensor::{DType, Op, Tensor};
 
 fn call(g: &mut Graph, op: Op, operands: &[&NodeId]) -> NodeId {
@@ -114,6 +116,40 @@ fn fusion_groups_give_a_gemm_its_bias_and_activation_as_epilogue() {
     let grouping = fusion_groups(&gm.graph).unwrap();
     assert_eq!(grouping.groups[0].kind(), "gemm+epilogue");
     grouping_snapshot("fusion_groups_linear_epilogue", &gm.graph);
+}
+
+/// A 3x3 convolution keeping `[1, 4, 6, 6]` as it is (no bias).
+fn same_shape_conv() -> Op {
+    Op::Conv(ConvOp::Forward {
+        params: ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1),
+        bias: false,
+    })
+}
+
+#[test]
+fn fusion_groups_leave_a_convolutions_input_to_the_convolution_before() {
+    // conv -> relu -> conv -> relu, every value [1, 4, 6, 6]: the first ReLU is the first
+    // convolution's epilogue, not a member of the second convolution's group (whose kernel
+    // starts with its call and cannot compute its own operand first).
+    let mut g = Graph::new();
+    let x = g.placeholder("x", f32s(&[1, 4, 6, 6]));
+    let w1 = g.get_attr("w1", f32s(&[4, 4, 3, 3])).unwrap();
+    let w2 = g.get_attr("w2", f32s(&[4, 4, 3, 3])).unwrap();
+    let c1 = call(&mut g, same_shape_conv(), &[&x, &w1]);
+    let r1 = call(&mut g, relu(), &[&c1]);
+    let c2 = call(&mut g, same_shape_conv(), &[&r1, &w2]);
+    let r2 = call(&mut g, relu(), &[&c2]);
+    g.output(&[&r2]).unwrap();
+    let grouping = fusion_groups(&g).unwrap();
+    let (first, second) = (grouping.group_of(&c1), grouping.group_of(&c2));
+    assert!(first.is_some() && second.is_some(), "{grouping}");
+    assert_eq!(grouping.group_of(&r1), first, "{grouping}");
+    assert_eq!(grouping.group_of(&r2), second, "{grouping}");
+    assert_ne!(first, second, "{grouping}");
+    assert!(
+        grouping.groups.iter().all(|g| g.kind() == "conv+epilogue"),
+        "{grouping}"
+    );
 }
 
 #[test]

@@ -27,6 +27,12 @@ const GEMM_MIN_ROWS: usize = 256;
 /// thread's L2 cache on two threads), so that the epilogue reads the block from cache.
 const CONV_BLOCK_ELEMENTS: usize = 1 << 18;
 
+/// Elements of the output images one thread convolves and then finishes (256 KiB of f32, half
+/// of a core's L2 cache here) when a convolution kernel splits its images across threads.
+const CONV_CHUNK_ELEMENTS: usize = 1 << 16;
+/// Chunks per thread at least, so that a thread on a busy core hands images to the others.
+const CONV_CHUNKS_PER_THREAD: usize = 4;
+
 /// Buffer parameters a kernel call passes without allocating its pointer table.
 const STACK_BUFFERS: usize = 32;
 
@@ -265,6 +271,28 @@ impl KernelExecutor for JitProgram {
             unsafe { crate::parallel::run_split(compiled.entry, ptrs.as_ptr(), (0, end), align) };
             return Ok(());
         }
+        // A convolution kernel over several images runs in chunks of images on the threads,
+        // each convolving its images and then running the epilogue on them while they are in
+        // its core's cache.
+        if let Some(c) = &kernel.conv
+            && parallel
+            && crate::parallel::worth_splitting(end)
+        {
+            let images = conv_chunk_images(c.image_len(kernel), end as usize);
+            let ptrs = ptrs.as_ptr();
+            let step = |begin: i64, stop: i64| -> tessera_kernel::Result<()> {
+                // SAFETY: as below, for the images `begin..stop` of the kernel's outermost loop:
+                // the call writes only their part of the scratch and the kernel (verified, its
+                // outermost loop parallel) only their outputs.
+                unsafe {
+                    tessera_kernel::run_conv(kernel, buffers, begin as usize, stop as usize)?;
+                    (compiled.entry)(ptrs, begin, stop);
+                }
+                Ok(())
+            };
+            // SAFETY: each chunk's step writes its own images' outputs only (above).
+            return unsafe { crate::parallel::run_conv_chunks(&step, end, images as i64) };
+        }
         // A GEMM kernel runs in blocks of its outermost loop, so that the epilogue reads each
         // block of the product right after the call computed it, while it is in cache.
         let block = match (kernel.gemm_shape(), &kernel.conv) {
@@ -301,4 +329,13 @@ impl KernelExecutor for JitProgram {
         }
         Ok(())
     }
+}
+
+/// Images per chunk of a convolution kernel of `images` images of `image_len` output elements
+/// each: as many as fit [`CONV_CHUNK_ELEMENTS`], but no more than leaves every thread
+/// [`CONV_CHUNKS_PER_THREAD`] chunks.
+fn conv_chunk_images(image_len: usize, images: usize) -> usize {
+    let fit = CONV_CHUNK_ELEMENTS / image_len.max(1);
+    let spread = images.div_ceil(rayon::current_num_threads().max(1) * CONV_CHUNKS_PER_THREAD);
+    fit.min(spread).max(1)
 }

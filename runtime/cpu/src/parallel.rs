@@ -1,7 +1,9 @@
 //! Running a compiled kernel's outermost loop in chunks on the thread pool (rayon's, sized by
 //! `tessera::tensor::set_num_threads`) when its schedule marks that loop parallel. Chunks are
 //! taken by work stealing, several per thread, so a thread slowed by a busy core takes fewer
-//! of them instead of holding every other thread at a barrier; idle workers sleep.
+//! of them instead of holding every other thread at a barrier; idle workers sleep. A
+//! convolution kernel's chunks each run the call and then the epilogue for their own images on
+//! one thread, so the epilogue reads the convolution's output from that core's cache.
 
 use rayon::prelude::*;
 
@@ -46,4 +48,37 @@ pub(crate) unsafe fn run_split(
 /// True when splitting a loop of `end` iterations can use more than one thread.
 pub(crate) fn worth_splitting(end: i64) -> bool {
     end >= 2 && rayon::current_num_threads() > 1
+}
+
+/// What a chunk of a convolution kernel runs: the call for images `begin..end`, then the
+/// kernel's code for the same images.
+pub(crate) type ChunkStep<'a> = dyn Fn(i64, i64) -> tessera_kernel::Result<()> + 'a;
+
+/// A chunk step the pool's threads share.
+struct SharedStep<'a>(&'a ChunkStep<'a>);
+
+// SAFETY: a step only reads the pointer table and writes the outputs of its own images (the
+// convolution's scratch and the kernel's outputs at those images), which the schedule marks
+// parallel only when those writes are disjoint.
+unsafe impl Sync for SharedStep<'_> {}
+
+/// Runs `step(begin, end)` over `0..end` in chunks of `images` iterations, in parallel,
+/// stopping at the first error.
+///
+/// # Safety
+/// `step` writes only the outputs of its own iterations, and is valid for every range of
+/// `0..end`.
+pub(crate) unsafe fn run_conv_chunks(
+    step: &ChunkStep<'_>,
+    end: i64,
+    images: i64,
+) -> tessera_kernel::Result<()> {
+    let images = images.max(1);
+    let count = (end + images - 1) / images;
+    let shared = SharedStep(step);
+    (0..count).into_par_iter().try_for_each(|c| {
+        let shared = &shared;
+        let begin = c * images;
+        (shared.0)(begin, (begin + images).min(end))
+    })
 }

@@ -3,10 +3,13 @@
 //! add) run over that block; interpreted and compiled results agree with eager execution for
 //! strides, padding, dilation, groups, f32 and f64. Without an epilogue, or with an input
 //! the call cannot take, the convolution runs its eager kernel, reported with the reason.
+//! Convolutions in a chain each keep their own epilogue, and a kernel over several images
+//! (convolved and finished in chunks of images per thread) agrees for any batch.
 
 mod common;
 
 use common::{Builder, check_backends, eager, lowered};
+use proptest::prelude::*;
 use tessera_tensor::op::{BinaryOp, ConvOp, ConvParams, UnaryOp, ViewOp};
 use tessera_tensor::{DType, Op};
 
@@ -111,4 +114,52 @@ fn convolution_of_a_strided_input_falls_back_with_its_epilogue_run_apart() {
         "{program}"
     );
     check_backends(&program, &b.inputs, &eager(&b.graph, &b.inputs), 1e-5);
+}
+
+#[test]
+fn convolutions_in_a_chain_each_keep_their_relu_as_epilogue() {
+    // conv -> relu -> conv -> relu with every value [4, 5, 7, 6]: the first ReLU is the first
+    // convolution's epilogue, so both convolutions are fused kernels and nothing falls back.
+    let same = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1);
+    let mut b = Builder::new(DType::F32, false);
+    let x = b.input(&[4, 5, 7, 6], false);
+    let mut y = x;
+    for _ in 0..2 {
+        let k = b.input(&[5, 5, 3, 3], false);
+        let bias = b.input(&[5], false);
+        let conv = b.call(
+            Op::Conv(ConvOp::Forward {
+                params: same,
+                bias: true,
+            }),
+            &[&y, &k, &bias],
+        );
+        y = b.call(Op::Unary(UnaryOp::Relu), &[&conv]);
+    }
+    b.graph.output(&[&y]).unwrap();
+    let program = lowered(&b.graph, &b.inputs);
+    assert!(program.fallbacks.is_empty(), "{program}");
+    assert_eq!(program.kernels().count(), 2, "{program}");
+    assert!(program.kernels().all(|k| k.conv.is_some()), "{program}");
+    check_backends(&program, &b.inputs, &eager(&b.graph, &b.inputs), 1e-5);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Any batch (1 image to several chunks per thread), odd sizes, strides and padding: the
+    /// fused kernel agrees with eager execution.
+    #[test]
+    fn fused_convolution_agrees_for_any_batch_and_geometry(
+        n in 1usize..=11,
+        c in 1usize..=5,
+        out in 1usize..=13,
+        (h, w) in (3usize..=13, 3usize..=13),
+        stride in (1usize..=2, 1usize..=2),
+        padding in (0usize..=2, 0usize..=2),
+        residual in any::<bool>(),
+    ) {
+        let params = ConvParams::conv2d([stride.0, stride.1], [padding.0, padding.1], [1, 1], 1);
+        one_fused_kernel_agrees(&conv_chain(DType::F32, (n, c, h, w), out, params, residual), 1e-5);
+    }
 }
