@@ -252,6 +252,36 @@ fn compiled_steps_equal_eager_steps_on_an_mlp_through_the_jit_and_the_interprete
 }
 
 #[test]
+fn a_step_whose_weights_only_kernels_read_updates_every_parameter_in_place() {
+    // A batch of 1024 rows makes the last `linear` a GEMM kernel too (at 16 rows it is an
+    // eager call, which reads its weight and bias, so their updates are copied instead).
+    let (eager, compiled) = (mlp(5), mlp(5));
+    let options = SgdOptions {
+        lr: 0.05,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    let mut eager_opt = SGD::new(parameters(&*eager), options.clone()).unwrap();
+    let mut g = Generator::new(12);
+    let (x, t) = batch(1024, &mut g);
+    let optimizer = SGD::new(parameters(&*compiled), options).unwrap();
+    let mut step = ce_step(compiled.clone(), optimizer, &x, &t);
+    let params = parameters(&*compiled).len();
+    for s in 0..3 {
+        let expected = eager_step(&eager, &mut eager_opt, &x, &t);
+        let loss = step.step(&x, &t).unwrap().item::<f32>().unwrap();
+        let what = format!("step {s}");
+        assert!((loss - expected).abs() <= 1e-5 * expected.abs(), "{what}");
+        assert_same_parameters(&*compiled, &*eager, 1e-5, &what);
+        // SGD's first step creates the momentum buffers (its own program); from the second
+        // on, each parameter and its buffer are written in place by its update kernel.
+        if s > 0 {
+            assert_eq!(step.report().in_place, 2 * params, "{what}");
+        }
+    }
+}
+
+#[test]
 fn eager_and_compiled_steps_mix_on_one_optimizer_with_a_scheduler() {
     let options = SgdOptions {
         lr: 0.1,

@@ -36,7 +36,7 @@ use tessera_cuda::{CudaProgram, HostStep};
 use tessera_kernel::{
     BoxError, ConvChoice, Environment, Fallback, Interpreter, KernelError, KernelExecutor,
     LowerOptions, MemoryPlan, Program, StepTimer, WinogradPolicy, Workspace, lower_with,
-    run_planned, run_planned_into,
+    run_planned, run_planned_into, run_planned_updating,
 };
 use tessera_tensor::{Device, Layout, Tensor};
 
@@ -661,6 +661,38 @@ impl CompiledModule {
             )
         })?;
         Ok(())
+    }
+
+    /// Runs the compiled program on `inputs`; output `k` updates `targets[k]` where given (a
+    /// training step's new parameters and optimizer state): a kernel writes it over that
+    /// tensor in place when it is safe ([`tessera_kernel::run_planned_updating`]: the kernel
+    /// reads the tensor last, elementwise at the index it writes, and nothing that could fail
+    /// runs after the first such write), and it is then `None` in the result; every other
+    /// output is returned for the caller to copy. On a device every output is returned.
+    pub(crate) fn run_updating(
+        &self,
+        inputs: &[Tensor],
+        targets: &[Option<Tensor>],
+    ) -> Result<Vec<Option<Tensor>>, CompileError> {
+        if self.options.device != Device::Cpu {
+            return Ok(self.run(inputs)?.into_iter().map(Some).collect());
+        }
+        self.check_hooks()?;
+        let (compiled, gm) = self.program_for(inputs)?;
+        let env = Attributes(&gm);
+        let (program, plan) = (&compiled.program, &compiled.plan);
+        let outputs = compiled.with_workspace(|ws| {
+            run_planned_updating(
+                program,
+                plan,
+                ws,
+                &env,
+                compiled.executor(),
+                inputs,
+                targets,
+            )
+        })?;
+        Ok(outputs)
     }
 
     /// Fails when this module or any module of the source's tree has hooks (added after

@@ -4,8 +4,9 @@
 //! step (forward, loss, backward, update) compiled as one program by [`crate::compile`].
 //!
 //! Parameters, buffers and optimizer state are the graph's inputs, read live on every call;
-//! the program returns the loss and the new values, which the step writes into those tensors
-//! in place. So the module, the optimizer and its `state_dict` are the caller's own, and eager
+//! the program returns the loss, and its update kernels (the last steps) write the new values
+//! over those tensors in place where that is safe (`tessera_kernel::run_planned_updating`);
+//! any other new value is returned and copied into its tensor after the call. So the module, the optimizer and its `state_dict` are the caller's own, and eager
 //! and compiled steps can be mixed on them. Learning rates are run-time inputs (schedulers
 //! work); a step whose update differs (SGD's first step with momentum, which has no buffer
 //! yet) compiles its own program, cached, as does a batch of another shape.
@@ -142,6 +143,9 @@ pub struct TrainStepReport {
     /// What rematerialisation did to the joint graph traced last (`None` when it is off):
     /// the forward values kept for the backward before and after, and the bytes saved.
     pub remat: Option<RematReport>,
+    /// Of the new values (parameters, optimizer state, written buffers) of the step run
+    /// last, how many its kernels wrote in place; the others were copied in after the call.
+    pub in_place: usize,
 }
 
 /// Traces `loss(module(input), target)` for batches shaped like `example` (input, target),
@@ -197,7 +201,10 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
             }
         };
         self.write_back(&self.joints[j].joint, &update, &outputs)?;
-        Ok(outputs[0].clone())
+        self.report.in_place = outputs[1..].iter().filter(|o| o.is_none()).count();
+        outputs[0].clone().ok_or_else(|| CompileError::TrainStep {
+            reason: "the step's program wrote its loss in place".into(),
+        })
     }
 
     /// Records the optimizer's step, compiles a program for its shape if none is cached, and
@@ -206,7 +213,7 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
         &mut self,
         j: usize,
         batch: [&Tensor; 2],
-    ) -> Result<(UpdateRecord, Vec<Tensor>), CompileError> {
+    ) -> Result<(UpdateRecord, Vec<Option<Tensor>>), CompileError> {
         let traced = &mut self.joints[j];
         let mut recorder = RecordedUpdate::new(&traced.joint.grad_index);
         self.optimizer
@@ -246,7 +253,13 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
         };
         let program = &mut traced.programs[p].1;
         program.bind(batch, &update)?;
-        let outputs = program.compiled.run(&program.args)?;
+        // The loss is returned; each new value is written over the tensor it updates, in
+        // place where the program allows it, else returned and copied by `write_back`.
+        let targets: Vec<Option<Tensor>> = std::iter::once(None)
+            .chain(update.assigns.iter().map(|a| Some(a.target.clone())))
+            .chain(traced.joint.mutated_buffers().map(|b| Some(b.clone())))
+            .collect();
+        let outputs = program.compiled.run_updating(&program.args, &targets)?;
         let expected = 1 + update.assigns.len() + traced.joint.mutated_buffers().count();
         if outputs.len() != expected {
             return Err(CompileError::TrainStep {
@@ -261,12 +274,13 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
     }
 
     /// Writes the step's new values (`outputs` after the loss) into the tensors they update:
-    /// the optimizer's targets in record order, then the written buffers.
+    /// the optimizer's targets in record order, then the written buffers; a value the
+    /// program wrote in place (`None`) is there already.
     fn write_back(
         &self,
         joint: &JointStep,
         update: &UpdateRecord,
-        outputs: &[Tensor],
+        outputs: &[Option<Tensor>],
     ) -> Result<(), CompileError> {
         let _guard = no_grad();
         let targets = update
@@ -275,6 +289,7 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
             .map(|a| (&a.target, a.owner))
             .chain(joint.mutated_buffers().map(|b| (b, Some(b.id()))));
         for ((target, owner), value) in targets.zip(&outputs[1..]) {
+            let Some(value) = value else { continue };
             target
                 .copy_(value)
                 .map_err(|source| CompileError::WriteBack {

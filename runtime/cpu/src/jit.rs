@@ -10,7 +10,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::FunctionBuilderContext;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module, default_libcall_names};
-use tessera_kernel::gemm::{tessera_gemm_f32, tessera_gemm_f64};
+use tessera_kernel::gemm::{GEMM_MICRO_ROWS, tessera_gemm_f32, tessera_gemm_f64};
 use tessera_kernel::math::{self, tessera_pow_f32, tessera_pow_f64};
 use tessera_kernel::{
     BufferPtr, Kernel, KernelError, KernelExecutor, Program, ScalarType, UnaryFn,
@@ -258,7 +258,25 @@ impl KernelExecutor for JitProgram {
             kernel.domain[0] as i64
         };
         let parallel = kernel.schedule.parallel.is_some();
-        if parallel && kernel.conv.is_none() && crate::parallel::worth_splitting(end) {
+        if let Some((_, _, per_step)) = kernel.gemm_shape().filter(|_| kernel.gemm.is_some())
+            && parallel
+            && crate::parallel::worth_splitting(end)
+        {
+            // Chunks of whole micro-kernel row blocks, so no share computes a partial block.
+            let align = GEMM_MICRO_ROWS.div_ceil(per_step.max(1)).max(1) as i64;
+            // SAFETY: each chunk's GEMM call fills the scratch rows of its own iterations, and
+            // its epilogue writes only the outputs of those iterations (as any kernel whose
+            // outermost loop the scheduler marks parallel); the buffers are valid for any range.
+            unsafe {
+                crate::parallel::run_gemm_split(compiled.entry, ptrs.as_ptr(), (0, end), align)
+            };
+            return Ok(());
+        }
+        if parallel
+            && kernel.gemm.is_none()
+            && kernel.conv.is_none()
+            && crate::parallel::worth_splitting(end)
+        {
             // A loop that is also the innermost splits at whole vector iterations.
             let s = kernel.schedule;
             let align = if kernel.domain.len() == 1 && kernel.reduce.is_empty() {

@@ -26,12 +26,51 @@ unsafe impl Sync for Buffers {}
 pub(crate) unsafe fn run_split(
     entry: unsafe extern "C" fn(*const *mut u8, i64, i64),
     buffers: *const *mut u8,
+    range: (i64, i64),
+    align: i64,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { split(entry, buffers, range, align, CHUNKS_PER_THREAD, false) }
+}
+
+/// [`run_split`] for a GEMM kernel: each chunk calls the GEMM on its own rows on one thread
+/// (no nested split, [`tessera_kernel::gemm::serial_gemm`]) and applies the epilogue to them
+/// while they are in cache; `align` iterations make whole micro-kernel row blocks.
+///
+/// # Safety
+/// As [`run_split`].
+pub(crate) unsafe fn run_gemm_split(
+    entry: unsafe extern "C" fn(*const *mut u8, i64, i64),
+    buffers: *const *mut u8,
+    range: (i64, i64),
+    align: i64,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { split(entry, buffers, range, align, GEMM_CHUNKS_PER_THREAD, true) }
+}
+
+/// Chunks per thread of a GEMM kernel's rows: one. Each share reads the whole right operand
+/// (the `gemm` crate packs it per call, or reads a transposed weight in place), so more
+/// chunks multiply that traffic: on two threads the MLP's inference took 1.1 ms with one
+/// chunk per thread, 1.2 ms with two and 1.4 ms with four (BENCHMARKS.md).
+const GEMM_CHUNKS_PER_THREAD: usize = 1;
+
+/// Runs `entry` over `start..end` in about `per_thread` chunks per thread of whole multiples
+/// of `align` iterations, each under [`tessera_kernel::gemm::serial_gemm`] when `serial`.
+///
+/// # Safety
+/// As [`run_split`].
+unsafe fn split(
+    entry: unsafe extern "C" fn(*const *mut u8, i64, i64),
+    buffers: *const *mut u8,
     (start, end): (i64, i64),
     align: i64,
+    per_thread: usize,
+    serial: bool,
 ) {
     let threads = rayon::current_num_threads().max(1) as i64;
     let count = (end - start).max(1);
-    let chunks = (threads * CHUNKS_PER_THREAD as i64).min(count);
+    let chunks = (threads * per_thread.max(1) as i64).min(count);
     let chunk = (count + chunks - 1) / chunks;
     let chunk = (chunk + align - 1) / align * align;
     let buffers = Buffers(buffers);
@@ -40,8 +79,14 @@ pub(crate) unsafe fn run_split(
     (0..count).into_par_iter().for_each(|c| {
         let buffers = &buffers;
         let begin = start + c * chunk;
+        let stop = (begin + chunk).min(end);
         // SAFETY: the caller's contract, for the range `begin..stop` of `start..end`.
-        unsafe { entry(buffers.0, begin, (begin + chunk).min(end)) };
+        let run = || unsafe { entry(buffers.0, begin, stop) };
+        if serial {
+            tessera_kernel::gemm::serial_gemm(run);
+        } else {
+            run();
+        }
     });
 }
 

@@ -6,6 +6,27 @@
 //! interpreter and the CPU backend call [`tessera_gemm_f32`] / [`tessera_gemm_f64`].
 
 use crate::{BufferId, BufferPtr, Kernel, ScalarType};
+use std::cell::Cell;
+
+thread_local! {
+    /// Set while this thread runs one share of a GEMM kernel split across the pool: its GEMM
+    /// calls then stay on this thread instead of splitting again.
+    static SERIAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with the GEMM calls made on this thread kept on it (no nested split): a backend
+/// that shares a GEMM kernel's rows out across the pool runs each share under this.
+pub fn serial_gemm<R>(f: impl FnOnce() -> R) -> R {
+    /// Restores the previous setting, also when `f` unwinds.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SERIAL.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SERIAL.with(|s| s.replace(true)));
+    f()
+}
 
 /// A strided matrix in a buffer: element `(r, c)` is at `offset + r * row_stride + c *
 /// col_stride`.
@@ -38,6 +59,24 @@ pub struct GemmCall {
     pub k: usize,
 }
 
+/// Multiply-adds from which a GEMM is worth splitting across threads (the eager GEMM's
+/// threshold).
+pub const GEMM_PARALLEL_WORK: usize = 48 * 48 * 48;
+
+/// Rows of the GEMM micro-kernel's block (the `gemm` crate's f32 kernel on AVX2 computes 16
+/// rows at once): a GEMM kernel split across threads gives each share a multiple of it.
+pub const GEMM_MICRO_ROWS: usize = 16;
+
+/// Whether a `rows x n` product over `k` shares its rows out across the thread pool, each
+/// share calling the GEMM on one thread ([`serial_gemm`]) and running the epilogue on its
+/// rows while they are in cache: at least two micro-kernel blocks of rows and
+/// [`GEMM_PARALLEL_WORK`] multiply-adds. On two threads this beat the `gemm` crate's own
+/// split by a third for the MLP's `256x784 @ 784x256` (one fork-join per call instead of one
+/// per depth block, and no thread waits on another's packing; BENCHMARKS.md).
+pub fn gemm_splits(rows: usize, n: usize, k: usize) -> bool {
+    rows >= 2 * GEMM_MICRO_ROWS && rows.saturating_mul(n).saturating_mul(k) >= GEMM_PARALLEL_WORK
+}
+
 macro_rules! gemm_fn {
     ($name:ident, $t:ty) => {
         /// `c[m x n] = a[m x k] @ b[k x n]`, `c` packed row-major; strides in elements.
@@ -67,9 +106,11 @@ macro_rules! gemm_fn {
                 unsafe { std::ptr::write_bytes(c, 0, m * n) };
                 return;
             }
-            // Threads as the eager GEMM uses them: only for products worth splitting.
+            // Threads as the eager GEMM uses them: only for products worth splitting, and
+            // never inside a share of a kernel already split across the pool.
             let threads = rayon::current_num_threads();
-            let parallelism = if threads > 1 && m * n * k >= 48 * 48 * 48 {
+            let serial = SERIAL.with(Cell::get);
+            let parallelism = if threads > 1 && !serial && m * n * k >= GEMM_PARALLEL_WORK {
                 gemm::Parallelism::Rayon(threads)
             } else {
                 gemm::Parallelism::None
@@ -163,5 +204,32 @@ unsafe fn block<T>(
             bcs,
             (c.ptr as *mut T).add(first * n as usize),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SERIAL, serial_gemm};
+    use std::cell::Cell;
+
+    #[test]
+    fn serial_gemm_holds_for_its_closure_only_and_nests() {
+        assert!(!SERIAL.with(Cell::get));
+        serial_gemm(|| {
+            assert!(SERIAL.with(Cell::get));
+            serial_gemm(|| assert!(SERIAL.with(Cell::get)));
+            assert!(
+                SERIAL.with(Cell::get),
+                "an inner share restores the outer setting"
+            );
+        });
+        assert!(!SERIAL.with(Cell::get));
+    }
+
+    #[test]
+    fn serial_gemm_is_undone_when_its_closure_panics() {
+        let unwound = std::panic::catch_unwind(|| serial_gemm(|| panic!("a failing share")));
+        assert!(unwound.is_err());
+        assert!(!SERIAL.with(Cell::get));
     }
 }

@@ -99,6 +99,7 @@ mod print;
 mod program;
 mod reduce_table;
 mod run;
+mod run_in_place;
 mod run_into;
 mod scalar;
 pub mod schedule;
@@ -128,6 +129,7 @@ pub use run::{
     BoxError, BufferPtr, Environment, KernelExecutor, NoEnvironment, StepCost, StepTimer,
     run_planned, run_program, run_program_timed,
 };
+pub use run_in_place::run_planned_updating;
 pub use run_into::run_planned_into;
 pub use scalar::{BinaryFn, CompareFn, Expr, ReduceFn, ScalarType, UnaryFn, Value};
 pub use schedule::schedule;

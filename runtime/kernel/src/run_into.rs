@@ -7,7 +7,7 @@
 use crate::run::{Run, materialize};
 use crate::{
     BufferPtr, Environment, KernelError, KernelExecutor, MemoryPlan, Program, Result, ScalarType,
-    SlotSource, Workspace,
+    SlotId, SlotSource, Workspace,
 };
 use tessera_tensor::{DType, Device, Tensor};
 
@@ -110,16 +110,38 @@ fn check_sharing(program: &Program, ws: &Workspace, outputs: &[Tensor]) -> Resul
 /// Write-locks the storage of each output from `outputs[next..]` that a kernel writes, points
 /// its slot's target at it, and runs the steps with every lock held.
 fn with_targets(run: &Run<'_>, ws: &mut Workspace, outputs: &[Tensor], next: usize) -> Result<()> {
-    let Some(out) = outputs.get(next) else {
+    let lock = |k: usize| {
+        outputs.get(k).map(|out| {
+            let slot = std::slice::from_ref(&run.program.outputs[k].slot);
+            run.plan.direct[k].then_some((slot, k, out))
+        })
+    };
+    with_locked(run, ws, &lock, next)
+}
+
+/// What [`with_locked`] locks at each position: `None` past the end, `Some(None)` to skip it,
+/// else the slots to point at the locked storage (the first a kernel writes, any others
+/// holding the same tensor, which kernels then read through the same pointer, never through
+/// a read lock that the write lock would block), the program output it is, and its tensor.
+pub(crate) type LockAt<'a> = &'a dyn Fn(usize) -> Option<Option<(&'a [SlotId], usize, &'a Tensor)>>;
+
+/// Write-locks the storage of each tensor `lock` gives from position `next` on, points the
+/// targets of its slots at it, and runs the steps with every lock held. Allocates nothing.
+pub(crate) fn with_locked(
+    run: &Run<'_>,
+    ws: &mut Workspace,
+    lock: LockAt<'_>,
+    next: usize,
+) -> Result<()> {
+    let Some(at) = lock(next) else {
         return run.steps(ws, None);
     };
-    if !run.plan.direct[next] {
-        return with_targets(run, ws, outputs, next + 1);
-    }
-    let slot = run.program.outputs[next].slot.index();
-    let numel = run.plan.outputs[next].numel();
+    let Some((slots, k, out)) = at else {
+        return with_locked(run, ws, lock, next + 1);
+    };
+    let numel = run.plan.outputs[k].numel();
     let locked = |source| KernelError::Output {
-        index: next,
+        index: k,
         source: Box::new(source),
     };
     macro_rules! write {
@@ -128,22 +150,27 @@ fn with_targets(run: &Run<'_>, ws: &mut Workspace, outputs: &[Tensor], next: usi
                 if layout.offset + numel > s.len() {
                     return Err(KernelError::Backend {
                         kernel: "(runner)".into(),
-                        message: format!("output {next}'s storage is shorter than its view"),
+                        message: format!("output {k}'s storage is shorter than its view"),
                     });
                 }
-                ws.targets[slot] = Some(BufferPtr {
+                let target = BufferPtr {
                     ptr: s[layout.offset..].as_mut_ptr() as *mut u8,
                     len: numel,
                     ty: $ty,
-                });
-                let r = with_targets(run, ws, outputs, next + 1);
-                ws.targets[slot] = None;
+                };
+                for slot in slots {
+                    ws.targets[slot.index()] = Some(target);
+                }
+                let r = with_locked(run, ws, lock, next + 1);
+                for slot in slots {
+                    ws.targets[slot.index()] = None;
+                }
                 r
             })
             .map_err(locked)?
         };
     }
-    match run.plan.outputs[next].dtype {
+    match run.plan.outputs[k].dtype {
         DType::F32 => write!(f32, ScalarType::F32),
         DType::F64 => write!(f64, ScalarType::F64),
         DType::F16 => write!(half::f16, ScalarType::F16),
@@ -153,7 +180,7 @@ fn with_targets(run: &Run<'_>, ws: &mut Workspace, outputs: &[Tensor], next: usi
         DType::I64 => write!(i64, ScalarType::I64),
         d => Err(KernelError::Backend {
             kernel: "(runner)".into(),
-            message: format!("a kernel writes output {next} as {d:?}"),
+            message: format!("a kernel writes output {k} as {d:?}"),
         }),
     }
 }

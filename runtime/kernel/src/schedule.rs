@@ -31,11 +31,16 @@ pub fn schedule(kernel: &mut Kernel) {
 
 /// The outermost loop, when the kernel has enough work to share and its iterations write
 /// disjoint outputs: every output loop does (a store's index is one element per point of
-/// the output loops). A GEMM kernel stays whole: its external call is parallel itself; a
-/// convolution kernel's runner convolves each block of images first, then splits the block.
+/// the output loops). A GEMM kernel's rows are shared out when
+/// [`crate::gemm::gemm_splits`]: each share calls the GEMM on its own rows on one thread and
+/// runs the epilogue on them while they are in cache; a convolution kernel's runner
+/// convolves each block of images first, then splits the block.
 fn parallel_loop(kernel: &Kernel) -> Option<LoopId> {
-    if kernel.gemm.is_some() || kernel.domain.first().is_none_or(|&n| n < 2) {
+    if kernel.domain.first().is_none_or(|&n| n < 2) {
         return None;
+    }
+    if let (Some(g), Some((m, n, _))) = (&kernel.gemm, kernel.gemm_shape()) {
+        return crate::gemm::gemm_splits(m, n, g.k).then_some(LoopId(0));
     }
     let points = kernel.extents().iter().product::<usize>();
     let work = points.saturating_mul(kernel.values.len().max(1));

@@ -39,15 +39,46 @@ impl Lowering<'_> {
     }
 
     /// GEMM (or convolution) node `id` with no epilogue to fuse: a kernel of its own when
-    /// [`crate::LowerOptions::product_kernels`] asks for one or when it is a convolution that
+    /// [`crate::LowerOptions::product_kernels`] asks for one, when it is a GEMM whose rows
+    /// are shared out across threads ([`crate::gemm::gemm_splits`]: faster than the eager
+    /// kernel's call, which the GEMM library splits itself) or when it is a convolution that
     /// runs as a Winograd convolution (which has no eager kernel), else its eager kernel
     /// (reported as a fallback).
     pub(super) fn lone_product(&mut self, id: &NodeId) -> Result<()> {
-        if self.options.product_kernels || self.lone_conv_runs_winograd(id)? {
+        if self.options.product_kernels
+            || self.lone_gemm_splits(id)?
+            || self.lone_conv_runs_winograd(id)?
+        {
             self.gemm(id, &[])
         } else {
             self.node(id)
         }
+    }
+
+    /// Whether node `id` is a `linear` or 2-D `matmul` whose rows a GEMM kernel would share
+    /// out across threads.
+    fn lone_gemm_splits(&self, id: &NodeId) -> Result<bool> {
+        let (Some(op), Some(out)) = (self.op_of(id)?, self.meta(id)?.first().cloned()) else {
+            return Ok(false);
+        };
+        let operands = self.operands(id)?;
+        let Some(x) = operands.first() else {
+            return Ok(false);
+        };
+        let x = self
+            .meta(x)?
+            .first()
+            .map(|m| m.shape.clone())
+            .unwrap_or_default();
+        let k = match op {
+            Op::Linear { .. } => x.last().copied(),
+            Op::Matmul if x.len() == 2 && out.shape.len() == 2 => Some(x[1]),
+            _ => None,
+        };
+        let Some((k, (&n, rows))) = k.zip(out.shape.split_last()) else {
+            return Ok(false);
+        };
+        Ok(!rows.is_empty() && crate::gemm::gemm_splits(rows.iter().product(), n, k))
     }
 
     /// Lowers GEMM (or convolution) node `id` with its `epilogue` partition, or runs both
