@@ -44,7 +44,7 @@ pub fn read_back_shared_values(kernel: &mut Kernel) -> bool {
             .filter(|&i| {
                 cone[i] && earlier[i] && costly[i] && stages.is_inner(ValueId::from_index(i))
             })
-            .map(|i| ValueId::from_index(i))
+            .map(ValueId::from_index)
             .collect();
         let handed: Vec<ValueId> = shared
             .iter()
@@ -175,7 +175,7 @@ pub fn injective(index: &IndexExpr, extents: &[usize]) -> bool {
         if stride < span {
             return false;
         }
-        span = stride * (n - 1) + span;
+        span += stride * (n - 1);
     }
     true
 }
