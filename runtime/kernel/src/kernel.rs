@@ -185,9 +185,56 @@ impl Kernel {
             .chain(self.stores.iter().map(|s| (s.buffer, &s.index)))
     }
 
+    /// The store a *read-back* `load` reads: a load of an output buffer reads the element
+    /// that an earlier sweep's store of a preceding value wrote at the same index (see
+    /// [`crate::read_back`]). `None` for any other value.
+    pub fn read_back_source(&self, load: ValueId) -> Option<usize> {
+        let Expr::Load { buffer, index } = &self.values.get(load.index())?.expr else {
+            return None;
+        };
+        if self.buffers.get(buffer.index())?.role != BufferRole::Output {
+            return None;
+        }
+        self.stores
+            .iter()
+            .position(|s| s.buffer == *buffer && s.index == *index && s.value < load)
+    }
+
+    /// Why the read-back `load` of `buffer` at `index` is not one backends can run, if it is
+    /// not: it needs its source store, every store into the buffer at that one index, and an
+    /// index that gives every point of the nest its own element.
+    fn check_read_back(
+        &self,
+        load: ValueId,
+        buffer: BufferId,
+        index: &IndexExpr,
+    ) -> Option<String> {
+        if self.read_back_source(load).is_none() {
+            return Some(format!(
+                "{load} reads output {buffer}, which no preceding value is stored into at its index"
+            ));
+        }
+        if self
+            .stores
+            .iter()
+            .any(|s| s.buffer == buffer && s.index != *index)
+        {
+            return Some(format!(
+                "{load} reads back {buffer}, which is also stored at another index"
+            ));
+        }
+        if !crate::read_back::injective(index, &self.extents()) {
+            return Some(format!(
+                "{load} reads back {buffer} at an index that points of the nest share"
+            ));
+        }
+        None
+    }
+
     /// Checks what backends rely on for memory safety and typing: operands precede their
     /// users and have the types their use needs, index expressions have one stride per loop
-    /// and stay inside their buffer, loads read inputs and stores write outputs.
+    /// and stay inside their buffer, loads read inputs (or read back an output, see
+    /// [`Kernel::read_back_source`]) and stores write outputs.
     pub fn verify(&self) -> Result<()> {
         let fail = |message: String| KernelError::Invalid {
             kernel: self.name.clone(),
@@ -255,7 +302,18 @@ impl Kernel {
             };
             match &v.expr {
                 Expr::Load { buffer, index } => {
-                    check_index(*buffer, index, BufferRole::Input)?;
+                    let output = self
+                        .buffers
+                        .get(buffer.index())
+                        .is_some_and(|p| p.role == BufferRole::Output);
+                    if output {
+                        if let Some(why) = self.check_read_back(here, *buffer, index) {
+                            return Err(fail(why));
+                        }
+                        check_index(*buffer, index, BufferRole::Output)?;
+                    } else {
+                        check_index(*buffer, index, BufferRole::Input)?;
+                    }
                     let ty = self.buffers[buffer.index()].ty;
                     if ty != v.ty {
                         return Err(fail(format!("{here} loads {ty} as {}", v.ty)));
@@ -347,6 +405,16 @@ impl Kernel {
             self.verify_conv(c).map_err(fail)?;
         }
         let stages = crate::Stages::of(self);
+        for (i, _) in self.values.iter().enumerate() {
+            let swept = |store: usize| stages.sweep_stores.iter().flatten().any(|&t| t == store);
+            if let Some(source) = self.read_back_source(ValueId::from_index(i))
+                && !swept(source)
+            {
+                return Err(fail(format!(
+                    "v{i} reads back a store done after the sweeps, not in one"
+                )));
+            }
+        }
         for s in &self.stores {
             if stages.is_inner(s.value)
                 && !self.walks_reduction(&s.index)
@@ -478,6 +546,15 @@ impl KernelBuilder {
     /// The kernel, without the values no store needs (renumbered in order).
     pub fn finish(self) -> Kernel {
         let mut kernel = self.kernel;
+        kernel.drop_dead_values();
+        kernel
+    }
+}
+
+impl Kernel {
+    /// Drops the values no store needs, renumbering the others in order.
+    pub fn drop_dead_values(&mut self) {
+        let kernel = self;
         let mut live = vec![false; kernel.values.len()];
         for s in &kernel.stores {
             live[s.value.index()] = true;
@@ -492,7 +569,7 @@ impl KernelBuilder {
         }
         let mut renumber = vec![ValueId(0); kernel.values.len()];
         let mut values = Vec::new();
-        for (i, mut v) in kernel.values.into_iter().enumerate() {
+        for (i, mut v) in std::mem::take(&mut kernel.values).into_iter().enumerate() {
             if !live[i] {
                 continue;
             }
@@ -506,7 +583,6 @@ impl KernelBuilder {
             s.value = renumber[s.value.index()];
         }
         kernel.values = values;
-        kernel
     }
 }
 
@@ -520,7 +596,7 @@ pub fn operands(expr: &Expr) -> Vec<ValueId> {
     }
 }
 
-fn operands_mut(expr: &mut Expr) -> Vec<&mut ValueId> {
+pub(crate) fn operands_mut(expr: &mut Expr) -> Vec<&mut ValueId> {
     match expr {
         Expr::Load { .. } | Expr::LoadIf { .. } | Expr::Const(_) => vec![],
         Expr::Unary(_, a) | Expr::Cast(a) | Expr::Reduce(_, a) => vec![a],

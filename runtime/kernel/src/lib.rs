@@ -97,6 +97,7 @@ pub mod math;
 pub mod memory_plan;
 mod print;
 mod program;
+pub mod read_back;
 mod reduce_table;
 mod run;
 mod run_in_place;

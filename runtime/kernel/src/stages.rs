@@ -46,6 +46,10 @@ impl Stages {
                 Expr::Load { index, .. } => {
                     inner[i] = index.strides.len() == kernel.extents().len()
                         && kernel.walks_reduction(index);
+                    // A read-back waits for the sweep that stores what it reads.
+                    if let Some(source) = kernel.read_back_source(ValueId::from_index(i)) {
+                        pass[i] = pass[kernel.stores[source].value.index()] + 1;
+                    }
                 }
                 Expr::LoadIf { index, bounds, .. } => {
                     let loops = kernel.extents().len();

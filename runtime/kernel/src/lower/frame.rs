@@ -189,6 +189,7 @@ impl Lowering<'_> {
             }
         }
         let mut kernel = k.b.finish();
+        crate::read_back::read_back_shared_values(&mut kernel);
         for buffer in k.buffers.values() {
             let extent = kernel.buffer_reach(*buffer);
             let operand = kernel.gemm.as_ref().and_then(|g| {
