@@ -4,7 +4,8 @@
 //! reduction becomes one kernel with its group's prologue and its epilogue partition
 //! ([`reduce`]); max and average pooling without padding become window reductions
 //! ([`pool`]); pooling backward whose windows tile the input writes each window once
-//! ([`pool_backward`]); batch norm's running-statistics update becomes a batch-count kernel
+//! ([`pool_backward`]); the elementwise losses become one kernel each, reduced or not
+//! ([`loss`]); batch norm's running-statistics update becomes a batch-count kernel
 //! and a per-channel blend ([`batch_norm_update`]); views become layouts, never steps; every
 //! other node runs its eager kernel as an external step and is reported as a fallback with
 //! the reason.
@@ -13,6 +14,7 @@ mod batch_norm_update;
 mod conv;
 mod frame;
 mod gemm;
+mod loss;
 mod pool;
 mod pool_backward;
 mod reduce;
@@ -464,6 +466,10 @@ impl Lowering<'_> {
             } => {
                 let op = op.clone();
                 return self.pool_backward(id, &op);
+            }
+            NodeKind::CallFunction { op } if loss::elementwise_loss(op).is_some() => {
+                let op = op.clone();
+                return self.loss(id, &op);
             }
             NodeKind::CallFunction { op } if pool::window_pool(op).is_some() => {
                 let op = op.clone();
