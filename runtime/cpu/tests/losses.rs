@@ -2,9 +2,8 @@
 //! `binary_cross_entropy_with_logits` with and without a broadcast `pos_weight`), each
 //! reduction, f32 and f64, lowered to one kernel that the kernel-IR interpreter and the JIT run
 //! with the eager kernels' results (within 2e-6 relative in f32: logarithms and sums round
-//! differently),
-//! on values with infinities and NaN, 0-dim and empty inputs; and a loss fused after the
-//! elementwise kernel that feeds it.
+//! differently), on values with infinities and NaN, 0-dim and empty inputs; and a loss reading
+//! the output of the kernel before it and a transposed target in place.
 
 mod common;
 

@@ -36,7 +36,6 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "fake_quant.per_channel",
     "fake_quant.per_tensor",
     "fake_quant_backward",
-    "index.cat",
     "index.gather",
     "index.index_add",
     "index.index_select",

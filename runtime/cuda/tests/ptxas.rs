@@ -1,6 +1,6 @@
 //! Every elementwise op of the lowering table and the reductions (sum, mean, amax, amin, var,
-//! std, logsumexp, softmax, log-softmax, layer and RMS norm) and the elementwise losses, in f32, f64, f16 and bf16,
-//! rendered to PTX and assembled by `ptxas` for sm_80 and sm_90: a kernel ptxas rejects fails
+//! std, logsumexp, softmax, log-softmax, layer and RMS norm), in f32, f64, f16 and bf16, and
+//! the elementwise losses and `cat` in f32 and f64, rendered to PTX and assembled by `ptxas` for sm_80 and sm_90: a kernel ptxas rejects fails
 //! with its message. Skipped (with a printed line) when `TESSERA_PTXAS` is unset, unless
 //! `TESSERA_REQUIRE_PTXAS=1`.
 
@@ -11,7 +11,7 @@ use common::{
 };
 use tessera_cuda::{PtxTarget, render};
 use tessera_fx::Graph;
-use tessera_tensor::op::{LossOp, NormOp, PoolOp, Reduction};
+use tessera_tensor::op::{IndexOp, LossOp, NormOp, PoolOp, Reduction};
 use tessera_tensor::{DType, Op};
 
 const ARCHS: [u32; 2] = [80, 90];
@@ -149,6 +149,17 @@ fn loss_kernels_assemble_for_sm80_and_sm90() {
             let g = op_graph(Op::Loss(weighted), dtype, &[&[7, 33], &[7, 33], &[33]]);
             check(&ptxas, &format!("weighted bce_with_logits {dtype:?}"), &g);
         }
+    }
+}
+
+/// `cat` as one kernel of guarded loads, three inputs (one of them empty) along a middle dim.
+#[test]
+fn cat_kernels_assemble_for_sm80_and_sm90() {
+    let Some(ptxas) = ptxas() else { return };
+    for dtype in [DType::F32, DType::F64] {
+        let cat = Op::Index(IndexOp::Cat { dim: 1 });
+        let g = op_graph(cat, dtype, &[&[2, 3, 5], &[2, 0, 5], &[2, 7, 5]]);
+        check(&ptxas, &format!("cat {dtype:?}"), &g);
     }
 }
 
