@@ -2,7 +2,7 @@
 //! (PTX run by the emulator, memory bounds-checked), so what a GPU would compute is checked on
 //! every machine. Copies round-trip every dtype; in-place writes reach device memory; every
 //! elementwise op of the op table and the reductions equal the CPU eager result (f32 and f64,
-//! odd sizes, non-contiguous operands, broadcasting); kernels are loaded once per op and
+//! odd sizes, non-contiguous operands, broadcasting) and `cat` is exact; kernels are loaded once per op and
 //! layout and memory is reused; autograd through CUDA tensors gives the CPU's gradients.
 //! (Its own test binary: the backend registry is per process.)
 
@@ -12,7 +12,7 @@ mod emulator;
 use emulated_driver::EmulatedDriver;
 use std::sync::{Arc, OnceLock};
 use tessera_cuda::{CudaBackend, init_with_driver};
-use tessera_tensor::op::{BinaryOp, CompareOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp};
+use tessera_tensor::op::{BinaryOp, CompareOp, IndexOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp};
 use tessera_tensor::{DType, Device, Op, Result, Tensor, TensorError};
 
 const CUDA: Device = Device::Cuda(0);
@@ -397,13 +397,50 @@ fn the_backward_of_unary_ops_runs_on_the_device_and_gives_the_cpu_gradients() ->
 #[test]
 fn an_op_without_device_kernels_is_unsupported_naming_it() -> Result<()> {
     let a = cuda(&tensor(DType::F32, &[3, 4], 14, false))?;
-    // `cat` is left to its eager CPU kernel by the lowering, so it has no device kernel.
-    match Tensor::cat(&[&a, &a], 0) {
+    // `argmax` is left to its eager CPU kernel by the lowering (the kernel IR has no index
+    // values), so it has no device kernel.
+    match a.argmax(Some(1), false) {
         Err(TensorError::UnsupportedOnDevice { op, device, .. }) => {
-            assert_eq!((op.as_str(), device), ("cat", CUDA))
+            assert_eq!((op.as_str(), device), ("argmax", CUDA))
         }
         other => panic!("expected UnsupportedOnDevice, got {other:?}"),
     }
+    Ok(())
+}
+
+#[test]
+fn cat_joins_views_empty_inputs_and_f32_with_f64_on_the_device_as_on_the_cpu() -> Result<()> {
+    for dtype in [DType::F32, DType::F64] {
+        let a = tensor(dtype, &[3, 4], 30, true);
+        let b = tensor(dtype, &[3, 2], 31, true);
+        let c = tensor(dtype, &[3, 0], 32, false);
+        // A transposed operand, read through its strides, and the same tensor twice.
+        let t = tensor(dtype, &[5, 3], 33, true).t()?;
+        let joined = Op::Index(IndexOp::Cat { dim: 1 });
+        same_on_device(
+            &format!("cat dim 1 {dtype}"),
+            &joined,
+            &[a.clone(), b, c, t, a.clone()],
+        );
+        let rows = Op::Index(IndexOp::Cat { dim: 0 });
+        let legacy_empty = Tensor::zeros(&[0], dtype)?;
+        same_on_device(
+            &format!("cat dim 0 with a legacy empty tensor {dtype}"),
+            &rows,
+            &[a.clone(), legacy_empty, a.clone()],
+        );
+    }
+    let signed_zeros = Tensor::from_vec(vec![-0.0f32, 0.0, -0.0], &[3])?;
+    let wide = tensor(DType::F64, &[2], 34, true);
+    let mixed = Op::Index(IndexOp::Cat { dim: 0 });
+    same_on_device("cat f32 and f64", &mixed, &[signed_zeros.clone(), wide]);
+    let got = mixed.apply1(&[&cuda(&signed_zeros)?, &cuda(&signed_zeros)?])?;
+    let bits: Vec<u32> = got.to_vec::<f32>()?.iter().map(|v| v.to_bits()).collect();
+    let want: Vec<u32> = [-0.0f32, 0.0, -0.0, -0.0, 0.0, -0.0]
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    assert_eq!(bits, want, "signed zeros survive the sum of guarded loads");
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! Every elementwise op of the lowering table and the reductions (sum, mean, amax, amin, var,
-//! std, logsumexp, softmax, log-softmax, layer and RMS norm), in f32, f64, f16 and bf16,
-//! rendered to PTX and assembled by `ptxas` for sm_80 and sm_90: a kernel ptxas rejects fails
+//! std, logsumexp, softmax, log-softmax, layer and RMS norm), in f32, f64, f16 and bf16, and
+//! the elementwise losses and `cat` in f32 and f64, rendered to PTX and assembled by `ptxas` for sm_80 and sm_90: a kernel ptxas rejects fails
 //! with its message. Skipped (with a printed line) when `TESSERA_PTXAS` is unset, unless
 //! `TESSERA_REQUIRE_PTXAS=1`.
 
@@ -11,7 +11,7 @@ use common::{
 };
 use tessera_cuda::{PtxTarget, render};
 use tessera_fx::Graph;
-use tessera_tensor::op::{NormOp, PoolOp};
+use tessera_tensor::op::{IndexOp, LossOp, NormOp, PoolOp, Reduction};
 use tessera_tensor::{DType, Op};
 
 const ARCHS: [u32; 2] = [80, 90];
@@ -119,6 +119,47 @@ fn padded_pooling_and_channel_norms_assemble_for_sm80_and_sm90() {
         let y = g.getitem(&n, 0).unwrap();
         g.output(&[&y]).unwrap();
         check(&ptxas, "eval batch norm", &g);
+    }
+}
+
+/// Every elementwise loss, each reduction: the per-element kernel and the f64-accumulating
+/// reduction into a 0-dim result, with a broadcast `pos_weight` for the logits loss.
+#[test]
+fn loss_kernels_assemble_for_sm80_and_sm90() {
+    let Some(ptxas) = ptxas() else { return };
+    for dtype in [DType::F32, DType::F64] {
+        for reduction in [Reduction::None, Reduction::Mean, Reduction::Sum] {
+            let losses = [
+                LossOp::Mse { reduction },
+                LossOp::L1 { reduction },
+                LossOp::Bce { reduction },
+                LossOp::BceWithLogits {
+                    reduction,
+                    pos_weight: false,
+                },
+            ];
+            for loss in losses {
+                let g = op_graph(Op::Loss(loss.clone()), dtype, &[&[7, 33], &[7, 33]]);
+                check(&ptxas, &format!("{loss:?} {dtype:?}"), &g);
+            }
+            let weighted = LossOp::BceWithLogits {
+                reduction,
+                pos_weight: true,
+            };
+            let g = op_graph(Op::Loss(weighted), dtype, &[&[7, 33], &[7, 33], &[33]]);
+            check(&ptxas, &format!("weighted bce_with_logits {dtype:?}"), &g);
+        }
+    }
+}
+
+/// `cat` as one kernel of guarded loads, three inputs (one of them empty) along a middle dim.
+#[test]
+fn cat_kernels_assemble_for_sm80_and_sm90() {
+    let Some(ptxas) = ptxas() else { return };
+    for dtype in [DType::F32, DType::F64] {
+        let cat = Op::Index(IndexOp::Cat { dim: 1 });
+        let g = op_graph(cat, dtype, &[&[2, 3, 5], &[2, 0, 5], &[2, 7, 5]]);
+        check(&ptxas, &format!("cat {dtype:?}"), &g);
     }
 }
 

@@ -4,15 +4,18 @@
 //! reduction becomes one kernel with its group's prologue and its epilogue partition
 //! ([`reduce`]); max and average pooling without padding become window reductions
 //! ([`pool`]); pooling backward whose windows tile the input writes each window once
-//! ([`pool_backward`]); batch norm's running-statistics update becomes a batch-count kernel
+//! ([`pool_backward`]); the elementwise losses become one kernel each, reduced or not
+//! ([`loss`]); `cat` becomes one kernel of guarded loads ([`cat`]); batch norm's running-statistics update becomes a batch-count kernel
 //! and a per-channel blend ([`batch_norm_update`]); views become layouts, never steps; every
 //! other node runs its eager kernel as an external step and is reported as a fallback with
 //! the reason.
 
 mod batch_norm_update;
+mod cat;
 mod conv;
 mod frame;
 mod gemm;
+mod loss;
 mod pool;
 mod pool_backward;
 mod reduce;
@@ -29,7 +32,7 @@ use std::collections::{HashMap, HashSet};
 use tessera_fx::{Graph, NodeId, NodeKind};
 use tessera_passes::fusion_groups;
 use tessera_tensor::layout::{Layout, broadcast_layout};
-use tessera_tensor::op::{FusionRole, OpKind, PoolOp, ViewOp, view_strides};
+use tessera_tensor::op::{FusionRole, IndexOp, OpKind, PoolOp, ViewOp, view_strides};
 use tessera_tensor::{Op, TensorMeta};
 
 /// A graph value during lowering: a slot seen through views, and the layout those views give.
@@ -464,6 +467,16 @@ impl Lowering<'_> {
             } => {
                 let op = op.clone();
                 return self.pool_backward(id, &op);
+            }
+            NodeKind::CallFunction {
+                op: op @ Op::Index(IndexOp::Cat { dim }),
+            } => {
+                let (op, dim) = (op.clone(), *dim);
+                return self.cat(id, &op, dim);
+            }
+            NodeKind::CallFunction { op } if loss::elementwise_loss(op).is_some() => {
+                let op = op.clone();
+                return self.loss(id, &op);
             }
             NodeKind::CallFunction { op } if pool::window_pool(op).is_some() => {
                 let op = op.clone();
