@@ -5,14 +5,18 @@
 //! ([`reduce`]); max and average pooling without padding become window reductions
 //! ([`pool`]); pooling backward whose windows tile the input writes each window once
 //! ([`pool_backward`]); batch norm's running-statistics update becomes a batch-count kernel
-//! and a per-channel blend ([`batch_norm_update`]); views become layouts, never steps; every
+//! and a per-channel blend ([`batch_norm_update`]); embedding, `index_select`, `gather`
+//! ([`gather`]) and the negative log-likelihood with its gradient ([`nll`]) read through
+//! checked data-dependent loads; views become layouts, never steps; every
 //! other node runs its eager kernel as an external step and is reported as a fallback with
 //! the reason.
 
 mod batch_norm_update;
 mod conv;
 mod frame;
+mod gather;
 mod gemm;
+mod nll;
 mod pool;
 mod pool_backward;
 mod reduce;
@@ -29,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use tessera_fx::{Graph, NodeId, NodeKind};
 use tessera_passes::fusion_groups;
 use tessera_tensor::layout::{Layout, broadcast_layout};
-use tessera_tensor::op::{FusionRole, OpKind, PoolOp, ViewOp, view_strides};
+use tessera_tensor::op::{FusionRole, IndexOp, LossOp, OpKind, PoolOp, ViewOp, view_strides};
 use tessera_tensor::{Op, TensorMeta};
 
 /// A graph value during lowering: a slot seen through views, and the layout those views give.
@@ -464,6 +468,20 @@ impl Lowering<'_> {
             } => {
                 let op = op.clone();
                 return self.pool_backward(id, &op);
+            }
+            NodeKind::CallFunction {
+                op:
+                    op @ (Op::Embedding(_)
+                    | Op::Index(IndexOp::IndexSelect { .. } | IndexOp::Gather { .. })),
+            } => {
+                let op = op.clone();
+                return self.indexing(id, &op);
+            }
+            NodeKind::CallFunction {
+                op: Op::Loss(loss @ (LossOp::Nll { .. } | LossOp::NllBackward { .. })),
+            } => {
+                let loss = loss.clone();
+                return self.nll(id, &loss);
             }
             NodeKind::CallFunction { op } if pool::window_pool(op).is_some() => {
                 let op = op.clone();
