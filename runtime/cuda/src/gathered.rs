@@ -2,9 +2,9 @@
 //! ([`tessera_kernel::Expr::LoopIndex`]) as PTX. A gather checks its i64 index with one
 //! unsigned compare against the dim's size (a negative index wraps past it), loads under that
 //! predicate into a register holding 0, so no memory is read for a bad index, and under the
-//! negated predicate stores the fault (flag, index, size) into the kernel's status buffer,
-//! which the runner zeroes before the launch and reads back after it. Threads that fault
-//! together store the same flag and size; the index kept is one of theirs.
+//! negated predicate records the fault (flag, index, size) in the kernel's status buffer
+//! with atomic exchanges (threads that fault together do not race; the index kept is one of
+//! theirs), which the runner zeroes before the launch and reads back after it.
 
 use crate::body::Body;
 use crate::emit::{Reg, RegClass};
@@ -46,8 +46,10 @@ impl Body<'_> {
         self.e.ins(format!("mov.b64 {size}, {len}"));
         for (slot, value) in [(STATUS_FLAG, one), (STATUS_INDEX, by), (STATUS_SIZE, size)] {
             let offset = slot * 8;
-            self.e
-                .ins(format!("@!{inside} st.global.s64 [{at}+{offset}], {value}"));
+            let old = self.e.reg(RegClass::B64);
+            self.e.ins(format!(
+                "@!{inside} atom.global.exch.b64 {old}, [{at}+{offset}], {value}"
+            ));
         }
     }
 
