@@ -1,7 +1,7 @@
 //! Data-dependent loads in generated kernels: the negative log-likelihood and its gradient,
 //! embedding lookups, `index_select` and `gather` lower to kernels (no fallback) whose
 //! interpreted and JIT-compiled results equal eager execution, for f32 and f64, ignored targets,
-//! label smoothing and empty batches; an index outside its dim fails the run with the typed
+//! label smoothing (one kernel, or two with a sum or mean) and empty batches; an index outside its dim fails the run with the typed
 //! `IndexOutOfRange` error (naming the kernel, the index and the dim's size) in both runners,
 //! as eager execution fails, and never reads out of bounds.
 
@@ -136,13 +136,17 @@ fn nll_loss_with_label_smoothing_sums_the_classes_in_a_reduction_loop() {
 }
 
 #[test]
-fn nll_loss_with_label_smoothing_and_a_mean_runs_its_eager_kernel_with_a_reason() {
-    let inputs = [floats(&[4, 3], 1, DType::F32), ints(&[0, 1, 2, 1], &[4])];
-    let g = graph_of(Op::Loss(nll(Reduction::Mean, -100, 0.1)), &inputs);
-    let program = lowered(&g, &inputs);
-    assert_eq!(program.fallbacks.len(), 1, "{program}");
-    assert!(program.fallbacks[0].reason.contains("label smoothing"));
-    check_backends(&program, &inputs, &eager(&g, &inputs), 0.0);
+fn nll_loss_with_label_smoothing_and_a_sum_or_mean_adds_the_sample_losses_in_a_second_kernel() {
+    for dtype in [DType::F32, DType::F64] {
+        for reduction in [Reduction::Sum, Reduction::Mean] {
+            let inputs = [floats(&[4, 3], 1, dtype), ints(&[0, 1, 2, -100], &[4])];
+            let op = Op::Loss(nll(reduction, -100, 0.1));
+            let program = lowered_agreeing(op.clone(), &inputs, 0.0);
+            assert_eq!(program.kernels().count(), 2, "{program}");
+            // A single sample: input [C], target [].
+            lowered_agreeing(op, &[floats(&[5], 2, dtype), ints(&[3], &[])], 0.0);
+        }
+    }
 }
 
 #[test]

@@ -6,8 +6,8 @@
 //! once per sample, as the eager kernel; `sum` and `mean` add the rounded losses and count the
 //! samples not ignored in f64 in the same kernel (reduction loops over the samples), so the
 //! result is the eager one bit for bit. Label smoothing's sum over the classes is a reduction
-//! loop for `reduction = none`; with `sum` or `mean` (two nested sums) it runs the eager
-//! kernel. The gradient is one kernel over the input, `coeff * upstream` with the coefficient
+//! loop; with `sum` or `mean` (two nested sums) a second kernel adds the per-sample losses
+//! the first stores. The gradient is one kernel over the input, `coeff * upstream` with the coefficient
 //! picked by comparing the class loop's index with the target; for `mean` a first kernel
 //! divides the upstream gradient by the count.
 
@@ -90,7 +90,12 @@ struct Target {
     safe: ValueId,
 }
 
-fn target(k: &mut IndexKernel, t: &super::Val, samples: &[Option<usize>], ignore: i64) -> Target {
+fn read_target(
+    k: &mut IndexKernel,
+    t: &super::Val,
+    samples: &[Option<usize>],
+    ignore: i64,
+) -> Target {
     let value = k.load(t, ScalarType::I64, samples);
     let ii = k.constant(ScalarType::I64, ignore as f64);
     let ignored =
@@ -135,6 +140,30 @@ fn unless_ignored(k: &mut IndexKernel, ignored: ValueId, x: ValueId) -> ValueId 
             b: x,
         },
     )
+}
+
+/// `LossOp::reduce` of the rounded per-sample `loss` (of type `ty`) over the reduction loops:
+/// added in f64, divided by the samples not ignored for a mean, rounded once to `ty`.
+fn total(
+    k: &mut IndexKernel,
+    loss: ValueId,
+    ignored: ValueId,
+    reduction: Reduction,
+    ty: ScalarType,
+) -> ValueId {
+    let wide = f64_of(k, loss);
+    let sum = k.b.push(ScalarType::F64, Expr::Reduce(ReduceFn::Sum, wide));
+    let value = match reduction {
+        Reduction::Mean => {
+            let one = k.constant(ScalarType::F64, 1.0);
+            let counted = unless_ignored(k, ignored, one);
+            let count =
+                k.b.push(ScalarType::F64, Expr::Reduce(ReduceFn::Sum, counted));
+            bin(k, BinaryFn::Div, sum, count)
+        }
+        _ => sum,
+    };
+    k.b.push(ty, Expr::Cast(value))
 }
 
 impl Lowering<'_> {
@@ -206,21 +235,17 @@ impl Lowering<'_> {
         let s = nll.label_smoothing;
         let smooth = s / classes.max(1) as f64;
         let reduced = nll.reduction != Reduction::None;
-        if reduced && smooth != 0.0 {
-            return Ok(Err(
-                "label smoothing with a sum or mean (a sum over the classes inside a sum over the samples)"
-                    .into(),
-            ));
-        }
+        // With smoothing, a sum or mean adds the rounded per-sample losses in a second kernel.
+        let two_kernels = reduced && smooth != 0.0;
         let name = format!("k{}_nll_loss", self.kernel_count());
-        let (domain, reduce) = match (reduced, smooth != 0.0) {
+        let (domain, reduce) = match (reduced && !two_kernels, smooth != 0.0) {
             (true, _) => (vec![], sweep(&sample_shape)),
             (false, true) => (sample_shape.clone(), vec![classes]),
             (false, false) => (sample_shape.clone(), vec![]),
         };
         let mut k = IndexKernel::new(KernelBuilder::reduction(name, domain, reduce));
         let samples: Vec<Option<usize>> = (0..sample_shape.len()).map(Some).collect();
-        let target = target(&mut k, t, &samples, nll.ignore_index);
+        let target = read_target(&mut k, t, &samples, nll.ignore_index);
         // `LossOp::nll`: -(1 - s) * lp[t] - s / C * sum_c lp[c], in f64.
         let map = input_map(rank, &samples, None);
         let picked = k.gather(x, ty, &map, class_dim, target.safe);
@@ -238,21 +263,19 @@ impl Lowering<'_> {
         }
         let loss = k.b.push(ty, Expr::Cast(loss));
         let loss = unless_ignored(&mut k, target.ignored, loss);
+        if two_kernels {
+            let per_sample = TensorMeta::new(sample_shape.clone(), meta.dtype);
+            let losses = self.finish_index_kernel(id, k, loss, per_sample)?;
+            let name = format!("k{}_nll_loss_total", self.kernel_count());
+            let mut k =
+                IndexKernel::new(KernelBuilder::reduction(name, vec![], sweep(&sample_shape)));
+            let target = read_target(&mut k, t, &samples, nll.ignore_index);
+            let loss = k.load(&losses, ty, &samples);
+            let value = total(&mut k, loss, target.ignored, nll.reduction, ty);
+            return Ok(Ok(self.finish_index_kernel(id, k, value, meta)?));
+        }
         let value = if reduced {
-            // `LossOp::reduce`: the rounded losses added in f64, divided by the count.
-            let wide = f64_of(&mut k, loss);
-            let total = k.b.push(ScalarType::F64, Expr::Reduce(ReduceFn::Sum, wide));
-            let total = match nll.reduction {
-                Reduction::Mean => {
-                    let one = k.constant(ScalarType::F64, 1.0);
-                    let counted = unless_ignored(&mut k, target.ignored, one);
-                    let count =
-                        k.b.push(ScalarType::F64, Expr::Reduce(ReduceFn::Sum, counted));
-                    bin(&mut k, BinaryFn::Div, total, count)
-                }
-                _ => total,
-            };
-            k.b.push(ty, Expr::Cast(total))
+            total(&mut k, loss, target.ignored, nll.reduction, ty)
         } else {
             loss
         };
@@ -293,7 +316,7 @@ impl Lowering<'_> {
         };
         let name = format!("k{}_nll_loss_backward", self.kernel_count());
         let mut k = IndexKernel::new(KernelBuilder::new(name, shape.clone()));
-        let target = target(&mut k, t, &samples, nll.ignore_index);
+        let target = read_target(&mut k, t, &samples, nll.ignore_index);
         // The upstream gradient, read where the target is a class (the target's check).
         let up = k.checked_load(&upstream, up_ty, &up_map, target.safe, classes);
         let up = f64_of(&mut k, up);
@@ -341,7 +364,7 @@ impl Lowering<'_> {
         let name = format!("k{}_nll_loss_backward_scale", self.kernel_count());
         let mut k = IndexKernel::new(KernelBuilder::reduction(name, vec![], sweep(&samples)));
         let sample_loops: Vec<Option<usize>> = (0..samples.len()).map(Some).collect();
-        let target = target(&mut k, t, &sample_loops, nll.ignore_index);
+        let target = read_target(&mut k, t, &sample_loops, nll.ignore_index);
         let one = k.constant(ScalarType::F64, 1.0);
         let counted = unless_ignored(&mut k, target.ignored, one);
         let count =
