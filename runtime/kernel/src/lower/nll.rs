@@ -231,6 +231,11 @@ impl Lowering<'_> {
             classes.unwrap_or(0)
         };
         let class_dim = usize::from(rank > 1);
+        if classes == 0 {
+            // Every target is then ignored or out of range, and a gather of an empty dim
+            // faults even for the ignored ones.
+            return Ok(Err("an input with no classes".into()));
+        }
         let sample_shape = t.layout.shape.clone();
         let s = nll.label_smoothing;
         let smooth = s / classes.max(1) as f64;
@@ -300,6 +305,9 @@ impl Lowering<'_> {
         let rank = shape.len();
         let class_dim = usize::from(rank > 1);
         let classes = shape.get(class_dim).copied().unwrap_or(0);
+        if classes == 0 {
+            return Ok(Err("an input with no classes".into()));
+        }
         let samples: Vec<Option<usize>> = match rank {
             1 => vec![],
             _ => std::iter::once(0).chain(2..rank).map(Some).collect(),
