@@ -247,6 +247,16 @@ fn compiled_steps_equal_eager_steps_on_an_mlp_through_the_jit_and_the_interprete
             // SGD with momentum compiles a second program once its buffers exist; Adam's
             // state exists from the first step on.
             assert_eq!(step.report().programs, if adam { 1 } else { 2 });
+            // Cross entropy's nll and its gradient are kernels (checked gathers): the only
+            // nodes left to eager kernels are the GEMMs, external calls by design on the CPU.
+            let report = &step.report().last;
+            let unexpected: Vec<String> = report
+                .fallbacks
+                .iter()
+                .filter(|f| !matches!(f.op.as_str(), "linear" | "matmul"))
+                .map(ToString::to_string)
+                .collect();
+            assert!(unexpected.is_empty(), "fallbacks: {unexpected:?}\n{report}");
         }
     }
 }

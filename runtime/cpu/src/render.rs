@@ -322,6 +322,70 @@ impl Renderer<'_> {
         select_bits(b, inside, x, fill, ty)
     }
 
+    /// A gather at innermost index `j` by the i64 `by`: the element at `index + by * stride`
+    /// when `by` lies in `0..len` (one unsigned compare), 0 otherwise, read without a branch at
+    /// the index's own position then (inside the buffer whenever the dim is not empty); a
+    /// branch taken only on a fault records it in the status buffer.
+    #[allow(clippy::too_many_arguments)]
+    fn gather(
+        &self,
+        b: &mut FunctionBuilder,
+        buffer: usize,
+        index: &IndexExpr,
+        by: Value,
+        (stride, len): (usize, usize),
+        status: usize,
+        ty: ScalarType,
+        j: Option<Value>,
+    ) -> Value {
+        let inside = b.ins().icmp_imm_u(IntCC::UnsignedLessThan, by, len as i64);
+        let zero = match ty {
+            ScalarType::F64 => b.ins().f64const(0.0),
+            _ => b.ins().f32const(0.0),
+        };
+        let x = if len == 0 {
+            zero
+        } else {
+            let at = self.elements(b, index, j);
+            let none = b.ins().iconst(types::I64, 0);
+            let safe = b.ins().select(inside, by, none);
+            let step = b.ins().imul_imm_s(safe, stride as i64);
+            let at = b.ins().iadd(at, step);
+            let bytes = b.ins().imul_imm_s(at, ty.bytes() as i64);
+            let addr = b.ins().iadd(self.bases[buffer], bytes);
+            let x = b.ins().load(clif_type(ty), self.flags, addr, 0);
+            select_bits(b, inside, x, zero, ty)
+        };
+        let (fault, done) = (b.create_block(), b.create_block());
+        b.ins().brif(inside, done, &[], fault, &[]);
+        b.switch_to_block(fault);
+        let base = self.bases[status];
+        let one = b.ins().iconst(types::I64, 1);
+        let size = b.ins().iconst(types::I64, len as i64);
+        let slot = |k: usize| (k * 8) as i32;
+        b.ins().store(
+            self.flags,
+            one,
+            base,
+            slot(tessera_kernel::gather::STATUS_FLAG),
+        );
+        b.ins().store(
+            self.flags,
+            by,
+            base,
+            slot(tessera_kernel::gather::STATUS_INDEX),
+        );
+        b.ins().store(
+            self.flags,
+            size,
+            base,
+            slot(tessera_kernel::gather::STATUS_SIZE),
+        );
+        b.ins().jump(done, &[]);
+        b.switch_to_block(done);
+        x
+    }
+
     /// Four lanes of an f32 guarded load from innermost index `j`. Coordinates never decrease
     /// along the loop, so when the first and the last lane are inside every lane is: the lanes
     /// are then gathered as a strided load's (the common case, a window inside the input);
@@ -594,6 +658,35 @@ impl Renderer<'_> {
                     None => load(b, j),
                 }
             }
+            // Kernels with gathers and loop indices are scalar (the schedule keeps every kernel
+            // with an i64 value or buffer unvectorised).
+            Expr::Gather {
+                buffer,
+                index,
+                by,
+                stride,
+                len,
+                status,
+            } => {
+                let by = get(b, by);
+                self.gather(
+                    b,
+                    buffer.index(),
+                    index,
+                    by,
+                    (*stride, *len),
+                    status.index(),
+                    v.ty,
+                    j,
+                )
+            }
+            Expr::LoopIndex(l) => self
+                .indices
+                .iter()
+                .copied()
+                .chain(j)
+                .nth(l.index())
+                .unwrap_or_else(|| b.ins().iconst(types::I64, 0)),
             Expr::Const(c) => {
                 let s = match v.ty {
                     ScalarType::F64 => b.ins().f64const(*c),

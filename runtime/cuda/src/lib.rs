@@ -81,6 +81,7 @@ pub mod driver;
 mod elementwise;
 mod emit;
 mod error;
+mod gathered;
 pub mod gemm;
 mod guarded;
 mod half;

@@ -86,6 +86,18 @@ impl Body<'_> {
                 bounds,
                 fill,
             } => self.guarded_load(d, *buffer, index, bounds, *fill, ty),
+            Expr::Gather {
+                buffer,
+                index,
+                by,
+                stride,
+                len,
+                status,
+            } => {
+                let by = self.value(*by);
+                self.gather(d, *buffer, index, by, (*stride, *len), *status, ty);
+            }
+            Expr::LoopIndex(l) => self.loop_index(d, *l),
             Expr::Const(c) => self.e.ins(format!("mov.{s} {d}, {}", imm(ty, *c))),
             Expr::Unary(f, a) => {
                 let a = self.value(*a);

@@ -120,6 +120,15 @@ pub enum KernelError {
         #[source]
         source: Box<TensorError>,
     },
+    /// A kernel's data-dependent load ([`crate::Expr::Gather`]) met an index outside its dim
+    /// (a class target past the class count, a token id past the vocabulary): nothing was
+    /// read there, and the run's outputs are not valid.
+    #[error("kernel {kernel}: index {index} is out of bounds for a dimension of size {size}")]
+    IndexOutOfRange {
+        kernel: String,
+        index: i64,
+        size: usize,
+    },
     /// A backend failed to execute a kernel.
     #[error("kernel {kernel}: {message}")]
     Backend { kernel: String, message: String },

@@ -60,7 +60,8 @@ impl Kernel {
         })
     }
 
-    /// One past the largest element any load or store of `buffer` reaches (0 when none does).
+    /// One past the largest element any load or store of `buffer` reaches (0 when none does);
+    /// a status buffer's writes are not counted.
     pub fn buffer_reach(&self, buffer: BufferId) -> usize {
         let plain = self
             .accesses()
@@ -70,7 +71,17 @@ impl Kernel {
             .guarded_loads()
             .filter(|(b, ..)| *b == buffer)
             .map(|(_, ix, bounds)| self.guarded_reach(ix, bounds));
-        plain.chain(guarded).max().unwrap_or(0)
+        let gathered = self.values.iter().filter_map(|v| match &v.expr {
+            crate::Expr::Gather {
+                buffer: b,
+                index,
+                stride,
+                len,
+                ..
+            } if *b == buffer => Some(self.gather_reach(index, *stride, *len)),
+            _ => None,
+        });
+        plain.chain(guarded).chain(gathered).max().unwrap_or(0)
     }
 
     /// Checks guarded load `here` of `buffer`: an input of its type whose every index has one

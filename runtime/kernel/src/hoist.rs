@@ -20,7 +20,8 @@ pub fn hoisted_values(kernel: &Kernel) -> Vec<bool> {
         invariant[i] = match &v.expr {
             Expr::Const(_) => true,
             Expr::Load { index, .. } => index.strides.get(loops - 1).is_none_or(|&s| s == 0),
-            Expr::LoadIf { .. } | Expr::Reduce(..) => false,
+            Expr::LoadIf { .. } | Expr::Gather { .. } | Expr::Reduce(..) => false,
+            Expr::LoopIndex(l) => l.index() + 1 < loops,
             expr => operands(expr)
                 .iter()
                 .all(|o| o.index() < i && invariant[o.index()]),

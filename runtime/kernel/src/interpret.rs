@@ -277,6 +277,36 @@ unsafe fn eval(
             }
             None => Scalar::of(v.ty, *fill),
         },
+        Expr::Gather {
+            buffer,
+            index,
+            by,
+            stride,
+            len,
+            status,
+        } => {
+            let by = match get(*by) {
+                Scalar::I64(i) => i,
+                other => other.as_f64() as i64,
+            };
+            match crate::gather::gathered_index(index, by, *stride, *len, point) {
+                // SAFETY: `verify` bounds every in-range gathered index by the parameter's
+                // length, and the caller's buffer is at least that long and of this type.
+                Some(at) => unsafe { read(buffers[buffer.index()], at) },
+                None => {
+                    let s = buffers[status.index()].ptr as *mut i64;
+                    // SAFETY: `verify` checks the status is an i64 scratch of `STATUS_LEN`
+                    // elements, writable and not aliased.
+                    unsafe {
+                        *s.add(crate::gather::STATUS_FLAG) = 1;
+                        *s.add(crate::gather::STATUS_INDEX) = by;
+                        *s.add(crate::gather::STATUS_SIZE) = *len as i64;
+                    }
+                    Scalar::of(v.ty, 0.0)
+                }
+            }
+        }
+        Expr::LoopIndex(l) => Scalar::I64(point[l.index()] as i64),
         Expr::Const(c) => Scalar::of(v.ty, *c),
         Expr::Unary(f, a) => match get(*a) {
             Scalar::F32(x) => Scalar::F32(unary(*f, x, |x| unary_fn(*f).map_or(x, |m| (m.f32)(x)))),

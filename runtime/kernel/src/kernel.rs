@@ -329,6 +329,23 @@ impl Kernel {
                     self.verify_guarded(here, *buffer, index, bounds)
                         .map_err(fail)?;
                 }
+                Expr::Gather {
+                    buffer,
+                    index,
+                    by,
+                    stride,
+                    len,
+                    status,
+                } => self
+                    .verify_gather(here, *buffer, index, *by, *stride, *len, *status)
+                    .map_err(fail)?,
+                Expr::LoopIndex(l) => {
+                    if v.ty != ScalarType::I64 || l.index() >= self.domain.len() {
+                        return Err(fail(format!(
+                            "{here} is the index of {l}, an i64 of an output loop"
+                        )));
+                    }
+                }
                 Expr::Const(_) => numeric(v.ty)?,
                 Expr::Unary(_, a) => {
                     float(v.ty)?;
@@ -589,7 +606,8 @@ impl Kernel {
 /// The operands of an expression.
 pub fn operands(expr: &Expr) -> Vec<ValueId> {
     match expr {
-        Expr::Load { .. } | Expr::LoadIf { .. } | Expr::Const(_) => vec![],
+        Expr::Load { .. } | Expr::LoadIf { .. } | Expr::LoopIndex(_) | Expr::Const(_) => vec![],
+        Expr::Gather { by, .. } => vec![*by],
         Expr::Unary(_, a) | Expr::Cast(a) | Expr::Reduce(_, a) => vec![*a],
         Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![*a, *b],
         Expr::Select { cond, a, b } => vec![*cond, *a, *b],
@@ -598,7 +616,8 @@ pub fn operands(expr: &Expr) -> Vec<ValueId> {
 
 pub(crate) fn operands_mut(expr: &mut Expr) -> Vec<&mut ValueId> {
     match expr {
-        Expr::Load { .. } | Expr::LoadIf { .. } | Expr::Const(_) => vec![],
+        Expr::Load { .. } | Expr::LoadIf { .. } | Expr::LoopIndex(_) | Expr::Const(_) => vec![],
+        Expr::Gather { by, .. } => vec![by],
         Expr::Unary(_, a) | Expr::Cast(a) | Expr::Reduce(_, a) => vec![a],
         Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![a, b],
         Expr::Select { cond, a, b } => vec![cond, a, b],

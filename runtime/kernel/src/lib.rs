@@ -86,6 +86,7 @@ pub mod conv_choice;
 pub mod derived;
 mod error;
 pub mod exp_poly;
+pub mod gather;
 pub mod gemm;
 pub mod guard;
 mod hoist;

@@ -6,7 +6,9 @@
 //! ([`pool`]); pooling backward whose windows tile the input writes each window once
 //! ([`pool_backward`]); the elementwise losses become one kernel each, reduced or not
 //! ([`loss`]); `cat` becomes one kernel of guarded loads ([`cat`]); batch norm's running-statistics update becomes a batch-count kernel
-//! and a per-channel blend ([`batch_norm_update`]); views become layouts, never steps; every
+//! and a per-channel blend ([`batch_norm_update`]); embedding, `index_select`, `gather`
+//! ([`gather`]) and the negative log-likelihood with its gradient ([`nll`]) read through
+//! checked data-dependent loads; views become layouts, never steps; every
 //! other node runs its eager kernel as an external step and is reported as a fallback with
 //! the reason.
 
@@ -14,8 +16,10 @@ mod batch_norm_update;
 mod cat;
 mod conv;
 mod frame;
+mod gather;
 mod gemm;
 mod loss;
+mod nll;
 mod pool;
 mod pool_backward;
 mod reduce;
@@ -32,7 +36,7 @@ use std::collections::{HashMap, HashSet};
 use tessera_fx::{Graph, NodeId, NodeKind};
 use tessera_passes::fusion_groups;
 use tessera_tensor::layout::{Layout, broadcast_layout};
-use tessera_tensor::op::{FusionRole, IndexOp, OpKind, PoolOp, ViewOp, view_strides};
+use tessera_tensor::op::{FusionRole, IndexOp, LossOp, OpKind, PoolOp, ViewOp, view_strides};
 use tessera_tensor::{Op, TensorMeta};
 
 /// A graph value during lowering: a slot seen through views, and the layout those views give.
@@ -477,6 +481,20 @@ impl Lowering<'_> {
             NodeKind::CallFunction { op } if loss::elementwise_loss(op).is_some() => {
                 let op = op.clone();
                 return self.loss(id, &op);
+            }
+            NodeKind::CallFunction {
+                op:
+                    op @ (Op::Embedding(_)
+                    | Op::Index(IndexOp::IndexSelect { .. } | IndexOp::Gather { .. })),
+            } => {
+                let op = op.clone();
+                return self.indexing(id, &op);
+            }
+            NodeKind::CallFunction {
+                op: Op::Loss(loss @ (LossOp::Nll { .. } | LossOp::NllBackward { .. })),
+            } => {
+                let loss = loss.clone();
+                return self.nll(id, &loss);
             }
             NodeKind::CallFunction { op } if pool::window_pool(op).is_some() => {
                 let op = op.clone();

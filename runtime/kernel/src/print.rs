@@ -133,6 +133,17 @@ impl fmt::Display for Kernel {
                         constant(*fill)
                     )
                 }
+                Expr::Gather {
+                    buffer,
+                    index,
+                    by,
+                    stride,
+                    len,
+                    status,
+                } => {
+                    format!("gather {buffer}{index} + {stride}*({by} in 0..{len}) faults {status}")
+                }
+                Expr::LoopIndex(l) => format!("index {l}"),
                 Expr::Const(c) => format!("const {}", constant(*c)),
                 Expr::Unary(op, a) => format!("{} {a}", op.name()),
                 Expr::Binary(op, a, b) => format!("{} {a}, {b}", op.name()),

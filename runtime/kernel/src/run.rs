@@ -538,12 +538,24 @@ impl Run<'_> {
                     });
                 }
             }
+            let status = kernel.status_buffers();
+            for s in &status {
+                // SAFETY: a status is an i64 scratch of `STATUS_LEN` elements in the arena
+                // (`verify`, and the length check above), written by this kernel only.
+                unsafe { clear_status(buffers[s.index()]) };
+            }
             // SAFETY: tensor inputs are live storage under read locks, arena buffers lie in the
             // workspace's arena (checked against the plan when the run started) and are
             // disjoint from every buffer live at the same step, outputs are fresh vectors or
             // the caller's write-locked storage; all were checked above against the
             // parameters' types and lengths.
-            unsafe { executor.execute(index, kernel, buffers) }
+            unsafe { executor.execute(index, kernel, buffers) }?;
+            for s in &status {
+                // SAFETY: as above; the kernel has finished.
+                let read = unsafe { read_status(buffers[s.index()]) };
+                crate::gather::check_status(&kernel.name, &read)?;
+            }
+            Ok(())
         })?;
         ws.reads.clear();
         for (vec, slot, len) in ws.fresh.drain(..) {
@@ -613,4 +625,26 @@ impl Environment for NoEnvironment {
     fn call_module(&self, target: &str, _args: Vec<Tensor>) -> Result<Vec<Tensor>, BoxError> {
         Err(format!("no module {target} in an empty environment").into())
     }
+}
+
+/// Zeroes the status buffer `b` of a kernel with gathers before it runs.
+///
+/// # Safety
+/// `b` points to at least [`crate::gather::STATUS_LEN`] writable i64s.
+pub unsafe fn clear_status(b: BufferPtr) {
+    // SAFETY: forwarded from the caller.
+    unsafe { std::ptr::write_bytes(b.ptr as *mut i64, 0, crate::gather::STATUS_LEN) };
+}
+
+/// The status buffer `b` of a kernel with gathers after it ran.
+///
+/// # Safety
+/// `b` points to at least [`crate::gather::STATUS_LEN`] readable i64s.
+pub unsafe fn read_status(b: BufferPtr) -> [i64; crate::gather::STATUS_LEN] {
+    let mut out = [0; crate::gather::STATUS_LEN];
+    for (i, o) in out.iter_mut().enumerate() {
+        // SAFETY: forwarded from the caller.
+        *o = unsafe { *(b.ptr as *const i64).add(i) };
+    }
+    out
 }

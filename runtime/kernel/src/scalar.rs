@@ -294,6 +294,23 @@ pub enum Expr {
         bounds: Vec<crate::Bound>,
         fill: f64,
     },
+    /// A data-dependent load ([`crate::gather`]): the element of `buffer` at `index` plus
+    /// `by * stride`, where `by` is an i64 value computed at the point (a class target, a
+    /// token id) that must lie in `0..len`. Out of range, no memory is read, the value is 0 and
+    /// the kernel records the fault in its `status` buffer (an i64 scratch of
+    /// [`crate::gather::STATUS_LEN`] elements the runner zeroes before the kernel and checks
+    /// after it, failing the run with [`crate::KernelError::IndexOutOfRange`]).
+    Gather {
+        buffer: BufferId,
+        index: IndexExpr,
+        by: ValueId,
+        stride: usize,
+        len: usize,
+        status: BufferId,
+    },
+    /// The current index of one of the kernel's output loops, as an i64: the class position a
+    /// gradient compares with its target.
+    LoopIndex(crate::LoopId),
     /// A constant, rounded to the value's type.
     Const(f64),
     Unary(UnaryFn, ValueId),

@@ -20,7 +20,12 @@ pub const PARALLEL_MIN_WORK: usize = 1 << 18;
 /// Simplifies `kernel`'s nest and picks its schedule.
 pub fn schedule(kernel: &mut Kernel) {
     // A GEMM or convolution kernel's call fills blocks of its outermost loop: its nest stays.
-    if kernel.gemm.is_none() && kernel.conv.is_none() {
+    // A loop index value names its loop: a kernel reading one keeps its nest too.
+    let loop_index = kernel
+        .values
+        .iter()
+        .any(|v| matches!(v.expr, Expr::LoopIndex(_)));
+    if kernel.gemm.is_none() && kernel.conv.is_none() && !loop_index {
         coalesce_loops(kernel);
     }
     kernel.schedule = Schedule {
@@ -50,7 +55,7 @@ fn parallel_loop(kernel: &Kernel) -> Option<LoopId> {
 /// Every index expression of `kernel`, mutably.
 fn indices_mut(kernel: &mut Kernel) -> Vec<&mut crate::IndexExpr> {
     let loads = kernel.values.iter_mut().flat_map(|v| match &mut v.expr {
-        Expr::Load { index, .. } => vec![index],
+        Expr::Load { index, .. } | Expr::Gather { index, .. } => vec![index],
         // A guarded load's coordinates are indices of the nest too.
         Expr::LoadIf { index, bounds, .. } => std::iter::once(index)
             .chain(bounds.iter_mut().map(|b| &mut b.coord))

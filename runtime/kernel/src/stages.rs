@@ -57,6 +57,12 @@ impl Stages {
                         .chain(bounds.iter().map(|b| &b.coord))
                         .any(|ix| ix.strides.len() == loops && kernel.walks_reduction(ix));
                 }
+                Expr::Gather { index, .. } => {
+                    inner[i] = (index.strides.len() == kernel.extents().len()
+                        && kernel.walks_reduction(index))
+                        || ops.iter().any(|o| inner[o.index()]);
+                    pass[i] = ops.iter().map(|o| pass[o.index()]).max().unwrap_or(0);
+                }
                 Expr::Reduce(_, a) if a.index() < i => pass[i] = pass[a.index()] + 1,
                 _ => {
                     inner[i] = ops.iter().any(|o| inner[o.index()]);

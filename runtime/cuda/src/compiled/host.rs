@@ -76,6 +76,12 @@ impl CudaProgram {
                 // SAFETY: each pointer is a host buffer of its parameter's length and type,
                 // owned by `buffers`, distinct from every other.
                 unsafe { executor.execute(step, kernel, &ptrs)? };
+                // A gather's status starts zeroed (scratch is not copied in) and is read here.
+                for b in kernel.status_buffers() {
+                    let host = &buffers[b.index()].3;
+                    let status: Vec<i64> = host.iter().map(|w| *w as i64).collect();
+                    tessera_kernel::gather::check_status(&kernel.name, &status)?;
+                }
                 for (ptr, bytes, written, mut host) in buffers {
                     if written {
                         // SAFETY: the same range the buffer was sized from.

@@ -20,6 +20,9 @@ use tessera_tensor::{Device, Tensor};
 pub(crate) enum Param {
     Slot(SlotId),
     Scratch(ArenaBuffer),
+    /// The status buffer of a kernel with gathers (`tessera_kernel::gather`): its own block,
+    /// `CudaProgram::status[n]`, zeroed before each run and checked after it.
+    Status(usize),
 }
 
 /// One loaded kernel of the program.
@@ -78,6 +81,9 @@ pub struct CudaProgram {
     pub(crate) host_steps: Vec<HostStep>,
     /// Per step, its kernel's scratch buffers in the arena (the memory plan's).
     pub(crate) scratch: Vec<Vec<ArenaBuffer>>,
+    /// The status buffers of the kernels with gathers, with their kernels' names: outside the
+    /// arena, whose bytes later steps reuse before the run's end, when they are read.
+    pub(crate) status: Vec<(String, CudaStorage)>,
     pub(crate) graphs: bool,
     pub(crate) stats: Mutex<CudaRunStats>,
     /// Runs one at a time: they share the arena.
@@ -151,6 +157,7 @@ impl CudaProgram {
             scratch: (0..program.steps.len())
                 .map(|i| plan.scratch(i).to_vec())
                 .collect(),
+            status: Vec::new(),
             graphs,
             stats: Mutex::new(CudaRunStats::default()),
             running: Mutex::new(()),
@@ -219,10 +226,21 @@ impl CudaProgram {
         let (mut ins, mut outs) = (inputs.iter(), outputs.iter());
         let mut scratch = plan.scratch(index).iter();
         let mut params = Vec::with_capacity(kernel.buffers.len());
-        for p in &kernel.buffers {
+        let status = kernel.status_buffers();
+        for (at, p) in kernel.buffers.iter().enumerate() {
             let param = match p.role {
                 BufferRole::Input => ins.next().map(|s| Param::Slot(*s)),
                 BufferRole::Output => outs.next().map(|s| Param::Slot(*s)),
+                BufferRole::Scratch if status.iter().any(|b| b.index() == at) => {
+                    scratch.next();
+                    let block = crate::tensor::copies::alloc_storage(
+                        &self.state.allocator,
+                        tessera_tensor::DType::I64,
+                        tessera_kernel::gather::STATUS_LEN,
+                    )?;
+                    self.status.push((kernel.name.clone(), block));
+                    Some(Param::Status(self.status.len() - 1))
+                }
                 BufferRole::Scratch => scratch.next().map(|b| Param::Scratch(*b)),
             };
             params.push(param.ok_or_else(|| CudaError::Launch {

@@ -18,6 +18,7 @@ impl CudaProgram {
     pub fn run(&self, inputs: &[Tensor], executor: &dyn KernelExecutor) -> Result<Vec<Tensor>> {
         let _one_at_a_time = self.running.lock().unwrap_or_else(|e| e.into_inner());
         self.copy_inputs(inputs)?;
+        self.clear_status()?;
         for part in &self.parts {
             match part {
                 Part::Launches { launches, graph } => self.run_launches(launches, graph)?,
@@ -30,6 +31,7 @@ impl CudaProgram {
                 }
             }
         }
+        self.check_status()?;
         let outputs = self
             .program
             .outputs
@@ -151,12 +153,35 @@ impl CudaProgram {
                 args.push(KernelArg::Ptr(match *param {
                     Param::Slot(slot) => self.slot_memory(slot)?.0,
                     Param::Scratch(b) => self.arena.ptr().add(b.offset),
+                    Param::Status(n) => self.status[n].1.ptr(),
                 }));
             }
             // SAFETY: one pointer per buffer parameter in order; each slot's place holds its
             // packed value (the memory plan checked every arena buffer against the kernels
             // that use it; fixed places and attributes hold the slot's whole value).
             unsafe { self.driver.launch(launch.function, launch.dims, &args)? };
+        }
+        Ok(())
+    }
+
+    /// Zeroes the status buffers of the kernels with gathers before a run.
+    fn clear_status(&self) -> Result<()> {
+        for (_, block) in &self.status {
+            // SAFETY: the block is a live allocation of this device of `bytes()` bytes.
+            unsafe {
+                self.driver
+                    .memset(self.state.ordinal, block.ptr(), 0, block.bytes())?
+            };
+        }
+        Ok(())
+    }
+
+    /// Fails the run with the first fault a gather recorded (an index outside its dim).
+    fn check_status(&self) -> Result<()> {
+        for (kernel, block) in &self.status {
+            let status =
+                crate::tensor::eager::read_status(&self.driver, self.state.ordinal, block)?;
+            tessera_kernel::gather::check_status(kernel, &status)?;
         }
         Ok(())
     }

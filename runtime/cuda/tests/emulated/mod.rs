@@ -60,10 +60,12 @@ impl KernelExecutor for EmulatedPtx {
             let bytes = buffer.len * element_bytes(buffer.ty);
             let address = match param.role {
                 // SAFETY: the runner passes live buffers of the lengths and types given.
-                BufferRole::Input => memory.upload_bytes(&format!("buf{i}"), unsafe {
-                    std::slice::from_raw_parts(buffer.ptr, bytes)
-                }),
-                BufferRole::Output | BufferRole::Scratch => memory.alloc(&format!("buf{i}"), bytes),
+                // Scratch too: a gather's status comes zeroed by the runner.
+                BufferRole::Input | BufferRole::Scratch => memory
+                    .upload_bytes(&format!("buf{i}"), unsafe {
+                        std::slice::from_raw_parts(buffer.ptr, bytes)
+                    }),
+                BufferRole::Output => memory.alloc(&format!("buf{i}"), bytes),
             };
             params.push(ParamValue::Ptr(address));
         }

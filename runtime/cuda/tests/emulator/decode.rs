@@ -115,6 +115,10 @@ pub fn decode(opcode: &str, line: usize) -> Result<Op> {
             _ => return Err(unsupported("expected testp.KIND.TYPE")),
         },
         "cvt" => decode_cvt(mods).map_err(&unsupported)?,
+        "atom" => match mods {
+            ["global", "exch", "b64"] => Op::AtomExch,
+            _ => return Err(unsupported("only atom.global.exch.b64")),
+        },
         "bra" => match mods {
             [] | ["uni"] => Op::Bra,
             _ => return Err(unsupported("only bra and bra.uni")),
@@ -256,7 +260,7 @@ pub fn operand_count(op: &Op) -> usize {
         Op::Bra | Op::BarSync => 1,
         Op::Mov(_) | Op::LdParam(_) | Op::CvtaToGlobal | Op::Load { .. } | Op::Store { .. } => 2,
         Op::Not(_) | Op::FloatUnary(..) | Op::Testp(..) | Op::Cvt { .. } => 2,
-        Op::Int(..) | Op::MulWide(_) | Op::Setp(..) | Op::Float(..) => 3,
+        Op::Int(..) | Op::MulWide(_) | Op::Setp(..) | Op::Float(..) | Op::AtomExch => 3,
         Op::MadLo(_) | Op::Fma(_) | Op::Selp(_) => 4,
         Op::Shfl(_) => 5,
         Op::TensorCore(op) => op.operand_count(),

@@ -58,6 +58,12 @@ pub fn execute(env: &mut BlockEnv, thread: &mut Thread, instr: &Instr) -> Result
         }
         Op::Load { space, ty, lanes } => load(env, thread, space, ty, lanes, &ops[0], &ops[1])?,
         Op::Store { space, ty, lanes } => store(env, thread, space, ty, lanes, &ops[0], &ops[1])?,
+        Op::AtomExch => {
+            let value = env.read(thread, &ops[2], Ty::B64)?;
+            let address = checked_address(env, thread, Space::Global, &ops[1], 8, "atom")?;
+            let old = env.global.exchange(address, value)?;
+            env.write(thread, &ops[0], Ty::B64, old)?;
+        }
         Op::Int(op, ty) => {
             let a = env.read(thread, &ops[1], ty)?;
             let b_ty = if matches!(op, IntOp::Shl | IntOp::Shr) {

@@ -201,6 +201,17 @@ impl GlobalMemory {
         Ok(&self.buffers[index].bytes[offset..offset + len])
     }
 
+    /// Atomically replaces the 8 bytes at `address` with `value`; the old value. Atomic
+    /// accesses never conflict with each other.
+    pub(super) fn exchange(&mut self, address: u64, value: u64) -> std::result::Result<u64, Fault> {
+        let (index, offset) = self.locate("atom", address, 8)?;
+        let bytes = &mut self.buffers[index].bytes[offset..offset + 8];
+        let mut old = [0u8; 8];
+        old.copy_from_slice(bytes);
+        bytes.copy_from_slice(&value.to_le_bytes());
+        Ok(u64::from_le_bytes(old))
+    }
+
     /// Stores `data` as thread `writer` (its global id); a byte another thread already wrote in
     /// this launch is a conflict (the result would depend on scheduling).
     pub(super) fn store(

@@ -230,6 +230,9 @@ pub enum Op {
         src: Ty,
         rounding: Option<Rounding>,
     },
+    /// `atom.global.exch.b64 d, [a], b`: the old value into `d`, `b` stored; atomic, so
+    /// threads exchanging one word in a launch do not conflict.
+    AtomExch,
     Bra,
     Ret,
     BarSync,

@@ -139,6 +139,8 @@ impl<'a> OpBuilder<'a> {
             kernel: kernel.name,
             function,
             bindings,
+            // Standalone GEMM and convolution kernels have no gathers.
+            status: Vec::new(),
         });
         Ok(())
     }

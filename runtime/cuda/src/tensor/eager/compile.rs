@@ -43,6 +43,9 @@ pub(crate) struct Launch {
     pub(crate) function: FunctionId,
     pub(crate) dims: LaunchDims,
     pub(crate) bindings: Vec<Binding>,
+    /// The bindings that are status buffers of gathers (`tessera_kernel::gather`), zeroed
+    /// before the launch and checked after it.
+    pub(crate) status: Vec<usize>,
 }
 
 /// An eager op's loaded kernels, launched in order by [`CompiledOp::run`]; its modules are
@@ -144,7 +147,8 @@ pub(crate) fn compile(
                 len: param.len,
             });
         }
-        rendered.push((text, bindings));
+        let status: Vec<usize> = kernel.status_buffers().iter().map(|b| b.index()).collect();
+        rendered.push((text, bindings, status));
     }
     let mut compiled = CompiledOp {
         driver: Arc::clone(driver),
@@ -153,7 +157,7 @@ pub(crate) fn compile(
         launches: Vec::new(),
         outputs: results,
     };
-    for (text, bindings) in rendered {
+    for (text, bindings, status) in rendered {
         let module = driver.load_module(state.ordinal, &text.ptx)?;
         compiled.modules.push(module);
         let function = driver.function(module, &text.name)?;
@@ -162,6 +166,7 @@ pub(crate) fn compile(
             kernel: text.name,
             function,
             bindings,
+            status,
         });
     }
     Ok(Some(compiled))

@@ -25,6 +25,7 @@ mod run;
 
 pub(crate) use cache::KernelCache;
 pub(crate) use compile::compile;
+pub(crate) use run::read_status;
 
 use super::CudaBackend;
 use super::errors::tensor_error;

@@ -61,7 +61,11 @@ impl CompiledOp {
                     Binding::Scratch { ty, len } => {
                         let s = alloc_storage(&state.allocator, ty.dtype(), len)?;
                         let ptr = s.ptr();
-                        scratch.push(s);
+                        if launch.status.contains(&i) {
+                            // SAFETY: `s` is a live block of this device of `bytes()` bytes.
+                            unsafe { self.driver.memset(state.ordinal, ptr, 0, s.bytes())? };
+                        }
+                        scratch.push((i, s));
                         ptr
                     }
                 };
@@ -72,6 +76,10 @@ impl CompiledOp {
             // parameter's type the kernel touches (`check`); the kernel touches nothing else
             // (`Kernel::verify`, run by the renderer).
             unsafe { self.driver.launch(launch.function, launch.dims, &args)? };
+            for (_, s) in scratch.iter().filter(|(i, _)| launch.status.contains(i)) {
+                let status = read_status(&self.driver, state.ordinal, s)?;
+                tessera_kernel::gather::check_status(&launch.kernel, &status)?;
+            }
             // Scratch goes back to the cache now: later work on the device runs after this.
             drop(scratch);
         }
@@ -125,4 +133,23 @@ fn check(
         });
     }
     Ok(())
+}
+
+/// The status of a kernel with gathers (`tessera_kernel::gather`), copied back from `block`
+/// after the work issued before.
+pub(crate) fn read_status(
+    driver: &std::sync::Arc<dyn crate::driver::CudaDriver>,
+    ordinal: usize,
+    block: &CudaStorage,
+) -> Result<[i64; tessera_kernel::gather::STATUS_LEN]> {
+    let mut bytes = [0u8; 8 * tessera_kernel::gather::STATUS_LEN];
+    // SAFETY: the block is a live allocation of this device of at least `STATUS_LEN` i64s.
+    unsafe { driver.copy_to_host(ordinal, &mut bytes, block.ptr())? };
+    let mut status = [0i64; tessera_kernel::gather::STATUS_LEN];
+    for (s, b) in status.iter_mut().zip(bytes.chunks_exact(8)) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(b);
+        *s = i64::from_ne_bytes(word);
+    }
+    Ok(status)
 }

@@ -1,0 +1,231 @@
+//! Data-dependent loads on the PTX backend: the negative log-likelihood and its gradient,
+//! embedding lookups, `index_select` and `gather` rendered to PTX, run in the emulator and
+//! checked bit for bit against the kernel-IR interpreter and eager execution (f32 and f64,
+//! ignored targets, an empty batch); every kernel is assembled by ptxas (sm_80 and sm_90) when
+//! it is installed. An index outside its dim reads nothing (the emulator bounds-checks every
+//! access) and fails the run with `IndexOutOfRange`, through the kernel executor and through
+//! eager ops on CUDA tensors (the emulated driver).
+
+mod common;
+mod emulated;
+mod emulated_driver;
+mod emulator;
+
+use emulated::EmulatedPtx;
+use emulated_driver::EmulatedDriver;
+use std::sync::Arc;
+use tessera_cuda::{PtxTarget, init_with_driver, render};
+use tessera_fx::Graph;
+use tessera_kernel::{Interpreter, KernelError, NoEnvironment, Program, lower, run_program};
+use tessera_tensor::op::{EmbeddingOp, IndexOp, LossOp, Reduction};
+use tessera_tensor::{DType, Device, Op, Tensor};
+
+const REDUCTIONS: [Reduction; 3] = [Reduction::None, Reduction::Sum, Reduction::Mean];
+
+fn floats(shape: &[usize], seed: u32, dtype: DType) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n)
+        .map(|i| ((i as u32 * 7919 + seed * 104_729) % 1000) as f64 / 137.0 - 3.5)
+        .collect();
+    Tensor::from_vec(v, shape).unwrap().to_dtype(dtype).unwrap()
+}
+
+fn ints(values: &[i64], shape: &[usize]) -> Tensor {
+    Tensor::from_vec(values.to_vec(), shape).unwrap()
+}
+
+fn nll(reduction: Reduction, ignore_index: i64, label_smoothing: f64) -> Op {
+    Op::Loss(LossOp::Nll {
+        reduction,
+        ignore_index,
+        label_smoothing,
+    })
+}
+
+fn nll_backward(reduction: Reduction, ignore_index: i64, label_smoothing: f64) -> Op {
+    Op::Loss(LossOp::NllBackward {
+        reduction,
+        ignore_index,
+        label_smoothing,
+    })
+}
+
+fn graph_of(op: Op, inputs: &[Tensor]) -> Graph {
+    let mut g = Graph::new();
+    let ids: Vec<_> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| g.placeholder(&format!("a{i}"), t.meta()))
+        .collect();
+    let refs: Vec<_> = ids.iter().collect();
+    let out = g.call_function(op, &refs).unwrap();
+    g.output(&[&out]).unwrap();
+    g
+}
+
+fn lowered(op: Op, inputs: &[Tensor]) -> Program {
+    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
+    let program = lower(&graph_of(op, inputs), &layouts).unwrap();
+    assert!(program.fallbacks.is_empty(), "{program}");
+    if let Some(ptxas) = common::ptxas() {
+        for k in program.kernels() {
+            let rendered = render(k, &PtxTarget::SM80).unwrap();
+            common::assemble(&ptxas, &rendered.name, &rendered.ptx, &[80, 90]);
+        }
+    }
+    program
+}
+
+fn bits(t: &Tensor) -> Vec<u64> {
+    t.to_vec_f64()
+        .unwrap()
+        .iter()
+        .map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() })
+        .collect()
+}
+
+/// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit.
+fn agrees(op: Op, inputs: &[Tensor]) {
+    let program = lowered(op.clone(), inputs);
+    let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
+    let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let eager = op.apply(&refs).unwrap();
+    assert_eq!(
+        bits(&got[0]),
+        bits(&want[0]),
+        "emulated PTX vs interpreter\n{program}"
+    );
+    assert_eq!(
+        bits(&want[0]),
+        bits(&eager[0]),
+        "interpreter vs eager\n{program}"
+    );
+}
+
+/// Emulated PTX fails `op` on `inputs` with `IndexOutOfRange` for `index` in a dim of `size`.
+fn faults(op: Op, inputs: &[Tensor], index: i64, size: usize) {
+    let program = lowered(op, inputs);
+    match run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs) {
+        Err(KernelError::IndexOutOfRange {
+            index: i, size: s, ..
+        }) => {
+            assert_eq!((i, s), (index, size), "{program}")
+        }
+        other => panic!("expected IndexOutOfRange, got {other:?}\n{program}"),
+    }
+}
+
+#[test]
+fn nll_loss_and_its_gradient_on_emulated_ptx_equal_the_interpreter_and_eager() {
+    for dtype in [DType::F32, DType::F64] {
+        for reduction in REDUCTIONS {
+            let x = floats(&[6, 5], 1, dtype);
+            let t = ints(&[0, 4, -100, 2, 3, 1], &[6]);
+            agrees(nll(reduction, -100, 0.0), &[x.clone(), t.clone()]);
+            let grad = match reduction {
+                Reduction::None => floats(&[6], 2, dtype),
+                _ => floats(&[], 2, dtype),
+            };
+            agrees(nll_backward(reduction, -100, 0.25), &[grad, x, t]);
+        }
+        let x = floats(&[3, 4, 2], 3, dtype);
+        let t = ints(&[3, 0, 1, 7, 2, 2], &[3, 2]);
+        agrees(nll(Reduction::None, 7, 0.1), &[x, t]);
+    }
+}
+
+#[test]
+fn nll_loss_of_an_empty_batch_on_emulated_ptx_equals_eager() {
+    for reduction in REDUCTIONS {
+        let op = nll(reduction, -100, 0.0);
+        let inputs = [floats(&[0, 3], 1, DType::F32), ints(&[], &[0])];
+        let program = lowered(op.clone(), &inputs);
+        let want = run_program(&program, &NoEnvironment, &Interpreter, &inputs).unwrap();
+        let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), &inputs).unwrap();
+        assert_eq!(bits(&got[0]), bits(&want[0]), "{program}");
+        // Eager's empty f64 sum is -0.0 (Rust's `Sum`), the kernel's +0.0: equal as numbers.
+        let eager = op.apply(&[&inputs[0], &inputs[1]]).unwrap();
+        let (w, e) = (
+            want[0].to_vec_f64().unwrap(),
+            eager[0].to_vec_f64().unwrap(),
+        );
+        assert!(
+            w.iter()
+                .zip(&e)
+                .all(|(a, b)| a == b || (a.is_nan() && b.is_nan()))
+        );
+        assert_eq!(w.len(), e.len());
+    }
+}
+
+#[test]
+fn embedding_index_select_and_gather_on_emulated_ptx_equal_eager() {
+    let table = floats(&[10, 6], 4, DType::F32).t().unwrap();
+    let ids = ints(&[5, 0, 3, 3, 1, 0], &[2, 3]);
+    agrees(
+        Op::Embedding(EmbeddingOp { padding_idx: None }),
+        &[table, ids],
+    );
+    let x = floats(&[4, 5, 3], 7, DType::F64);
+    agrees(
+        Op::Index(IndexOp::IndexSelect { dim: 1 }),
+        &[x.clone(), ints(&[4, 0, 2, 2], &[4])],
+    );
+    let index: Vec<i64> = (0..30).map(|i| (i * 5 + 2) % 4).collect();
+    agrees(
+        Op::Index(IndexOp::Gather { dim: 0 }),
+        &[x, ints(&index, &[2, 5, 3])],
+    );
+}
+
+#[test]
+fn an_index_past_its_dim_on_emulated_ptx_fails_with_the_index_and_the_size() {
+    let x = floats(&[4, 5], 1, DType::F32);
+    faults(
+        nll(Reduction::Mean, -100, 0.0),
+        &[x.clone(), ints(&[0, 5, 1, 2], &[4])],
+        5,
+        5,
+    );
+    let grad = floats(&[], 2, DType::F32);
+    faults(
+        nll_backward(Reduction::Sum, -100, 0.0),
+        &[grad, x.clone(), ints(&[0, 1, -2, 2], &[4])],
+        -2,
+        5,
+    );
+    let op = Op::Embedding(EmbeddingOp { padding_idx: None });
+    faults(op, &[x, ints(&[1, 4], &[2])], 4, 4);
+}
+
+#[test]
+fn eager_nll_loss_on_cuda_tensors_reports_a_bad_target_and_recovers() {
+    let driver = Arc::new(EmulatedDriver::new(1));
+    init_with_driver(driver).expect("registering the backend");
+    let cuda = Device::Cuda(0);
+    let x = floats(&[4, 5], 1, DType::F32).to_device(cuda).unwrap();
+    let op = nll(Reduction::Mean, -100, 0.0);
+    let bad = ints(&[0, 9, 1, 2], &[4]).to_device(cuda).unwrap();
+    let err = op.apply(&[&x, &bad]).unwrap_err();
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(&err);
+    while let Some(c) = cause {
+        text += &format!(": {c}");
+        cause = c.source();
+    }
+    assert!(text.contains("nll_loss"), "{text}");
+    assert!(
+        text.contains("index 9 is out of bounds for a dimension of size 5"),
+        "{text}"
+    );
+    let good = ints(&[0, 4, -100, 2], &[4]);
+    let on_device = op.apply(&[&x, &good.to_device(cuda).unwrap()]).unwrap();
+    let on_cpu = op
+        .apply(&[&x.to_device(Device::Cpu).unwrap(), &good])
+        .unwrap();
+    assert_eq!(
+        bits(&on_device[0].to_device(Device::Cpu).unwrap()),
+        bits(&on_cpu[0])
+    );
+}
