@@ -2,7 +2,7 @@
 //! per-channel blend in f64): interpreted and JIT-compiled results equal the eager kernel's bit
 //! for bit, with a momentum and as a cumulative average.
 
-mod common;
+use crate::common;
 
 use common::{check_backends, eager, lowered};
 use tessera_fx::Graph;

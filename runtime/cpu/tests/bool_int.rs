@@ -2,7 +2,7 @@
 //! reading a bool tensor, i64 arithmetic and casts between i64, bool and floats, each lowered
 //! to one kernel whose interpreted and JIT-compiled results equal eager execution exactly.
 
-mod common;
+use crate::common;
 
 use common::{check_backends, eager, lowered};
 use tessera_fx::Graph;

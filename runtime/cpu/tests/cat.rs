@@ -4,7 +4,7 @@
 //! infinities and NaN; half, integer and bool inputs run the eager kernel, reported as
 //! fallbacks.
 
-mod common;
+use crate::common;
 
 use common::{check_backends, eager, lowered};
 use tessera_fx::Graph;

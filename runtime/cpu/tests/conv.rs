@@ -6,7 +6,7 @@
 //! Convolutions in a chain each keep their own epilogue, and a kernel over several images
 //! (convolved and finished in chunks of images per thread) agrees for any batch.
 
-mod common;
+use crate::common;
 
 use common::{Builder, check_backends, eager, lowered};
 use proptest::prelude::*;

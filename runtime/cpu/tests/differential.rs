@@ -3,7 +3,7 @@
 //! JIT, which must all agree; and snapshots of the kernel IR and CLIF of representative
 //! kernels.
 
-mod common;
+use crate::common;
 
 use common::{
     Builder, Link, assert_close, dims, eager, jit_run, kernels_text, link, lowered,

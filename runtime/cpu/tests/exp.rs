@@ -3,7 +3,7 @@
 //! infinities, subnormal and overflowing results included), and stay within the stated ulp
 //! bound of eager `exp` (Rust's `f32::exp`).
 
-mod common;
+use crate::common;
 
 use common::{jit_run, lowered};
 use tessera_fx::Graph;

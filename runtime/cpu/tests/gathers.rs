@@ -5,7 +5,7 @@
 //! `IndexOutOfRange` error (naming the kernel, the index and the dim's size) in both runners,
 //! as eager execution fails, and never reads out of bounds.
 
-mod common;
+use crate::common;
 
 use common::{check_backends, eager, lowered, try_eager};
 use tessera_cpu::JitProgram;

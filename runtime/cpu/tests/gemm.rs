@@ -4,7 +4,7 @@
 //! of rows, the epilogue fused after it), which agree within a tolerance; and the snapshot of
 //! a GEMM epilogue kernel.
 
-mod common;
+use crate::common;
 
 use common::{
     Builder, Link, check_backends, kernels_text, lowered, one_kernel_agreeing, snapshots, try_eager,

@@ -4,7 +4,7 @@
 //! where the JIT must equal the kernel-IR interpreter bit for bit and both follow eager
 //! execution.
 
-mod common;
+use crate::common;
 
 use common::{Builder, eager, jit_run, link, lowered};
 use proptest::prelude::*;

@@ -4,7 +4,7 @@
 //! is not safe in place (its tensor read after the update, or by an eager call) comes back
 //! for the caller to copy, with the tensor untouched; a run that fails writes nothing.
 
-mod common;
+use crate::common;
 
 use common::{Builder, lowered};
 use tessera_cpu::JitProgram;

@@ -6,7 +6,7 @@
 
 #[path = "../../../crates/fx/tests/autodiff_common/mod.rs"]
 mod autodiff_common;
-mod common;
+use crate::common;
 
 use autodiff_common::{TracedCase, load_case_weights as load, trace_case};
 use common::joint_env::Attributes;

@@ -5,7 +5,7 @@
 //! calls (cross-entropy's nll and its gradient included: checked gathers), and the kernel-IR
 //! interpreter and the JIT give the graph interpreter's loss and gradients.
 
-mod common;
+use crate::common;
 
 use common::joint_env::Attributes;
 

@@ -5,7 +5,7 @@
 //! gives eager autograd's loss and gradients (f64 to 1e-9; f32 to 1e-4, or 16 times eager f32's
 //! own error against f64 on an ill-conditioned chain).
 
-mod common;
+use crate::common;
 
 use common::{Builder, assert_within};
 use proptest::prelude::*;

@@ -5,7 +5,7 @@
 //! differently), on values with infinities and NaN, 0-dim and empty inputs; and a loss reading
 //! the output of the kernel before it and a transposed target in place.
 
-mod common;
+use crate::common;
 
 use common::{check_backends, eager, lowered, one_kernel_agreeing};
 use tessera_fx::Graph;

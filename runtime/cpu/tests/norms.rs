@@ -5,7 +5,7 @@
 //! fused, run by the eager ops, the kernel-IR interpreter and the JIT, in f32 and f64, for odd
 //! shapes and transposed (non-contiguous) inputs; and the snapshot of a group norm kernel.
 
-mod common;
+use crate::common;
 
 use common::{
     Builder, check_backends, eager, kernels_text, lowered, one_kernel_agreeing, snapshots,

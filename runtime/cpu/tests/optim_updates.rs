@@ -4,7 +4,7 @@
 //! of the eager kernels in f32 and f64 (f32 updates vectorised); an SGD step without momentum fuses with the
 //! elementwise ops that produce its gradient.
 
-mod common;
+use crate::common;
 
 use common::{eager, jit_run, lowered};
 use tessera_fx::{Graph, NodeId};

@@ -5,7 +5,7 @@
 //! transposed inputs and padding as large as pooling allows; large windows become reduction
 //! loops; and the snapshot of ResNet's padded stem max pooling.
 
-mod common;
+use crate::common;
 
 use common::{Builder, check_backends, eager, kernels_text, lowered, snapshots};
 use tessera_kernel::{Expr, Program};

@@ -4,7 +4,7 @@
 //! ties, infinities and NaN (the argmax the backward recomputes is the eager forward's). Windows
 //! that overlap run the eager kernels, reported as fallbacks.
 
-mod common;
+use crate::common;
 
 use common::{eager, jit_run, lowered};
 use tessera_fx::Graph;

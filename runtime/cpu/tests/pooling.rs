@@ -4,7 +4,7 @@
 //! window past the padding with `count_include_pad` runs the eager kernel, reported with the
 //! reason (padded windows: `padded_pooling.rs`).
 
-mod common;
+use crate::common;
 
 use common::{Builder, lowered, one_kernel_agreeing};
 use tessera_tensor::op::{BinaryOp, PoolOp, UnaryOp};

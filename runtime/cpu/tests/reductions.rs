@@ -5,7 +5,7 @@
 //! within a tolerance (kernels accumulate in the element type where eager code sums in f64);
 //! and the snapshot of a reduction with its prologue and epilogue.
 
-mod common;
+use crate::common;
 
 use common::{
     Builder, Link, check_backends, kernels_text, lowered, one_kernel_agreeing, snapshots, try_eager,

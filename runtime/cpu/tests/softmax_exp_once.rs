@@ -5,7 +5,7 @@
 //! exponential already, and a half softmax keeps recomputing (its output cannot hold an f32
 //! exponential without rounding it).
 
-mod common;
+use crate::common;
 
 use common::{check_backends, eager, lowered};
 use tessera_fx::Graph;

@@ -8,7 +8,7 @@
 //! [`EXP_DERIVATIVE_ULP`] units in the last place; the interpreter and the JIT still agree
 //! with each other bit for bit there.
 
-mod common;
+use crate::common;
 
 use common::{eager, jit_run, lowered};
 use tessera_fx::Graph;

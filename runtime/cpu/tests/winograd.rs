@@ -5,7 +5,7 @@
 //! outputs' scale) over random batches, channels, odd sizes and padding. Under `Auto` the
 //! cost rule picks Winograd for wide layers only, and records why.
 
-mod common;
+use crate::common;
 
 use common::{Builder, eager};
 use proptest::prelude::*;
