@@ -9,7 +9,7 @@ use crate::common;
 use common::{check_backends, eager, lowered};
 use tessera_fx::Graph;
 use tessera_tensor::op::IndexOp;
-use tessera_tensor::{DType, Op, Tensor, TensorMeta};
+use tessera_tensor::{DType, Op, Tensor};
 
 /// `shape` of `dtype`: steps of 0.25 with -0.0, infinities and NaN mixed in.
 fn t(shape: &[usize], dtype: DType, seed: usize) -> Tensor {
@@ -27,18 +27,7 @@ fn t(shape: &[usize], dtype: DType, seed: usize) -> Tensor {
 
 /// `cat` along `dim` of placeholders for `inputs`.
 fn cat_graph(dim: usize, inputs: &[Tensor]) -> Graph {
-    let mut g = Graph::new();
-    let xs: Vec<_> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, x)| g.placeholder(&format!("x{i}"), TensorMeta::new(x.shape(), x.dtype())))
-        .collect();
-    let refs: Vec<_> = xs.iter().collect();
-    let y = g
-        .call_function(Op::Index(IndexOp::Cat { dim }), &refs)
-        .unwrap();
-    g.output(&[&y]).unwrap();
-    g
+    common::op_graph(Op::Index(IndexOp::Cat { dim }), inputs)
 }
 
 /// The lowering makes one kernel of `cat`, which agrees with eager bit for bit.

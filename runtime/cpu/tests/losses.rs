@@ -30,20 +30,6 @@ fn t(shape: &[usize], dtype: DType, seed: usize, (lo, hi): (f64, f64), special: 
     Tensor::from_vec(v, shape).unwrap().to_dtype(dtype).unwrap()
 }
 
-/// `op` applied to placeholders for `inputs`.
-fn graph(op: Op, inputs: &[Tensor]) -> Graph {
-    let mut g = Graph::new();
-    let xs: Vec<_> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, x)| g.placeholder(&format!("x{i}"), TensorMeta::new(x.shape(), x.dtype())))
-        .collect();
-    let refs: Vec<_> = xs.iter().collect();
-    let y = g.call_function(op, &refs).unwrap();
-    g.output(&[&y]).unwrap();
-    g
-}
-
 fn tolerance(dtype: DType) -> f64 {
     if dtype == DType::F64 { 1e-13 } else { 2e-6 }
 }
@@ -73,7 +59,7 @@ fn every_elementwise_loss_is_one_kernel_agreeing_with_eager() {
                             t(&shape, dtype, 1, range, special),
                             t(&shape, dtype, 2, probability, false),
                         ];
-                        let g = graph(Op::Loss(loss.clone()), &inputs);
+                        let g = common::op_graph(Op::Loss(loss.clone()), &inputs);
                         one_kernel_agreeing(&g, &inputs, tolerance(dtype));
                     }
                 }
@@ -87,7 +73,11 @@ fn every_elementwise_loss_is_one_kernel_agreeing_with_eager() {
                 t(&[4, 6], dtype, 4, (0.0, 1.0), false),
                 t(&[6], dtype, 5, (0.5, 3.0), false),
             ];
-            one_kernel_agreeing(&graph(weighted, &inputs), &inputs, tolerance(dtype));
+            one_kernel_agreeing(
+                &common::op_graph(weighted, &inputs),
+                &inputs,
+                tolerance(dtype),
+            );
         }
     }
 }

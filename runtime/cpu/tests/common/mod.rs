@@ -46,6 +46,20 @@ pub fn eager(graph: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
     try_eager(graph, inputs).unwrap()
 }
 
+/// A graph applying `op` to one placeholder per input (named `x0`, `x1`, ..).
+pub fn op_graph(op: Op, inputs: &[Tensor]) -> Graph {
+    let mut g = Graph::new();
+    let xs: Vec<_> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| g.placeholder(&format!("x{i}"), TensorMeta::new(x.shape(), x.dtype())))
+        .collect();
+    let refs: Vec<_> = xs.iter().collect();
+    let y = g.call_function(op, &refs).unwrap();
+    g.output(&[&y]).unwrap();
+    g
+}
+
 pub fn jit_run(program: &Program, inputs: &[Tensor]) -> Vec<Tensor> {
     let jit = JitProgram::compile(program).unwrap_or_else(|e| panic!("{e}\n{program}"));
     run_program(program, &NoEnvironment, &jit, inputs).unwrap()
