@@ -34,15 +34,8 @@ impl Nll {
                 reduction,
                 ignore_index,
                 label_smoothing,
-            } => Some((
-                Nll {
-                    reduction,
-                    ignore_index,
-                    label_smoothing,
-                },
-                false,
-            )),
-            LossOp::NllBackward {
+            }
+            | LossOp::NllBackward {
                 reduction,
                 ignore_index,
                 label_smoothing,
@@ -52,7 +45,7 @@ impl Nll {
                     ignore_index,
                     label_smoothing,
                 },
-                true,
+                matches!(op, LossOp::NllBackward { .. }),
             )),
             _ => None,
         }
