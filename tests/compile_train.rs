@@ -519,3 +519,73 @@ fn batch_norm_running_statistics_are_updated_by_compiled_steps_as_by_pytorch_and
         }
     }
 }
+
+/// A tiny token classifier (`Embedding(10, 4) -> Flatten -> Linear(12, 3)` over 3 tokens per
+/// sample), its parameters drawn from a generator seeded by `seed`.
+fn token_classifier(seed: u64) -> Arc<Sequential> {
+    let mut model = Sequential::new();
+    model.push(Box::new(tessera::nn::Embedding::new(10, 4).unwrap()));
+    model.push(Box::new(tessera::nn::Flatten::new()));
+    model.push(Box::new(Linear::new(12, 3).unwrap()));
+    let mut g = Generator::new(seed);
+    let _guard = tessera::no_grad();
+    for p in parameters(&model) {
+        let init = Tensor::randn_with(&p.shape(), DType::F32, &mut g).unwrap();
+        p.copy_(&init.mul_scalar(0.3).unwrap()).unwrap();
+    }
+    Arc::new(model)
+}
+
+#[test]
+fn a_compiled_step_of_an_embedding_model_scatters_its_gradient_in_a_kernel_and_follows_eager() {
+    for backend in [Backend::Interpreter, Backend::Jit] {
+        let (eager, compiled) = (token_classifier(5), token_classifier(5));
+        let options = SgdOptions {
+            lr: 0.1,
+            ..Default::default()
+        };
+        let mut eager_opt = SGD::new(parameters(&*eager), options.clone()).unwrap();
+        // Repeated tokens in a batch: the weight gradient adds several rows into one.
+        let batch = |s: i64| {
+            let ids: Vec<i64> = (0..24).map(|i| (i * 7 + s * 3) % 10 / 2).collect();
+            let classes: Vec<i64> = (0..8).map(|i| (i + s) % 3).collect();
+            (
+                Tensor::from_vec(ids, &[8, 3]).unwrap(),
+                Tensor::from_vec(classes, &[8]).unwrap(),
+            )
+        };
+        let (x, t) = batch(0);
+        let mut step = compile_train_step(
+            compiled.clone(),
+            cross_entropy,
+            SGD::new(parameters(&*compiled), options).unwrap(),
+            (&x, &t),
+            CompileOptions {
+                backend,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for s in 0..4 {
+            let (x, t) = batch(s);
+            let expected = eager_step(&eager, &mut eager_opt, &x, &t);
+            let loss = step.step(&x, &t).unwrap().item::<f32>().unwrap();
+            let what = format!("{backend:?}, step {s}");
+            assert!(
+                (loss - expected).abs() <= 1e-5 * expected.abs(),
+                "{what}: {loss} vs {expected}"
+            );
+            assert_same_parameters(&*compiled, &*eager, 1e-5, &what);
+        }
+        // The embedding, its gradient (a scatter-add) and the loss are kernels: only the GEMMs
+        // are left to eager kernels.
+        let report = &step.report().last;
+        let unexpected: Vec<String> = report
+            .fallbacks
+            .iter()
+            .filter(|f| !matches!(f.op.as_str(), "linear" | "matmul"))
+            .map(ToString::to_string)
+            .collect();
+        assert!(unexpected.is_empty(), "fallbacks: {unexpected:?}\n{report}");
+    }
+}

@@ -27,6 +27,7 @@ mod padded_pooling;
 mod pool_backward;
 mod pooling;
 mod reductions;
+mod scatters;
 mod softmax_exp_once;
 mod unary_backward;
 mod winograd;

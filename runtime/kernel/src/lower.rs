@@ -23,6 +23,7 @@ mod nll;
 mod pool;
 mod pool_backward;
 mod reduce;
+mod scatter;
 mod update;
 
 use crate::schedule::schedule;
@@ -489,6 +490,14 @@ impl Lowering<'_> {
             } => {
                 let op = op.clone();
                 return self.indexing(id, &op);
+            }
+            NodeKind::CallFunction {
+                op:
+                    op @ (Op::EmbeddingBackward(_)
+                    | Op::Index(IndexOp::IndexAdd { .. } | IndexOp::ScatterAdd { .. })),
+            } => {
+                let op = op.clone();
+                return self.scatter(id, &op);
             }
             NodeKind::CallFunction {
                 op: Op::Loss(loss @ (LossOp::Nll { .. } | LossOp::NllBackward { .. })),
