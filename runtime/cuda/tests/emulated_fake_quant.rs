@@ -40,7 +40,7 @@ fn x_values(n: usize, seed: usize) -> Vec<f32> {
     (0..n)
         .map(|i| {
             let k = i * 7919 + seed * 104_729;
-            if k % 3 == 0 {
+            if k.is_multiple_of(3) {
                 SPECIAL[k / 3 % SPECIAL.len()]
             } else {
                 (k % 2001) as f32 / 8.0 - 125.0
