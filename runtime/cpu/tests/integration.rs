@@ -13,6 +13,7 @@ mod cat;
 mod conv;
 mod differential;
 mod exp;
+mod fake_quant;
 mod gathers;
 mod gemm;
 mod half;

@@ -30,8 +30,6 @@ const ELEMENT_LIMIT: usize = 256;
 const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "dropout",
     "embedding_backward",
-    "fake_quant.learnable_per_channel",
-    "fake_quant.learnable_per_tensor",
     "fake_quant.per_channel",
     "fake_quant.per_tensor",
     "fake_quant_backward",

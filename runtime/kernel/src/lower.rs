@@ -15,6 +15,7 @@
 mod batch_norm_update;
 mod cat;
 mod conv;
+mod fake_quant;
 mod frame;
 mod gather;
 mod gemm;
@@ -504,6 +505,10 @@ impl Lowering<'_> {
             } => {
                 let loss = loss.clone();
                 return self.nll(id, &loss);
+            }
+            NodeKind::CallFunction { op } if fake_quant::learnable_fake_quant(op).is_some() => {
+                let op = op.clone();
+                return self.fake_quant(id, &op);
             }
             NodeKind::CallFunction { op } if pool::window_pool(op).is_some() => {
                 let op = op.clone();

@@ -179,7 +179,11 @@ impl FakeQuantOp {
                 .map(|(i, &x)| {
                     let c = grid.channel(i);
                     let zp = grid.zero_point[c];
-                    let q = (round_half_even(x * grid.inv_scale[c]) + zp).clamp(qmin, qmax);
+                    // Saturating: an infinite or huge `x / scale` rounds to the end of i64, which
+                    // the clamp then maps to the end of the range.
+                    let q = round_half_even(x * grid.inv_scale[c])
+                        .saturating_add(zp)
+                        .clamp(qmin, qmax);
                     (q - zp) as f32 * grid.scale[c]
                 })
                 .collect()
@@ -217,7 +221,7 @@ impl FakeQuantOp {
                     let q = if self.learnable().is_some() {
                         round_half_even(zp as f32 + x * inv)
                     } else {
-                        round_half_even(x * inv) + zp
+                        round_half_even(x * inv).saturating_add(zp)
                     };
                     let inside = (qmin..=qmax).contains(&q);
                     let (ds, dz) = if inside {

@@ -346,6 +346,42 @@ impl Lowering<'_> {
         self.load(k, val.slot, &unsqueezed, shape, map)
     }
 
+    /// A quantization parameter (a scale or zero point of one element, or, with `axis`, one
+    /// per index of dim `axis` of `shape`) read at `shape` with frame map `map`.
+    pub(super) fn parameter_operand(
+        &mut self,
+        k: &mut Frame,
+        o: &NodeId,
+        axis: Option<usize>,
+        shape: &[usize],
+        map: &FrameMap,
+    ) -> Result<std::result::Result<ValueId, String>> {
+        let val = self.value(o)?;
+        let graph = k.graph_shape(shape).to_vec();
+        let mut along = Layout {
+            shape: vec![1; graph.len()],
+            strides: vec![0; graph.len()],
+            offset: val.layout.offset,
+        };
+        if let Some(axis) = axis {
+            let channels = val.layout.shape.iter().product::<usize>();
+            if graph.get(axis) != Some(&channels) || val.layout.shape.len() > 1 {
+                return Ok(Err(format!(
+                    "a parameter of shape {:?} along dim {axis} of {graph:?}",
+                    val.layout.shape
+                )));
+            }
+            along.shape[axis] = channels;
+            along.strides[axis] = val.layout.strides.first().copied().unwrap_or(0);
+        } else if val.layout.shape.iter().product::<usize>() != 1 {
+            return Ok(Err(format!(
+                "a per-tensor parameter of shape {:?}",
+                val.layout.shape
+            )));
+        }
+        self.load(k, val.slot, &along, shape, map)
+    }
+
     /// A load of `slot`, seen with `layout`, broadcast to `shape` (through the frame's
     /// regrouping when `shape` is its frame shape) with frame map `map`.
     fn load(

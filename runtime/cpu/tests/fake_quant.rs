@@ -1,0 +1,174 @@
+//! The learnable fake-quantize forwards (per tensor and per channel along each axis) lowered to
+//! one kernel whose interpreted and JIT-compiled results equal the eager kernel bit for bit:
+//! ties at .5 steps in both directions, NaN and infinite inputs, scales and zero points, zero
+//! points rounding half to even and outside the range, empty and 0-dim inputs; a range beyond
+//! f32's exact integers runs the eager kernel as a fallback.
+
+use crate::common;
+
+use common::{eager, jit_run, lowered};
+use tessera_kernel::{Interpreter, NoEnvironment, run_program};
+use tessera_tensor::op::FakeQuantOp;
+use tessera_tensor::{Op, Tensor};
+
+/// Ties, NaN, infinities, signed zeros, huge and subnormal values, cycled over `n` elements.
+fn x_values(n: usize, seed: usize) -> Vec<f32> {
+    const SPECIAL: [f32; 16] = [
+        0.5,
+        -0.5,
+        1.5,
+        -2.5,
+        127.5,
+        -128.5,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        1.0e30,
+        -3.0e38,
+        8_388_607.5,
+        1.0e-40,
+        // The largest f32 below 0.25.
+        f32::from_bits(0x3E7F_FFFF),
+        -7.75,
+    ];
+    (0..n)
+        .map(|i| {
+            let k = i * 7919 + seed * 104_729;
+            if k.is_multiple_of(3) {
+                SPECIAL[k / 3 % SPECIAL.len()]
+            } else {
+                (k % 2001) as f32 / 8.0 - 125.0
+            }
+        })
+        .collect()
+}
+
+/// Scales and zero points per channel: exact halves, NaN, a zero and a negative scale.
+fn parameters(channels: usize, seed: usize) -> (Tensor, Tensor) {
+    const SCALES: [f32; 7] = [0.5, 0.1, 2.0, 0.0, -0.25, f32::NAN, 1.0e-3];
+    const ZERO_POINTS: [f32; 9] = [0.0, 2.5, -3.5, 3.5, f32::NAN, 300.0, -1.0e20, 0.4, -0.0];
+    let scale = (0..channels).map(|c| SCALES[(c + seed) % SCALES.len()]);
+    let zero = (0..channels).map(|c| ZERO_POINTS[(c * 2 + seed) % ZERO_POINTS.len()]);
+    (
+        Tensor::from_vec(scale.collect::<Vec<_>>(), &[channels]).unwrap(),
+        Tensor::from_vec(zero.collect::<Vec<_>>(), &[channels]).unwrap(),
+    )
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+        .collect()
+}
+
+/// `op` on `inputs` lowered with no fallback; interpreter, JIT and eager equal bit for bit.
+fn agrees(op: Op, inputs: &[Tensor]) {
+    let graph = common::op_graph(op, inputs);
+    let program = lowered(&graph, inputs);
+    assert!(program.fallbacks.is_empty(), "{program}");
+    assert_eq!(program.kernels().count(), 1, "{program}");
+    let want = eager(&graph, inputs);
+    let interpreted = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
+    let jitted = jit_run(&program, inputs);
+    assert_eq!(
+        bits(&interpreted[0]),
+        bits(&want[0]),
+        "interpreter\n{program}"
+    );
+    assert_eq!(bits(&jitted[0]), bits(&want[0]), "jit\n{program}");
+}
+
+const RANGES: [(i64, i64); 4] = [(0, 255), (-128, 127), (3, 3), (-(1 << 24), 1 << 24)];
+
+#[test]
+fn learnable_per_tensor_fake_quant_is_one_kernel_equal_to_eager_bit_for_bit() {
+    for (quant_min, quant_max) in RANGES {
+        let op = Op::FakeQuant(FakeQuantOp::LearnablePerTensor {
+            quant_min,
+            quant_max,
+            grad_factor: 1.0,
+        });
+        for seed in 0..9 {
+            for shape in [vec![5, 13], vec![0, 3], vec![97]] {
+                let n = shape.iter().product();
+                let x = Tensor::from_vec(x_values(n, seed), &shape).unwrap();
+                let (scale, zero) = parameters(1, seed);
+                agrees(op.clone(), &[x, scale, zero]);
+            }
+            let x = Tensor::from_vec(x_values(1, seed), &[]).unwrap();
+            let (scale, zero) = parameters(1, seed);
+            let (scale, zero) = (scale.reshape(&[]).unwrap(), zero.reshape(&[]).unwrap());
+            agrees(op.clone(), &[x, scale, zero]);
+        }
+    }
+}
+
+#[test]
+fn learnable_per_channel_fake_quant_along_each_axis_equals_eager_bit_for_bit() {
+    for (quant_min, quant_max) in RANGES {
+        for (shape, axis) in [
+            (vec![4, 3, 5], 0),
+            (vec![4, 3, 5], 1),
+            (vec![4, 3, 5], 2),
+            (vec![9], 0),
+            (vec![0, 6], 1),
+            (vec![6, 0], 0),
+        ] {
+            let op = Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
+                axis,
+                quant_min,
+                quant_max,
+                grad_factor: 0.5,
+            });
+            for seed in 0..4 {
+                let x = Tensor::from_vec(x_values(shape.iter().product(), seed), &shape).unwrap();
+                let (scale, zero) = parameters(shape[axis], seed);
+                agrees(op.clone(), &[x, scale, zero]);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_transposed_input_is_read_in_place() {
+    let op = Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
+        axis: 1,
+        quant_min: -8,
+        quant_max: 7,
+        grad_factor: 1.0,
+    });
+    let x = Tensor::from_vec(x_values(35, 3), &[5, 7])
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+    let (scale, zero) = parameters(5, 1);
+    agrees(op, &[x, scale, zero]);
+}
+
+#[test]
+fn a_range_beyond_exact_f32_integers_runs_the_eager_kernel() {
+    let op = Op::FakeQuant(FakeQuantOp::LearnablePerTensor {
+        quant_min: 0,
+        quant_max: (1 << 24) + 1,
+        grad_factor: 1.0,
+    });
+    let x = Tensor::from_vec(x_values(10, 0), &[10]).unwrap();
+    let (scale, zero) = parameters(1, 0);
+    let inputs = [x, scale, zero];
+    let graph = common::op_graph(op, &inputs);
+    let program = lowered(&graph, &inputs);
+    assert_eq!(program.fallbacks.len(), 1, "{program}");
+    assert!(
+        program.fallbacks[0]
+            .reason
+            .contains("exceeds f32's exact integers"),
+        "{program}"
+    );
+    assert_eq!(
+        bits(&jit_run(&program, &inputs)[0]),
+        bits(&eager(&graph, &inputs)[0])
+    );
+}

@@ -1,0 +1,172 @@
+//! The learnable fake-quantize forwards on the PTX backend: rendered to PTX, assembled by
+//! ptxas (sm_80 and sm_90) when it is installed, run in the emulator and checked bit for bit
+//! against the kernel-IR interpreter and the eager CPU kernel on ties at .5 steps, NaN and
+//! infinite inputs, scales and zero points, zero points outside the range, empty and 0-dim
+//! inputs; and as eager ops on CUDA tensors (the emulated driver) equal to the CPU.
+
+mod common;
+mod emulated;
+mod emulated_driver;
+mod emulator;
+
+use emulated::EmulatedPtx;
+use emulated_driver::EmulatedDriver;
+use std::sync::Arc;
+use tessera_cuda::{PtxTarget, init_with_driver, render};
+use tessera_fx::Graph;
+use tessera_kernel::{Interpreter, NoEnvironment, Program, lower, run_program};
+use tessera_tensor::op::FakeQuantOp;
+use tessera_tensor::{Device, Op, Tensor};
+
+/// Ties, NaN, infinities, signed zeros, huge and subnormal values, cycled over `n` elements.
+fn x_values(n: usize, seed: usize) -> Vec<f32> {
+    const SPECIAL: [f32; 15] = [
+        0.5,
+        -0.5,
+        1.5,
+        -2.5,
+        127.5,
+        -128.5,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        1.0e30,
+        -3.0e38,
+        8_388_607.5,
+        1.0e-40,
+        -7.75,
+    ];
+    (0..n)
+        .map(|i| {
+            let k = i * 7919 + seed * 104_729;
+            if k.is_multiple_of(3) {
+                SPECIAL[k / 3 % SPECIAL.len()]
+            } else {
+                (k % 2001) as f32 / 8.0 - 125.0
+            }
+        })
+        .collect()
+}
+
+/// Scales and zero points per channel: exact halves, NaN, a zero and a negative scale.
+fn parameters(channels: usize, seed: usize) -> (Tensor, Tensor) {
+    const SCALES: [f32; 7] = [0.5, 0.1, 2.0, 0.0, -0.25, f32::NAN, 1.0e-3];
+    const ZERO_POINTS: [f32; 9] = [0.0, 2.5, -3.5, 3.5, f32::NAN, 300.0, -1.0e20, 0.4, -0.0];
+    let scale = (0..channels).map(|c| SCALES[(c + seed) % SCALES.len()]);
+    let zero = (0..channels).map(|c| ZERO_POINTS[(c * 2 + seed) % ZERO_POINTS.len()]);
+    (
+        Tensor::from_vec(scale.collect::<Vec<_>>(), &[channels]).unwrap(),
+        Tensor::from_vec(zero.collect::<Vec<_>>(), &[channels]).unwrap(),
+    )
+}
+
+fn graph_of(op: Op, inputs: &[Tensor]) -> Graph {
+    let mut g = Graph::new();
+    let ids: Vec<_> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| g.placeholder(&format!("a{i}"), t.meta()))
+        .collect();
+    let refs: Vec<_> = ids.iter().collect();
+    let out = g.call_function(op, &refs).unwrap();
+    g.output(&[&out]).unwrap();
+    g
+}
+
+fn lowered(op: Op, inputs: &[Tensor]) -> Program {
+    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
+    let program = lower(&graph_of(op, inputs), &layouts).unwrap();
+    assert!(program.fallbacks.is_empty(), "{program}");
+    if let Some(ptxas) = common::ptxas() {
+        for k in program.kernels() {
+            let rendered = render(k, &PtxTarget::SM80).unwrap();
+            common::assemble(&ptxas, &rendered.name, &rendered.ptx, &[80, 90]);
+        }
+    }
+    program
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+        .collect()
+}
+
+/// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit.
+fn agrees(op: Op, inputs: &[Tensor]) {
+    let program = lowered(op.clone(), inputs);
+    let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
+    let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let eager = op.apply(&refs).unwrap();
+    assert_eq!(
+        bits(&got[0]),
+        bits(&want[0]),
+        "emulated PTX vs interpreter\n{program}"
+    );
+    assert_eq!(
+        bits(&want[0]),
+        bits(&eager[0]),
+        "interpreter vs eager\n{program}"
+    );
+}
+
+const RANGES: [(i64, i64); 3] = [(0, 255), (-128, 127), (-(1 << 24), 1 << 24)];
+
+#[test]
+fn learnable_fake_quant_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    for (quant_min, quant_max) in RANGES {
+        let per_tensor = Op::FakeQuant(FakeQuantOp::LearnablePerTensor {
+            quant_min,
+            quant_max,
+            grad_factor: 1.0,
+        });
+        for seed in 0..9 {
+            for shape in [vec![5, 13], vec![0, 3]] {
+                let n = shape.iter().product();
+                let x = Tensor::from_vec(x_values(n, seed), &shape).unwrap();
+                let (scale, zero) = parameters(1, seed);
+                agrees(per_tensor.clone(), &[x, scale, zero]);
+            }
+            let x = Tensor::from_vec(x_values(1, seed), &[]).unwrap();
+            let (scale, zero) = parameters(1, seed);
+            let (scale, zero) = (scale.reshape(&[]).unwrap(), zero.reshape(&[]).unwrap());
+            agrees(per_tensor.clone(), &[x, scale, zero]);
+        }
+        for (shape, axis) in [(vec![4, 3, 5], 0), (vec![4, 3, 5], 1), (vec![4, 3, 5], 2)] {
+            let per_channel = Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
+                axis,
+                quant_min,
+                quant_max,
+                grad_factor: 0.5,
+            });
+            for seed in 0..4 {
+                let x = Tensor::from_vec(x_values(60, seed), &shape).unwrap();
+                let (scale, zero) = parameters(shape[axis], seed);
+                agrees(per_channel.clone(), &[x, scale, zero]);
+            }
+        }
+    }
+}
+
+#[test]
+fn learnable_fake_quant_of_cuda_tensors_equals_the_cpu() {
+    init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
+    let op = Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
+        axis: 1,
+        quant_min: -128,
+        quant_max: 127,
+        grad_factor: 1.0,
+    });
+    let x = Tensor::from_vec(x_values(24, 2), &[4, 6]).unwrap();
+    let (scale, zero) = parameters(6, 3);
+    let want = op.apply(&[&x, &scale, &zero]).unwrap();
+    let on = |t: &Tensor| t.to_device(Device::Cuda(0)).unwrap();
+    let got = op.apply(&[&on(&x), &on(&scale), &on(&zero)]).unwrap();
+    assert_eq!(got[0].device(), Device::Cuda(0));
+    let back = got[0].to_device(Device::Cpu).unwrap();
+    assert_eq!(bits(&back), bits(&want[0]));
+}

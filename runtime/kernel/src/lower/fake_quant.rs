@@ -1,0 +1,209 @@
+//! Lowering of the learnable fake-quantize forwards (`fake_quantize_learnable_per_tensor_affine`
+//! and `..._per_channel_affine`) into one elementwise kernel, bit for bit the eager kernel:
+//! the f32 zero point rounded half to even and clamped to `[quant_min, quant_max]` (NaN
+//! giving 0), then `(clamp(rne(x * (1/scale)) + zp, qmin, qmax) - zp) * scale` with the
+//! reciprocal and the products in f32 and the integer steps in f64, where every value is an
+//! exact integer (the range is lowered only when it fits in f32's 24-bit significand).
+//!
+//! The non-learnable variants are not lowered: their eager kernel fails on an integer zero
+//! point outside the range, which a kernel cannot report; nor is the backward, whose
+//! learnable gradients are per-channel sums.
+
+use super::Lowering;
+use super::frame::{FrameMap, Local};
+use crate::{
+    BinaryFn, CompareFn, Expr, ExternalCall, KernelBuilder, Result, ScalarType, UnaryFn, ValueId,
+};
+use std::collections::HashSet;
+use tessera_fx::NodeId;
+use tessera_tensor::Op;
+use tessera_tensor::op::FakeQuantOp;
+
+/// The largest magnitude of `quant_min` and `quant_max` the kernel computes with: every
+/// integer up to it is exact in f32, so the eager `qmin as f32` clamp bounds are exact.
+const EXACT_RANGE: i64 = 1 << 24;
+
+/// 2^23: adding and subtracting it rounds a non-negative f32 below it to an integer, half to
+/// even (the ulp of `[2^23, 2^24)` is 1).
+const ROUNDING_OFFSET: f64 = 8_388_608.0;
+
+/// The range and channel axis of a fake-quantize op this lowering generates.
+pub(super) fn learnable_fake_quant(op: &Op) -> Option<(i64, i64, Option<usize>)> {
+    match *op {
+        Op::FakeQuant(FakeQuantOp::LearnablePerTensor {
+            quant_min,
+            quant_max,
+            ..
+        }) => Some((quant_min, quant_max, None)),
+        Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
+            axis,
+            quant_min,
+            quant_max,
+            ..
+        }) => Some((quant_min, quant_max, Some(axis))),
+        _ => None,
+    }
+}
+
+impl Lowering<'_> {
+    /// Lowers fake-quantize node `id` to one kernel, or runs its eager kernel (reported as a
+    /// fallback) when the kernel IR cannot express it.
+    pub(super) fn fake_quant(&mut self, id: &NodeId, op: &Op) -> Result<()> {
+        if let Err(why) = self.fake_quant_kernel(id, op)? {
+            self.external(
+                id,
+                ExternalCall::Op(op.clone()),
+                Some(format!("not generated: {why}")),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn fake_quant_kernel(
+        &mut self,
+        id: &NodeId,
+        op: &Op,
+    ) -> Result<std::result::Result<(), String>> {
+        let Some((qmin, qmax, axis)) = learnable_fake_quant(op) else {
+            return Ok(Err("not a learnable fake-quantize op".into()));
+        };
+        if qmin.abs() > EXACT_RANGE || qmax.abs() > EXACT_RANGE {
+            return Ok(Err(format!(
+                "the range [{qmin}, {qmax}] exceeds f32's exact integers"
+            )));
+        }
+        let operands = self.operands(id)?;
+        let &[x, scale, zero_point] = operands.as_slice() else {
+            return Ok(Err(format!("{} operands, not 3", operands.len())));
+        };
+        let Some(out) = self.meta(id)?.first().cloned() else {
+            return Ok(Err("the op has no value".into()));
+        };
+        if out.dtype != tessera_tensor::DType::F32 {
+            return Ok(Err(format!("a {:?} output", out.dtype)));
+        }
+        let shape = out.shape.clone();
+        let map: FrameMap = (0..shape.len()).map(Some).collect();
+        let name = format!("k{}_{}", self.kernel_count(), op.name());
+        let mut k =
+            super::frame::Frame::new(KernelBuilder::reduction(name, shape.clone(), Vec::new()));
+        let mut loaded = Vec::with_capacity(3);
+        for (o, per_channel) in [(x, None), (scale, Some(axis)), (zero_point, Some(axis))] {
+            let v = match per_channel {
+                None => self.operand(&mut k, &o, &shape, &map)?,
+                Some(axis) => self.parameter_operand(&mut k, &o, axis, &shape, &map)?,
+            };
+            match v {
+                Ok(v) if k.b.ty(v) == ScalarType::F32 => loaded.push(v),
+                Ok(v) => return Ok(Err(format!("a {} operand", k.b.ty(v)))),
+                Err(why) => return Ok(Err(why)),
+            }
+        }
+        let value = forward(&mut k.b, loaded[0], loaded[1], loaded[2], (qmin, qmax));
+        k.locals.insert(
+            *id,
+            vec![Local {
+                value,
+                shape,
+                map: Some(map),
+            }],
+        );
+        self.emit_frame(k, &[*id], &HashSet::from([*id]))
+    }
+}
+
+/// The eager forward of one element, from `x`, its channel's `scale` and f32 `zero_point`.
+fn forward(
+    b: &mut KernelBuilder,
+    x: ValueId,
+    scale: ValueId,
+    zero_point: ValueId,
+    (qmin, qmax): (i64, i64),
+) -> ValueId {
+    let mut e = Steps { b };
+    // zp = round_ties_even(z).clamp(qmin as f32, qmax as f32) as i64 (NaN giving 0).
+    let zp = e.round_half_even(zero_point);
+    let zp = e.clamp(zp, qmin as f64, qmax as f64);
+    let zp = e.not_nan_or_zero(zp);
+    let zp = e.cast(ScalarType::F64, zp);
+    // q = (round_half_even(x * (1 / scale)) + zp).clamp(qmin, qmax), NaN rounding to 0.
+    let one = e.c(ScalarType::F32, 1.0);
+    let inv = e.bin(BinaryFn::Div, one, scale);
+    let scaled = e.bin(BinaryFn::Mul, x, inv);
+    let rounded = e.round_half_even(scaled);
+    let rounded = e.not_nan_or_zero(rounded);
+    let rounded = e.cast(ScalarType::F64, rounded);
+    // Exact while |rounded| < 2^53 - 2^24; beyond, both sides clamp to the same end (the
+    // eager i64 sum saturates).
+    let shifted = e.bin(BinaryFn::Add, rounded, zp);
+    let q = e.clamp(shifted, qmin as f64, qmax as f64);
+    // (q - zp) as f32 * scale.
+    let steps = e.bin(BinaryFn::Sub, q, zp);
+    let steps = e.cast(ScalarType::F32, steps);
+    e.bin(BinaryFn::Mul, steps, scale)
+}
+
+/// Pushes the operations of the forward.
+struct Steps<'b> {
+    b: &'b mut KernelBuilder,
+}
+
+impl Steps<'_> {
+    fn c(&mut self, ty: ScalarType, v: f64) -> ValueId {
+        self.b.push(ty, Expr::Const(v))
+    }
+
+    fn bin(&mut self, f: BinaryFn, a: ValueId, b: ValueId) -> ValueId {
+        let ty = self.b.ty(a);
+        self.b.push(ty, Expr::Binary(f, a, b))
+    }
+
+    fn cmp(&mut self, f: CompareFn, a: ValueId, b: ValueId) -> ValueId {
+        self.b.push(ScalarType::Bool, Expr::Compare(f, a, b))
+    }
+
+    fn select(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> ValueId {
+        let ty = self.b.ty(a);
+        self.b.push(ty, Expr::Select { cond, a, b })
+    }
+
+    fn cast(&mut self, ty: ScalarType, v: ValueId) -> ValueId {
+        self.b.push(ty, Expr::Cast(v))
+    }
+
+    /// `v` rounded to an integer, half to even: `|v| < 2^23` rounds through `|v| + 2^23`,
+    /// larger values (and infinities) are integers already; the sign is put back after (the
+    /// rounding is symmetric). NaN stays NaN.
+    fn round_half_even(&mut self, v: ValueId) -> ValueId {
+        let ty = self.b.ty(v);
+        let magnitude = self.b.push(ty, Expr::Unary(UnaryFn::Abs, v));
+        let offset = self.c(ty, ROUNDING_OFFSET);
+        let small = self.cmp(CompareFn::Lt, magnitude, offset);
+        let up = self.bin(BinaryFn::Add, magnitude, offset);
+        let down = self.bin(BinaryFn::Sub, up, offset);
+        let rounded = self.select(small, down, magnitude);
+        let zero = self.c(ty, 0.0);
+        let negative = self.cmp(CompareFn::Lt, v, zero);
+        let flipped = self.b.push(ty, Expr::Unary(UnaryFn::Neg, rounded));
+        self.select(negative, flipped, rounded)
+    }
+
+    /// `v` clamped to `[lo, hi]` (NaN stays NaN).
+    fn clamp(&mut self, v: ValueId, lo: f64, hi: f64) -> ValueId {
+        let ty = self.b.ty(v);
+        let lo = self.c(ty, lo);
+        let hi = self.c(ty, hi);
+        let below = self.cmp(CompareFn::Lt, v, lo);
+        let raised = self.select(below, lo, v);
+        let above = self.cmp(CompareFn::Gt, raised, hi);
+        self.select(above, hi, raised)
+    }
+
+    /// `v`, or 0 where it is NaN (the eager float-to-integer conversion).
+    fn not_nan_or_zero(&mut self, v: ValueId) -> ValueId {
+        let ty = self.b.ty(v);
+        let nan = self.cmp(CompareFn::Ne, v, v);
+        let zero = self.c(ty, 0.0);
+        self.select(nan, zero, v)
+    }
+}
