@@ -49,7 +49,9 @@ fn generated_exactly(b: &Builder) {
 }
 
 /// `(kernel, stride, padding, dilation, ceil mode)`.
-const WINDOWS: [([usize; 2], [usize; 2], [usize; 2], [usize; 2], bool); 7] = [
+type Window = ([usize; 2], [usize; 2], [usize; 2], [usize; 2], bool);
+
+const WINDOWS: [Window; 7] = [
     ([2, 2], [2, 2], [0, 0], [1, 1], false),
     ([3, 3], [2, 2], [1, 1], [1, 1], false),
     ([3, 3], [1, 1], [1, 1], [1, 1], false),

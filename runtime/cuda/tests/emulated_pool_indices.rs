@@ -100,7 +100,9 @@ fn agrees(op: Op, inputs: &[Tensor], outputs: usize) {
 }
 
 /// `(kernel, stride, padding, dilation, ceil mode)`.
-const WINDOWS: [([usize; 2], [usize; 2], [usize; 2], [usize; 2], bool); 5] = [
+type Window = ([usize; 2], [usize; 2], [usize; 2], [usize; 2], bool);
+
+const WINDOWS: [Window; 5] = [
     ([2, 2], [2, 2], [0, 0], [1, 1], false),
     ([3, 3], [2, 2], [1, 1], [1, 1], false),
     ([5, 3], [2, 3], [2, 1], [1, 1], true),
