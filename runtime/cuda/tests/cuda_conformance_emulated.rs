@@ -27,12 +27,12 @@ fn small_conformance_models_on_the_emulated_device_equal_the_cpu() {
         vec![
             ("a_mylinear", Reached::Everything),
             ("b_sequential", Reached::Everything),
-            // The convolution's gradients run on the device; max pooling's backward needs the
-            // indices of the maxima, which the lowering does not produce (a gather by index).
+            // The convolution's gradients and max pooling with indices run on the device; max
+            // pooling's backward from saved indices (a scatter by index) is not generated.
             (
                 "d_cnn_eval",
                 Reached::ForwardOnly {
-                    missing: missing("max_pool2d_with_indices")
+                    missing: missing("max_pool2d_backward")
                 }
             ),
             // Training-mode batch norm's running-statistics update (its i64 batch count
@@ -41,7 +41,7 @@ fn small_conformance_models_on_the_emulated_device_equal_the_cpu() {
             (
                 "d_cnn_train",
                 Reached::ForwardOnly {
-                    missing: missing("max_pool2d_with_indices")
+                    missing: missing("max_pool2d_backward")
                 }
             ),
         ]

@@ -42,7 +42,6 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "pool.adaptive_avg",
     "pool.adaptive_avg_backward",
     "pool.adaptive_max",
-    "pool.max",
     "pool.max_backward",
     "quant.add",
     "quant.avg_pool",
@@ -54,7 +53,6 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "quant.quantize_per_channel",
     "quant.quantize_per_tensor",
     "reduce",
-    "softmax",
     "to_dtype",
 ];
 

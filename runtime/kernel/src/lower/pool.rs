@@ -1,5 +1,6 @@
-//! Lowering of 2-D max pooling (values only, as inference calls it) and average pooling into
-//! one kernel each over the output's `[N, C, oH, oW]`, the input read at row
+//! Lowering of 2-D max pooling (values only, as inference calls it, or with the flat in-plane
+//! index of each maximum, i64, for windows of at most [`UNROLLED_WINDOW`] taps) and average
+//! pooling into one kernel each over the output's `[N, C, oH, oW]`, the input read at row
 //! `oh * stride + kh * dilation - pad`. A window of at most [`UNROLLED_WINDOW`] taps is
 //! unrolled into one load per tap, folded in the eager kernel's order (so results are
 //! bit-identical); a larger one becomes reduction loops over `[kH, kW]`. Along an axis whose
@@ -13,8 +14,8 @@
 use super::Lowering;
 use super::frame::{Frame, Local};
 use crate::{
-    BinaryFn, Bound, CompareFn, Expr, ExternalCall, IndexExpr, KernelBuilder, ReduceFn, Result,
-    ScalarType, ValueId,
+    BinaryFn, Bound, CompareFn, Expr, ExternalCall, IndexExpr, KernelBuilder, LoopId, ReduceFn,
+    Result, ScalarType, ValueId,
 };
 use std::collections::HashSet;
 use tessera_fx::NodeId;
@@ -25,11 +26,13 @@ use tessera_tensor::op::{BinaryOp, Pool2dParams, PoolOp};
 /// overhead per output than its loads.
 pub const UNROLLED_WINDOW: usize = 64;
 
-/// The window and whether it averages, for the pooling ops this lowering generates.
-pub(super) fn window_pool(op: &Op) -> Option<(Pool2dParams, bool)> {
+/// The window, whether it averages and whether it also writes the argmax indices, for the
+/// pooling ops this lowering generates.
+pub(super) fn window_pool(op: &Op) -> Option<(Pool2dParams, bool, bool)> {
     match op {
-        Op::Pool(PoolOp::MaxPool2dValues(p)) => Some((*p, false)),
-        Op::Pool(PoolOp::AvgPool2d { params, .. }) => Some((*params, true)),
+        Op::Pool(PoolOp::MaxPool2dValues(p)) => Some((*p, false, false)),
+        Op::Pool(PoolOp::MaxPool2d(p)) => Some((*p, false, true)),
+        Op::Pool(PoolOp::AvgPool2d { params, .. }) => Some((*params, true, false)),
         _ => None,
     }
 }
@@ -49,7 +52,7 @@ impl Lowering<'_> {
     }
 
     fn pool_kernel(&mut self, id: &NodeId, op: &Op) -> Result<std::result::Result<(), String>> {
-        let Some((p, average)) = window_pool(op) else {
+        let Some((p, average, with_indices)) = window_pool(op) else {
             return Ok(Err("not a window pooling".into()));
         };
         let (Some(input), Some(out)) = (
@@ -105,6 +108,14 @@ impl Lowering<'_> {
         outer.extend([0, 0]);
         let name = format!("k{}_{}", self.kernel_count(), op.name());
         let unrolled = p.kernel[0] * p.kernel[1] <= UNROLLED_WINDOW;
+        if with_indices && ty.is_half() {
+            return Ok(Err(format!("{ty} max pooling with indices")));
+        }
+        if with_indices && !unrolled {
+            return Ok(Err(format!(
+                "indices of a window of more than {UNROLLED_WINDOW} taps"
+            )));
+        }
         let reduce = if unrolled { vec![] } else { p.kernel.to_vec() };
         let loops = nd + reduce.len();
         let mut frame = Frame::new(KernelBuilder::reduction(name, shape.clone(), reduce));
@@ -165,6 +176,7 @@ impl Lowering<'_> {
         // Padding taps: -inf never wins a maximum, -0.0 is the identity of addition.
         let fill = if average { -0.0 } else { f64::NEG_INFINITY };
         let taps = (p.kernel[0] * p.kernel[1]) as f64;
+        let mut indices = None;
         let value = if unrolled {
             let rows: Vec<Vec<ValueId>> = (0..p.kernel[0])
                 .map(|r| {
@@ -203,6 +215,10 @@ impl Lowering<'_> {
                     b.push(ty, Expr::Const(taps))
                 };
                 b.push(ty, Expr::Binary(BinaryFn::Div, sum, divisor))
+            } else if with_indices {
+                let (value, at) = max_with_index(b, ty, &axes, nd, &rows);
+                indices = Some(at);
+                value
             } else {
                 // Eager: a tap replaces the best so far when it is larger or NaN, which is
                 // `maximum(tap, best)` of the lowering table.
@@ -234,16 +250,108 @@ impl Lowering<'_> {
                 b.push(ty, Expr::Reduce(ReduceFn::Max, element))
             }
         };
-        frame.locals.insert(
-            *id,
-            vec![Local {
-                value,
-                shape: shape.clone(),
-                map: Some((0..nd).map(Some).collect()),
-            }],
-        );
+        let local = |value| Local {
+            value,
+            shape: shape.clone(),
+            map: Some((0..nd).map(Some).collect()),
+        };
+        let locals = std::iter::once(value).chain(indices).map(local).collect();
+        frame.locals.insert(*id, locals);
         self.emit_frame(frame, &[*id], &HashSet::from([*id]))
     }
+}
+
+/// The maximum of an unrolled window's taps (`rows`, padding read as -inf) and the flat
+/// in-plane index (`row * W + col`, i64) of the first maximum, selected as the eager kernel
+/// does: from -inf at the window's first tap inside the input, a tap replaces the best so far
+/// when it is larger or NaN (so a padding tap never does, and the first of equal maxima
+/// stays).
+fn max_with_index(
+    b: &mut KernelBuilder,
+    ty: ScalarType,
+    axes: &[Axis],
+    nd: usize,
+    rows: &[Vec<ValueId>],
+) -> (ValueId, ValueId) {
+    let i64c = |b: &mut KernelBuilder, v: i64| b.push(ScalarType::I64, Expr::Const(v as f64));
+    // Per axis, the input coordinate of each tap, and the first tap inside the input.
+    let mut coords: Vec<Vec<ValueId>> = Vec::new();
+    let mut firsts = Vec::new();
+    for (a, axis) in axes.iter().enumerate() {
+        let o = b.push(
+            ScalarType::I64,
+            Expr::LoopIndex(LoopId::from_index(nd - 2 + a)),
+        );
+        let stride = i64c(b, axis.stride as i64);
+        let start = b.push(ScalarType::I64, Expr::Binary(BinaryFn::Mul, o, stride));
+        let at: Vec<ValueId> = (0..axis.kernel)
+            .map(|k| {
+                let shift = i64c(b, (k * axis.dilation) as i64 - axis.pad as i64);
+                b.push(ScalarType::I64, Expr::Binary(BinaryFn::Add, start, shift))
+            })
+            .collect();
+        // Scanning back from the last tap, the first inside wins (the last when none is).
+        let (zero, len) = (i64c(b, 0), i64c(b, axis.input as i64));
+        let mut first = at.last().copied().unwrap_or(zero);
+        for &c in at.iter().rev() {
+            let low = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Ge, c, zero));
+            let high = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Lt, c, len));
+            let past_high = b.push(
+                ScalarType::I64,
+                Expr::Select {
+                    cond: high,
+                    a: c,
+                    b: first,
+                },
+            );
+            first = b.push(
+                ScalarType::I64,
+                Expr::Select {
+                    cond: low,
+                    a: past_high,
+                    b: first,
+                },
+            );
+        }
+        coords.push(at);
+        firsts.push(first);
+    }
+    let width = i64c(b, axes[1].input as i64);
+    let flat = |b: &mut KernelBuilder, row: ValueId, col: ValueId| {
+        let scaled = b.push(ScalarType::I64, Expr::Binary(BinaryFn::Mul, row, width));
+        b.push(ScalarType::I64, Expr::Binary(BinaryFn::Add, scaled, col))
+    };
+    let mut best = b.push(ty, Expr::Const(f64::NEG_INFINITY));
+    let mut at = flat(b, firsts[0], firsts[1]);
+    for (r, row) in rows.iter().enumerate() {
+        for (c, &v) in row.iter().enumerate() {
+            let here = flat(b, coords[0][r], coords[1][c]);
+            let nan = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Ne, v, v));
+            let larger = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Gt, v, best));
+            // Two selects per value: no select of predicates, which not every backend has.
+            let pick = |b: &mut KernelBuilder, t: ScalarType, tap: ValueId, so_far| {
+                let if_larger = b.push(
+                    t,
+                    Expr::Select {
+                        cond: larger,
+                        a: tap,
+                        b: so_far,
+                    },
+                );
+                b.push(
+                    t,
+                    Expr::Select {
+                        cond: nan,
+                        a: tap,
+                        b: if_larger,
+                    },
+                )
+            };
+            best = pick(b, ty, v, best);
+            at = pick(b, ScalarType::I64, here, at);
+        }
+    }
+    (best, at)
 }
 
 /// Where a tap lies along one window axis.

@@ -40,19 +40,12 @@ pub(super) fn reducible(op: &Op, shape: &[usize]) -> Option<ReduceSpec> {
             })
             .collect()
     };
+    if nd == 0 {
+        return scalar_reducible(op);
+    }
     let (reduced, outputs): (Vec<usize>, Vec<Option<FrameMap>>) = match op {
         Op::Reduce(r) => {
-            let lowered = matches!(
-                r.kind,
-                ReduceKind::Sum
-                    | ReduceKind::Mean
-                    | ReduceKind::Amax
-                    | ReduceKind::Amin
-                    | ReduceKind::Var { .. }
-                    | ReduceKind::Std { .. }
-                    | ReduceKind::LogSumExp
-            );
-            if !lowered || nd == 0 || r.dims.is_empty() || r.dims.iter().any(|&d| d >= nd) {
+            if !value_reduction(&r.kind) || r.dims.is_empty() || r.dims.iter().any(|&d| d >= nd) {
                 return None;
             }
             (r.dims.clone(), vec![Some(keep(&r.dims, r.keepdim))])
@@ -130,6 +123,36 @@ pub(super) fn reducible(op: &Op, shape: &[usize]) -> Option<ReduceSpec> {
         outputs,
         frame: None,
     })
+}
+
+/// The reductions of a 0-d input that the kernel IR expresses: one of the value reductions
+/// (with no dims, reducing nothing) or a softmax, seen as a reduction over a frame `[1]`, its
+/// one element, which gives the eager kernels' results (the element, its softmax 1).
+fn scalar_reducible(op: &Op) -> Option<ReduceSpec> {
+    let outputs = match op {
+        Op::Reduce(r) if value_reduction(&r.kind) && r.dims.is_empty() => vec![Some(vec![])],
+        Op::Softmax { dim: 0, .. } => vec![Some(vec![Some(0)])],
+        _ => return None,
+    };
+    Some(ReduceSpec {
+        reduced: vec![0],
+        outputs,
+        frame: Some(vec![1]),
+    })
+}
+
+/// Whether `kind` is a reduction of the reduction table: one value per output, none an index.
+fn value_reduction(kind: &ReduceKind) -> bool {
+    matches!(
+        kind,
+        ReduceKind::Sum
+            | ReduceKind::Mean
+            | ReduceKind::Amax
+            | ReduceKind::Amin
+            | ReduceKind::Var { .. }
+            | ReduceKind::Std { .. }
+            | ReduceKind::LogSumExp
+    )
 }
 
 /// Whether `op`'s operands after the input are per-channel `[C]` tensors.

@@ -1,0 +1,196 @@
+//! Max pooling with indices and reductions and softmax of 0-d tensors on the PTX backend:
+//! rendered to PTX (assembled by ptxas for sm_80 and sm_90 when it is installed), run in the
+//! emulator, and checked bit for bit against the kernel-IR interpreter and the eager kernels
+//! (values and i64 indices; ties keep the first maximum, NaN wins, padded, dilated and
+//! ceil-mode windows, transposed inputs, f32 and f64); and the same ops as eager ops on CUDA
+//! tensors of the emulated driver.
+
+mod common;
+mod emulated;
+mod emulated_driver;
+mod emulator;
+
+use emulated::EmulatedPtx;
+use emulated_driver::EmulatedDriver;
+use std::sync::Arc;
+use tessera_cuda::{PtxTarget, init_with_driver, render};
+use tessera_fx::Graph;
+use tessera_kernel::{Interpreter, NoEnvironment, Program, lower, run_program};
+use tessera_tensor::op::{PoolOp, ReduceKind, ReduceOp};
+use tessera_tensor::{DType, Device, Op, Tensor};
+
+/// Small integers (ties are common), with NaN, +inf and -inf at a few places.
+fn tied(shape: &[usize], dtype: DType) -> Tensor {
+    let n: usize = shape.iter().product();
+    let mut v: Vec<f64> = (0..n).map(|i| ((i * 7 + i / 5) % 4) as f64 - 1.0).collect();
+    for (at, x) in [(5, f64::NAN), (11, f64::INFINITY), (17, f64::NAN)] {
+        if at < n {
+            v[at] = x;
+        }
+    }
+    for x in v.iter_mut().skip(30).take(9) {
+        *x = f64::NEG_INFINITY;
+    }
+    Tensor::from_vec(v, shape).unwrap().to_dtype(dtype).unwrap()
+}
+
+/// A graph of `op` on one placeholder per input, every output of `op` a graph output.
+fn graph_of(op: Op, inputs: &[Tensor], outputs: usize) -> Graph {
+    let mut g = Graph::new();
+    let ids: Vec<_> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| g.placeholder(&format!("a{i}"), t.meta()))
+        .collect();
+    let refs: Vec<_> = ids.iter().collect();
+    let out = g.call_function(op, &refs).unwrap();
+    if outputs == 1 {
+        g.output(&[&out]).unwrap();
+    } else {
+        let items: Vec<_> = (0..outputs).map(|i| g.getitem(&out, i).unwrap()).collect();
+        let refs: Vec<_> = items.iter().collect();
+        g.output(&refs).unwrap();
+    }
+    g
+}
+
+fn lowered(op: Op, inputs: &[Tensor], outputs: usize) -> Program {
+    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
+    let program = lower(&graph_of(op, inputs, outputs), &layouts).unwrap();
+    assert!(program.fallbacks.is_empty(), "{program}");
+    if let Some(ptxas) = common::ptxas() {
+        for k in program.kernels() {
+            let rendered = render(k, &PtxTarget::SM80).unwrap();
+            common::assemble(&ptxas, &rendered.name, &rendered.ptx, &[80, 90]);
+        }
+    }
+    program
+}
+
+fn bits(t: &Tensor) -> Vec<u64> {
+    t.to_vec_f64()
+        .unwrap()
+        .iter()
+        .map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() })
+        .collect()
+}
+
+/// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit on
+/// each of its `outputs`.
+fn agrees(op: Op, inputs: &[Tensor], outputs: usize) {
+    let program = lowered(op.clone(), inputs, outputs);
+    let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
+    let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let eager = op.apply(&refs).unwrap();
+    assert_eq!(eager.len(), outputs);
+    for i in 0..outputs {
+        assert_eq!(got[i].dtype(), eager[i].dtype(), "output {i}\n{program}");
+        assert_eq!(
+            bits(&got[i]),
+            bits(&want[i]),
+            "output {i}: emulated PTX vs interpreter\n{program}"
+        );
+        assert_eq!(
+            bits(&want[i]),
+            bits(&eager[i]),
+            "output {i}: interpreter vs eager\n{program}"
+        );
+    }
+}
+
+/// `(kernel, stride, padding, dilation, ceil mode)`.
+type Window = ([usize; 2], [usize; 2], [usize; 2], [usize; 2], bool);
+
+const WINDOWS: [Window; 5] = [
+    ([2, 2], [2, 2], [0, 0], [1, 1], false),
+    ([3, 3], [2, 2], [1, 1], [1, 1], false),
+    ([5, 3], [2, 3], [2, 1], [1, 1], true),
+    ([3, 2], [1, 2], [0, 1], [1, 1], false),
+    ([3, 3], [2, 2], [2, 2], [2, 2], true),
+];
+
+#[test]
+fn max_pool_with_indices_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    for dtype in [DType::F32, DType::F64] {
+        for (kernel, stride, padding, dilation, ceil) in WINDOWS {
+            let op = Op::Pool(PoolOp::max_pool2d(kernel, stride, padding, dilation, ceil));
+            for shape in [&[2, 2, 7, 9][..], &[3, 6, 5], &[1, 1, 1, 1]] {
+                let meta = tessera_tensor::TensorMeta::new(shape.to_vec(), dtype);
+                if op.meta(&[meta]).is_err() {
+                    continue;
+                }
+                let x = tied(shape, dtype);
+                agrees(op.clone(), std::slice::from_ref(&x), 2);
+                if shape.len() == 4 {
+                    // A transposed (non-contiguous) input.
+                    let t = x.transpose(2, 3).unwrap();
+                    let meta = tessera_tensor::TensorMeta::new(t.shape().to_vec(), dtype);
+                    if op.meta(&[meta]).is_ok() {
+                        agrees(op.clone(), &[t], 2);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reductions_and_softmax_of_a_0d_tensor_on_emulated_ptx_equal_eager() {
+    for dtype in [DType::F32, DType::F64] {
+        for v in [1.5, -0.0, f64::INFINITY, f64::NAN] {
+            let x = Tensor::from_vec(vec![v], &[])
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            for kind in [
+                ReduceKind::Sum,
+                ReduceKind::Mean,
+                ReduceKind::Amax,
+                ReduceKind::Amin,
+                ReduceKind::Var { correction: 0 },
+                ReduceKind::Std { correction: 0 },
+                ReduceKind::LogSumExp,
+            ] {
+                // Eager logsumexp ignores NaN in its maximum, the kernels do not (see
+                // runtime/cpu/tests/scalar_reductions.rs).
+                if kind == ReduceKind::LogSumExp && v.is_nan() {
+                    continue;
+                }
+                let op = Op::Reduce(ReduceOp {
+                    kind,
+                    dims: vec![],
+                    keepdim: false,
+                });
+                agrees(op, std::slice::from_ref(&x), 1);
+            }
+            for log in [false, true] {
+                agrees(Op::Softmax { dim: 0, log }, std::slice::from_ref(&x), 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn max_pool_with_indices_and_0d_softmax_run_as_eager_cuda_ops() {
+    init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
+    let x = tied(&[2, 3, 6, 6], DType::F32);
+    let op = Op::Pool(PoolOp::max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false));
+    let on_device = x.to_device(Device::Cuda(0)).unwrap();
+    let got = op.apply(&[&on_device]).unwrap();
+    let want = op.apply(&[&x]).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.device(), Device::Cuda(0));
+        let back = g.to_device(Device::Cpu).unwrap();
+        assert_eq!(bits(&back), bits(w));
+        assert_eq!(back.dtype(), w.dtype());
+    }
+    let s = Tensor::from_vec(vec![0.75f32], &[]).unwrap();
+    let op = Op::Softmax { dim: 0, log: true };
+    let got = op.apply(&[&s.to_device(Device::Cuda(0)).unwrap()]).unwrap();
+    let want = op.apply(&[&s]).unwrap();
+    assert_eq!(
+        bits(&got[0].to_device(Device::Cpu).unwrap()),
+        bits(&want[0])
+    );
+}
