@@ -46,3 +46,50 @@ pub fn assert_test_files_registered_in(manifest_dir: &str, tests_dir: &str) {
          {tests_dir}/integration.rs, or a [[test]] with `path = \"{tests_dir}/NAME.rs\"` to Cargo.toml"
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::assert_test_files_registered_in;
+    use std::fs;
+    use std::panic::catch_unwind;
+    use std::path::PathBuf;
+
+    /// A crate folder `krate/` whose tests live in the sibling `shared/` (as the facade's do):
+    /// `a.rs` is a module of `shared/integration.rs`, `b.rs` a `[[test]]`, plus `extra`.
+    fn layout(name: &str, extra: Option<&str>) -> PathBuf {
+        let root =
+            std::env::temp_dir().join(format!("tessera-test-files-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("krate")).unwrap();
+        fs::create_dir_all(root.join("shared/helpers")).unwrap();
+        fs::write(
+            root.join("krate/Cargo.toml"),
+            "[[test]]\nname = \"b\"\npath = \"../shared/b.rs\"\n",
+        )
+        .unwrap();
+        fs::write(root.join("shared/integration.rs"), "mod a;\n").unwrap();
+        for file in ["a.rs", "b.rs"].into_iter().chain(extra) {
+            fs::write(root.join("shared").join(file), "").unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn files_that_are_modules_or_test_targets_pass_in_a_folder_outside_the_crate() {
+        let root = layout("registered", None);
+        let krate = root.join("krate");
+        assert_test_files_registered_in(krate.to_str().unwrap(), "../shared");
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn an_unlisted_file_fails_naming_it() {
+        let root = layout("unlisted", Some("c.rs"));
+        let krate = root.join("krate").to_str().unwrap().to_owned();
+        let panic = catch_unwind(|| assert_test_files_registered_in(&krate, "../shared"))
+            .expect_err("c.rs is neither a module nor a [[test]]");
+        let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(message.contains("[\"c.rs\"]"), "{message}");
+        fs::remove_dir_all(root).unwrap();
+    }
+}
