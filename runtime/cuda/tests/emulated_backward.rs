@@ -5,7 +5,6 @@
 //! and f64, on values holding infinities and NaN.
 
 use crate::emulated;
-use crate::emulator;
 
 use emulated::EmulatedPtx;
 use tessera_fx::Graph;

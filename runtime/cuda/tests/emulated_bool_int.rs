@@ -5,7 +5,6 @@
 
 use crate::common;
 use crate::emulated;
-use crate::emulator;
 
 use emulated::EmulatedPtx;
 use tessera_cuda::{PtxTarget, render};

@@ -6,7 +6,6 @@
 //! transcendental functions and for sums taken in a different order.
 
 use crate::emulated;
-use crate::emulator;
 
 use emulated::EmulatedPtx;
 use tessera_fx::Graph;

@@ -4,7 +4,6 @@
 //! f16 once scaled (60000 * 2), subnormals of both formats, signed zeros, infinities and NaN.
 
 use crate::emulated;
-use crate::emulator;
 
 use emulated::EmulatedPtx;
 use std::collections::HashMap;
