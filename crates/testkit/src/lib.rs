@@ -11,7 +11,7 @@ mod test_files;
 pub use formula::{formula_tensor, pseudo_random};
 pub use reduce_kinds::every_reduce_kind;
 pub use rounding::rounding_bound;
-pub use test_files::assert_test_files_registered;
+pub use test_files::{assert_test_files_registered, assert_test_files_registered_in};
 
 use std::collections::HashMap;
 use std::path::PathBuf;

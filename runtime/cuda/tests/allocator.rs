@@ -2,8 +2,7 @@
 //! without a driver call, `empty_cache` returns them, and a request the driver refuses for
 //! lack of memory is retried after emptying the cache.
 
-mod emulated_driver;
-mod emulator;
+use crate::emulated_driver;
 
 use emulated_driver::EmulatedDriver;
 use std::sync::Arc;

@@ -3,11 +3,10 @@
 //! every elementwise op, the reductions, softmax and layer norm computed in f32 from half
 //! loads and rounded once (as the CPU's eager kernels), and matmul, linear and conv2d on the
 //! tensor-core (`mma.sync`) kernels, all against the CPU's eager results.
-//! (Its own test binary: the backend registry is per process.)
+//! (A module of the `integration` binary: the backend it registers, `eager_common::backend`,
+//! is the only one registered there.)
 
-mod eager_common;
-mod emulated_driver;
-mod emulator;
+use crate::eager_common;
 
 use eager_common::{assert_close, cuda, same_on_device_within, tensor};
 use tessera_tensor::op::{BinaryOp, ConvOp, ConvParams, ReduceKind, ReduceOp, ScalarOp, UnaryOp};

@@ -4,11 +4,10 @@
 //! without a bias, conv2d with groups, stride, padding and dilation, conv1d, and gradients
 //! through matmul, linear and convolutions (the input and weight gradient ops for the same
 //! convolutions, over views too), all against the CPU's eager results in f32 and f64.
-//! (Its own test binary: the backend registry is per process.)
+//! (A module of the `integration` binary: the backend it registers, `eager_common::backend`,
+//! is the only one registered there.)
 
-mod eager_common;
-mod emulated_driver;
-mod emulator;
+use crate::eager_common;
 
 use eager_common::{
     CUDA, assert_close, cuda, same_on_device_within, same_views_on_device_within, tensor,

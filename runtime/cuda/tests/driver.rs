@@ -2,9 +2,8 @@
 //! (which, without libcuda, must refuse to construct with a typed error): memory, copies, a
 //! rendered kernel loaded and launched, and the errors a misuse gets.
 
-mod common;
-mod emulated_driver;
-mod emulator;
+use crate::common;
+use crate::emulated_driver;
 
 use common::{kernels, op_graph};
 use emulated_driver::EmulatedDriver;

@@ -4,8 +4,7 @@
 //! unary backward within 1e-5 relative (transcendental functions differ by a few ulp), in f32
 //! and f64, on values holding infinities and NaN.
 
-mod emulated;
-mod emulator;
+use crate::emulated;
 
 use emulated::EmulatedPtx;
 use tessera_fx::Graph;

@@ -3,9 +3,8 @@
 //! emulator on 2 blocks and checked bit for bit against the kernel-IR interpreter and eager
 //! execution; every kernel is also assembled by ptxas (sm_80 and sm_90) when it is installed.
 
-mod common;
-mod emulated;
-mod emulator;
+use crate::common;
+use crate::emulated;
 
 use emulated::EmulatedPtx;
 use tessera_cuda::{PtxTarget, render};

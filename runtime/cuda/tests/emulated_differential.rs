@@ -5,8 +5,7 @@
 //! the kernel-IR interpreter's results: bit for bit for arithmetic, within a few ulp for
 //! transcendental functions and for sums taken in a different order.
 
-mod emulated;
-mod emulator;
+use crate::emulated;
 
 use emulated::EmulatedPtx;
 use tessera_fx::Graph;

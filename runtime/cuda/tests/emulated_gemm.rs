@@ -5,8 +5,8 @@
 //! computed in f64. Shapes are small and odd
 //! (1, 7, 16, 33, 69) so every tile edge, the k tail and multi-tile grid-stride loops run.
 
-mod emulated;
-mod emulator;
+use crate::emulated;
+use crate::emulator;
 
 use emulated::EmulatedPtx;
 use emulator::{GlobalMemory, LaunchConfig, Module, ParamValue};

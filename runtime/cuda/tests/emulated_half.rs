@@ -3,8 +3,7 @@
 //! run in the emulator. Inputs mix values that round (ties, thirds), magnitudes that overflow
 //! f16 once scaled (60000 * 2), subnormals of both formats, signed zeros, infinities and NaN.
 
-mod emulated;
-mod emulator;
+use crate::emulated;
 
 use emulated::EmulatedPtx;
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! misaligned accesses, diverged shuffles, barrier deadlocks, uninitialised registers, endless
 //! loops, conflicting writes, and any instruction outside the subset.
 
-mod emulator;
+use crate::emulator;
 
 use emulator::{EmuError, Fault, GlobalMemory, LaunchConfig, Module, ParamValue};
 

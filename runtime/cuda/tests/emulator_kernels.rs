@@ -2,7 +2,7 @@
 //! `ptxas -arch=sm_80`): grid-stride loops, a block reduction with shuffles, shared memory and
 //! barriers, float predicates with NaN, vector accesses, conversions and f64 arithmetic.
 
-mod emulator;
+use crate::emulator;
 
 use emulator::{GlobalMemory, LaunchConfig, Module, ParamValue};
 

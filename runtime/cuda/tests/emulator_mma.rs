@@ -3,7 +3,7 @@
 //! accumulators; the result must be the 16 x 8 product computed here. A warp whose lanes do
 //! not all reach the `mma`, and a tf32 operand not rounded by `cvt.rna.tf32.f32`, are errors.
 
-mod emulator;
+use crate::emulator;
 
 use emulator::{GlobalMemory, LaunchConfig, Module, ParamValue};
 

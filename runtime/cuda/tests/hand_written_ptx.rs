@@ -2,7 +2,7 @@
 //! assembled by `ptxas` for sm_80 and sm_90. Skipped (with a printed line) when `TESSERA_PTXAS`
 //! is unset, unless `TESSERA_REQUIRE_PTXAS=1`.
 
-mod common;
+use crate::common;
 
 #[test]
 fn hand_written_kernels_assemble_for_sm80_and_sm90() {

@@ -4,7 +4,7 @@
 //! with its message. Skipped (with a printed line) when `TESSERA_PTXAS` is unset, unless
 //! `TESSERA_REQUIRE_PTXAS=1`.
 
-mod common;
+use crate::common;
 
 use common::{
     assemble, elementwise_graphs, kernels, layout_graphs, op_graph, ptxas, reduction_graphs,

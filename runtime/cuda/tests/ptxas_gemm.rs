@@ -5,7 +5,7 @@
 //! f64, with and without a bias, including 64-bit index arithmetic. Skipped (with a printed
 //! line) when `TESSERA_PTXAS` is unset, unless `TESSERA_REQUIRE_PTXAS=1`.
 
-mod common;
+use crate::common;
 
 use common::{assemble, gemm_graphs, kernels, ptxas};
 use tessera_cuda::{

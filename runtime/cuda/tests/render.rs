@@ -4,7 +4,7 @@
 //! configuration covers the work with a grid capped per multiprocessor, and contiguous f32
 //! kernels use vector loads with a scalar tail.
 
-mod common;
+use crate::common;
 
 use common::{kernels, op_graph, reduce_graph};
 use tessera_cuda::{

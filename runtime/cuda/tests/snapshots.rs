@@ -2,7 +2,7 @@
 //! broadcast add, a softmax, a layer norm, a linear layer's GEMM with its fused epilogue),
 //! reviewed like any generated text; under `snapshots/`.
 
-mod common;
+use crate::common;
 
 use common::{kernels, layer_norm_graph, op_graph};
 use tessera_cuda::{PtxTarget, render};

@@ -3,7 +3,7 @@
 //! the ptxas tests render has an opcode of the subset's list, and only the directives and
 //! special registers it allows appear.
 
-mod common;
+use crate::common;
 
 use common::{elementwise_graphs, gemm_graphs, kernels, layout_graphs, reduction_graphs};
 use std::collections::BTreeSet;
