@@ -135,21 +135,25 @@ fn adamw_trajectory_matches_pytorch_as_compiled_steps() {
     );
 }
 
-/// An MLP classifier (`Linear(20, 32) -> ReLU -> Linear(32, 5)`) whose parameters are drawn
-/// from a generator seeded by `seed` (not the global one, which tests running in parallel
-/// share).
+/// `model` with every parameter drawn from `N(0, scale^2)` by a generator seeded by `seed`
+/// (not the global one, which tests running in parallel share).
+fn seeded(model: Sequential, seed: u64, scale: f64) -> Arc<Sequential> {
+    let mut g = Generator::new(seed);
+    let _guard = tessera::no_grad();
+    for p in parameters(&model) {
+        let init = Tensor::randn_with(&p.shape(), DType::F32, &mut g).unwrap();
+        p.copy_(&init.mul_scalar(scale).unwrap()).unwrap();
+    }
+    Arc::new(model)
+}
+
+/// An MLP classifier (`Linear(20, 32) -> ReLU -> Linear(32, 5)`), seeded by `seed`.
 fn mlp(seed: u64) -> Arc<Sequential> {
     let mut model = Sequential::new();
     model.push(Box::new(Linear::new(20, 32).unwrap()));
     model.push(Box::new(ReLU::new()));
     model.push(Box::new(Linear::new(32, 5).unwrap()));
-    let mut g = Generator::new(seed);
-    let _guard = tessera::no_grad();
-    for p in parameters(&model) {
-        let init = Tensor::randn_with(&p.shape(), DType::F32, &mut g).unwrap();
-        p.copy_(&init.mul_scalar(0.2).unwrap()).unwrap();
-    }
-    Arc::new(model)
+    seeded(model, seed, 0.2)
 }
 
 fn cross_entropy(out: &Tensor, target: &Tensor) -> tessera::nn::Result<Tensor> {
@@ -521,19 +525,13 @@ fn batch_norm_running_statistics_are_updated_by_compiled_steps_as_by_pytorch_and
 }
 
 /// A tiny token classifier (`Embedding(10, 4) -> Flatten -> Linear(12, 3)` over 3 tokens per
-/// sample), its parameters drawn from a generator seeded by `seed`.
+/// sample), seeded by `seed`.
 fn token_classifier(seed: u64) -> Arc<Sequential> {
     let mut model = Sequential::new();
     model.push(Box::new(tessera::nn::Embedding::new(10, 4).unwrap()));
     model.push(Box::new(tessera::nn::Flatten::new()));
     model.push(Box::new(Linear::new(12, 3).unwrap()));
-    let mut g = Generator::new(seed);
-    let _guard = tessera::no_grad();
-    for p in parameters(&model) {
-        let init = Tensor::randn_with(&p.shape(), DType::F32, &mut g).unwrap();
-        p.copy_(&init.mul_scalar(0.3).unwrap()).unwrap();
-    }
-    Arc::new(model)
+    seeded(model, seed, 0.3)
 }
 
 #[test]

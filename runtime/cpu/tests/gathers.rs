@@ -7,9 +7,8 @@
 
 use crate::common;
 
-use common::{check_backends, eager, lowered, try_eager};
+use common::{check_backends, eager, lowered, op_graph, try_eager};
 use tessera_cpu::JitProgram;
-use tessera_fx::Graph;
 use tessera_kernel::{Interpreter, KernelError, NoEnvironment, Program, run_program};
 use tessera_tensor::op::{EmbeddingOp, IndexOp, LossOp, Reduction};
 use tessera_tensor::{DType, Op, Tensor};
@@ -44,24 +43,10 @@ fn nll_backward(reduction: Reduction, ignore_index: i64, label_smoothing: f64) -
     }
 }
 
-/// A graph of `op` over placeholders of the inputs' metas.
-fn graph_of(op: Op, inputs: &[Tensor]) -> Graph {
-    let mut g = Graph::new();
-    let ids: Vec<_> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| g.placeholder(&format!("a{i}"), t.meta()))
-        .collect();
-    let refs: Vec<_> = ids.iter().collect();
-    let out = g.call_function(op, &refs).unwrap();
-    g.output(&[&out]).unwrap();
-    g
-}
-
 /// `op` on `inputs` lowered with no fallback, its interpreted and compiled results equal to
 /// eager execution within `tol`; the program.
 fn lowered_agreeing(op: Op, inputs: &[Tensor], tol: f64) -> Program {
-    let g = graph_of(op, inputs);
+    let g = op_graph(op, inputs);
     let program = lowered(&g, inputs);
     assert!(program.fallbacks.is_empty(), "{program}");
     check_backends(&program, inputs, &eager(&g, inputs), tol);
@@ -71,7 +56,7 @@ fn lowered_agreeing(op: Op, inputs: &[Tensor], tol: f64) -> Program {
 /// Both runners fail `op` on `inputs` with `IndexOutOfRange` for `index` in a dim of `size`,
 /// and so does eager execution.
 fn faults(op: Op, inputs: &[Tensor], index: i64, size: usize) {
-    let g = graph_of(op, inputs);
+    let g = op_graph(op, inputs);
     assert!(
         try_eager(&g, inputs).is_err(),
         "eager accepts index {index}"
@@ -169,7 +154,7 @@ fn nll_loss_of_only_ignored_targets_is_nan_for_a_mean_as_eager() {
         floats(&[3, 4], 1, DType::F32),
         ints(&[-100, -100, -100], &[3]),
     ];
-    let g = graph_of(Op::Loss(nll(Reduction::Mean, -100, 0.0)), &inputs);
+    let g = op_graph(Op::Loss(nll(Reduction::Mean, -100, 0.0)), &inputs);
     assert!(eager(&g, &inputs)[0].to_vec::<f32>().unwrap()[0].is_nan());
     lowered_agreeing(Op::Loss(nll(Reduction::Mean, -100, 0.0)), &inputs, 0.0);
 }
@@ -270,7 +255,7 @@ fn a_fault_does_not_outlive_its_run() {
     let op = Op::Embedding(EmbeddingOp { padding_idx: None });
     let bad = [floats(&[3, 2], 1, DType::F32), ints(&[3], &[1])];
     let good = [floats(&[3, 2], 1, DType::F32), ints(&[2], &[1])];
-    let g = graph_of(op, &bad);
+    let g = op_graph(op, &bad);
     let program = lowered(&g, &bad);
     let jit = JitProgram::compile(&program).unwrap();
     assert!(run_program(&program, &NoEnvironment, &jit, &bad).is_err());

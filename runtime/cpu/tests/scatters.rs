@@ -8,9 +8,8 @@
 
 use crate::common;
 
-use common::{check_backends, eager, lowered, try_eager};
+use common::{check_backends, eager, lowered, op_graph, try_eager};
 use tessera_cpu::JitProgram;
-use tessera_fx::Graph;
 use tessera_kernel::{Interpreter, KernelError, NoEnvironment, Program, run_program};
 use tessera_tensor::op::{EmbeddingBackwardOp, IndexOp};
 use tessera_tensor::{DType, Op, Tensor};
@@ -27,23 +26,10 @@ fn ints(values: &[i64], shape: &[usize]) -> Tensor {
     Tensor::from_vec(values.to_vec(), shape).unwrap()
 }
 
-fn graph_of(op: Op, inputs: &[Tensor]) -> Graph {
-    let mut g = Graph::new();
-    let ids: Vec<_> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| g.placeholder(&format!("a{i}"), t.meta()))
-        .collect();
-    let refs: Vec<_> = ids.iter().collect();
-    let out = g.call_function(op, &refs).unwrap();
-    g.output(&[&out]).unwrap();
-    g
-}
-
 /// `op` on `inputs` lowered to one kernel with no fallback, its interpreted and compiled
 /// results equal to eager execution within `tol`; the program.
 fn lowered_agreeing(op: Op, inputs: &[Tensor], tol: f64) -> Program {
-    let g = graph_of(op, inputs);
+    let g = op_graph(op, inputs);
     let program = lowered(&g, inputs);
     assert!(program.fallbacks.is_empty(), "{program}");
     assert_eq!(program.kernels().count(), 1, "{program}");
@@ -54,7 +40,7 @@ fn lowered_agreeing(op: Op, inputs: &[Tensor], tol: f64) -> Program {
 /// Both runners fail `op` on `inputs` with `IndexOutOfRange` for `index` in a dim of `size`,
 /// and so does eager execution.
 fn faults(op: Op, inputs: &[Tensor], index: i64, size: usize) {
-    let g = graph_of(op, inputs);
+    let g = op_graph(op, inputs);
     assert!(
         try_eager(&g, inputs).is_err(),
         "eager accepts index {index}"
@@ -188,7 +174,7 @@ fn scatter_add_equals_eager_along_every_dim() {
 fn scatter_add_with_an_index_narrower_than_the_input_runs_the_eager_kernel() {
     let x = floats(&[3, 4], 1, DType::F32);
     let inputs = [x, ints(&[0, 1], &[1, 2]), floats(&[1, 2], 2, DType::F32)];
-    let g = graph_of(Op::Index(IndexOp::ScatterAdd { dim: 0 }), &inputs);
+    let g = op_graph(Op::Index(IndexOp::ScatterAdd { dim: 0 }), &inputs);
     let program = lowered(&g, &inputs);
     assert_eq!(program.fallbacks.len(), 1, "{program}");
     check_backends(&program, &inputs, &eager(&g, &inputs), 0.0);

@@ -12,9 +12,8 @@ mod emulator;
 use emulated::EmulatedPtx;
 use emulated_driver::EmulatedDriver;
 use std::sync::Arc;
-use tessera_cuda::{PtxTarget, init_with_driver, render};
-use tessera_fx::Graph;
-use tessera_kernel::{Interpreter, NoEnvironment, Program, lower, run_program};
+use tessera_cuda::init_with_driver;
+use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::FakeQuantOp;
 use tessera_tensor::{Device, Op, Tensor};
 
@@ -61,32 +60,6 @@ fn parameters(channels: usize, seed: usize) -> (Tensor, Tensor) {
     )
 }
 
-fn graph_of(op: Op, inputs: &[Tensor]) -> Graph {
-    let mut g = Graph::new();
-    let ids: Vec<_> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| g.placeholder(&format!("a{i}"), t.meta()))
-        .collect();
-    let refs: Vec<_> = ids.iter().collect();
-    let out = g.call_function(op, &refs).unwrap();
-    g.output(&[&out]).unwrap();
-    g
-}
-
-fn lowered(op: Op, inputs: &[Tensor]) -> Program {
-    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph_of(op, inputs), &layouts).unwrap();
-    assert!(program.fallbacks.is_empty(), "{program}");
-    if let Some(ptxas) = common::ptxas() {
-        for k in program.kernels() {
-            let rendered = render(k, &PtxTarget::SM80).unwrap();
-            common::assemble(&ptxas, &rendered.name, &rendered.ptx, &[80, 90]);
-        }
-    }
-    program
-}
-
 fn bits(t: &Tensor) -> Vec<u32> {
     t.to_vec::<f32>()
         .unwrap()
@@ -97,7 +70,7 @@ fn bits(t: &Tensor) -> Vec<u32> {
 
 /// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit.
 fn agrees(op: Op, inputs: &[Tensor]) {
-    let program = lowered(op.clone(), inputs);
+    let program = common::lowered(op.clone(), inputs, 1);
     let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
     let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
     let refs: Vec<&Tensor> = inputs.iter().collect();

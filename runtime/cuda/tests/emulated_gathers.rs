@@ -14,9 +14,8 @@ mod emulator;
 use emulated::EmulatedPtx;
 use emulated_driver::EmulatedDriver;
 use std::sync::Arc;
-use tessera_cuda::{PtxTarget, init_with_driver, render};
-use tessera_fx::Graph;
-use tessera_kernel::{Interpreter, KernelError, NoEnvironment, Program, lower, run_program};
+use tessera_cuda::init_with_driver;
+use tessera_kernel::{Interpreter, KernelError, NoEnvironment, run_program};
 use tessera_tensor::op::{EmbeddingOp, IndexOp, LossOp, Reduction};
 use tessera_tensor::{DType, Device, Op, Tensor};
 
@@ -50,32 +49,6 @@ fn nll_backward(reduction: Reduction, ignore_index: i64, label_smoothing: f64) -
     })
 }
 
-fn graph_of(op: Op, inputs: &[Tensor]) -> Graph {
-    let mut g = Graph::new();
-    let ids: Vec<_> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| g.placeholder(&format!("a{i}"), t.meta()))
-        .collect();
-    let refs: Vec<_> = ids.iter().collect();
-    let out = g.call_function(op, &refs).unwrap();
-    g.output(&[&out]).unwrap();
-    g
-}
-
-fn lowered(op: Op, inputs: &[Tensor]) -> Program {
-    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph_of(op, inputs), &layouts).unwrap();
-    assert!(program.fallbacks.is_empty(), "{program}");
-    if let Some(ptxas) = common::ptxas() {
-        for k in program.kernels() {
-            let rendered = render(k, &PtxTarget::SM80).unwrap();
-            common::assemble(&ptxas, &rendered.name, &rendered.ptx, &[80, 90]);
-        }
-    }
-    program
-}
-
 fn bits(t: &Tensor) -> Vec<u64> {
     t.to_vec_f64()
         .unwrap()
@@ -86,7 +59,7 @@ fn bits(t: &Tensor) -> Vec<u64> {
 
 /// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit.
 fn agrees(op: Op, inputs: &[Tensor]) {
-    let program = lowered(op.clone(), inputs);
+    let program = common::lowered(op.clone(), inputs, 1);
     let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
     let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
     let refs: Vec<&Tensor> = inputs.iter().collect();
@@ -105,7 +78,7 @@ fn agrees(op: Op, inputs: &[Tensor]) {
 
 /// Emulated PTX fails `op` on `inputs` with `IndexOutOfRange` for `index` in a dim of `size`.
 fn faults(op: Op, inputs: &[Tensor], index: i64, size: usize) {
-    let program = lowered(op, inputs);
+    let program = common::lowered(op, inputs, 1);
     match run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs) {
         Err(KernelError::IndexOutOfRange {
             index: i, size: s, ..
@@ -140,7 +113,7 @@ fn nll_loss_of_an_empty_batch_on_emulated_ptx_equals_eager() {
     for reduction in REDUCTIONS {
         let op = nll(reduction, -100, 0.0);
         let inputs = [floats(&[0, 3], 1, DType::F32), ints(&[], &[0])];
-        let program = lowered(op.clone(), &inputs);
+        let program = common::lowered(op.clone(), &inputs, 1);
         let want = run_program(&program, &NoEnvironment, &Interpreter, &inputs).unwrap();
         let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), &inputs).unwrap();
         assert_eq!(bits(&got[0]), bits(&want[0]), "{program}");

@@ -13,9 +13,8 @@ mod emulator;
 use emulated::EmulatedPtx;
 use emulated_driver::EmulatedDriver;
 use std::sync::Arc;
-use tessera_cuda::{PtxTarget, init_with_driver, render};
-use tessera_fx::Graph;
-use tessera_kernel::{Interpreter, NoEnvironment, Program, lower, run_program};
+use tessera_cuda::init_with_driver;
+use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::{PoolOp, ReduceKind, ReduceOp};
 use tessera_tensor::{DType, Device, Op, Tensor};
 
@@ -34,39 +33,6 @@ fn tied(shape: &[usize], dtype: DType) -> Tensor {
     Tensor::from_vec(v, shape).unwrap().to_dtype(dtype).unwrap()
 }
 
-/// A graph of `op` on one placeholder per input, every output of `op` a graph output.
-fn graph_of(op: Op, inputs: &[Tensor], outputs: usize) -> Graph {
-    let mut g = Graph::new();
-    let ids: Vec<_> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| g.placeholder(&format!("a{i}"), t.meta()))
-        .collect();
-    let refs: Vec<_> = ids.iter().collect();
-    let out = g.call_function(op, &refs).unwrap();
-    if outputs == 1 {
-        g.output(&[&out]).unwrap();
-    } else {
-        let items: Vec<_> = (0..outputs).map(|i| g.getitem(&out, i).unwrap()).collect();
-        let refs: Vec<_> = items.iter().collect();
-        g.output(&refs).unwrap();
-    }
-    g
-}
-
-fn lowered(op: Op, inputs: &[Tensor], outputs: usize) -> Program {
-    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph_of(op, inputs, outputs), &layouts).unwrap();
-    assert!(program.fallbacks.is_empty(), "{program}");
-    if let Some(ptxas) = common::ptxas() {
-        for k in program.kernels() {
-            let rendered = render(k, &PtxTarget::SM80).unwrap();
-            common::assemble(&ptxas, &rendered.name, &rendered.ptx, &[80, 90]);
-        }
-    }
-    program
-}
-
 fn bits(t: &Tensor) -> Vec<u64> {
     t.to_vec_f64()
         .unwrap()
@@ -78,7 +44,7 @@ fn bits(t: &Tensor) -> Vec<u64> {
 /// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit on
 /// each of its `outputs`.
 fn agrees(op: Op, inputs: &[Tensor], outputs: usize) {
-    let program = lowered(op.clone(), inputs, outputs);
+    let program = common::lowered(op.clone(), inputs, outputs);
     let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
     let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
     let refs: Vec<&Tensor> = inputs.iter().collect();

@@ -651,6 +651,13 @@ impl Lowering<'_> {
         self.program.kernels().count()
     }
 
+    /// Runs node `id`'s eager kernel as an external call, reported as a fallback that says
+    /// why its kernel was not generated.
+    fn not_generated(&mut self, id: &NodeId, op: &Op, why: &str) -> Result<()> {
+        let reason = format!("not generated: {why}");
+        self.external(id, ExternalCall::Op(op.clone()), Some(reason))
+    }
+
     /// Runs `id` through its eager kernel (or module), recording the fallback.
     fn external(&mut self, id: &NodeId, call: ExternalCall, reason: Option<String>) -> Result<()> {
         let inputs = self

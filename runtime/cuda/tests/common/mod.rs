@@ -4,18 +4,55 @@
 #![allow(dead_code)]
 
 use std::process::Command;
+use tessera_cuda::{PtxTarget, render};
 use tessera_fx::Graph;
 use tessera_kernel::{Kernel, Program, lower};
 use tessera_tensor::op::{
     BinaryOp, CompareOp, NormOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp, ViewOp,
 };
-use tessera_tensor::{DType, Op, TensorMeta};
+use tessera_tensor::{DType, Op, Tensor, TensorMeta};
 
 /// The kernels of `graph` lowered for packed inputs; the lowering must not fall back.
 pub fn kernels(graph: &Graph) -> Vec<Kernel> {
     let program: Program = lower(graph, &[]).unwrap();
     assert!(program.fallbacks.is_empty(), "fell back:\n{program}");
     program.kernels().cloned().collect()
+}
+
+/// `op` on one placeholder per input (shaped and typed as `inputs`), its first `outputs`
+/// results the graph's outputs.
+pub fn graph_on(op: Op, inputs: &[Tensor], outputs: usize) -> Graph {
+    let mut g = Graph::new();
+    let ids: Vec<_> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| g.placeholder(&format!("a{i}"), t.meta()))
+        .collect();
+    let refs: Vec<_> = ids.iter().collect();
+    let out = g.call_function(op, &refs).unwrap();
+    if outputs == 1 {
+        g.output(&[&out]).unwrap();
+    } else {
+        let items: Vec<_> = (0..outputs).map(|i| g.getitem(&out, i).unwrap()).collect();
+        let refs: Vec<_> = items.iter().collect();
+        g.output(&refs).unwrap();
+    }
+    g
+}
+
+/// `op` on `inputs` lowered for their layouts, with no fallback; each kernel assembled by
+/// `ptxas` for sm_80 and sm_90 when `TESSERA_PTXAS` names it.
+pub fn lowered(op: Op, inputs: &[Tensor], outputs: usize) -> Program {
+    let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
+    let program = lower(&graph_on(op, inputs, outputs), &layouts).unwrap();
+    assert!(program.fallbacks.is_empty(), "{program}");
+    if let Some(ptxas) = ptxas() {
+        for k in program.kernels() {
+            let rendered = render(k, &PtxTarget::SM80).unwrap();
+            assemble(&ptxas, &rendered.name, &rendered.ptx, &[80, 90]);
+        }
+    }
+    program
 }
 
 /// `op` applied to placeholders of `shapes`, of `dtype`.

@@ -10,7 +10,7 @@
 
 use super::Lowering;
 use super::frame::{Frame, Local};
-use crate::{BinaryFn, Bound, Expr, ExternalCall, IndexExpr, KernelBuilder, Result, ScalarType};
+use crate::{BinaryFn, Bound, Expr, IndexExpr, KernelBuilder, Result, ScalarType};
 use std::collections::HashSet;
 use tessera_fx::NodeId;
 use tessera_tensor::Op;
@@ -20,11 +20,7 @@ impl Lowering<'_> {
     /// a fallback) when the kernel IR cannot express it.
     pub(super) fn cat(&mut self, id: &NodeId, op: &Op, dim: usize) -> Result<()> {
         if let Err(why) = self.cat_kernel(id, op, dim)? {
-            self.external(
-                id,
-                ExternalCall::Op(op.clone()),
-                Some(format!("not generated: {why}")),
-            )?;
+            self.not_generated(id, op, &why)?;
         }
         Ok(())
     }

@@ -11,9 +11,7 @@
 
 use super::Lowering;
 use super::frame::{FrameMap, Local};
-use crate::{
-    BinaryFn, CompareFn, Expr, ExternalCall, KernelBuilder, Result, ScalarType, UnaryFn, ValueId,
-};
+use crate::{BinaryFn, CompareFn, Expr, KernelBuilder, Result, ScalarType, UnaryFn, ValueId};
 use std::collections::HashSet;
 use tessera_fx::NodeId;
 use tessera_tensor::Op;
@@ -50,11 +48,7 @@ impl Lowering<'_> {
     /// fallback) when the kernel IR cannot express it.
     pub(super) fn fake_quant(&mut self, id: &NodeId, op: &Op) -> Result<()> {
         if let Err(why) = self.fake_quant_kernel(id, op)? {
-            self.external(
-                id,
-                ExternalCall::Op(op.clone()),
-                Some(format!("not generated: {why}")),
-            )?;
+            self.not_generated(id, op, &why)?;
         }
         Ok(())
     }

@@ -8,8 +8,8 @@
 use super::{Lowering, Val, packed_index};
 use crate::schedule::schedule;
 use crate::{
-    BufferId, BufferRole, Expr, ExternalCall, IndexExpr, KernelBuilder, Result, ScalarType, SlotId,
-    SlotSource, Step, ValueId,
+    BufferId, BufferRole, Expr, IndexExpr, KernelBuilder, Result, ScalarType, SlotId, SlotSource,
+    Step, ValueId,
 };
 use tessera_fx::NodeId;
 use tessera_tensor::layout::Layout;
@@ -172,11 +172,7 @@ impl Lowering<'_> {
                 self.values.insert(*id, vec![v]);
                 Ok(())
             }
-            Err(why) => self.external(
-                id,
-                ExternalCall::Op(op.clone()),
-                Some(format!("not generated: {why}")),
-            ),
+            Err(why) => self.not_generated(id, op, &why),
         }
     }
 

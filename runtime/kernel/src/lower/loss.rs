@@ -9,8 +9,7 @@
 use super::Lowering;
 use super::frame::{Frame, FrameMap, Local};
 use crate::{
-    BinaryFn, CompareFn, Expr, ExternalCall, KernelBuilder, ReduceFn, Result, ScalarType, UnaryFn,
-    ValueId,
+    BinaryFn, CompareFn, Expr, KernelBuilder, ReduceFn, Result, ScalarType, UnaryFn, ValueId,
 };
 use std::collections::HashSet;
 use tessera_fx::NodeId;
@@ -38,11 +37,7 @@ impl Lowering<'_> {
     /// when the kernel IR cannot express it.
     pub(super) fn loss(&mut self, id: &NodeId, op: &Op) -> Result<()> {
         if let Err(why) = self.loss_kernel(id, op)? {
-            self.external(
-                id,
-                ExternalCall::Op(op.clone()),
-                Some(format!("not generated: {why}")),
-            )?;
+            self.not_generated(id, op, &why)?;
         }
         Ok(())
     }

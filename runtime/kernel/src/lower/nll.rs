@@ -13,7 +13,7 @@
 
 use super::Lowering;
 use super::gather::IndexKernel;
-use crate::{BinaryFn, CompareFn, Expr, ExternalCall, KernelBuilder, ReduceFn, Result, ScalarType};
+use crate::{BinaryFn, CompareFn, Expr, KernelBuilder, ReduceFn, Result, ScalarType};
 use crate::{LoopId, ValueId};
 use tessera_fx::NodeId;
 use tessera_tensor::op::{LossOp, Reduction};
@@ -173,11 +173,7 @@ impl Lowering<'_> {
                 self.values.insert(*id, vec![v]);
                 Ok(())
             }
-            Err(why) => self.external(
-                id,
-                ExternalCall::Op(Op::Loss(op.clone())),
-                Some(format!("not generated: {why}")),
-            ),
+            Err(why) => self.not_generated(id, &Op::Loss(op.clone()), &why),
         }
     }
 

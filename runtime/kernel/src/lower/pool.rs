@@ -14,8 +14,8 @@
 use super::Lowering;
 use super::frame::{Frame, Local};
 use crate::{
-    BinaryFn, Bound, CompareFn, Expr, ExternalCall, IndexExpr, KernelBuilder, LoopId, ReduceFn,
-    Result, ScalarType, ValueId,
+    BinaryFn, Bound, CompareFn, Expr, IndexExpr, KernelBuilder, LoopId, ReduceFn, Result,
+    ScalarType, ValueId,
 };
 use std::collections::HashSet;
 use tessera_fx::NodeId;
@@ -42,11 +42,7 @@ impl Lowering<'_> {
     /// a fallback) when the kernel IR cannot express it.
     pub(super) fn pool(&mut self, id: &NodeId, op: &Op) -> Result<()> {
         if let Err(why) = self.pool_kernel(id, op)? {
-            self.external(
-                id,
-                ExternalCall::Op(op.clone()),
-                Some(format!("not generated: {why}")),
-            )?;
+            self.not_generated(id, op, &why)?;
         }
         Ok(())
     }

@@ -12,8 +12,8 @@
 
 use super::{Lowering, graph_error};
 use crate::{
-    BufferId, BufferRole, CompareFn, Expr, ExternalCall, IndexExpr, KernelBuilder, Result,
-    ScalarType, SlotId, SlotSource, Step, ValueId, schedule::schedule,
+    BufferId, BufferRole, CompareFn, Expr, IndexExpr, KernelBuilder, Result, ScalarType, SlotId,
+    SlotSource, Step, ValueId, schedule::schedule,
 };
 use std::collections::HashMap;
 use tessera_fx::{Graph, NodeId, NodeKind};
@@ -113,11 +113,7 @@ impl Lowering<'_> {
     pub(super) fn pool_backward(&mut self, id: &NodeId, op: &Op) -> Result<()> {
         match self.pool_backward_kernel(id, op)? {
             Ok(()) => Ok(()),
-            Err(why) => self.external(
-                id,
-                ExternalCall::Op(op.clone()),
-                Some(format!("not generated: {why}")),
-            ),
+            Err(why) => self.not_generated(id, op, &why),
         }
     }
 

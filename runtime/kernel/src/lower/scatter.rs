@@ -21,8 +21,7 @@
 use super::gather::IndexKernel;
 use super::{Lowering, Val};
 use crate::{
-    BinaryFn, CompareFn, Expr, ExternalCall, KernelBuilder, LoopId, ReduceFn, Result, ScalarType,
-    ValueId,
+    BinaryFn, CompareFn, Expr, KernelBuilder, LoopId, ReduceFn, Result, ScalarType, ValueId,
 };
 use tessera_fx::NodeId;
 use tessera_tensor::op::{EmbeddingBackwardOp, IndexOp};
@@ -88,11 +87,7 @@ impl Lowering<'_> {
                 self.values.insert(*id, vec![v]);
                 Ok(())
             }
-            Err(why) => self.external(
-                id,
-                ExternalCall::Op(op.clone()),
-                Some(format!("not generated: {why}")),
-            ),
+            Err(why) => self.not_generated(id, op, &why),
         }
     }
 
