@@ -7,9 +7,9 @@
 
 use crate::common;
 
-use common::{check_backends, eager, lowered, op_graph, try_eager};
+use common::{eager, faults, lowered, lowered_agreeing, op_graph};
 use tessera_cpu::JitProgram;
-use tessera_kernel::{Interpreter, KernelError, NoEnvironment, Program, run_program};
+use tessera_kernel::{NoEnvironment, run_program};
 use tessera_tensor::op::{EmbeddingOp, IndexOp, LossOp, Reduction};
 use tessera_tensor::{DType, Op, Tensor};
 
@@ -40,51 +40,6 @@ fn nll_backward(reduction: Reduction, ignore_index: i64, label_smoothing: f64) -
         reduction,
         ignore_index,
         label_smoothing,
-    }
-}
-
-/// `op` on `inputs` lowered with no fallback, its interpreted and compiled results equal to
-/// eager execution within `tol`; the program.
-fn lowered_agreeing(op: Op, inputs: &[Tensor], tol: f64) -> Program {
-    let g = op_graph(op, inputs);
-    let program = lowered(&g, inputs);
-    assert!(program.fallbacks.is_empty(), "{program}");
-    check_backends(&program, inputs, &eager(&g, inputs), tol);
-    program
-}
-
-/// Both runners fail `op` on `inputs` with `IndexOutOfRange` for `index` in a dim of `size`,
-/// and so does eager execution.
-fn faults(op: Op, inputs: &[Tensor], index: i64, size: usize) {
-    let g = op_graph(op, inputs);
-    assert!(
-        try_eager(&g, inputs).is_err(),
-        "eager accepts index {index}"
-    );
-    let program = lowered(&g, inputs);
-    assert!(program.fallbacks.is_empty(), "{program}");
-    let jit = JitProgram::compile(&program).unwrap();
-    let runs = [
-        (
-            "interpreter",
-            run_program(&program, &NoEnvironment, &Interpreter, inputs),
-        ),
-        ("jit", run_program(&program, &NoEnvironment, &jit, inputs)),
-    ];
-    for (what, run) in runs {
-        match run {
-            Err(e @ KernelError::IndexOutOfRange { .. }) => {
-                let KernelError::IndexOutOfRange {
-                    index: i, size: s, ..
-                } = &e
-                else {
-                    unreachable!()
-                };
-                assert_eq!((*i, *s), (index, size), "{what}: {e}");
-                assert!(e.to_string().contains(&format!("index {index}")), "{e}");
-            }
-            other => panic!("{what}: expected IndexOutOfRange, got {other:?}\n{program}"),
-        }
     }
 }
 

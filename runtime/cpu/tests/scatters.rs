@@ -8,9 +8,8 @@
 
 use crate::common;
 
-use common::{check_backends, eager, lowered, op_graph, try_eager};
-use tessera_cpu::JitProgram;
-use tessera_kernel::{Interpreter, KernelError, NoEnvironment, Program, run_program};
+use common::{check_backends, eager, faults, lowered, op_graph};
+use tessera_kernel::{Interpreter, NoEnvironment, Program, run_program};
 use tessera_tensor::op::{EmbeddingBackwardOp, IndexOp};
 use tessera_tensor::{DType, Op, Tensor};
 
@@ -28,41 +27,10 @@ fn ints(values: &[i64], shape: &[usize]) -> Tensor {
 
 /// `op` on `inputs` lowered to one kernel with no fallback, its interpreted and compiled
 /// results equal to eager execution within `tol`; the program.
-fn lowered_agreeing(op: Op, inputs: &[Tensor], tol: f64) -> Program {
-    let g = op_graph(op, inputs);
-    let program = lowered(&g, inputs);
-    assert!(program.fallbacks.is_empty(), "{program}");
+fn lowered_to_one_kernel(op: Op, inputs: &[Tensor], tol: f64) -> Program {
+    let program = common::lowered_agreeing(op, inputs, tol);
     assert_eq!(program.kernels().count(), 1, "{program}");
-    check_backends(&program, inputs, &eager(&g, inputs), tol);
     program
-}
-
-/// Both runners fail `op` on `inputs` with `IndexOutOfRange` for `index` in a dim of `size`,
-/// and so does eager execution.
-fn faults(op: Op, inputs: &[Tensor], index: i64, size: usize) {
-    let g = op_graph(op, inputs);
-    assert!(
-        try_eager(&g, inputs).is_err(),
-        "eager accepts index {index}"
-    );
-    let program = lowered(&g, inputs);
-    assert!(program.fallbacks.is_empty(), "{program}");
-    let jit = JitProgram::compile(&program).unwrap();
-    let runs = [
-        (
-            "interpreter",
-            run_program(&program, &NoEnvironment, &Interpreter, inputs),
-        ),
-        ("jit", run_program(&program, &NoEnvironment, &jit, inputs)),
-    ];
-    for (what, run) in runs {
-        match run {
-            Err(KernelError::IndexOutOfRange {
-                index: i, size: s, ..
-            }) => assert_eq!((i, s), (index, size), "{what}"),
-            other => panic!("{what}: expected IndexOutOfRange, got {other:?}\n{program}"),
-        }
-    }
 }
 
 fn embedding_backward(num_weights: usize, padding_idx: Option<usize>) -> Op {
@@ -78,13 +46,13 @@ fn embedding_backward_adds_duplicate_rows_in_eager_order_bit_for_bit() {
         let ids = ints(&[5, 0, 3, 3, 1, 0, 3, 5], &[2, 4]);
         for padding in [None, Some(3), Some(2)] {
             let inputs = [floats(&[2, 4, 7], 4, dtype), ids.clone()];
-            lowered_agreeing(embedding_backward(6, padding), &inputs, 0.0);
+            lowered_to_one_kernel(embedding_backward(6, padding), &inputs, 0.0);
         }
         // A single id (a 0-d index) and a strided gradient.
         let inputs = [floats(&[5], 1, dtype), ints(&[2], &[])];
-        lowered_agreeing(embedding_backward(4, None), &inputs, 0.0);
+        lowered_to_one_kernel(embedding_backward(4, None), &inputs, 0.0);
         let grad = floats(&[7, 8], 2, dtype).t().unwrap();
-        lowered_agreeing(
+        lowered_to_one_kernel(
             embedding_backward(6, Some(0)),
             &[grad, ids.reshape(&[8]).unwrap()],
             0.0,
@@ -95,7 +63,7 @@ fn embedding_backward_adds_duplicate_rows_in_eager_order_bit_for_bit() {
 #[test]
 fn embedding_backward_of_no_ids_is_a_zero_table() {
     let inputs = [floats(&[0, 3], 1, DType::F32), ints(&[], &[0])];
-    let program = lowered_agreeing(embedding_backward(4, None), &inputs, 0.0);
+    let program = lowered_to_one_kernel(embedding_backward(4, None), &inputs, 0.0);
     let out = run_program(&program, &NoEnvironment, &Interpreter, &inputs).unwrap();
     assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![0.0; 12]);
 }
@@ -124,16 +92,16 @@ fn index_add_equals_eager_along_every_dim_with_and_without_duplicates() {
                 ints(&perm, &[size as usize]),
                 floats(&src_shape, 3, dtype),
             ];
-            lowered_agreeing(op.clone(), &inputs, 0.0);
+            lowered_to_one_kernel(op.clone(), &inputs, 0.0);
             // Duplicates: the rows' sum is added to x, within rounding of eager's order.
             src_shape[dim] = 6;
             let picks: Vec<i64> = (0..6).map(|i| (i * 3 + 1) % size).collect();
             let inputs = [x.clone(), ints(&picks, &[6]), floats(&src_shape, 5, dtype)];
-            lowered_agreeing(op.clone(), &inputs, 1e-5);
+            lowered_to_one_kernel(op.clone(), &inputs, 1e-5);
             // No rows: x unchanged.
             src_shape[dim] = 0;
             let inputs = [x.clone(), ints(&[], &[0]), floats(&src_shape, 5, dtype)];
-            lowered_agreeing(op, &inputs, 0.0);
+            lowered_to_one_kernel(op, &inputs, 0.0);
         }
     }
 }
@@ -143,7 +111,7 @@ fn index_add_reads_a_transposed_input_and_source_in_place() {
     let x = floats(&[5, 4], 1, DType::F32).t().unwrap();
     let src = floats(&[3, 4], 2, DType::F32).t().unwrap();
     let op = Op::Index(IndexOp::IndexAdd { dim: 1 });
-    lowered_agreeing(op, &[x, ints(&[4, 0, 2], &[3]), src], 0.0);
+    lowered_to_one_kernel(op, &[x, ints(&[4, 0, 2], &[3]), src], 0.0);
 }
 
 #[test]
@@ -165,7 +133,7 @@ fn scatter_add_equals_eager_along_every_dim() {
                 ints(&index, &shape),
                 floats(&src_shape, 3, dtype),
             ];
-            lowered_agreeing(op, &inputs, 1e-5);
+            lowered_to_one_kernel(op, &inputs, 1e-5);
         }
     }
 }

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use tessera_cpu::JitProgram;
 use tessera_fx::{Graph, NodeId, NodeKind};
-use tessera_kernel::{NoEnvironment, Program, run_program};
+use tessera_kernel::{Interpreter, KernelError, NoEnvironment, Program, run_program};
 use tessera_tensor::op::{BinaryOp, CompareOp, ScalarOp, UnaryOp, ViewOp};
 use tessera_tensor::{DType, Op, Tensor, TensorMeta};
 
@@ -95,6 +95,51 @@ pub fn one_kernel_agreeing(graph: &Graph, inputs: &[Tensor], tol: f64) -> Progra
     assert_eq!(program.kernels().count(), 1, "{program}");
     check_backends(&program, inputs, &eager(graph, inputs), tol);
     program
+}
+
+/// `op` on `inputs` lowered with no fallback, its interpreted and compiled results equal to
+/// eager execution within `tol`; the program.
+pub fn lowered_agreeing(op: Op, inputs: &[Tensor], tol: f64) -> Program {
+    let g = op_graph(op, inputs);
+    let program = lowered(&g, inputs);
+    assert!(program.fallbacks.is_empty(), "{program}");
+    check_backends(&program, inputs, &eager(&g, inputs), tol);
+    program
+}
+
+/// Both runners fail `op` on `inputs` with `IndexOutOfRange` for `index` in a dim of `size`,
+/// and so does eager execution.
+pub fn faults(op: Op, inputs: &[Tensor], index: i64, size: usize) {
+    let g = op_graph(op, inputs);
+    assert!(
+        try_eager(&g, inputs).is_err(),
+        "eager accepts index {index}"
+    );
+    let program = lowered(&g, inputs);
+    assert!(program.fallbacks.is_empty(), "{program}");
+    let jit = JitProgram::compile(&program).unwrap();
+    let runs = [
+        (
+            "interpreter",
+            run_program(&program, &NoEnvironment, &Interpreter, inputs),
+        ),
+        ("jit", run_program(&program, &NoEnvironment, &jit, inputs)),
+    ];
+    for (what, run) in runs {
+        match run {
+            Err(e @ KernelError::IndexOutOfRange { .. }) => {
+                let KernelError::IndexOutOfRange {
+                    index: i, size: s, ..
+                } = &e
+                else {
+                    unreachable!()
+                };
+                assert_eq!((*i, *s), (index, size), "{what}: {e}");
+                assert!(e.to_string().contains(&format!("index {index}")), "{e}");
+            }
+            other => panic!("{what}: expected IndexOutOfRange, got {other:?}\n{program}"),
+        }
+    }
 }
 
 /// Exact agreement up to a relative `1e-6` (elementwise kernels round as eager ones do).
