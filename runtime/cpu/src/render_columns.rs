@@ -57,7 +57,7 @@ impl ColumnReduction {
             let Expr::Reduce(f, operand) = kernel.value(v).expr else {
                 return None;
             };
-            if !f32_(v) || !f32_(operand) {
+            if !f32_(v) || !f32_(operand) || f.is_arg() {
                 return None;
             }
             reduces.push((v, operand, f));
@@ -189,11 +189,7 @@ impl ColumnReduction {
                 for (acc, &(_, operand, f)) in accs.iter().zip(&self.reduces) {
                     let x = r.operand(b, operand, &vals, consts, 4);
                     let sum = b.use_var(acc[u]);
-                    let next = match f {
-                        ReduceFn::Sum => b.ins().fadd(sum, x),
-                        ReduceFn::Max => b.ins().fmax(sum, x),
-                        ReduceFn::Min => b.ins().fmin(sum, x),
-                    };
+                    let next = crate::render_reduce::combine(b, f, sum, x);
                     b.def_var(acc[u], next);
                 }
             }

@@ -6,7 +6,7 @@
 //! outer stores.
 
 use crate::render::Renderer;
-use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{InstBuilder, Value, types};
 use cranelift_frontend::{FunctionBuilder, Variable};
 use tessera_kernel::{Expr, ReduceFn, ScalarType, Stages, ValueId};
@@ -90,8 +90,11 @@ struct Accumulator {
     id: ValueId,
     f: ReduceFn,
     operand: ValueId,
+    /// The value (an arg reduction's best value).
     scalar: Variable,
     vectors: Vec<Variable>,
+    /// An arg reduction's position (its kernel has the scalar schedule).
+    position: Option<Variable>,
 }
 
 /// Sweep `k` over the reduction loops; returns the reductions it finished.
@@ -112,9 +115,21 @@ fn sweep(
             let Expr::Reduce(f, operand) = v.expr else {
                 return None;
             };
-            let init = constant(b, v.ty, f.identity());
-            let scalar = b.declare_var(crate::render::clif_type(v.ty));
+            // An arg reduction's value has its operand's type.
+            let ty = if f.is_arg() {
+                kernel.value(operand).ty
+            } else {
+                v.ty
+            };
+            let init = constant(b, ty, f.identity());
+            let scalar = b.declare_var(crate::render::clif_type(ty));
             b.def_var(scalar, init);
+            let position = f.is_arg().then(|| {
+                let var = b.declare_var(types::I64);
+                let none = b.ins().iconst(types::I64, tessera_kernel::ARG_NONE);
+                b.def_var(var, none);
+                var
+            });
             let vectors = if vector {
                 (0..s.unroll)
                     .map(|_| {
@@ -133,13 +148,20 @@ fn sweep(
                 operand,
                 scalar,
                 vectors,
+                position,
             })
         })
         .collect();
     let zero = b.ins().iconst(types::I64, 0);
-    reduce_nest(r, b, stages, k, outer, &accs, 0, zero);
+    // The row-major position of the reduction point, for arg reductions.
+    let flat = b.declare_var(types::I64);
+    b.def_var(flat, zero);
+    reduce_nest(r, b, stages, k, outer, &accs, flat, 0, zero);
     accs.iter()
         .map(|a| {
+            if let Some(position) = a.position {
+                return (a.id, b.use_var(position));
+            }
             let mut total = b.use_var(a.scalar);
             for &v in &a.vectors {
                 let lanes = b.use_var(v);
@@ -162,6 +184,7 @@ fn reduce_nest(
     k: usize,
     outer: &[Option<Value>],
     accs: &[Accumulator],
+    flat: Variable,
     level: usize,
     start: Value,
 ) {
@@ -172,7 +195,7 @@ fn reduce_nest(
         r.counted(b, start, end, 1, &mut |r, b, i| {
             r.indices.push(i);
             let zero = b.ins().iconst(types::I64, 0);
-            reduce_nest(r, b, stages, k, outer, accs, level + 1, zero);
+            reduce_nest(r, b, stages, k, outer, accs, flat, level + 1, zero);
             r.indices.pop();
         });
         return;
@@ -183,14 +206,14 @@ fn reduce_nest(
         r.counted(b, start, end, step, &mut |r, b, i| {
             for u in 0..s.unroll {
                 let j = b.ins().iadd_imm_s(i, (u * s.vector_width) as i64);
-                point(r, b, stages, k, outer, accs, j, 4, Some(u));
+                point(r, b, stages, k, outer, accs, flat, j, 4, Some(u));
             }
         })
     } else {
         start
     };
     r.counted(b, tail, end, 1, &mut |r, b, j| {
-        point(r, b, stages, k, outer, accs, j, 1, None);
+        point(r, b, stages, k, outer, accs, flat, j, 1, None);
     });
 }
 
@@ -204,6 +227,7 @@ fn point(
     k: usize,
     outer: &[Option<Value>],
     accs: &[Accumulator],
+    flat: Variable,
     j: Value,
     lanes: usize,
     vector: Option<usize>,
@@ -215,6 +239,11 @@ fn point(
     }
     for a in accs {
         let x = r.operand(b, a.operand, &vals, outer, lanes);
+        if let Some(position) = a.position {
+            let here = b.use_var(flat);
+            arg_combine(b, a.f, a.scalar, position, x, here);
+            continue;
+        }
         let var = match vector {
             Some(u) => a.vectors[u],
             None => a.scalar,
@@ -226,14 +255,54 @@ fn point(
     for &s in &stages.sweep_stores[k] {
         r.store(b, &kernel.stores[s], &vals, outer, Some(j), lanes);
     }
+    if accs.iter().any(|a| a.position.is_some()) {
+        let here = b.use_var(flat);
+        let next = b.ins().iadd_imm_s(here, lanes as i64);
+        b.def_var(flat, next);
+    }
+}
+
+/// Folds the candidate `x` at position `j` into the arg reduction (`best`, `position`) when
+/// it replaces it ([`ReduceFn::replaces`]): more extreme, NaN where the best is not, or as
+/// extreme at a lower position.
+fn arg_combine(
+    b: &mut FunctionBuilder,
+    f: ReduceFn,
+    best: Variable,
+    position: Variable,
+    x: Value,
+    j: Value,
+) {
+    let (v, at) = (b.use_var(best), b.use_var(position));
+    let more = if f.is_largest() {
+        FloatCC::GreaterThan
+    } else {
+        FloatCC::LessThan
+    };
+    let more = b.ins().fcmp(more, x, v);
+    let x_nan = b.ins().fcmp(FloatCC::Unordered, x, x);
+    let v_nan = b.ins().fcmp(FloatCC::Unordered, v, v);
+    let equal = b.ins().fcmp(FloatCC::Equal, x, v);
+    let both_nan = b.ins().band(x_nan, v_nan);
+    let same = b.ins().bor(equal, both_nan);
+    let lower = b.ins().icmp(IntCC::SignedLessThan, j, at);
+    let tie = b.ins().band(same, lower);
+    let nan_wins = b.ins().band_not(x_nan, v_nan);
+    let wins = b.ins().bor(more, nan_wins);
+    let replaces = b.ins().bor(wins, tie);
+    let v = b.ins().select(replaces, x, v);
+    let at = b.ins().select(replaces, j, at);
+    b.def_var(best, v);
+    b.def_var(position, at);
 }
 
 /// `f(acc, x)` (scalars or vectors); max and min propagate NaN, as `fmax`/`fmin` do.
-fn combine(b: &mut FunctionBuilder, f: ReduceFn, acc: Value, x: Value) -> Value {
+/// (An arg reduction combines through [`arg_combine`].)
+pub(crate) fn combine(b: &mut FunctionBuilder, f: ReduceFn, acc: Value, x: Value) -> Value {
     match f {
         ReduceFn::Sum => b.ins().fadd(acc, x),
-        ReduceFn::Max => b.ins().fmax(acc, x),
-        ReduceFn::Min => b.ins().fmin(acc, x),
+        ReduceFn::Max | ReduceFn::ArgMax => b.ins().fmax(acc, x),
+        ReduceFn::Min | ReduceFn::ArgMin => b.ins().fmin(acc, x),
     }
 }
 

@@ -5,12 +5,16 @@
 //! shuffles (`shfl.sync.bfly`), then across warps through shared memory (`bar.sync` before and
 //! after), every thread combining the warps' partials in order so all hold the result. Outer
 //! stores are done by thread 0. Partial sums associate differently from the interpreter's
-//! left-to-right sum, so sums agree within rounding, not bit for bit.
+//! left-to-right sum, so sums agree within rounding, not bit for bit. An arg reduction
+//! (`argmax`/`argmin`) carries a pair, the best value and its position among the reduction
+//! points, through every step (two shuffles, two shared slots), and its combination prefers
+//! the lower position among equal extremes ([`tessera_kernel::ReduceFn::replaces`]), so its
+//! result is the interpreter's exactly.
 
 use crate::body::Body;
 use crate::emit::{Reg, RegClass};
 use crate::scalar_table::{class, imm, suffix};
-use tessera_kernel::{Expr, ScalarType, Stages, ValueId};
+use tessera_kernel::{ARG_NONE, Expr, Kernel, ReduceFn, ScalarType, Stages, ValueId};
 
 /// The largest block of a reduction kernel.
 pub const MAX_REDUCTION_BLOCK: u32 = 256;
@@ -26,18 +30,64 @@ pub fn reduction_block(n: usize) -> u32 {
 }
 
 /// Bytes of shared memory a reduction kernel with block `block` needs: one 8-byte slot per
-/// warp for each reduction of its busiest sweep.
-pub fn shared_bytes(stages: &Stages, block: u32) -> usize {
+/// warp for each partial of its busiest sweep (two for an arg reduction: value, position).
+pub fn shared_bytes(kernel: &Kernel, stages: &Stages, block: u32) -> usize {
     // At least one per warp: the body takes the array's address even when no sweep
     // accumulates (an eval batch norm's sweep only stores).
+    let slots = |r: &ValueId| match kernel.value(*r).expr {
+        Expr::Reduce(f, _) if f.is_arg() => 2,
+        _ => 1,
+    };
     let most = stages
         .sweep_reduces
         .iter()
-        .map(Vec::len)
+        .map(|rs| rs.iter().map(slots).sum::<usize>())
         .max()
         .unwrap_or(0)
         .max(1);
     most * (block as usize / 32) * 8
+}
+
+/// One reduction's accumulator registers in a thread.
+#[derive(Clone, Copy)]
+struct Acc {
+    id: ValueId,
+    f: ReduceFn,
+    /// The value: a sum or extreme, an arg reduction's best value.
+    value: Reg,
+    /// The type of `value`.
+    ty: ScalarType,
+    /// An arg reduction's position (`.b64`), the reduction's result.
+    position: Option<Reg>,
+}
+
+impl Acc {
+    /// The register holding the reduction's result.
+    fn result(&self) -> Reg {
+        self.position.unwrap_or(self.value)
+    }
+
+    /// Sets the registers to the reduction's initial pair.
+    fn reset(&self, b: &mut Body) {
+        let ty = self.ty;
+        b.e.ins(format!(
+            "mov.{} {}, {}",
+            suffix(ty),
+            self.value,
+            imm(ty, self.f.identity())
+        ));
+        if let Some(p) = self.position {
+            b.e.ins(format!("mov.s64 {p}, {ARG_NONE}"));
+        }
+    }
+
+    /// Folds the candidate `x` (at `at`, for an arg reduction) in.
+    fn fold(&self, b: &mut Body, x: Reg, at: Option<Reg>) {
+        match (self.position, at) {
+            (Some(p), Some(at)) => b.arg_combine(self.f, self.ty, self.value, p, x, at),
+            _ => b.combine(self.f, self.ty, self.value, x),
+        }
+    }
 }
 
 /// Emits the body of a reduction kernel with `block` threads per block.
@@ -87,14 +137,23 @@ pub(crate) fn reduction(b: &mut Body, block: u32) {
     }
     for k in 0..stages.sweeps {
         b.e.comment(format!("sweep {k}"));
-        let accs: Vec<(ValueId, Reg)> = stages.sweep_reduces[k]
+        let accs: Vec<Acc> = stages.sweep_reduces[k]
             .iter()
-            .map(|&r| {
-                let ty = b.kernel.value(r).ty;
-                let acc = b.e.reg(class(ty));
-                let init = reduce_fn(b, r).map_or(0.0, |f| f.identity());
-                b.e.ins(format!("mov.{} {acc}, {}", suffix(ty), imm(ty, init)));
-                (r, acc)
+            .filter_map(|&id| {
+                let Expr::Reduce(f, x) = b.kernel.value(id).expr else {
+                    return None;
+                };
+                let arg = f.is_arg();
+                let ty = b.kernel.value(if arg { x } else { id }).ty;
+                let acc = Acc {
+                    id,
+                    f,
+                    value: b.e.reg(class(ty)),
+                    ty,
+                    position: arg.then(|| b.e.reg(RegClass::B64)),
+                };
+                acc.reset(b);
+                Some(acc)
             })
             .collect();
         let r = b.int_reg();
@@ -110,10 +169,19 @@ pub(crate) fn reduction(b: &mut Body, block: u32) {
         for &v in &stages.sweep_values[k] {
             b.emit_value(v);
         }
-        for &(id, acc) in &accs {
-            if let Expr::Reduce(f, x) = b.kernel.value(id).expr {
+        // The point's row-major position among the reduction points, for arg reductions.
+        let here = accs.iter().any(|a| a.position.is_some()).then(|| {
+            let here = b.e.reg(RegClass::B64);
+            match b.width {
+                crate::index::IntWidth::U32 => b.e.ins(format!("cvt.u64.u32 {here}, {r}")),
+                crate::index::IntWidth::U64 => b.e.ins(format!("mov.b64 {here}, {r}")),
+            }
+            here
+        });
+        for acc in &accs {
+            if let Expr::Reduce(_, x) = b.kernel.value(acc.id).expr {
                 let x = b.value(x);
-                b.combine(f, b.kernel.value(id).ty, acc, x);
+                acc.fold(b, x, here);
             }
         }
         for &s in &stages.sweep_stores[k] {
@@ -125,8 +193,8 @@ pub(crate) fn reduction(b: &mut Body, block: u32) {
         if !accs.is_empty() {
             block_combine(b, &accs, warps, warp_slot, shared, first_lane);
         }
-        for &(id, acc) in &accs {
-            b.values[id.index()] = Some(acc);
+        for acc in &accs {
+            b.values[acc.id.index()] = Some(acc.result());
         }
         for &v in &stages.outer_values[k + 1] {
             b.emit_value(v);
@@ -146,50 +214,57 @@ pub(crate) fn reduction(b: &mut Body, block: u32) {
     b.e.ins("ret");
 }
 
-fn reduce_fn(b: &Body, r: ValueId) -> Option<tessera_kernel::ReduceFn> {
-    match b.kernel.value(r).expr {
-        Expr::Reduce(f, _) => Some(f),
-        _ => None,
-    }
-}
-
 /// Combines each thread's partials `accs` across the block; every thread ends with the
 /// block's result in its accumulator.
 fn block_combine(
     b: &mut Body,
-    accs: &[(ValueId, Reg)],
+    accs: &[Acc],
     warps: u32,
     warp_slot: Reg,
     shared: Reg,
     first_lane: Reg,
 ) {
-    for &(id, acc) in accs {
-        let ty = b.kernel.value(id).ty;
-        let Some(f) = reduce_fn(b, id) else { continue };
+    for acc in accs {
         for lanes in [16, 8, 4, 2, 1] {
-            let other = shuffle_xor(b, ty, acc, lanes);
-            b.combine(f, ty, acc, other);
+            let other = shuffle_xor(b, acc.ty, acc.value, lanes);
+            let at = acc
+                .position
+                .map(|p| shuffle_xor(b, ScalarType::I64, p, lanes));
+            acc.fold(b, other, at);
         }
     }
+    // Each partial (value, then an arg reduction's position) has a slot per warp.
     let slot_bytes = warps as usize * 8;
-    for (j, &(id, acc)) in accs.iter().enumerate() {
-        let s = suffix(b.kernel.value(id).ty);
-        let at = j * slot_bytes;
-        b.e.ins(format!(
-            "@{first_lane} st.shared.{s} [{warp_slot}+{at}], {acc}"
-        ));
+    let mut slot = 0;
+    let mut slots = Vec::with_capacity(accs.len());
+    for acc in accs {
+        slots.push(slot);
+        for (reg, ty) in
+            std::iter::once((acc.value, acc.ty)).chain(acc.position.map(|p| (p, ScalarType::I64)))
+        {
+            let s = suffix(ty);
+            let at = slot * slot_bytes;
+            b.e.ins(format!(
+                "@{first_lane} st.shared.{s} [{warp_slot}+{at}], {reg}"
+            ));
+            slot += 1;
+        }
     }
     b.e.ins("bar.sync 0");
-    for (j, &(id, acc)) in accs.iter().enumerate() {
-        let ty = b.kernel.value(id).ty;
-        let s = suffix(ty);
-        let Some(f) = reduce_fn(b, id) else { continue };
-        b.e.ins(format!("mov.{s} {acc}, {}", imm(ty, f.identity())));
+    for (acc, &slot) in accs.iter().zip(&slots) {
+        acc.reset(b);
+        let s = suffix(acc.ty);
         for w in 0..warps as usize {
-            let x = b.e.reg(class(ty));
-            let at = j * slot_bytes + w * 8;
+            let x = b.e.reg(class(acc.ty));
+            let at = slot * slot_bytes + w * 8;
             b.e.ins(format!("ld.shared.{s} {x}, [{shared}+{at}]"));
-            b.combine(f, ty, acc, x);
+            let position = acc.position.map(|_| {
+                let p = b.e.reg(RegClass::B64);
+                let at = (slot + 1) * slot_bytes + w * 8;
+                b.e.ins(format!("ld.shared.s64 {p}, [{shared}+{at}]"));
+                p
+            });
+            acc.fold(b, x, position);
         }
     }
     // The partials may be overwritten by the next sweep or output point only after every
@@ -198,7 +273,7 @@ fn block_combine(
 }
 
 /// The value of `v` in the lane `lane ^ lanes` of the warp (`shfl.sync.bfly`; an f64 moves as
-/// two 32-bit halves).
+/// two 32-bit halves, as does an i64).
 fn shuffle_xor(b: &mut Body, ty: ScalarType, v: Reg, lanes: u32) -> Reg {
     let shfl = |b: &mut Body, x: Reg| {
         let d = b.e.reg(RegClass::B32);
@@ -208,7 +283,7 @@ fn shuffle_xor(b: &mut Body, ty: ScalarType, v: Reg, lanes: u32) -> Reg {
         d
     };
     let out = b.e.reg(class(ty));
-    if ty == ScalarType::F64 {
+    if matches!(ty, ScalarType::F64 | ScalarType::I64) {
         let (lo, hi) = (b.e.reg(RegClass::B32), b.e.reg(RegClass::B32));
         b.e.ins(format!("mov.b64 {{{lo}, {hi}}}, {v}"));
         let (lo2, hi2) = (shfl(b, lo), shfl(b, hi));

@@ -53,7 +53,7 @@ pub fn render_with(
     } else {
         let block = reduction_block(kernel.reduce_points());
         reduction(&mut body, block);
-        let shared = shared_bytes(&Stages::of(kernel), block);
+        let shared = shared_bytes(kernel, &Stages::of(kernel), block);
         (block, kernel.points(), shared)
     };
     let mut ptx = String::new();

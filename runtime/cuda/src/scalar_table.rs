@@ -217,8 +217,8 @@ impl Body<'_> {
                 self.e.ins(format!("add.rn.{s} {acc}, {acc}, {x}"));
                 return;
             }
-            ReduceFn::Max => "gt",
-            ReduceFn::Min => "lt",
+            f if f.is_largest() => "gt",
+            _ => "lt",
         };
         let (wins, x_nan, acc_nan) = (
             self.e.reg(RegClass::Pred),
@@ -232,6 +232,48 @@ impl Body<'_> {
         self.e.ins(format!("selp.{s} {t}, {x}, {t}, {x_nan}"));
         self.e.ins(format!("setp.nan.{s} {acc_nan}, {acc}, {acc}"));
         self.e.ins(format!("selp.{s} {acc}, {acc}, {t}, {acc_nan}"));
+    }
+}
+
+impl Body<'_> {
+    /// Folds the candidate `x` at position `at` into the arg reduction (`best` of type `ty`,
+    /// `position`) when it replaces it, as [`ReduceFn::replaces`]: more extreme, NaN where the
+    /// best is not, or as extreme (both NaN included) at a lower position.
+    pub fn arg_combine(
+        &mut self,
+        f: ReduceFn,
+        ty: ScalarType,
+        best: Reg,
+        position: Reg,
+        x: Reg,
+        at: Reg,
+    ) {
+        let s = suffix(ty);
+        let cmp = if f.is_largest() { "gt" } else { "lt" };
+        let p = |b: &mut Self| b.e.reg(RegClass::Pred);
+        let (more, x_nan, best_nan, equal, lower) = (p(self), p(self), p(self), p(self), p(self));
+        let (same, tie, best_number, replaces) = (p(self), p(self), p(self), p(self));
+        self.e.ins(format!("setp.{cmp}.{s} {more}, {x}, {best}"));
+        self.e.ins(format!("setp.nan.{s} {x_nan}, {x}, {x}"));
+        self.e
+            .ins(format!("setp.nan.{s} {best_nan}, {best}, {best}"));
+        self.e.ins(format!("setp.eq.{s} {equal}, {x}, {best}"));
+        self.e.ins(format!("setp.lt.s64 {lower}, {at}, {position}"));
+        // same = equal || both NaN; tie = same && lower.
+        self.e.ins(format!("and.pred {same}, {x_nan}, {best_nan}"));
+        self.e.ins(format!("or.pred {same}, {same}, {equal}"));
+        self.e.ins(format!("and.pred {tie}, {same}, {lower}"));
+        // replaces = more || (x NaN && best not) || tie.
+        self.e.ins(format!("not.pred {best_number}, {best_nan}"));
+        self.e
+            .ins(format!("and.pred {replaces}, {x_nan}, {best_number}"));
+        self.e
+            .ins(format!("or.pred {replaces}, {replaces}, {more}"));
+        self.e.ins(format!("or.pred {replaces}, {replaces}, {tie}"));
+        self.e
+            .ins(format!("selp.{s} {best}, {x}, {best}, {replaces}"));
+        self.e
+            .ins(format!("selp.b64 {position}, {at}, {position}, {replaces}"));
     }
 }
 

@@ -162,6 +162,8 @@ pub unsafe fn interpret(kernel: &Kernel, buffers: &[BufferPtr]) {
     let mut point = vec![0usize; outer + kernel.reduce.len()];
     let mut values = vec![Scalar::Bool(false); kernel.values.len()];
     let mut acc = values.clone();
+    // An arg reduction's best value; its position is in `acc`.
+    let mut best = values.clone();
     for _ in 0..kernel.points() {
         for &v in &stages.outer_values[0] {
             // SAFETY: forwarded from the caller.
@@ -169,19 +171,37 @@ pub unsafe fn interpret(kernel: &Kernel, buffers: &[BufferPtr]) {
         }
         for k in 0..stages.sweeps {
             for &r in &stages.sweep_reduces[k] {
-                let init = match kernel.value(r).expr {
-                    Expr::Reduce(f, _) => f.identity(),
-                    _ => 0.0,
+                acc[r.index()] = match kernel.value(r).expr {
+                    Expr::Reduce(f, a) if f.is_arg() => {
+                        best[r.index()] = Scalar::of(kernel.value(a).ty, f.identity());
+                        Scalar::I64(crate::ARG_NONE)
+                    }
+                    Expr::Reduce(f, _) => Scalar::of(kernel.value(r).ty, f.identity()),
+                    _ => Scalar::of(kernel.value(r).ty, 0.0),
                 };
-                acc[r.index()] = Scalar::of(kernel.value(r).ty, init);
             }
-            for _ in 0..kernel.reduce_points() {
+            for flat in 0..kernel.reduce_points() {
                 for &v in &stages.sweep_values[k] {
                     // SAFETY: forwarded from the caller.
                     values[v.index()] = unsafe { eval(kernel, buffers, v, &point, &values, &acc) };
                 }
                 for &r in &stages.sweep_reduces[k] {
-                    if let Expr::Reduce(f, a) = kernel.value(r).expr {
+                    if let Expr::Reduce(f, a) = kernel.value(r).expr
+                        && f.is_arg()
+                    {
+                        let (b, x) = (best[r.index()], values[a.index()]);
+                        let Scalar::I64(at) = acc[r.index()] else {
+                            continue;
+                        };
+                        let replaces = match (b, x) {
+                            (Scalar::F32(b), Scalar::F32(x)) => f.replaces(b, at, x, flat as i64),
+                            (b, x) => f.replaces(b.as_f64(), at, x.as_f64(), flat as i64),
+                        };
+                        if replaces {
+                            best[r.index()] = x;
+                            acc[r.index()] = Scalar::I64(flat as i64);
+                        }
+                    } else if let Expr::Reduce(f, a) = kernel.value(r).expr {
                         acc[r.index()] = match (acc[r.index()], values[a.index()]) {
                             (Scalar::F32(x), Scalar::F32(y)) => Scalar::F32(f.combine(x, y)),
                             (x, y) => Scalar::F64(f.combine(x.as_f64(), y.as_f64())),

@@ -389,6 +389,17 @@ impl Kernel {
                         )));
                     }
                 }
+                Expr::Reduce(f, a) if f.is_arg() => {
+                    if v.ty != ScalarType::I64 {
+                        return Err(fail(format!("{here}: an arg reduction gives i64")));
+                    }
+                    float(operand(*a, None)?)?;
+                    if self.reduce.is_empty() {
+                        return Err(fail(format!(
+                            "{here} reduces, the kernel has no reduction loops"
+                        )));
+                    }
+                }
                 Expr::Reduce(_, a) => {
                     float(v.ty)?;
                     operand(*a, Some(v.ty))?;

@@ -99,7 +99,7 @@ pub mod memory_plan;
 mod print;
 mod program;
 pub mod read_back;
-mod reduce_table;
+pub(crate) mod reduce_table;
 mod run;
 mod run_in_place;
 mod run_into;
@@ -133,7 +133,7 @@ pub use run::{
 };
 pub use run_in_place::run_planned_updating;
 pub use run_into::run_planned_into;
-pub use scalar::{BinaryFn, CompareFn, Expr, ReduceFn, ScalarType, UnaryFn, Value};
+pub use scalar::{ARG_NONE, BinaryFn, CompareFn, Expr, ReduceFn, ScalarType, UnaryFn, Value};
 pub use schedule::schedule;
 pub use stages::Stages;
 pub use table::lower_elementwise;

@@ -47,7 +47,7 @@ pub fn lower_reduction(
     let mut e = Emit { b, ty };
     let n = count as f64;
     Ok(match op {
-        Op::Reduce(r) => vec![match r.kind {
+        Op::Reduce(r) if !has_indices(r.kind) => vec![match r.kind {
             ReduceKind::Sum => e.reduce(ReduceFn::Sum, x),
             ReduceKind::Mean => e.mean(x, n),
             ReduceKind::Amax | ReduceKind::Amin if count == 0 => {
@@ -75,8 +75,33 @@ pub fn lower_reduction(
                 let lse = e.bin(BinaryFn::Add, m0, log);
                 e.select(infinite, m, lse)
             }
-            kind => return Err(format!("{kind:?} has index outputs")),
+            kind => return Err(format!("{kind:?} gives positions")),
         }],
+        // The eager kernels' first index of the extreme, NaN winning; the values of `max`
+        // and `min` along a dim are the extremes (the same element, up to the sign of a zero).
+        Op::Reduce(r) if count == 0 => {
+            return Err(format!(
+                "the {:?} of an empty dimension is an error",
+                r.kind
+            ));
+        }
+        Op::Reduce(r) if matches!(r.kind, ReduceKind::ArgMax | ReduceKind::ArgMin) => {
+            let f = if r.kind == ReduceKind::ArgMax {
+                ReduceFn::ArgMax
+            } else {
+                ReduceFn::ArgMin
+            };
+            vec![e.b.push(ScalarType::I64, Expr::Reduce(f, x))]
+        }
+        Op::Reduce(r) => {
+            let (value, arg) = if r.kind == ReduceKind::MaxWithIndices {
+                (ReduceFn::Max, ReduceFn::ArgMax)
+            } else {
+                (ReduceFn::Min, ReduceFn::ArgMin)
+            };
+            let values = e.reduce(value, x);
+            vec![values, e.b.push(ScalarType::I64, Expr::Reduce(arg, x))]
+        }
         Op::Softmax { log, .. } => {
             // The maximum, taken as 0 when infinite, is subtracted before exponentials.
             let (_, _, m0) = e.stable_max(x);
@@ -163,6 +188,17 @@ pub fn lower_reduction(
         }
         other => return Err(format!("{} is not a lowered reduction", other.name())),
     })
+}
+
+/// Whether a reduction gives positions: `argmax`/`argmin`, `max`/`min` along a dim.
+pub fn has_indices(kind: ReduceKind) -> bool {
+    matches!(
+        kind,
+        ReduceKind::ArgMax
+            | ReduceKind::ArgMin
+            | ReduceKind::MaxWithIndices
+            | ReduceKind::MinWithIndices
+    )
 }
 
 /// Shorthands that push values of one float type into the kernel being built.

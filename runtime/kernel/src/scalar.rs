@@ -222,6 +222,14 @@ impl CompareFn {
 }
 
 /// How a reduction combines the values of its points into an accumulator.
+///
+/// `ArgMax` and `ArgMin` are *arg reductions*: their operand is a float, their value the i64
+/// position of the extreme among the reduction loops' points, flattened in row-major order
+/// (the eager `argmax` along one dim, or over a flattened tensor). A backend carries a pair
+/// per accumulator, the best value (from [`ReduceFn::identity`]) and its position (from
+/// [`ARG_NONE`]), and folds a candidate in when [`ReduceFn::replaces`] says so, in any
+/// order: the lowest position of the extreme wins, NaN being the extreme, so partial results
+/// of threads combine to the eager kernel's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReduceFn {
     /// `acc + x`, from 0.
@@ -230,7 +238,15 @@ pub enum ReduceFn {
     Max,
     /// The smaller, NaN winning, from +inf.
     Min,
+    /// The position of the first largest value, the first NaN winning (as the eager `argmax`).
+    ArgMax,
+    /// The position of the first smallest value, the first NaN winning.
+    ArgMin,
 }
+
+/// The position an arg reduction's accumulator starts from: larger than every position, so
+/// that any point, even one equal to the initial value, replaces it.
+pub const ARG_NONE: i64 = i64::MAX;
 
 impl ReduceFn {
     pub fn name(self) -> &'static str {
@@ -238,35 +254,63 @@ impl ReduceFn {
             ReduceFn::Sum => "sum",
             ReduceFn::Max => "max",
             ReduceFn::Min => "min",
+            ReduceFn::ArgMax => "argmax",
+            ReduceFn::ArgMin => "argmin",
         }
     }
 
-    /// The accumulator's initial value.
+    /// Whether the reduction gives a position (an i64) of its float operand's extreme.
+    pub fn is_arg(self) -> bool {
+        matches!(self, ReduceFn::ArgMax | ReduceFn::ArgMin)
+    }
+
+    /// Whether the extreme is the largest value (`Max`, `ArgMax`).
+    pub fn is_largest(self) -> bool {
+        matches!(self, ReduceFn::Max | ReduceFn::ArgMax)
+    }
+
+    /// The accumulator's initial value (an arg reduction's initial best value).
     pub fn identity(self) -> f64 {
         match self {
             ReduceFn::Sum => 0.0,
-            ReduceFn::Max => f64::NEG_INFINITY,
-            ReduceFn::Min => f64::INFINITY,
+            ReduceFn::Max | ReduceFn::ArgMax => f64::NEG_INFINITY,
+            ReduceFn::Min | ReduceFn::ArgMin => f64::INFINITY,
         }
     }
 
-    /// One step of the accumulation, in the interpreter's arithmetic.
+    /// For an arg reduction holding `best` at position `at`: whether the candidate `x` at
+    /// position `j` replaces it. It does when it is more extreme, or NaN where `best` is not,
+    /// or as extreme (both NaN included) at a lower position.
+    pub fn replaces<T: PartialOrd + Copy>(self, best: T, at: i64, x: T, j: i64) -> bool {
+        #[allow(clippy::eq_op)]
+        let nan = |v: T| v != v;
+        let more = if self.is_largest() {
+            x > best
+        } else {
+            x < best
+        };
+        let same = x == best || (nan(x) && nan(best));
+        more || (nan(x) && !nan(best)) || (same && j < at)
+    }
+
+    /// One step of the accumulation, in the interpreter's arithmetic (value reductions; an
+    /// arg reduction keeps the value its candidate replaces by [`ReduceFn::replaces`]).
     pub fn combine<T: PartialOrd + std::ops::Add<Output = T> + Copy>(self, acc: T, x: T) -> T {
         // `x != x` is NaN: it wins, and stays once it has won.
         #[allow(clippy::eq_op)]
         let nan = |v: T| v != v;
         match self {
             ReduceFn::Sum => acc + x,
-            ReduceFn::Max | ReduceFn::Min if nan(acc) => acc,
-            ReduceFn::Max | ReduceFn::Min if nan(x) => x,
-            ReduceFn::Max => {
+            _ if nan(acc) => acc,
+            _ if nan(x) => x,
+            _ if self.is_largest() => {
                 if x > acc {
                     x
                 } else {
                     acc
                 }
             }
-            ReduceFn::Min => {
+            _ => {
                 if x < acc {
                     x
                 } else {

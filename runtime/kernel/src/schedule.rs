@@ -143,12 +143,17 @@ fn coalesce_group(
 /// f32s) and reads no f64 (an elementwise kernel's values computed once before the loop may
 /// be f64, see [`crate::hoisted_values`]), every load walks it
 /// with a stride of at most [`MAX_GATHER_STRIDE`] (strided ones gathering their lanes) and
-/// every store inside it with stride 1; scalar code otherwise.
+/// every store inside it with stride 1; scalar code otherwise (always with an arg reduction,
+/// whose positions are counted point by point).
 fn choose(kernel: &Kernel) -> Schedule {
     let extents = kernel.extents();
     let Some(&inner) = extents.last() else {
         return Schedule::SCALAR;
     };
+    let arg = |v: &crate::Value| matches!(v.expr, Expr::Reduce(f, _) if f.is_arg());
+    if kernel.values.iter().any(arg) {
+        return Schedule::SCALAR;
+    }
     let stages = crate::Stages::of(kernel);
     // A reduction kernel computes its outer values once per output point, in scalar code: they
     // may be f64 (an eval batch norm's affine) where no vector value reads them.

@@ -44,7 +44,7 @@ pub fn decode(opcode: &str, line: usize) -> Result<Op> {
     let op = match base {
         "mov" => Op::Mov(single(mods, &[Ty::B32, Ty::B64, Ty::U32, Ty::U64, Ty::S32, Ty::S64, Ty::F32, Ty::F64, Ty::Pred])?),
         "ld" | "st" => decode_memory(base, mods).ok_or_else(|| {
-            unsupported("memory access must be ld.param.{u32,u64}, ld/st.global.{f32,f64,u8,s64}, ld.global.u32, ld/st.global.v4.f32 or ld/st.shared.{f32,f64}")
+            unsupported("memory access must be ld.param.{u32,u64}, ld/st.global.{f32,f64,u8,s64}, ld.global.u32, ld/st.global.v4.f32 or ld/st.shared.{f32,f64,s64}")
         })?,
         "cvta" => match mods {
             ["to", "global", "u64"] => Op::CvtaToGlobal,
@@ -156,7 +156,8 @@ fn decode_memory(base: &str, mods: &[&str]) -> Option<Op> {
         ["shared", t] => (
             Space::Shared,
             1,
-            Ty::from_suffix(t).filter(|ty| ty.is_float())?,
+            // s64: an arg reduction's positions.
+            Ty::from_suffix(t).filter(|ty| ty.is_float() || *ty == Ty::S64)?,
         ),
         _ => return None,
     };

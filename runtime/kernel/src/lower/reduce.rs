@@ -45,10 +45,20 @@ pub(super) fn reducible(op: &Op, shape: &[usize]) -> Option<ReduceSpec> {
     }
     let (reduced, outputs): (Vec<usize>, Vec<Option<FrameMap>>) = match op {
         Op::Reduce(r) => {
-            if !value_reduction(&r.kind) || r.dims.is_empty() || r.dims.iter().any(|&d| d >= nd) {
+            if r.dims.is_empty() || r.dims.iter().any(|&d| d >= nd) {
                 return None;
             }
-            (r.dims.clone(), vec![Some(keep(&r.dims, r.keepdim))])
+            let map = keep(&r.dims, r.keepdim);
+            // `max`/`min` along a dim: the values and their positions, of one shape.
+            let outputs = if matches!(
+                r.kind,
+                ReduceKind::MaxWithIndices | ReduceKind::MinWithIndices
+            ) {
+                vec![Some(map.clone()), Some(map)]
+            } else {
+                vec![Some(map)]
+            };
+            (r.dims.clone(), outputs)
         }
         Op::Softmax { dim, .. } if *dim < nd => (vec![*dim], vec![None]),
         Op::Pool(PoolOp::AdaptiveAvgPool2d {
@@ -130,7 +140,16 @@ pub(super) fn reducible(op: &Op, shape: &[usize]) -> Option<ReduceSpec> {
 /// one element, which gives the eager kernels' results (the element, its softmax 1).
 fn scalar_reducible(op: &Op) -> Option<ReduceSpec> {
     let outputs = match op {
-        Op::Reduce(r) if value_reduction(&r.kind) && r.dims.is_empty() => vec![Some(vec![])],
+        // An index reduction of a 0-d input names its dim 0 or none; its outputs are 0-d.
+        Op::Reduce(r) if crate::reduce_table::has_indices(r.kind) && r.dims.len() <= 1 => {
+            let n = if matches!(r.kind, ReduceKind::ArgMax | ReduceKind::ArgMin) {
+                1
+            } else {
+                2
+            };
+            vec![Some(vec![]); n]
+        }
+        Op::Reduce(r) if r.dims.is_empty() => vec![Some(vec![])],
         Op::Softmax { dim: 0, .. } => vec![Some(vec![Some(0)])],
         _ => return None,
     };
@@ -139,20 +158,6 @@ fn scalar_reducible(op: &Op) -> Option<ReduceSpec> {
         outputs,
         frame: Some(vec![1]),
     })
-}
-
-/// Whether `kind` is a reduction of the reduction table: one value per output, none an index.
-fn value_reduction(kind: &ReduceKind) -> bool {
-    matches!(
-        kind,
-        ReduceKind::Sum
-            | ReduceKind::Mean
-            | ReduceKind::Amax
-            | ReduceKind::Amin
-            | ReduceKind::Var { .. }
-            | ReduceKind::Std { .. }
-            | ReduceKind::LogSumExp
-    )
 }
 
 /// Whether `op`'s operands after the input are per-channel `[C]` tensors.
@@ -289,10 +294,14 @@ impl Lowering<'_> {
         }
         // The reduction.
         let out_meta = self.meta(&r)?;
-        let Some(ty) = out_meta
-            .first()
-            .and_then(|m| ScalarType::of_buffer(m.dtype))
-        else {
+        // An index reduction computes in its input's type; the others in their output's.
+        let computed = match &op {
+            Op::Reduce(red) if crate::reduce_table::has_indices(red.kind) => {
+                self.meta(&self.operands(&r)?[0])?.first().map(|m| m.dtype)
+            }
+            _ => out_meta.first().map(|m| m.dtype),
+        };
+        let Some(ty) = computed.and_then(ScalarType::of_buffer) else {
             return Ok(Err("the reduction's dtype is not lowered".into()));
         };
         let mut operands = Vec::new();
