@@ -12,7 +12,7 @@ use tessera_kernel::{
     Interpreter, KernelExecutor, MemoryPlan, NoEnvironment, Program, Workspace, run_planned,
     run_planned_updating,
 };
-use tessera_tensor::op::{BinaryOp, ReduceKind, ReduceOp};
+use tessera_tensor::op::{BinaryOp, DropoutOp, ReduceKind, ReduceOp};
 use tessera_tensor::{DType, Op, Tensor};
 
 fn sum_all(b: &mut Builder, x: &tessera_fx::NodeId) -> tessera_fx::NodeId {
@@ -26,7 +26,7 @@ fn sum_all(b: &mut Builder, x: &tessera_fx::NodeId) -> tessera_fx::NodeId {
 
 /// `loss = sum(p * g)`, `p_new = p - g * g`, and `m_new = m * g + g` over `[n]` vectors: the
 /// loss reads `p` before its update, as a training step's forward reads the weights. With
-/// `eager_reader`, `argmax(p)` (an eager call reading `p`) is a fourth output.
+/// `eager_reader`, an eval-mode `dropout(p)` (an eager call reading `p`) is a fourth output.
 fn update_step(n: usize, eager_reader: bool) -> Builder {
     let mut b = Builder::new(DType::F32, false);
     let p = b.input(&[n], false);
@@ -39,14 +39,11 @@ fn update_step(n: usize, eager_reader: bool) -> Builder {
     let mg = b.call(Op::Binary(BinaryOp::Mul), &[&m, &g]);
     let m_new = b.call(Op::Binary(BinaryOp::Add), &[&mg, &g]);
     if eager_reader {
-        let arg = b.call(
-            Op::Reduce(ReduceOp {
-                kind: ReduceKind::ArgMax,
-                dims: vec![0],
-                keepdim: false,
-            }),
-            &[&p],
-        );
+        let dropout = DropoutOp {
+            p: 0.5,
+            training: false,
+        };
+        let arg = b.call(Op::Dropout(dropout), &[&p]);
         b.graph.output(&[&loss, &p_new, &m_new, &arg]).unwrap();
     } else {
         b.graph.output(&[&loss, &p_new, &m_new]).unwrap();
@@ -127,7 +124,7 @@ fn updates_in_place_equal_the_copying_run_bit_for_bit() {
 
 #[test]
 fn an_update_whose_tensor_an_eager_call_reads_is_returned_and_the_tensor_untouched() {
-    // `argmax(p)` runs its eager kernel, which reads `p`'s storage itself.
+    // `dropout(p)` runs its eager kernel, which reads `p`'s storage itself.
     let b = update_step(64, true);
     let program = lowered(&b.graph, &b.inputs);
     let jit = JitProgram::compile(&program).unwrap();

@@ -396,12 +396,11 @@ fn the_backward_of_unary_ops_runs_on_the_device_and_gives_the_cpu_gradients() ->
 
 #[test]
 fn an_op_without_device_kernels_is_unsupported_naming_it() -> Result<()> {
-    let a = cuda(&tensor(DType::F32, &[3, 4], 14, false))?;
-    // `argmax` is left to its eager CPU kernel by the lowering (the kernel IR has no index
-    // values), so it has no device kernel.
-    match a.argmax(Some(1), false) {
+    let classes = cuda(&Tensor::from_vec(vec![0i64, 2, 1], &[3])?)?;
+    // `one_hot` is left to its eager CPU kernel by the lowering, so it has no device kernel.
+    match classes.one_hot(Some(3)) {
         Err(TensorError::UnsupportedOnDevice { op, device, .. }) => {
-            assert_eq!((op.as_str(), device), ("argmax", CUDA))
+            assert_eq!((op.as_str(), device), ("one_hot", CUDA))
         }
         other => panic!("expected UnsupportedOnDevice, got {other:?}"),
     }
