@@ -52,7 +52,6 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "quant.linear_dynamic",
     "quant.quantize_per_channel",
     "quant.quantize_per_tensor",
-    "reduce",
     "to_dtype",
 ];
 
