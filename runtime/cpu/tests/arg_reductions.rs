@@ -3,7 +3,7 @@
 //! interpreter and the JIT agree with the eager kernels exactly (indices bit for bit, values
 //! as numbers) for every dim, keepdim or not, ties (the first position wins), NaN (the first
 //! NaN wins), rows of -inf or +inf only, size-1 and odd reduction lengths and transposed
-//! inputs, in f32 and f64.
+//! inputs, in f32, f64, f16 and bf16 (compared in f32, as eager compares them).
 
 use crate::common;
 
@@ -89,7 +89,7 @@ fn generated_exactly(g: &Graph, x: &Tensor) -> Program {
 
 /// Checks every kind, dim and keepdim (and the flattened `argmax`/`argmin`) on `values`.
 fn every_reduction(values: &[f64], shape: &[usize]) {
-    for dtype in [DType::F32, DType::F64] {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for strided in [false, true] {
             let x = tensor(values, shape, dtype, strided);
             for kind in KINDS {

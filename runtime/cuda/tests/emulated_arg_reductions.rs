@@ -3,8 +3,8 @@
 //! the emulator and checked bit for bit against the kernel-IR interpreter and the eager
 //! kernels: ties keep the first position and the first NaN wins across the threads of a
 //! block (rows longer than a warp, than a block, shuffles and shared-memory partials
-//! included), rows of -inf only, size-1 and odd lengths, transposed inputs, every dim, f32 and
-//! f64; and the same ops as eager ops on CUDA tensors of the emulated driver.
+//! included), rows of -inf only, size-1 and odd lengths, transposed inputs, every dim, f32,
+//! f64, f16 and bf16; and the same ops as eager ops on CUDA tensors of the emulated driver.
 
 mod common;
 mod emulated;
@@ -95,7 +95,7 @@ fn every_kind_and_dim(x: &Tensor) {
 
 #[test]
 fn arg_reductions_on_emulated_ptx_equal_the_interpreter_and_eager() {
-    for dtype in [DType::F32, DType::F64] {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for shape in [&[7][..], &[3, 5], &[2, 1, 9], &[1, 1]] {
             let x = tied(shape, dtype, &[4, 11, 13], 20..26);
             every_kind_and_dim(&x);
