@@ -167,3 +167,30 @@ fn an_empty_dimension_stays_an_eager_error() {
     assert_eq!(program.fallbacks.len(), 1, "{program}");
     assert!(common::try_eager(&g, &[x]).is_err());
 }
+
+#[test]
+fn an_elementwise_prologue_is_fused_into_the_arg_reduction() {
+    // `argmax(-x, 1)`, ...: one kernel reading the transposed `x`.
+    let x = tensor(&tied(4 * 9), &[4, 9], DType::F32, true);
+    for kind in KINDS {
+        let mut g = Graph::new();
+        let input = g.placeholder("x0", TensorMeta::new(x.shape(), x.dtype()));
+        let neg = Op::Unary(tessera_tensor::op::UnaryOp::Neg);
+        let negated = g.call_function(neg, &[&input]).unwrap();
+        let op = Op::Reduce(ReduceOp {
+            kind,
+            dims: vec![1],
+            keepdim: false,
+        });
+        let r = g.call_function(op, &[&negated]).unwrap();
+        if matches!(kind, ReduceKind::ArgMax | ReduceKind::ArgMin) {
+            g.output(&[&r]).unwrap();
+        } else {
+            let values = g.getitem(&r, 0).unwrap();
+            let indices = g.getitem(&r, 1).unwrap();
+            g.output(&[&values, &indices]).unwrap();
+        }
+        let program = generated_exactly(&g, &x);
+        assert_eq!(program.kernels().count(), 1, "{program}");
+    }
+}

@@ -101,7 +101,7 @@ pub(super) fn reducible(op: &Op, shape: &[usize]) -> Option<ReduceSpec> {
             )
         }
         Op::Norm(NormOp::GroupNorm { num_groups, .. })
-            if nd >= 2 && *num_groups > 0 && shape[1] % num_groups == 0 =>
+            if nd >= 2 && *num_groups > 0 && shape[1].is_multiple_of(*num_groups) =>
         {
             // `[N, C, ...]` seen as `[N, G, C / G, ...]`, reduced over all but `N, G`.
             let mut frame = vec![shape[0], *num_groups, shape[1] / num_groups];
