@@ -28,7 +28,6 @@ const ELEMENT_LIMIT: usize = 256;
 
 /// The variants whose cases the CUDA backend refuses with `UnsupportedOnDevice`.
 const UNSUPPORTED_ON_CUDA: &[&str] = &[
-    "dropout",
     "embedding_backward",
     "fake_quant.per_channel",
     "fake_quant.per_tensor",
