@@ -29,8 +29,6 @@ const ELEMENT_LIMIT: usize = 256;
 /// The variants whose cases the CUDA backend refuses with `UnsupportedOnDevice`.
 const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "embedding_backward",
-    "fake_quant.per_channel",
-    "fake_quant.per_tensor",
     "fake_quant_backward",
     "index.one_hot",
     // Only an input with no classes (its eager kernel checks the targets on the host).
