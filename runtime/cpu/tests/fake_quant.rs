@@ -172,3 +172,63 @@ fn a_range_beyond_exact_f32_integers_runs_the_eager_kernel() {
         bits(&eager(&graph, &inputs)[0])
     );
 }
+
+/// Integer zero points inside `[quant_min, quant_max]` per channel, ends included.
+fn integer_zero_points(channels: usize, (quant_min, quant_max): (i64, i64), seed: usize) -> Tensor {
+    let span = quant_max - quant_min;
+    let zp = (0..channels).map(|c| match (c + seed) % 4 {
+        0 => quant_min,
+        1 => quant_max,
+        _ => quant_min + ((c * 37 + seed * 11) as i64 % (span + 1)),
+    });
+    Tensor::from_vec(zp.collect::<Vec<i64>>(), &[channels]).unwrap()
+}
+
+#[test]
+fn per_tensor_and_per_channel_fake_quant_with_integer_zero_points_equal_eager_bit_for_bit() {
+    for range in RANGES {
+        let (quant_min, quant_max) = range;
+        let per_tensor = Op::FakeQuant(FakeQuantOp::PerTensor {
+            quant_min,
+            quant_max,
+        });
+        for seed in 0..6 {
+            let x = Tensor::from_vec(x_values(65, seed), &[5, 13]).unwrap();
+            let (scale, _) = parameters(1, seed);
+            let zero = integer_zero_points(1, range, seed);
+            agrees(per_tensor.clone(), &[x, scale.clone(), zero.clone()]);
+            let x = Tensor::from_vec(x_values(1, seed), &[]).unwrap();
+            let (scale, zero) = (scale.reshape(&[]).unwrap(), zero.reshape(&[]).unwrap());
+            agrees(per_tensor.clone(), &[x, scale, zero]);
+        }
+        for (shape, axis) in [(vec![4, 3, 5], 0), (vec![4, 3, 5], 2), (vec![0, 6], 1)] {
+            let op = Op::FakeQuant(FakeQuantOp::PerChannel {
+                axis,
+                quant_min,
+                quant_max,
+            });
+            for seed in 0..4 {
+                let x = Tensor::from_vec(x_values(shape.iter().product(), seed), &shape).unwrap();
+                let (scale, _) = parameters(shape[axis], seed);
+                let zero = integer_zero_points(shape[axis], range, seed);
+                agrees(op.clone(), &[x, scale, zero]);
+            }
+        }
+    }
+}
+
+#[test]
+fn an_integer_zero_point_outside_the_range_fails_the_run_as_eager_fails() {
+    let op = Op::FakeQuant(FakeQuantOp::PerChannel {
+        axis: 0,
+        quant_min: -128,
+        quant_max: 127,
+    });
+    let x = Tensor::from_vec(x_values(12, 1), &[3, 4]).unwrap();
+    let (scale, _) = parameters(3, 0);
+    let zero = Tensor::from_vec(vec![0i64, 128, -3], &[3]).unwrap();
+    // The kernel reports `zero_point - quant_min` against the range's size.
+    common::faults(op.clone(), &[x.clone(), scale.clone(), zero], 256, 256);
+    let zero = Tensor::from_vec(vec![0i64, -129, -3], &[3]).unwrap();
+    common::faults(op, &[x, scale, zero], -1, 256);
+}

@@ -166,3 +166,54 @@ fn index_add_and_scatter_add_past_the_dim_fail_with_the_index_and_the_size() {
     let index = ints(&[0, 1, -2, 2, 3], &[1, 5]);
     faults(op, &[x, index, floats(&[1, 5], 1, DType::F64)], -2, 4);
 }
+
+#[test]
+fn index_add_and_scatter_add_of_0_d_inputs_indices_and_sources_equal_eager() {
+    for dtype in [DType::F32, DType::F64] {
+        let index_add = Op::Index(IndexOp::IndexAdd { dim: 0 });
+        // A 0-d index picks one row of a [1, ..] source.
+        let inputs = [
+            floats(&[2, 3, 3], 1, dtype),
+            ints(&[1], &[]),
+            floats(&[1, 3, 3], 2, dtype),
+        ];
+        lowered_to_one_kernel(index_add.clone(), &inputs, 0.0);
+        // A 0-d source and input: one element each.
+        let inputs = [
+            floats(&[1], 3, dtype),
+            ints(&[0], &[1]),
+            floats(&[], 4, dtype),
+        ];
+        lowered_to_one_kernel(index_add.clone(), &inputs, 0.0);
+        let inputs = [
+            floats(&[], 3, dtype),
+            ints(&[0], &[]),
+            floats(&[], 4, dtype),
+        ];
+        lowered_to_one_kernel(index_add, &inputs, 0.0);
+        let scatter_add = Op::Index(IndexOp::ScatterAdd { dim: 0 });
+        let inputs = [
+            floats(&[1], 3, dtype),
+            ints(&[0], &[1]),
+            floats(&[], 4, dtype),
+        ];
+        lowered_to_one_kernel(scatter_add.clone(), &inputs, 0.0);
+        let inputs = [
+            floats(&[], 3, dtype),
+            ints(&[0], &[]),
+            floats(&[], 4, dtype),
+        ];
+        lowered_to_one_kernel(scatter_add, &inputs, 0.0);
+    }
+}
+
+#[test]
+fn a_0_d_index_past_its_dim_fails_with_the_index_and_the_size() {
+    let op = Op::Index(IndexOp::IndexAdd { dim: 0 });
+    let inputs = [
+        floats(&[2, 3], 1, DType::F32),
+        ints(&[2], &[]),
+        floats(&[1, 3], 2, DType::F32),
+    ];
+    faults(op, &inputs, 2, 2);
+}

@@ -12,8 +12,10 @@ mod emulator;
 use emulated_driver::EmulatedDriver;
 use std::sync::{Arc, OnceLock};
 use tessera_cuda::{CudaBackend, init_with_driver};
-use tessera_tensor::op::{BinaryOp, CompareOp, IndexOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp};
-use tessera_tensor::{DType, Device, Op, Result, Tensor, TensorError};
+use tessera_tensor::op::{
+    BinaryOp, CompareOp, DropoutOp, IndexOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp,
+};
+use tessera_tensor::{DType, Device, Op, Result, Tensor, TensorError, manual_seed};
 
 const CUDA: Device = Device::Cuda(0);
 
@@ -391,6 +393,65 @@ fn the_backward_of_unary_ops_runs_on_the_device_and_gives_the_cpu_gradients() ->
             assert!(close(*a, b, tol), "{dtype}: cpu {a}, cuda {b}");
         }
     }
+    Ok(())
+}
+
+/// The bits of `t` (NaNs as one pattern), for exact comparisons.
+fn bits(t: &Tensor) -> Result<Vec<u64>> {
+    Ok(t.to_device(Device::Cpu)?
+        .to_vec_f64()?
+        .iter()
+        .map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() })
+        .collect())
+}
+
+#[test]
+fn dropout_on_the_device_draws_the_cpu_mask_from_the_seed_and_gives_the_cpu_gradient() -> Result<()>
+{
+    for dtype in [DType::F32, DType::F64, DType::F16] {
+        // A transposed operand with infinities and NaN: dropped elements are +0 whatever they
+        // hold, kept ones `x * scale`, read through the view.
+        for (p, training) in [(0.3, true), (0.0, true), (1.0, true), (0.6, false)] {
+            // Fresh each time: a clone shares its gradient.
+            let xs = tensor(dtype, &[7, 5], 21, true).t()?;
+            let op = Op::Dropout(DropoutOp { p, training });
+            let run = |x: Tensor| -> Result<(Vec<Tensor>, Tensor)> {
+                manual_seed(11);
+                let x = x.requires_grad_(true)?;
+                let outs = op.apply(&[&x])?;
+                outs[0].sum_all()?.backward()?;
+                let grad = x.grad().expect("a gradient");
+                Ok((outs, grad))
+            };
+            let (cpu, cpu_grad) = run(xs.clone())?;
+            let xs = tensor(dtype, &[7, 5], 21, true).t()?;
+            let (dev, dev_grad) = run(cuda(&xs)?)?;
+            let what = format!("dropout p={p} training={training} {dtype}");
+            assert_eq!(dev[0].device(), CUDA, "{what}");
+            assert_eq!(
+                dev_grad.device(),
+                CUDA,
+                "{what}: the gradient stays on the device"
+            );
+            assert_eq!(bits(&dev[0])?, bits(&cpu[0])?, "{what}: result");
+            assert_eq!(bits(&dev[1])?, bits(&cpu[1])?, "{what}: mask");
+            assert_eq!(bits(&dev_grad)?, bits(&cpu_grad)?, "{what}: gradient");
+        }
+    }
+    // The draws advance the global generator as the CPU kernel's do: two calls, two masks.
+    let x = cuda(&Tensor::ones(&[64], DType::F32)?)?;
+    manual_seed(3);
+    let first = Op::Dropout(DropoutOp {
+        p: 0.5,
+        training: true,
+    })
+    .apply(&[&x])?;
+    let second = Op::Dropout(DropoutOp {
+        p: 0.5,
+        training: true,
+    })
+    .apply(&[&x])?;
+    assert_ne!(bits(&first[1])?, bits(&second[1])?);
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! The learnable fake-quantize forwards on the PTX backend: rendered to PTX, assembled by
+//! The fake-quantize forwards (learnable, and with integer zero points) on the PTX backend: rendered to PTX, assembled by
 //! ptxas (sm_80 and sm_90) when it is installed, run in the emulator and checked bit for bit
 //! against the kernel-IR interpreter and the eager CPU kernel on ties at .5 steps, NaN and
 //! infinite inputs, scales and zero points, zero points outside the range, empty and 0-dim
@@ -125,8 +125,48 @@ fn learnable_fake_quant_on_emulated_ptx_equals_the_interpreter_and_eager() {
     }
 }
 
+/// Integer zero points inside `[quant_min, quant_max]` per channel, ends included.
+fn integer_zero_points(channels: usize, (quant_min, quant_max): (i64, i64)) -> Tensor {
+    let zp = (0..channels).map(|c| match c % 3 {
+        0 => quant_min,
+        1 => quant_max,
+        _ => quant_min + (c as i64 * 37) % (quant_max - quant_min + 1),
+    });
+    Tensor::from_vec(zp.collect::<Vec<i64>>(), &[channels]).unwrap()
+}
+
 #[test]
-fn learnable_fake_quant_of_cuda_tensors_equals_the_cpu() {
+fn fake_quant_with_integer_zero_points_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    for range in RANGES {
+        let (quant_min, quant_max) = range;
+        let per_tensor = Op::FakeQuant(FakeQuantOp::PerTensor {
+            quant_min,
+            quant_max,
+        });
+        for seed in 0..4 {
+            let x = Tensor::from_vec(x_values(65, seed), &[5, 13]).unwrap();
+            let (scale, _) = parameters(1, seed);
+            agrees(
+                per_tensor.clone(),
+                &[x, scale, integer_zero_points(1, range)],
+            );
+        }
+        for (shape, axis) in [(vec![4, 3, 5], 0), (vec![4, 3, 5], 2)] {
+            let per_channel = Op::FakeQuant(FakeQuantOp::PerChannel {
+                axis,
+                quant_min,
+                quant_max,
+            });
+            let x = Tensor::from_vec(x_values(60, axis), &shape).unwrap();
+            let (scale, _) = parameters(shape[axis], 1);
+            let zero = integer_zero_points(shape[axis], range);
+            agrees(per_channel, &[x, scale, zero]);
+        }
+    }
+}
+
+#[test]
+fn fake_quant_of_cuda_tensors_equals_the_cpu_and_reports_a_zero_point_outside_the_range() {
     init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
     let op = Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
         axis: 1,
@@ -142,4 +182,29 @@ fn learnable_fake_quant_of_cuda_tensors_equals_the_cpu() {
     assert_eq!(got[0].device(), Device::Cuda(0));
     let back = got[0].to_device(Device::Cpu).unwrap();
     assert_eq!(bits(&back), bits(&want[0]));
+    let op = Op::FakeQuant(FakeQuantOp::PerTensor {
+        quant_min: 0,
+        quant_max: 255,
+    });
+    let scale = Tensor::from_vec(vec![0.1f32], &[1]).unwrap();
+    let good = Tensor::from_vec(vec![7i64], &[1]).unwrap();
+    let want = op.apply(&[&x, &scale, &good]).unwrap();
+    let got = op.apply(&[&on(&x), &on(&scale), &on(&good)]).unwrap();
+    assert_eq!(
+        bits(&got[0].to_device(Device::Cpu).unwrap()),
+        bits(&want[0])
+    );
+    let bad = Tensor::from_vec(vec![300i64], &[1]).unwrap();
+    let err = op.apply(&[&on(&x), &on(&scale), &on(&bad)]).unwrap_err();
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(&err);
+    while let Some(c) = cause {
+        text += &format!(": {c}");
+        cause = c.source();
+    }
+    assert!(text.contains("fake_quantize_per_tensor_affine"), "{text}");
+    assert!(
+        text.contains("index 300 is out of bounds for a dimension of size 256"),
+        "{text}"
+    );
 }

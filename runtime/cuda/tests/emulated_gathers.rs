@@ -172,11 +172,18 @@ fn an_index_past_its_dim_on_emulated_ptx_fails_with_the_index_and_the_size() {
     faults(op, &[x, ints(&[1, 4], &[2])], 4, 4);
 }
 
+/// The emulated device, registered once for the eager tests of this binary.
+fn emulated_device() -> Device {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
+    });
+    Device::Cuda(0)
+}
+
 #[test]
 fn eager_nll_loss_on_cuda_tensors_reports_a_bad_target_and_recovers() {
-    let driver = Arc::new(EmulatedDriver::new(1));
-    init_with_driver(driver).expect("registering the backend");
-    let cuda = Device::Cuda(0);
+    let cuda = emulated_device();
     let x = floats(&[4, 5], 1, DType::F32).to_device(cuda).unwrap();
     let op = nll(Reduction::Mean, -100, 0.0);
     let bad = ints(&[0, 9, 1, 2], &[4]).to_device(cuda).unwrap();
@@ -200,5 +207,100 @@ fn eager_nll_loss_on_cuda_tensors_reports_a_bad_target_and_recovers() {
     assert_eq!(
         bits(&on_device[0].to_device(Device::Cpu).unwrap()),
         bits(&on_cpu[0])
+    );
+}
+
+/// `a` and `b` equal within `tol` relative to the larger magnitude (NaNs equal).
+fn close(a: &Tensor, b: &Tensor, tol: f64) -> bool {
+    let (a, b) = (a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
+    a.len() == b.len()
+        && a.iter().zip(&b).all(|(x, y)| {
+            (x.is_nan() && y.is_nan()) || (x - y).abs() <= tol * x.abs().max(y.abs()).max(1.0)
+        })
+}
+
+/// The scatter-add cases: `(op, inputs)`, f32 and f64, duplicates, padding, every kind.
+fn scatter_cases() -> Vec<(Op, Vec<Tensor>)> {
+    use tessera_tensor::op::EmbeddingBackwardOp;
+    let mut cases = Vec::new();
+    for dtype in [DType::F32, DType::F64] {
+        let ids = ints(&[5, 0, 3, 3, 1, 0, 3, 5], &[2, 4]);
+        for padding_idx in [None, Some(3)] {
+            let op = Op::EmbeddingBackward(EmbeddingBackwardOp {
+                num_weights: 6,
+                padding_idx,
+            });
+            cases.push((op, vec![floats(&[2, 4, 7], 4, dtype), ids.clone()]));
+        }
+        let x = floats(&[4, 5, 3], 7, dtype);
+        let picks = ints(&[2, 0, 4, 2, 3, 0], &[6]);
+        cases.push((
+            Op::Index(IndexOp::IndexAdd { dim: 1 }),
+            vec![x, picks, floats(&[4, 6, 3], 3, dtype)],
+        ));
+        let index: Vec<i64> = (0..12).map(|i| (i * 5 + 2) % 4).collect();
+        cases.push((
+            Op::Index(IndexOp::ScatterAdd { dim: 0 }),
+            vec![
+                floats(&[4, 3], 1, dtype),
+                ints(&index, &[4, 3]),
+                floats(&[5, 3], 2, dtype),
+            ],
+        ));
+    }
+    cases
+}
+
+/// The block reduction adds a row's matches in a tree, the interpreter and eager in order:
+/// equal within rounding where an element receives several rows.
+#[test]
+fn scatter_adds_on_emulated_ptx_equal_the_interpreter_and_eager_within_rounding() {
+    for (op, inputs) in scatter_cases() {
+        let program = common::lowered(op.clone(), &inputs, 1);
+        assert_eq!(program.kernels().count(), 1, "{program}");
+        let want = run_program(&program, &NoEnvironment, &Interpreter, &inputs).unwrap();
+        let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), &inputs).unwrap();
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let eager = op.apply(&refs).unwrap();
+        assert!(
+            close(&got[0], &want[0], 1e-6),
+            "emulated PTX vs interpreter\n{program}"
+        );
+        assert!(
+            close(&want[0], &eager[0], 1e-6),
+            "interpreter vs eager\n{program}"
+        );
+    }
+}
+
+#[test]
+fn eager_scatter_adds_on_cuda_tensors_equal_the_cpu_and_report_a_bad_index() {
+    let cuda = emulated_device();
+    for (op, inputs) in scatter_cases() {
+        let on_device: Vec<Tensor> = inputs.iter().map(|x| x.to_device(cuda).unwrap()).collect();
+        let refs: Vec<&Tensor> = on_device.iter().collect();
+        let got = op
+            .apply(&refs)
+            .unwrap_or_else(|e| panic!("{} on the device: {e}", op.name()));
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let want = op.apply(&refs).unwrap();
+        let got = got[0].to_device(Device::Cpu).unwrap();
+        assert!(close(&got, &want[0], 1e-6), "{}", op.name());
+    }
+    let op = Op::Index(IndexOp::IndexAdd { dim: 0 });
+    let x = floats(&[3, 2], 1, DType::F32).to_device(cuda).unwrap();
+    let src = floats(&[2, 2], 2, DType::F32).to_device(cuda).unwrap();
+    let bad = ints(&[1, 3], &[2]).to_device(cuda).unwrap();
+    let err = op.apply(&[&x, &bad, &src]).unwrap_err();
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(&err);
+    while let Some(c) = cause {
+        text += &format!(": {c}");
+        cause = c.source();
+    }
+    assert!(text.contains("index_add"), "{text}");
+    assert!(
+        text.contains("index 3 is out of bounds for a dimension of size 3"),
+        "{text}"
     );
 }

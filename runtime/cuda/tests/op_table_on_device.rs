@@ -28,14 +28,9 @@ const ELEMENT_LIMIT: usize = 256;
 
 /// The variants whose cases the CUDA backend refuses with `UnsupportedOnDevice`.
 const UNSUPPORTED_ON_CUDA: &[&str] = &[
-    "dropout",
     "embedding_backward",
-    "fake_quant.per_channel",
-    "fake_quant.per_tensor",
     "fake_quant_backward",
-    "index.index_add",
     "index.one_hot",
-    "index.scatter_add",
     // Only an input with no classes (its eager kernel checks the targets on the host).
     "loss.nll",
     "loss.nll_backward",

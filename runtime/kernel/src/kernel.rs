@@ -543,6 +543,11 @@ impl KernelBuilder {
         self.kernel.value(v).ty
     }
 
+    /// The expression of value `v`.
+    pub fn expr(&self, v: ValueId) -> &Expr {
+        &self.kernel.value(v).expr
+    }
+
     /// The value `expr` of type `ty`, an existing equal one if there is one.
     pub fn push(&mut self, ty: ScalarType, expr: Expr) -> ValueId {
         let value = Value { ty, expr };

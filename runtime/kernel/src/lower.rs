@@ -506,7 +506,7 @@ impl Lowering<'_> {
                 let loss = loss.clone();
                 return self.nll(id, &loss);
             }
-            NodeKind::CallFunction { op } if fake_quant::learnable_fake_quant(op).is_some() => {
+            NodeKind::CallFunction { op } if fake_quant::lowered_fake_quant(op).is_some() => {
                 let op = op.clone();
                 return self.fake_quant(id, &op);
             }

@@ -15,7 +15,7 @@ pub struct DropoutOp {
 
 impl DropoutOp {
     /// The factor survivors are multiplied by (0 when everything is dropped).
-    fn scale(&self) -> f64 {
+    pub fn scale(&self) -> f64 {
         if !self.training {
             1.0
         } else if self.p >= 1.0 {
@@ -25,15 +25,22 @@ impl DropoutOp {
         }
     }
 
+    /// Which of `numel` elements survive, drawn from the global generator in row-major order
+    /// (one uniform draw per element in training with `0 < p < 1`, none otherwise): every
+    /// backend draws its mask here, so a seed gives the same mask on every device.
+    pub fn keep_mask(&self, numel: usize) -> Vec<bool> {
+        if !self.training || self.p == 0.0 {
+            vec![true; numel]
+        } else if self.p >= 1.0 {
+            vec![false; numel]
+        } else {
+            with_global_generator(|g| (0..numel).map(|_| g.uniform() >= self.p).collect())
+        }
+    }
+
     fn kernel<T: Float>(&self, x: &Tensor) -> Result<Vec<Tensor>> {
         let shape = x.shape();
-        let keep: Vec<bool> = if !self.training || self.p == 0.0 {
-            vec![true; x.numel()]
-        } else if self.p >= 1.0 {
-            vec![false; x.numel()]
-        } else {
-            with_global_generator(|g| (0..x.numel()).map(|_| g.uniform() >= self.p).collect())
-        };
+        let keep = self.keep_mask(x.numel());
         let scale = T::from_f64(self.scale());
         let data = x.to_vec::<T>()?;
         let out: Vec<T> = data

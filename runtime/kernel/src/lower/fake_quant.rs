@@ -5,9 +5,13 @@
 //! reciprocal and the products in f32 and the integer steps in f64, where every value is an
 //! exact integer (the range is lowered only when it fits in f32's 24-bit significand).
 //!
-//! The non-learnable variants are not lowered: their eager kernel fails on an integer zero
-//! point outside the range, which a kernel cannot report; nor is the backward, whose
-//! learnable gradients are per-channel sums.
+//! The non-learnable variants (`fake_quantize_per_tensor_affine`, `..._per_channel_affine`)
+//! take an i64 zero point, which the eager kernel requires to lie in `[quant_min,
+//! quant_max]`: the kernel reads the scale through a gather checked on `zero_point -
+//! quant_min` against the range's size, so a zero point outside it fails the run with
+//! [`crate::KernelError::IndexOutOfRange`] (index `zero_point - quant_min`, size `quant_max -
+//! quant_min + 1`) and an in-range one is the same integer in f32. The backward is not
+//! lowered (its learnable gradients are per-channel sums).
 
 use super::Lowering;
 use super::frame::{FrameMap, Local};
@@ -25,20 +29,29 @@ const EXACT_RANGE: i64 = 1 << 24;
 /// even (the ulp of `[2^23, 2^24)` is 1).
 const ROUNDING_OFFSET: f64 = 8_388_608.0;
 
-/// The range and channel axis of a fake-quantize op this lowering generates.
-pub(super) fn learnable_fake_quant(op: &Op) -> Option<(i64, i64, Option<usize>)> {
+/// The range, channel axis and learnability of a fake-quantize op this lowering generates.
+pub(super) fn lowered_fake_quant(op: &Op) -> Option<(i64, i64, Option<usize>, bool)> {
     match *op {
+        Op::FakeQuant(FakeQuantOp::PerTensor {
+            quant_min,
+            quant_max,
+        }) => Some((quant_min, quant_max, None, false)),
+        Op::FakeQuant(FakeQuantOp::PerChannel {
+            axis,
+            quant_min,
+            quant_max,
+        }) => Some((quant_min, quant_max, Some(axis), false)),
         Op::FakeQuant(FakeQuantOp::LearnablePerTensor {
             quant_min,
             quant_max,
             ..
-        }) => Some((quant_min, quant_max, None)),
+        }) => Some((quant_min, quant_max, None, true)),
         Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
             axis,
             quant_min,
             quant_max,
             ..
-        }) => Some((quant_min, quant_max, Some(axis))),
+        }) => Some((quant_min, quant_max, Some(axis), true)),
         _ => None,
     }
 }
@@ -58,10 +71,10 @@ impl Lowering<'_> {
         id: &NodeId,
         op: &Op,
     ) -> Result<std::result::Result<(), String>> {
-        let Some((qmin, qmax, axis)) = learnable_fake_quant(op) else {
-            return Ok(Err("not a learnable fake-quantize op".into()));
+        let Some((qmin, qmax, axis, learnable)) = lowered_fake_quant(op) else {
+            return Ok(Err("not a fake-quantize forward".into()));
         };
-        if qmin.abs() > EXACT_RANGE || qmax.abs() > EXACT_RANGE {
+        if qmin.abs() > EXACT_RANGE || qmax.abs() > EXACT_RANGE || qmin > qmax {
             return Ok(Err(format!(
                 "the range [{qmin}, {qmax}] exceeds f32's exact integers"
             )));
@@ -82,16 +95,32 @@ impl Lowering<'_> {
         let mut k =
             super::frame::Frame::new(KernelBuilder::reduction(name, shape.clone(), Vec::new()));
         let mut loaded = Vec::with_capacity(3);
-        for (o, per_channel) in [(x, None), (scale, Some(axis)), (zero_point, Some(axis))] {
+        let zero_point_type = if learnable {
+            ScalarType::F32
+        } else {
+            ScalarType::I64
+        };
+        for (o, per_channel, ty) in [
+            (x, None, ScalarType::F32),
+            (scale, Some(axis), ScalarType::F32),
+            (zero_point, Some(axis), zero_point_type),
+        ] {
             let v = match per_channel {
                 None => self.operand(&mut k, &o, &shape, &map)?,
                 Some(axis) => self.parameter_operand(&mut k, &o, axis, &shape, &map)?,
             };
             match v {
-                Ok(v) if k.b.ty(v) == ScalarType::F32 => loaded.push(v),
+                Ok(v) if k.b.ty(v) == ty => loaded.push(v),
                 Ok(v) => return Ok(Err(format!("a {} operand", k.b.ty(v)))),
                 Err(why) => return Ok(Err(why)),
             }
+        }
+        if !learnable {
+            let Some(scale) = checked_scale(&mut k.b, loaded[1], loaded[2], (qmin, qmax)) else {
+                return Ok(Err("a scale that is not a plain load".into()));
+            };
+            loaded[1] = scale;
+            loaded[2] = k.b.push(ScalarType::F32, Expr::Cast(loaded[2]));
         }
         let value = forward(&mut k.b, loaded[0], loaded[1], loaded[2], (qmin, qmax));
         k.locals.insert(
@@ -104,6 +133,41 @@ impl Lowering<'_> {
         );
         self.emit_frame(k, &[*id], &HashSet::from([*id]))
     }
+}
+
+/// The load `scale` as a gather checked on the i64 `zero_point - qmin` against the range's
+/// size (stride 0: an in-range zero point reads the same scale), or `None` when `scale` is
+/// not a load.
+fn checked_scale(
+    b: &mut KernelBuilder,
+    scale: ValueId,
+    zero_point: ValueId,
+    (qmin, qmax): (i64, i64),
+) -> Option<ValueId> {
+    let Expr::Load { buffer, index } = b.expr(scale).clone() else {
+        return None;
+    };
+    let low = b.push(ScalarType::I64, Expr::Const(qmin as f64));
+    let by = b.push(
+        ScalarType::I64,
+        Expr::Binary(BinaryFn::Sub, zero_point, low),
+    );
+    let status = b.buffer(
+        crate::BufferRole::Scratch,
+        ScalarType::I64,
+        crate::gather::STATUS_LEN,
+    );
+    Some(b.push(
+        ScalarType::F32,
+        Expr::Gather {
+            buffer,
+            index,
+            by,
+            stride: 0,
+            len: usize::try_from(qmax - qmin + 1).ok()?,
+            status,
+        },
+    ))
 }
 
 /// The eager forward of one element, from `x`, its channel's `scale` and f32 `zero_point`.

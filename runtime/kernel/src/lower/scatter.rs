@@ -16,7 +16,8 @@
 //! otherwise. What the lowering does not cover (i32 indices, other than f32/f64 values, a
 //! `scatter_add` whose index is narrower than `x` along a dim other than `dim`, an empty
 //! output with a non-empty index, whose indices eager still checks) runs the eager kernel,
-//! reported as a fallback.
+//! reported as a fallback. A 0-d input, index or source of `index_add`/`scatter_add` is one
+//! element of one dim, as eager pads it.
 
 use super::gather::IndexKernel;
 use super::{Lowering, Val};
@@ -109,7 +110,18 @@ impl Lowering<'_> {
         if self.program.slot(index.slot).meta.dtype != DType::I64 {
             return Ok(Err("indices of another dtype than i64".into()));
         }
-        let out: Vec<usize> = meta.shape.clone();
+        // `index_add` and `scatter_add` treat a 0-d input, index or source as one element of
+        // one dim, as eager does: the kernel runs over that dim and stores the one element.
+        let (operands, out) = match op {
+            Op::Index(_) => (
+                operands.iter().map(at_least_1d).collect(),
+                at_least_1d_shape(&meta.shape),
+            ),
+            _ => (operands, meta.shape.clone()),
+        };
+        let Some(index) = operands.get(1) else {
+            return Ok(Err("the node has no index".into()));
+        };
         if out.contains(&0) && !index.layout.shape.contains(&0) {
             return Ok(Err(
                 "an empty output with indices to check (the eager kernel checks them)".into(),
@@ -140,6 +152,24 @@ impl Lowering<'_> {
             None => sum,
         };
         Ok(Ok(self.finish_index_kernel(id, k, value, meta)?))
+    }
+}
+
+/// `v` seen as one element of one dim when it is 0-d.
+fn at_least_1d(v: &Val) -> Val {
+    let mut v = v.clone();
+    if v.layout.shape.is_empty() {
+        v.layout.shape = vec![1];
+        v.layout.strides = vec![0];
+    }
+    v
+}
+
+fn at_least_1d_shape(shape: &[usize]) -> Vec<usize> {
+    if shape.is_empty() {
+        vec![1]
+    } else {
+        shape.to_vec()
     }
 }
 

@@ -10,6 +10,7 @@ use crate::driver::{CudaDriver, FunctionId, LaunchDims, ModuleId};
 use crate::tensor::device_state::DeviceState;
 use crate::{CudaError, Result, render};
 use std::sync::Arc;
+use tessera_fx::Graph;
 use tessera_kernel::{BufferRole, ScalarType, SlotId, SlotSource, Step, lower};
 use tessera_tensor::backend::DeviceOperand;
 use tessera_tensor::{DType, Op, TensorMeta};
@@ -80,9 +81,19 @@ pub(crate) fn compile(
     if let Some(call) = compile_call(driver, state, op, inputs, outputs) {
         return call;
     }
-    let graph = op_graph(op, inputs, outputs)?;
+    compile_graph(driver, state, &op_graph(op, inputs, outputs)?, inputs)
+}
+
+/// Lowers, renders and loads `graph`, whose placeholders are `inputs`, for `state`'s device;
+/// `Ok(None)` when some step is not a kernel the renderer generates.
+pub(crate) fn compile_graph(
+    driver: &Arc<dyn CudaDriver>,
+    state: &DeviceState,
+    graph: &Graph,
+    inputs: &[DeviceOperand<'_>],
+) -> Result<Option<CompiledOp>> {
     let layouts: Vec<_> = inputs.iter().map(|x| x.layout.clone()).collect();
-    let program = lower(&graph, &layouts)?;
+    let program = lower(graph, &layouts)?;
     if program.steps.iter().any(|s| external_part(s).is_some()) {
         return Ok(None);
     }

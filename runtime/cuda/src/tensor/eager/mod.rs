@@ -18,6 +18,7 @@ mod cache;
 mod compile;
 mod conv_backward;
 mod convolution;
+mod dropout;
 pub(crate) mod external;
 mod graph;
 mod product;
@@ -66,6 +67,17 @@ pub(crate) fn apply(
         Ok(s) => s,
         Err(e) => return Some(Err(fail(e))),
     };
+    if let (Op::Dropout(d), [x], [storage]) = (op, inputs, storages.as_slice()) {
+        return Some(
+            dropout::run(backend.driver(), &state, d, x, storage, outputs)
+                .map(|outs| {
+                    outs.into_iter()
+                        .map(|s| Box::new(s) as Box<dyn DeviceStorage>)
+                        .collect()
+                })
+                .map_err(fail),
+        );
+    }
     let key = EagerKey::new(op, inputs);
     let compiled = state.kernels.get_or_compile(key, || {
         compile(backend.driver(), &state, op, inputs, outputs)
