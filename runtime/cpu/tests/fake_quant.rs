@@ -232,3 +232,39 @@ fn an_integer_zero_point_outside_the_range_fails_the_run_as_eager_fails() {
     let zero = Tensor::from_vec(vec![0i64, -129, -3], &[3]).unwrap();
     common::faults(op, &[x, scale, zero], -1, 256);
 }
+
+#[test]
+fn the_straight_through_gradient_of_integer_zero_point_fake_quant_equals_eager_bit_for_bit() {
+    for range in RANGES {
+        let (quant_min, quant_max) = range;
+        for (shape, axis) in [
+            (vec![5, 13], None),
+            (vec![4, 3, 5], Some(1)),
+            (vec![], None),
+        ] {
+            let op = Op::FakeQuantBackward(match axis {
+                None => FakeQuantOp::PerTensor {
+                    quant_min,
+                    quant_max,
+                },
+                Some(axis) => FakeQuantOp::PerChannel {
+                    axis,
+                    quant_min,
+                    quant_max,
+                },
+            });
+            let channels = axis.map_or(1, |a| shape[a]);
+            for seed in 0..4 {
+                let n = shape.iter().product();
+                let x = Tensor::from_vec(x_values(n, seed), &shape).unwrap();
+                let grad = Tensor::from_vec(x_values(n, seed + 5), &shape).unwrap();
+                let (scale, _) = parameters(channels, seed);
+                let mut zero = integer_zero_points(channels, range, seed);
+                if axis.is_none() && shape.is_empty() {
+                    zero = zero.reshape(&[]).unwrap();
+                }
+                agrees(op.clone(), &[grad, x, scale, zero]);
+            }
+        }
+    }
+}

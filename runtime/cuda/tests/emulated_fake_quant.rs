@@ -166,6 +166,22 @@ fn fake_quant_with_integer_zero_points_on_emulated_ptx_equals_the_interpreter_an
 }
 
 #[test]
+fn the_straight_through_gradient_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    for range in RANGES {
+        let (quant_min, quant_max) = range;
+        let op = Op::FakeQuantBackward(FakeQuantOp::PerChannel {
+            axis: 1,
+            quant_min,
+            quant_max,
+        });
+        let x = Tensor::from_vec(x_values(60, 2), &[4, 3, 5]).unwrap();
+        let grad = Tensor::from_vec(x_values(60, 7), &[4, 3, 5]).unwrap();
+        let (scale, _) = parameters(3, 1);
+        agrees(op, &[grad, x, scale, integer_zero_points(3, range)]);
+    }
+}
+
+#[test]
 fn fake_quant_of_cuda_tensors_equals_the_cpu_and_reports_a_zero_point_outside_the_range() {
     init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
     let op = Op::FakeQuant(FakeQuantOp::LearnablePerChannel {

@@ -11,7 +11,8 @@
 //! quant_min` against the range's size, so a zero point outside it fails the run with
 //! [`crate::KernelError::IndexOutOfRange`] (index `zero_point - quant_min`, size `quant_max -
 //! quant_min + 1`) and an in-range one is the same integer in f32. The backward is not
-//! lowered (its learnable gradients are per-channel sums).
+//! lowered for the learnable ops (their scale and zero-point gradients are per-channel sums);
+//! for the others it is the forward's mask applied to the gradient, one elementwise kernel.
 
 use super::Lowering;
 use super::frame::{FrameMap, Local};
@@ -29,31 +30,55 @@ const EXACT_RANGE: i64 = 1 << 24;
 /// even (the ulp of `[2^23, 2^24)` is 1).
 const ROUNDING_OFFSET: f64 = 8_388_608.0;
 
-/// The range, channel axis and learnability of a fake-quantize op this lowering generates.
-pub(super) fn lowered_fake_quant(op: &Op) -> Option<(i64, i64, Option<usize>, bool)> {
-    match *op {
-        Op::FakeQuant(FakeQuantOp::PerTensor {
+/// What a fake-quantize node this lowering generates computes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FakeQuantForm {
+    range: (i64, i64),
+    axis: Option<usize>,
+    /// A float zero point (the learnable ops) rather than an i64 one.
+    learnable: bool,
+    /// The straight-through gradient `dX` of a non-learnable op rather than its forward.
+    backward: bool,
+}
+
+/// The form of a fake-quantize op this lowering generates: every forward, and the backward
+/// of the non-learnable ops (whose only gradient is elementwise).
+pub(super) fn lowered_fake_quant(op: &Op) -> Option<FakeQuantForm> {
+    let (f, backward) = match op {
+        Op::FakeQuant(f) => (f, false),
+        Op::FakeQuantBackward(
+            f @ (FakeQuantOp::PerTensor { .. } | FakeQuantOp::PerChannel { .. }),
+        ) => (f, true),
+        _ => return None,
+    };
+    let (range, axis, learnable) = match *f {
+        FakeQuantOp::PerTensor {
             quant_min,
             quant_max,
-        }) => Some((quant_min, quant_max, None, false)),
-        Op::FakeQuant(FakeQuantOp::PerChannel {
+        } => ((quant_min, quant_max), None, false),
+        FakeQuantOp::PerChannel {
             axis,
             quant_min,
             quant_max,
-        }) => Some((quant_min, quant_max, Some(axis), false)),
-        Op::FakeQuant(FakeQuantOp::LearnablePerTensor {
+        } => ((quant_min, quant_max), Some(axis), false),
+        FakeQuantOp::LearnablePerTensor {
             quant_min,
             quant_max,
             ..
-        }) => Some((quant_min, quant_max, None, true)),
-        Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
+        } => ((quant_min, quant_max), None, true),
+        FakeQuantOp::LearnablePerChannel {
             axis,
             quant_min,
             quant_max,
             ..
-        }) => Some((quant_min, quant_max, Some(axis), true)),
-        _ => None,
-    }
+        } => ((quant_min, quant_max), Some(axis), true),
+    };
+    Some(FakeQuantForm {
+        range,
+        axis,
+        learnable,
+        backward,
+    })
 }
 
 impl Lowering<'_> {
@@ -71,8 +96,14 @@ impl Lowering<'_> {
         id: &NodeId,
         op: &Op,
     ) -> Result<std::result::Result<(), String>> {
-        let Some((qmin, qmax, axis, learnable)) = lowered_fake_quant(op) else {
-            return Ok(Err("not a fake-quantize forward".into()));
+        let Some(FakeQuantForm {
+            range: (qmin, qmax),
+            axis,
+            learnable,
+            backward,
+        }) = lowered_fake_quant(op)
+        else {
+            return Ok(Err("not a fake-quantize op this lowering generates".into()));
         };
         if qmin.abs() > EXACT_RANGE || qmax.abs() > EXACT_RANGE || qmin > qmax {
             return Ok(Err(format!(
@@ -80,7 +111,11 @@ impl Lowering<'_> {
             )));
         }
         let operands = self.operands(id)?;
-        let &[x, scale, zero_point] = operands.as_slice() else {
+        let (grad, operands) = match (backward, operands.split_first()) {
+            (true, Some((grad, rest))) => (Some(*grad), rest),
+            _ => (None, operands.as_slice()),
+        };
+        let &[x, scale, zero_point] = operands else {
             return Ok(Err(format!("{} operands, not 3", operands.len())));
         };
         let Some(out) = self.meta(id)?.first().cloned() else {
@@ -100,11 +135,13 @@ impl Lowering<'_> {
         } else {
             ScalarType::I64
         };
-        for (o, per_channel, ty) in [
+        let mut reads = vec![
             (x, None, ScalarType::F32),
             (scale, Some(axis), ScalarType::F32),
             (zero_point, Some(axis), zero_point_type),
-        ] {
+        ];
+        reads.extend(grad.map(|g| (g, None, ScalarType::F32)));
+        for (o, per_channel, ty) in reads {
             let v = match per_channel {
                 None => self.operand(&mut k, &o, &shape, &map)?,
                 Some(axis) => self.parameter_operand(&mut k, &o, axis, &shape, &map)?,
@@ -122,7 +159,17 @@ impl Lowering<'_> {
             loaded[1] = scale;
             loaded[2] = k.b.push(ScalarType::F32, Expr::Cast(loaded[2]));
         }
-        let value = forward(&mut k.b, loaded[0], loaded[1], loaded[2], (qmin, qmax));
+        let value = match loaded.get(3) {
+            Some(&grad) => straight_through(
+                &mut k.b,
+                grad,
+                loaded[0],
+                loaded[1],
+                loaded[2],
+                (qmin, qmax),
+            ),
+            None => forward(&mut k.b, loaded[0], loaded[1], loaded[2], (qmin, qmax)),
+        };
         k.locals.insert(
             *id,
             vec![Local {
@@ -199,6 +246,35 @@ fn forward(
     let steps = e.bin(BinaryFn::Sub, q, zp);
     let steps = e.cast(ScalarType::F32, steps);
     e.bin(BinaryFn::Mul, steps, scale)
+}
+
+/// The straight-through gradient of a non-learnable op: `grad` where the forward's
+/// `round_half_even(x * (1/scale)) + zero_point` lies in `[qmin, qmax]`, `0` elsewhere (the
+/// eager kernel's mask, NaN rounding to 0, huge values outside).
+fn straight_through(
+    b: &mut KernelBuilder,
+    grad: ValueId,
+    x: ValueId,
+    scale: ValueId,
+    zero_point: ValueId,
+    (qmin, qmax): (i64, i64),
+) -> ValueId {
+    let mut e = Steps { b };
+    let zp = e.cast(ScalarType::F64, zero_point);
+    let one = e.c(ScalarType::F32, 1.0);
+    let inv = e.bin(BinaryFn::Div, one, scale);
+    let scaled = e.bin(BinaryFn::Mul, x, inv);
+    let rounded = e.round_half_even(scaled);
+    let rounded = e.not_nan_or_zero(rounded);
+    let rounded = e.cast(ScalarType::F64, rounded);
+    let q = e.bin(BinaryFn::Add, rounded, zp);
+    let lo = e.c(ScalarType::F64, qmin as f64);
+    let hi = e.c(ScalarType::F64, qmax as f64);
+    let below = e.cmp(CompareFn::Lt, q, lo);
+    let above = e.cmp(CompareFn::Gt, q, hi);
+    let zero = e.c(ScalarType::F32, 0.0);
+    let kept = e.select(below, zero, grad);
+    e.select(above, zero, kept)
 }
 
 /// Pushes the operations of the forward.
