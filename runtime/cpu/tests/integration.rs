@@ -9,6 +9,7 @@ mod common;
 
 mod batch_norm_update;
 mod bool_int;
+mod casts;
 mod cat;
 mod conv;
 mod differential;

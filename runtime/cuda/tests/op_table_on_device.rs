@@ -53,7 +53,6 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "quant.quantize_per_channel",
     "quant.quantize_per_tensor",
     "reduce",
-    "to_dtype",
 ];
 
 /// The variants no random draw made valid for the CPU within the draws (their shapes are too
