@@ -25,6 +25,7 @@ mod joint_graphs_random;
 mod losses;
 mod max_pool_indices;
 mod norms;
+mod one_hot;
 mod optim_updates;
 mod padded_pooling;
 mod pool_backward;

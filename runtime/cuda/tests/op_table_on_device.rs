@@ -34,7 +34,6 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "fake_quant.per_tensor",
     "fake_quant_backward",
     "index.index_add",
-    "index.one_hot",
     "index.scatter_add",
     // Only an input with no classes (its eager kernel checks the targets on the host).
     "loss.nll",
