@@ -140,8 +140,11 @@ macro_rules! element {
 
 element!(f32, F32, |v| v as f64, |w| w as f32);
 element!(f64, F64, |v| v, |w| w);
-element!(f16, F16, |v| v.to_f64(), |w| f16::from_f64(w));
-element!(bf16, BF16, |v| v.to_f64(), |w| bf16::from_f64(w));
+// A half type is made from an f64 through f32 (rounding to nearest even twice), as PyTorch's
+// CPU cast does, on every machine: `half`'s own `from_f64` takes that path only where the CPU
+// has F16C, and elsewhere (and always for bf16) drops the low 32 mantissa bits before rounding.
+element!(f16, F16, |v| v.to_f64(), |w| f16::from_f32(w as f32));
+element!(bf16, BF16, |v| v.to_f64(), |w| bf16::from_f32(w as f32));
 element!(i64, I64, |v| v as f64, |w| w as i64);
 element!(i32, I32, |v| v as f64, |w| w as i32);
 element!(i8, I8, |v| v as f64, |w| w as i8);

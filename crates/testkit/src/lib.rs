@@ -1,6 +1,7 @@
 //! Test helpers shared by the workspace: loading PyTorch conformance cases and comparing
 //! tensors with tolerances.
 
+mod cast_cases;
 mod formula;
 pub mod op_cases;
 mod reduce_kinds;
@@ -8,6 +9,7 @@ mod rounding;
 mod subcase;
 mod test_files;
 
+pub use cast_cases::{cast_float_values, cast_input, cast_int_values, exact_bits};
 pub use formula::{formula_tensor, pseudo_random};
 pub use reduce_kinds::every_reduce_kind;
 pub use rounding::rounding_bound;

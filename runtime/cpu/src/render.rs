@@ -64,6 +64,9 @@ pub(crate) fn clif_type(ty: ScalarType) -> Type {
         // A bool is the byte 0 or 1, in registers as in memory.
         ScalarType::Bool => types::I8,
         ScalarType::I64 => types::I64,
+        // A narrow integer is its own bits (widened to i64 by `narrow_cast`).
+        ScalarType::U8 | ScalarType::I8 => types::I8,
+        ScalarType::I32 => types::I32,
     }
 }
 
@@ -341,6 +344,7 @@ impl Renderer<'_> {
         let inside = b.ins().icmp_imm_u(IntCC::UnsignedLessThan, by, len as i64);
         let zero = match ty {
             ScalarType::F64 => b.ins().f64const(0.0),
+            ScalarType::I64 => b.ins().iconst(types::I64, 0),
             _ => b.ins().f32const(0.0),
         };
         let x = if len == 0 {
@@ -775,6 +779,7 @@ impl Renderer<'_> {
         match (from, to) {
             (f, t) if f == t => x,
             (f, t) if f.is_half() || t.is_half() => crate::render_half::half_cast(b, x, f, t),
+            (f, t) if f.is_narrow_int() || t.is_narrow_int() => narrow_cast(b, x, f, t),
             (ScalarType::F32, ScalarType::F64) => b.ins().fpromote(types::F64, x),
             (ScalarType::F64, ScalarType::F32) => b.ins().fdemote(types::F32, x),
             // i64 values are scalar (the schedule keeps kernels with them unvectorised).
@@ -817,5 +822,26 @@ impl Renderer<'_> {
                 b.ins().fcmp(FloatCC::NotEqual, x, zero)
             }
         }
+    }
+}
+
+/// A narrow integer widened to i64 (`verify` pairs them with i64 only): sign-extended, a byte
+/// of u8 zero-extended; or an i64 narrowed, saturating to the narrow type's range.
+fn narrow_cast(b: &mut FunctionBuilder, x: Value, from: ScalarType, to: ScalarType) -> Value {
+    if let Some((lo, hi)) = to.int_range() {
+        let (lo, hi) = (
+            b.ins().iconst(types::I64, lo),
+            b.ins().iconst(types::I64, hi),
+        );
+        let below = b.ins().icmp(IntCC::SignedLessThan, x, lo);
+        let x = b.ins().select(below, lo, x);
+        let above = b.ins().icmp(IntCC::SignedGreaterThan, x, hi);
+        let x = b.ins().select(above, hi, x);
+        return b.ins().ireduce(clif_type(to), x);
+    }
+    if from == ScalarType::U8 {
+        b.ins().uextend(types::I64, x)
+    } else {
+        b.ins().sextend(types::I64, x)
     }
 }

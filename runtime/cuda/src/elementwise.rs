@@ -204,7 +204,11 @@ impl Body<'_> {
             self.e.ins(format!("st.global.u8 [{a}], {byte}"));
             return;
         }
-        let sfx = suffix(ty);
+        let sfx = if ty.is_narrow_int() {
+            crate::narrow::store_suffix(ty)
+        } else {
+            suffix(ty)
+        };
         self.e.ins(format!("st.global.{sfx} [{a}], {v}"));
     }
 }

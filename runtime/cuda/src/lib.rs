@@ -90,6 +90,7 @@ mod index;
 mod math_accuracy;
 pub mod math_fns;
 pub mod math_ir;
+mod narrow;
 mod reduce;
 mod render;
 mod rendered;

@@ -3,7 +3,8 @@
 //! the interpreter's), comparisons follow Rust's `PartialOrd` (`!=` is the unordered `neu`, true
 //! for NaN), and the transcendental functions are the programs of [`crate::math_fns`]. A bool
 //! value is a predicate, stored as the byte 0 or 1 (`ld/st.global.u8` through a `.b32`
-//! register); an i64 value is a `.b64` register with wrapping `.s64` arithmetic.
+//! register); an i64 value is a `.b64` register with wrapping `.s64` arithmetic; a narrow
+//! integer is a `.b32` register, only loaded, stored and converted ([`crate::narrow`]).
 
 use crate::body::Body;
 use crate::emit::{Reg, RegClass, f32_imm, f64_imm};
@@ -18,6 +19,7 @@ pub fn class(ty: ScalarType) -> RegClass {
         ScalarType::F16 | ScalarType::BF16 => RegClass::B16,
         ScalarType::Bool => RegClass::Pred,
         ScalarType::I64 => RegClass::B64,
+        ScalarType::U8 | ScalarType::I8 | ScalarType::I32 => RegClass::B32,
     }
 }
 
@@ -75,6 +77,11 @@ impl Body<'_> {
                 let byte = self.e.reg(RegClass::B32);
                 self.e.ins(format!("ld.global.u8 {byte}, [{a}]"));
                 self.e.ins(format!("setp.ne.u32 {d}, {byte}, 0"));
+            }
+            Expr::Load { buffer, index } if ty.is_narrow_int() => {
+                let a = self.address(*buffer, index);
+                let t = crate::narrow::load_suffix(ty);
+                self.e.ins(format!("ld.global.{t} {d}, [{a}]"));
             }
             Expr::Load { buffer, index } => {
                 let a = self.address(*buffer, index);
@@ -169,6 +176,9 @@ impl Body<'_> {
                 match (from, ty) {
                     (f, t) if f == t => self.e.ins(format!("mov.{} {d}, {a}", mov_ty(t))),
                     (f, t) if f.is_half() || t.is_half() => self.half_cast(d, a, f, t),
+                    (f, t) if f.is_narrow_int() || t.is_narrow_int() => {
+                        self.narrow_cast(d, a, f, t)
+                    }
                     (ScalarType::F32, ScalarType::F64) => {
                         self.e.ins(format!("cvt.f64.f32 {d}, {a}"))
                     }
@@ -284,5 +294,6 @@ fn mov_ty(ty: ScalarType) -> &'static str {
         ScalarType::F16 | ScalarType::BF16 => "b16",
         ScalarType::Bool => "pred",
         ScalarType::I64 => "b64",
+        ScalarType::U8 | ScalarType::I8 | ScalarType::I32 => "b32",
     }
 }

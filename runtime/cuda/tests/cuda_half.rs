@@ -1,6 +1,5 @@
 //! f16 and bf16 CUDA tensors on the emulated driver: conversions to and from the half types
-//! (f64 to a half type excepted: the lowering refuses its double rounding),
-//! every elementwise op, the reductions, softmax and layer norm computed in f32 from half
+//! (f64 to a half type through f32, as the eager cast), every elementwise op, the reductions, softmax and layer norm computed in f32 from half
 //! loads and rounded once (as the CPU's eager kernels), and matmul, linear and conv2d on the
 //! tensor-core (`mma.sync`) kernels, all against the CPU's eager results.
 //! (A module of the `integration` binary: the backend it registers, `eager_common::backend`,
@@ -10,7 +9,7 @@ use crate::eager_common;
 
 use eager_common::{assert_close, cuda, same_on_device_within, tensor};
 use tessera_tensor::op::{BinaryOp, ConvOp, ConvParams, ReduceKind, ReduceOp, ScalarOp, UnaryOp};
-use tessera_tensor::{DType, Op, Result, Tensor, TensorError};
+use tessera_tensor::{DType, Op, Result, Tensor};
 
 const HALVES: [DType; 2] = [DType::F16, DType::BF16];
 
@@ -54,15 +53,13 @@ fn conversions_to_and_from_half_equal_the_cpu_exactly() -> Result<()> {
             let dev_up = cuda(&down)?.to_dtype(wide)?;
             assert_close(&format!("{half} -> {wide}"), &up, &dev_up, 0.0);
         }
-        // f64 to a half type rounds once in the eager cast and would round twice through f32:
-        // the lowering refuses it, so it is not on the device.
-        let wide = cuda(&x.to_dtype(DType::F64)?)?;
-        assert!(
-            matches!(
-                wide.to_dtype(half),
-                Err(TensorError::UnsupportedOnDevice { .. })
-            ),
-            "f64 -> {half}"
+        // f64 to a half type rounds through f32, on the device as in the eager cast.
+        let wide = x.to_dtype(DType::F64)?;
+        assert_close(
+            &format!("f64 -> {half}"),
+            &wide.to_dtype(half)?,
+            &cuda(&wide)?.to_dtype(half)?,
+            0.0,
         );
         let other = if half == DType::F16 {
             DType::BF16

@@ -13,7 +13,7 @@ use emulated_driver::EmulatedDriver;
 use std::sync::{Arc, OnceLock};
 use tessera_cuda::{CudaBackend, init_with_driver};
 use tessera_tensor::op::{
-    BinaryOp, CompareOp, DropoutOp, IndexOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp,
+    BinaryOp, CompareOp, DropoutOp, IndexOp, PoolOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp,
 };
 use tessera_tensor::{DType, Device, Op, Result, Tensor, TensorError, manual_seed};
 
@@ -457,11 +457,15 @@ fn dropout_on_the_device_draws_the_cpu_mask_from_the_seed_and_gives_the_cpu_grad
 
 #[test]
 fn an_op_without_device_kernels_is_unsupported_naming_it() -> Result<()> {
-    let classes = cuda(&Tensor::from_vec(vec![0i64, 2, 1], &[3])?)?;
-    // `one_hot` is left to its eager CPU kernel by the lowering, so it has no device kernel.
-    match classes.one_hot(Some(3)) {
+    let x = cuda(&tensor(DType::F32, &[1, 2, 5, 5], 3, false))?;
+    // Adaptive pooling to a size that does not divide the input is left to its eager CPU
+    // kernel by the lowering (its windows are uneven), so it has no device kernel.
+    let pool = Op::Pool(PoolOp::AdaptiveAvgPool2d {
+        output_size: [3, 3],
+    });
+    match pool.apply(&[&x]) {
         Err(TensorError::UnsupportedOnDevice { op, device, .. }) => {
-            assert_eq!((op.as_str(), device), ("one_hot", CUDA))
+            assert_eq!((op.as_str(), device), ("adaptive_avg_pool2d", CUDA))
         }
         other => panic!("expected UnsupportedOnDevice, got {other:?}"),
     }

@@ -1,5 +1,5 @@
 //! Data-dependent loads on the PTX backend: the negative log-likelihood and its gradient,
-//! embedding lookups, `index_select` and `gather` rendered to PTX, run in the emulator and
+//! embedding lookups, `index_select`, `gather` and `one_hot` rendered to PTX, run in the emulator and
 //! checked bit for bit against the kernel-IR interpreter and eager execution (f32 and f64,
 //! ignored targets, an empty batch); every kernel is assembled by ptxas (sm_80 and sm_90) when
 //! it is installed. An index outside its dim reads nothing (the emulator bounds-checks every
@@ -150,6 +150,14 @@ fn embedding_index_select_and_gather_on_emulated_ptx_equal_eager() {
         Op::Index(IndexOp::Gather { dim: 0 }),
         &[x, ints(&index, &[2, 5, 3])],
     );
+}
+
+#[test]
+fn one_hot_on_emulated_ptx_equals_eager_and_checks_its_classes() {
+    let one_hot = |num_classes| Op::Index(IndexOp::OneHot { num_classes });
+    agrees(one_hot(5), &[ints(&[0, 4, 2, 2, 1, 3], &[2, 3])]);
+    faults(one_hot(5), &[ints(&[0, 5, 2], &[3])], 5, 5);
+    faults(one_hot(5), &[ints(&[-2, 1], &[2])], -2, 5);
 }
 
 #[test]

@@ -22,6 +22,7 @@ mod cuda_products;
 mod driver;
 mod emulated_backward;
 mod emulated_bool_int;
+mod emulated_casts;
 mod emulated_differential;
 mod emulated_gemm;
 mod emulated_half;

@@ -30,7 +30,6 @@ const ELEMENT_LIMIT: usize = 256;
 const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "embedding_backward",
     "fake_quant_backward",
-    "index.one_hot",
     // Only an input with no classes (its eager kernel checks the targets on the host).
     "loss.nll",
     "loss.nll_backward",
@@ -47,7 +46,6 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "quant.linear_dynamic",
     "quant.quantize_per_channel",
     "quant.quantize_per_tensor",
-    "to_dtype",
 ];
 
 /// The variants no random draw made valid for the CPU within the draws (their shapes are too

@@ -69,7 +69,7 @@ impl Kernel {
         base + (len - 1) * stride
     }
 
-    /// Checks gather `here`: it reads an input of its type (f32 or f64) inside the buffer for
+    /// Checks gather `here`: it reads an input of its type (f32, f64 or i64) inside the buffer for
     /// every index in range, by an i64 value that precedes it, and records faults in an i64
     /// scratch of [`STATUS_LEN`] elements.
     #[allow(clippy::too_many_arguments)]
@@ -91,7 +91,7 @@ impl Kernel {
             return Err(format!("{here} gathers from {buffer}, an output"));
         }
         let ty = self.value(here).ty;
-        if param.ty != ty || !ty.is_arithmetic() {
+        if param.ty != ty || !(ty.is_arithmetic() || ty == ScalarType::I64) {
             return Err(format!("{here} gathers {} as {ty}", param.ty));
         }
         if by >= here || self.value(by).ty != ScalarType::I64 {

@@ -40,19 +40,26 @@ enum Scalar {
     BF16(bf16),
     Bool(bool),
     I64(i64),
+    U8(u8),
+    I8(i8),
+    I32(i32),
 }
 
 impl Scalar {
-    /// `v` rounded once to `ty` (to nearest even; bool is `v != 0`; i64 truncates towards zero,
-    /// saturating, as Rust's `as`).
+    /// `v` converted to `ty` as the eager cast does (to nearest even, a half type through f32;
+    /// bool is `v != 0`; an integer type truncates towards zero, saturating, NaN giving 0, as
+    /// Rust's `as`).
     fn of(ty: ScalarType, v: f64) -> Scalar {
         match ty {
             ScalarType::F32 => Scalar::F32(v as f32),
             ScalarType::F64 => Scalar::F64(v),
-            ScalarType::F16 => Scalar::F16(f16::from_f64(v)),
-            ScalarType::BF16 => Scalar::BF16(bf16::from_f64(v)),
+            ScalarType::F16 => Scalar::F16(f16::from_f32(v as f32)),
+            ScalarType::BF16 => Scalar::BF16(bf16::from_f32(v as f32)),
             ScalarType::Bool => Scalar::Bool(v != 0.0),
             ScalarType::I64 => Scalar::I64(v as i64),
+            ScalarType::U8 => Scalar::U8(v as u8),
+            ScalarType::I8 => Scalar::I8(v as i8),
+            ScalarType::I32 => Scalar::I32(v as i32),
         }
     }
 
@@ -64,6 +71,9 @@ impl Scalar {
             Scalar::BF16(x) => x.to_f64(),
             Scalar::Bool(b) => f64::from(u8::from(b)),
             Scalar::I64(i) => i as f64,
+            Scalar::U8(i) => f64::from(i),
+            Scalar::I8(i) => f64::from(i),
+            Scalar::I32(i) => f64::from(i),
         }
     }
 }
@@ -82,6 +92,9 @@ unsafe fn read(b: BufferPtr, at: usize) -> Scalar {
             ScalarType::BF16 => Scalar::BF16(*(b.ptr as *const bf16).add(at)),
             ScalarType::Bool => Scalar::Bool(*b.ptr.add(at) != 0),
             ScalarType::I64 => Scalar::I64(*(b.ptr as *const i64).add(at)),
+            ScalarType::U8 => Scalar::U8(*b.ptr.add(at)),
+            ScalarType::I8 => Scalar::I8(*(b.ptr as *const i8).add(at)),
+            ScalarType::I32 => Scalar::I32(*(b.ptr as *const i32).add(at)),
         }
     }
 }
@@ -251,6 +264,9 @@ unsafe fn store(
             Scalar::BF16(x) => *(b.ptr as *mut bf16).add(at) = x,
             Scalar::Bool(x) => *b.ptr.add(at) = u8::from(x),
             Scalar::I64(x) => *(b.ptr as *mut i64).add(at) = x,
+            Scalar::U8(x) => *b.ptr.add(at) = x,
+            Scalar::I8(x) => *(b.ptr as *mut i8).add(at) = x,
+            Scalar::I32(x) => *(b.ptr as *mut i32).add(at) = x,
         }
     }
 }

@@ -368,8 +368,8 @@ impl Kernel {
                     operand(*b, Some(ta))?;
                 }
                 Expr::Select { cond, a, b } => {
-                    if v.ty.is_half() {
-                        return Err(fail(format!("{here} selects {}, a half type", v.ty)));
+                    if v.ty.is_half() || v.ty.is_narrow_int() {
+                        return Err(fail(format!("{here} selects {}, a storage type", v.ty)));
                     }
                     operand(*cond, Some(ScalarType::Bool))?;
                     operand(*a, Some(v.ty))?;
@@ -385,6 +385,17 @@ impl Kernel {
                     {
                         return Err(fail(format!(
                             "{here} converts {from} to {}: a half type converts only to and from f32",
+                            v.ty
+                        )));
+                    }
+                    let narrow_pair = from.is_narrow_int() || v.ty.is_narrow_int();
+                    if narrow_pair
+                        && from != v.ty
+                        && from != ScalarType::I64
+                        && v.ty != ScalarType::I64
+                    {
+                        return Err(fail(format!(
+                            "{here} converts {from} to {}: a narrow integer type converts only to and from i64",
                             v.ty
                         )));
                     }

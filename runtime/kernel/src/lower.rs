@@ -21,6 +21,7 @@ mod gather;
 mod gemm;
 mod loss;
 mod nll;
+mod one_hot;
 mod pool;
 mod pool_backward;
 mod reduce;
@@ -491,6 +492,12 @@ impl Lowering<'_> {
             } => {
                 let op = op.clone();
                 return self.indexing(id, &op);
+            }
+            NodeKind::CallFunction {
+                op: op @ Op::Index(IndexOp::OneHot { num_classes }),
+            } => {
+                let (op, num_classes) = (op.clone(), *num_classes);
+                return self.one_hot(id, &op, num_classes);
             }
             NodeKind::CallFunction {
                 op:

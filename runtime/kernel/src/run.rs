@@ -53,6 +53,9 @@ pub(crate) enum OutVec {
     /// One byte per element, 0 or 1, as kernels store bools.
     Bool(Vec<bool>),
     I64(Vec<i64>),
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    I32(Vec<i32>),
 }
 
 impl OutVec {
@@ -65,6 +68,9 @@ impl OutVec {
             ScalarType::Bool => OutVec::Bool(tessera_tensor::try_uninit_buffer(kernel, len)?),
             ScalarType::I64 => OutVec::I64(tessera_tensor::try_uninit_buffer(kernel, len)?),
             ScalarType::F32 => OutVec::F32(tessera_tensor::try_uninit_buffer(kernel, len)?),
+            ScalarType::U8 => OutVec::U8(tessera_tensor::try_uninit_buffer(kernel, len)?),
+            ScalarType::I8 => OutVec::I8(tessera_tensor::try_uninit_buffer(kernel, len)?),
+            ScalarType::I32 => OutVec::I32(tessera_tensor::try_uninit_buffer(kernel, len)?),
         })
     }
 
@@ -76,6 +82,9 @@ impl OutVec {
             OutVec::BF16(v) => v.as_mut_ptr() as *mut u8,
             OutVec::Bool(v) => v.as_mut_ptr() as *mut u8,
             OutVec::I64(v) => v.as_mut_ptr() as *mut u8,
+            OutVec::U8(v) => v.as_mut_ptr(),
+            OutVec::I8(v) => v.as_mut_ptr() as *mut u8,
+            OutVec::I32(v) => v.as_mut_ptr() as *mut u8,
         };
         BufferPtr { ptr, len, ty }
     }
@@ -105,6 +114,18 @@ impl OutVec {
                 Tensor::from_vec(v, shape)
             }
             OutVec::I64(mut v) => {
+                v.truncate(len);
+                Tensor::from_vec(v, shape)
+            }
+            OutVec::U8(mut v) => {
+                v.truncate(len);
+                Tensor::from_vec(v, shape)
+            }
+            OutVec::I8(mut v) => {
+                v.truncate(len);
+                Tensor::from_vec(v, shape)
+            }
+            OutVec::I32(mut v) => {
                 v.truncate(len);
                 Tensor::from_vec(v, shape)
             }
@@ -209,10 +230,9 @@ fn with_reads<R>(
         // A kernel reads a bool as its byte, which Rust keeps 0 or 1.
         DType::Bool => read!(bool, ScalarType::Bool),
         DType::I64 => read!(i64, ScalarType::I64),
-        d => Err(KernelError::Backend {
-            kernel: format!("step {step}"),
-            message: format!("a kernel input is {d:?}"),
-        }),
+        DType::U8 => read!(u8, ScalarType::U8),
+        DType::I8 => read!(i8, ScalarType::I8),
+        DType::I32 => read!(i32, ScalarType::I32),
     }
 }
 

@@ -178,9 +178,8 @@ pub(crate) fn with_locked(
         // Kernels store a bool as the byte 0 or 1, a valid `bool`.
         DType::Bool => write!(bool, ScalarType::Bool),
         DType::I64 => write!(i64, ScalarType::I64),
-        d => Err(KernelError::Backend {
-            kernel: "(runner)".into(),
-            message: format!("a kernel writes output {k} as {d:?}"),
-        }),
+        DType::U8 => write!(u8, ScalarType::U8),
+        DType::I8 => write!(i8, ScalarType::I8),
+        DType::I32 => write!(i32, ScalarType::I32),
     }
 }

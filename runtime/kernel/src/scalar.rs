@@ -9,6 +9,10 @@ use tessera_tensor::DType;
 /// byte per element, 0 or 1, as a bool tensor), or a 64-bit integer (an i64 tensor's element:
 /// a counter, a class index).
 ///
+/// The narrow integer types (`U8`, `I8`, `I32`) are storage formats too: a narrow value is
+/// loaded, stored, or converted to and from i64 ([`Expr::Cast`]: widening is exact, narrowing
+/// saturates), as the eager kernels convert through f64 and saturate (Rust's `as`).
+///
 /// The half types (`F16`, `BF16`) are storage formats: a half value is loaded, stored, or
 /// converted to and from f32 ([`Expr::Cast`], which rounds to nearest even towards a half
 /// type), and all arithmetic on it happens in f32 ([`ScalarType::compute`]), as the eager
@@ -21,6 +25,9 @@ pub enum ScalarType {
     BF16,
     Bool,
     I64,
+    U8,
+    I8,
+    I32,
 }
 
 impl ScalarType {
@@ -33,8 +40,31 @@ impl ScalarType {
             DType::BF16 => Some(ScalarType::BF16),
             DType::Bool => Some(ScalarType::Bool),
             DType::I64 => Some(ScalarType::I64),
+            DType::U8 => Some(ScalarType::U8),
+            DType::I8 => Some(ScalarType::I8),
+            DType::I32 => Some(ScalarType::I32),
+        }
+    }
+
+    /// Whether this is a narrow integer storage type (u8, i8, i32), converted to and from i64.
+    pub fn is_narrow_int(self) -> bool {
+        matches!(self, ScalarType::U8 | ScalarType::I8 | ScalarType::I32)
+    }
+
+    /// The range a narrow integer type holds, as i64s (`None` for the other types).
+    pub fn int_range(self) -> Option<(i64, i64)> {
+        match self {
+            ScalarType::U8 => Some((0, u8::MAX.into())),
+            ScalarType::I8 => Some((i8::MIN.into(), i8::MAX.into())),
+            ScalarType::I32 => Some((i32::MIN.into(), i32::MAX.into())),
             _ => None,
         }
+    }
+
+    /// Whether values of this type are integers held in registers as integers: i64 and the
+    /// narrow integer types (kernels with them stay scalar).
+    pub fn is_integer(self) -> bool {
+        self == ScalarType::I64 || self.is_narrow_int()
     }
 
     /// Whether this is a half storage type (f16 or bf16), converted to f32 for arithmetic.
@@ -47,10 +77,13 @@ impl ScalarType {
         matches!(self, ScalarType::F32 | ScalarType::F64)
     }
 
-    /// The type values of this type are computed in: f32 for the half types, else itself.
+    /// The type values of this type are computed in: f32 for the half types, i64 for the
+    /// narrow integer types, else itself.
     pub fn compute(self) -> ScalarType {
         if self.is_half() {
             ScalarType::F32
+        } else if self.is_narrow_int() {
+            ScalarType::I64
         } else {
             self
         }
@@ -60,9 +93,9 @@ impl ScalarType {
     pub fn bytes(self) -> usize {
         match self {
             ScalarType::F64 | ScalarType::I64 => 8,
-            ScalarType::F32 => 4,
+            ScalarType::F32 | ScalarType::I32 => 4,
             ScalarType::F16 | ScalarType::BF16 => 2,
-            ScalarType::Bool => 1,
+            ScalarType::Bool | ScalarType::U8 | ScalarType::I8 => 1,
         }
     }
 
@@ -80,12 +113,15 @@ impl ScalarType {
             ScalarType::BF16 => DType::BF16,
             ScalarType::Bool => DType::Bool,
             ScalarType::I64 => DType::I64,
+            ScalarType::U8 => DType::U8,
+            ScalarType::I8 => DType::I8,
+            ScalarType::I32 => DType::I32,
         }
     }
 
     /// Whether values of this type are floats (the half storage types included).
     pub fn is_float(self) -> bool {
-        !matches!(self, ScalarType::Bool | ScalarType::I64)
+        !(self == ScalarType::Bool || self.is_integer())
     }
 
     /// Whether constants, comparisons, selections and the integer [`BinaryFn`]s (add, sub, mul)
@@ -104,6 +140,9 @@ impl fmt::Display for ScalarType {
             ScalarType::BF16 => "bf16",
             ScalarType::Bool => "bool",
             ScalarType::I64 => "i64",
+            ScalarType::U8 => "u8",
+            ScalarType::I8 => "i8",
+            ScalarType::I32 => "i32",
         })
     }
 }
@@ -372,7 +411,8 @@ pub enum Expr {
     /// giving 0, and i64 -> float goes through f64 (rounding to nearest there, then to f32), as
     /// the eager cast (`as` through f64) does; a half type converts only to and from f32
     /// (f32 -> f16 and f32 -> bf16 round to nearest even, overflowing to infinity; the widening
-    /// is exact).
+    /// is exact); a narrow integer type converts only to and from i64 (widening exactly,
+    /// narrowing by saturating to the type's range).
     Cast(ValueId),
     /// The accumulation of `value` over every point of the kernel's reduction loops, for the
     /// current point of its output loops (see [`crate::Stages`] for when it is available).

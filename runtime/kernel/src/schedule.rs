@@ -162,18 +162,19 @@ fn choose(kernel: &Kernel) -> Schedule {
     // splatted) and none is stored. Vector code holds f32 lanes and bool masks: other f64 and
     // every i64 value stays scalar.
     let hoisted = crate::hoisted_values(kernel);
-    let wide = |v: &ValueId| matches!(kernel.value(*v).ty, ScalarType::F64 | ScalarType::I64);
+    let wide = |v: &ValueId| {
+        let ty = kernel.value(*v).ty;
+        ty == ScalarType::F64 || ty.is_integer()
+    };
     let all_f32 = kernel.values.iter().enumerate().all(|(i, v)| {
         let id = ValueId::from_index(i);
         (!kernel.reduce.is_empty() && !stages.is_inner(id))
-            || (hoisted[i]
-                && v.ty != ScalarType::I64
-                && kernel.stores.iter().all(|s| s.value != id))
+            || (hoisted[i] && !v.ty.is_integer() && kernel.stores.iter().all(|s| s.value != id))
             || (!wide(&id) && !crate::operands(&v.expr).iter().any(wide))
     }) && kernel.buffers.iter().all(|b| {
         b.ty == ScalarType::F32
             || (b.role == crate::BufferRole::Input
-                && !matches!(b.ty, ScalarType::I64 | ScalarType::Bool)
+                && !(b.ty == ScalarType::Bool || b.ty.is_integer())
                 && only_hoisted(kernel, b, &hoisted))
     });
     let last = extents.len() - 1;

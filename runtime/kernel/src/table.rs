@@ -29,6 +29,14 @@ pub fn lower_elementwise(
         }
         return Emit { b }.convert(operands[0], out);
     }
+    // The eager kernels compute narrow integer tensors through f64 and saturate each op's
+    // result: only conversions from and to them are lowered.
+    let narrow = std::iter::once(out)
+        .chain(operands.iter().map(|&v| b.ty(v)))
+        .find(|t| t.is_narrow_int());
+    if let Some(ty) = narrow {
+        return Err(format!("{} on {ty} tensors is not lowered", op.name()));
+    }
     if out.is_half() {
         if let Op::UnaryBackward(_) = op {
             // The eager backward computes in the half type itself, rounding after every
@@ -180,17 +188,25 @@ impl Emit<'_> {
         self.float_as(v, ty)
     }
 
-    /// `v` converted to `ty` as the eager cast does, through f32 where a half type is on one
-    /// side (exact, except from f64 or i64 to a half type, which would round twice: refused).
+    /// `v` converted to `ty` as the eager cast does (`as` through f64): a narrow integer type
+    /// through i64 (widening exactly; narrowing truncates a float towards zero and saturates,
+    /// as `as` does straight to the narrow type), a half type through f32 (from f64 and i64
+    /// too, rounding twice as the eager cast and PyTorch's do).
     pub(crate) fn convert(&mut self, v: ValueId, ty: ScalarType) -> Result<ValueId, String> {
         let from = self.b.ty(v);
-        if from == ty || !(from.is_half() || ty.is_half()) {
-            return Ok(self.cast(v, ty));
+        if from == ty {
+            return Ok(v);
         }
-        if matches!(from, ScalarType::F64 | ScalarType::I64) && ty.is_half() {
-            return Err(format!(
-                "{from} to {ty} rounds once in the eager cast, twice through f32"
-            ));
+        if from.is_narrow_int() {
+            let wide = self.cast(v, ScalarType::I64);
+            return self.convert(wide, ty);
+        }
+        if ty.is_narrow_int() {
+            let wide = self.convert(v, ScalarType::I64)?;
+            return Ok(self.cast(wide, ty));
+        }
+        if !(from.is_half() || ty.is_half()) {
+            return Ok(self.cast(v, ty));
         }
         let wide = self.cast(v, ScalarType::F32);
         Ok(self.cast(wide, ty))

@@ -44,7 +44,7 @@ pub fn decode(opcode: &str, line: usize) -> Result<Op> {
     let op = match base {
         "mov" => Op::Mov(single(mods, &[Ty::B32, Ty::B64, Ty::U32, Ty::U64, Ty::S32, Ty::S64, Ty::F32, Ty::F64, Ty::Pred])?),
         "ld" | "st" => decode_memory(base, mods).ok_or_else(|| {
-            unsupported("memory access must be ld.param.{u32,u64}, ld/st.global.{f32,f64,u8,s64}, ld.global.u32, ld/st.global.v4.f32 or ld/st.shared.{f32,f64,s64}")
+            unsupported("memory access must be ld.param.{u32,u64}, ld/st.global.{f32,f64,u8,s8,s32,s64}, ld.global.u32, ld/st.global.v4.f32 or ld/st.shared.{f32,f64,s64}")
         })?,
         "cvta" => match mods {
             ["to", "global", "u64"] => Op::CvtaToGlobal,
@@ -148,9 +148,9 @@ fn decode_memory(base: &str, mods: &[&str]) -> Option<Op> {
         ["global", "v4", "f32"] => (Space::Global, 4, Ty::F32),
         ["global", t] => {
             let ty = Ty::from_suffix(t)?;
-            // Bytes are bool elements, s64 ones i64 elements.
-            let allowed =
-                matches!(ty, Ty::F32 | Ty::F64 | Ty::U8 | Ty::S64) || (load && ty == Ty::U32);
+            // Bytes are bool, u8 or i8 elements, s32 ones i32 elements, s64 ones i64 elements.
+            let allowed = matches!(ty, Ty::F32 | Ty::F64 | Ty::U8 | Ty::S8 | Ty::S32 | Ty::S64)
+                || (load && ty == Ty::U32);
             allowed.then_some((Space::Global, 1, ty))?
         }
         ["shared", t] => (
@@ -181,8 +181,8 @@ fn decode_arith(base: &str, mods: &[&str]) -> Option<Op> {
         ("rem", [t]) => Op::Int(IntOp::Rem, ty_in(t, &[Ty::U32, Ty::U64])?),
         ("min", [t]) if ty_in(t, FLOATS).is_some() => Op::Float(FloatOp::Min, ty_in(t, FLOATS)?),
         ("max", [t]) if ty_in(t, FLOATS).is_some() => Op::Float(FloatOp::Max, ty_in(t, FLOATS)?),
-        ("min", [t]) => Op::Int(IntOp::Min, ty_in(t, &[Ty::U32, Ty::S32, Ty::U64])?),
-        ("max", [t]) => Op::Int(IntOp::Max, ty_in(t, &[Ty::U32, Ty::S32, Ty::U64])?),
+        ("min", [t]) => Op::Int(IntOp::Min, ty_in(t, &[Ty::U32, Ty::S32, Ty::U64, Ty::S64])?),
+        ("max", [t]) => Op::Int(IntOp::Max, ty_in(t, &[Ty::U32, Ty::S32, Ty::U64, Ty::S64])?),
         ("add", ["rn", t]) => Op::Float(FloatOp::Add, ty_in(t, FLOATS)?),
         ("sub", ["rn", t]) => Op::Float(FloatOp::Sub, ty_in(t, FLOATS)?),
         ("mul", ["rn", t]) => Op::Float(FloatOp::Mul, ty_in(t, FLOATS)?),

@@ -286,8 +286,12 @@ fn load(
             .iter()
             .rev()
             .fold(0u64, |acc, b| (acc << 8) | *b as u64);
-        // A byte loads zero-extended into a 32-bit register.
-        let reg_ty = if ty == Ty::U8 { Ty::U32 } else { ty };
+        // A byte loads zero-extended (u8) or sign-extended (s8) into a 32-bit register.
+        let (reg_ty, value) = match ty {
+            Ty::U8 => (Ty::U32, value),
+            Ty::S8 => (Ty::S32, sign_extend(value, 8) as u64 & 0xffff_ffff),
+            _ => (ty, value),
+        };
         env.write(thread, d, reg_ty, value)?;
     }
     Ok(())
@@ -305,7 +309,11 @@ fn store(
     let element = (ty.bits() / 8) as usize;
     let mut data = Vec::with_capacity(element * lanes as usize);
     // A byte is stored from the low bits of a 32-bit register.
-    let reg_ty = if ty == Ty::U8 { Ty::U32 } else { ty };
+    let reg_ty = if matches!(ty, Ty::U8 | Ty::S8) {
+        Ty::U32
+    } else {
+        ty
+    };
     for s in lane_registers(env, src, lanes)? {
         let value = env.read(thread, &s, reg_ty)?;
         data.extend_from_slice(&value.to_le_bytes()[..element]);

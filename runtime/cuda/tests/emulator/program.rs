@@ -21,8 +21,12 @@ pub enum Ty {
     U16,
     F16,
     BF16,
-    /// A byte in memory (`ld/st.global.u8`, a bool element); registers holding it are `.b32`.
+    /// A byte in memory (`ld/st.global.u8`, a bool or u8 element); registers holding it are
+    /// `.b32`.
     U8,
+    /// A signed byte in memory (`ld.global.s8`, an i8 element), loaded sign-extended into a
+    /// `.b32` register.
+    S8,
 }
 
 impl Ty {
@@ -42,6 +46,7 @@ impl Ty {
             "f16" => Ty::F16,
             "bf16" => Ty::BF16,
             "u8" => Ty::U8,
+            "s8" => Ty::S8,
             _ => return None,
         })
     }
@@ -50,7 +55,7 @@ impl Ty {
     pub fn bits(self) -> u32 {
         match self {
             Ty::Pred => 1,
-            Ty::U8 => 8,
+            Ty::U8 | Ty::S8 => 8,
             Ty::B16 | Ty::U16 | Ty::F16 | Ty::BF16 => 16,
             Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 => 32,
             Ty::B64 | Ty::U64 | Ty::S64 | Ty::F64 => 64,
@@ -62,7 +67,7 @@ impl Ty {
     }
 
     pub fn is_signed(self) -> bool {
-        matches!(self, Ty::S32 | Ty::S64)
+        matches!(self, Ty::S8 | Ty::S32 | Ty::S64)
     }
 }
 

@@ -317,6 +317,14 @@ impl Lowering<'_> {
                 Err(why) => return Ok(Err(why)),
             }
         }
+        // Narrow integers convert only through i64, and integer reductions are not lowered.
+        if let Some(narrow) = operands
+            .iter()
+            .map(|&x| k.b.ty(x))
+            .find(|t| t.is_narrow_int())
+        {
+            return Ok(Err(format!("a reduction of {narrow} values")));
+        }
         if operands.first().is_some_and(|&x| k.b.ty(x) != ty) {
             let x = operands[0];
             operands[0] = k.b.push(ty, Expr::Cast(x));

@@ -1,0 +1,52 @@
+//! `one_hot` as one generated kernel: the interpreter's and the JIT's i64 results equal the
+//! eager kernel's, for classes of any rank and layout; a class outside `0..num_classes` fails
+//! both runners with `IndexOutOfRange` (eager fails the op); classes of other integer dtypes
+//! run the eager kernel.
+
+use crate::common;
+
+use common::{faults, lowered, lowered_agreeing, op_graph};
+use tessera_kernel::ScalarType;
+use tessera_tensor::op::IndexOp;
+use tessera_tensor::{Op, Tensor};
+
+fn one_hot(num_classes: usize) -> Op {
+    Op::Index(IndexOp::OneHot { num_classes })
+}
+
+fn classes(values: &[i64], shape: &[usize]) -> Tensor {
+    Tensor::from_vec(values.to_vec(), shape).unwrap()
+}
+
+#[test]
+fn one_hot_of_classes_of_any_rank_and_layout_equals_eager() {
+    let program = lowered_agreeing(one_hot(5), &[classes(&[0, 4, 2, 2, 1, 3], &[6])], 0.0);
+    assert_eq!(program.kernels().count(), 1, "{program}");
+    let kernel = program.kernels().next().unwrap();
+    assert_eq!(kernel.buffers.last().unwrap().ty, ScalarType::I64);
+    lowered_agreeing(one_hot(7), &[classes(&[3], &[])], 0.0);
+    lowered_agreeing(one_hot(3), &[classes(&[], &[0, 2])], 0.0);
+    // Read transposed, in place.
+    let t = classes(&[0, 1, 2, 2, 1, 0, 1, 1, 0, 2, 0, 1], &[3, 4])
+        .t()
+        .unwrap();
+    lowered_agreeing(one_hot(3), &[t], 0.0);
+}
+
+#[test]
+fn a_class_outside_the_classes_fails_with_the_class_and_the_count() {
+    faults(one_hot(4), &[classes(&[1, 4, 0], &[3])], 4, 4);
+    faults(one_hot(4), &[classes(&[1, 2, -1, 0], &[2, 2])], -1, 4);
+}
+
+#[test]
+fn classes_of_other_dtypes_and_zero_classes_run_the_eager_kernel() {
+    let narrow = Tensor::from_vec(vec![1u8, 0, 2], &[3]).unwrap();
+    let empty = classes(&[], &[0]);
+    for (op, x) in [(one_hot(3), narrow), (one_hot(0), empty)] {
+        let inputs = [x];
+        let program = lowered(&op_graph(op, &inputs), &inputs);
+        assert_eq!(program.fallbacks.len(), 1, "{program}");
+        assert_eq!(program.kernels().count(), 0, "{program}");
+    }
+}

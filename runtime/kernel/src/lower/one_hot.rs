@@ -1,0 +1,66 @@
+//! Lowering of `one_hot`: one kernel over the output `[.., num_classes]`, each element 1 where
+//! its class position (the innermost loop's index) is the input's class and 0 elsewhere, as
+//! i64s. The class is checked against `0..num_classes` in the kernel by a gather of the class
+//! itself ([`super::gather::IndexKernel::checked_load`]): a class outside fails the run with
+//! [`crate::KernelError::IndexOutOfRange`], where the eager kernel fails the op. Classes of
+//! another dtype than i64, and zero classes (an output with no elements, whose classes no
+//! kernel point would check), run the eager kernel.
+
+use super::gather::IndexKernel;
+use super::{Lowering, Val};
+use crate::{CompareFn, Expr, KernelBuilder, LoopId, Result, ScalarType};
+use tessera_fx::NodeId;
+use tessera_tensor::{DType, Op};
+
+impl Lowering<'_> {
+    /// Lowers a `one_hot` node of `num_classes` classes, or runs its eager kernel (reported as
+    /// a fallback) when the kernel IR cannot express it.
+    pub(super) fn one_hot(&mut self, id: &NodeId, op: &Op, num_classes: usize) -> Result<()> {
+        match self.one_hot_kernel(id, num_classes)? {
+            Ok(v) => {
+                self.values.insert(*id, vec![v]);
+                Ok(())
+            }
+            Err(why) => self.not_generated(id, op, &why),
+        }
+    }
+
+    fn one_hot_kernel(
+        &mut self,
+        id: &NodeId,
+        num_classes: usize,
+    ) -> Result<std::result::Result<Val, String>> {
+        let operands = self
+            .operands(id)?
+            .iter()
+            .map(|o| self.value(o))
+            .collect::<Result<Vec<_>>>()?;
+        let (Some(meta), [classes]) = (self.meta(id)?.first().cloned(), operands.as_slice()) else {
+            return Ok(Err("one_hot takes one tensor of classes".into()));
+        };
+        if self.program.slot(classes.slot).meta.dtype != DType::I64 {
+            return Ok(Err("classes of another dtype than i64".into()));
+        }
+        if num_classes == 0 {
+            return Ok(Err("no classes to check the input against".into()));
+        }
+        let out = meta.shape.clone();
+        let rank = out.len();
+        let name = format!("k{}_one_hot", self.kernel_count());
+        let mut k = IndexKernel::new(KernelBuilder::new(name, out));
+        // The classes' dims walk the output's outer loops; the innermost is the class position.
+        let map: Vec<Option<usize>> = (0..rank - 1).map(Some).collect();
+        let class = k.load(classes, ScalarType::I64, &map);
+        let checked = k.checked_load(classes, ScalarType::I64, &map, class, num_classes);
+        let position = k.b.push(
+            ScalarType::I64,
+            Expr::LoopIndex(LoopId::from_index(rank - 1)),
+        );
+        let hit = k.b.push(
+            ScalarType::Bool,
+            Expr::Compare(CompareFn::Eq, checked, position),
+        );
+        let value = k.b.push(ScalarType::I64, Expr::Cast(hit));
+        Ok(Ok(self.finish_index_kernel(id, k, value, meta)?))
+    }
+}
