@@ -269,3 +269,26 @@ fn gradients_add_in_the_eager_order_of_output_positions() {
     let graph = op_graph(backward_op([5, 5]), &[g.clone(), indices.clone()]);
     assert_bit_identical(&graph, &[g, indices]);
 }
+
+#[test]
+fn a_backward_into_another_plane_than_the_forward_pooled_sums_over_the_plane() {
+    // Indices of a 6x6 plane scattered into a 7x7 one: the forward's windows do not describe
+    // the result, so the lowering does not use them.
+    let p = window([3, 3], [2, 2], [1, 1]);
+    let x = tensor(input_values(2 * 36, false), &[2, 6, 6], DType::F64, false);
+    let mut graph = Graph::new();
+    let xn = graph.placeholder("x", x.meta());
+    let gn = graph.placeholder("grad", TensorMeta::new(vec![2, 3, 3], DType::F64));
+    let pool = graph
+        .call_function(Op::Pool(PoolOp::MaxPool2d(p)), &[&xn])
+        .unwrap();
+    let indices = graph.getitem(&pool, 1).unwrap();
+    let dx = graph
+        .call_function(backward_op([7, 7]), &[&gn, &indices])
+        .unwrap();
+    graph.output(&[&dx]).unwrap();
+    let g = tensor(grad_values(18), &[2, 3, 3], DType::F64, false);
+    let program = assert_bit_identical(&graph, &[x, g]);
+    let backward = program.kernels().last().unwrap();
+    assert_eq!(backward.reduce, [3, 3], "{program}");
+}

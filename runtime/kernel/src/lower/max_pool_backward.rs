@@ -67,8 +67,9 @@ fn offset_bound(q: usize, loops: usize, offset: i64, len: usize, stride: usize) 
 }
 
 impl Lowering<'_> {
-    /// The windows of the `max_pool2d` whose indices node `indices` is (its getitem 1).
-    fn saved_windows(&self, indices: &NodeId) -> Result<Option<Pool2dParams>> {
+    /// The windows of the `max_pool2d` whose indices node `indices` is (its getitem 1), when
+    /// it pooled an input of the result's shape.
+    fn saved_windows(&self, indices: &NodeId, out: &[usize]) -> Result<Option<Pool2dParams>> {
         let node = self
             .graph
             .node(indices)
@@ -83,12 +84,17 @@ impl Lowering<'_> {
             .graph
             .node(&pool)
             .map_err(|e| graph_error(self.graph, &pool, e))?;
-        Ok(match &pool_node.kind {
-            NodeKind::CallFunction {
-                op: Op::Pool(PoolOp::MaxPool2d(p)),
-            } => Some(*p),
-            _ => None,
-        })
+        let NodeKind::CallFunction {
+            op: Op::Pool(PoolOp::MaxPool2d(p)),
+        } = &pool_node.kind
+        else {
+            return Ok(None);
+        };
+        let pooled = match self.operands(&pool)?.first() {
+            Some(x) => self.meta(x)?.first().map(|m| m.shape.clone()),
+            None => None,
+        };
+        Ok((pooled.as_deref() == Some(out)).then_some(*p))
     }
 
     /// Lowers `max_pool2d_backward` node `id` reading its saved indices, or says why not.
@@ -132,7 +138,7 @@ impl Lowering<'_> {
         if out.shape.contains(&0) || g.layout.shape.contains(&0) {
             return Ok(Err("an empty gradient or result".into()));
         }
-        let v = match self.saved_windows(indices)? {
+        let v = match self.saved_windows(indices, &out.shape)? {
             Some(p) => self.by_residues(id, op, &p, (&g, &ix), &out, ty)?,
             None => self.over_plane(id, op, (&g, &ix), &out, ty)?,
         };
