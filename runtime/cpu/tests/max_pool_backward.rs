@@ -234,7 +234,7 @@ fn indices_outside_the_plane_write_nothing() {
     let g = tensor(grads.clone(), &[1, 3, 3], DType::F64, false);
     let graph = op_graph(backward_op([3, 4]), &[g.clone(), indices.clone()]);
     assert!(try_eager(&graph, &[g.clone(), indices.clone()]).is_err());
-    let mut expected = vec![0.0f64; 12];
+    let mut expected = [0.0f64; 12];
     for (&i, &v) in saved.iter().zip(&grads) {
         if (0..12).contains(&i) {
             expected[i as usize] += v;
