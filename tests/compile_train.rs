@@ -587,3 +587,79 @@ fn a_compiled_step_of_an_embedding_model_scatters_its_gradient_in_a_kernel_and_f
         assert!(unexpected.is_empty(), "fallbacks: {unexpected:?}\n{report}");
     }
 }
+
+/// A small CNN whose max pooling windows overlap (ResNet's 3x3, stride 2, padding 1):
+/// `Conv2d(2, 4, 3, padding 1) -> ReLU -> MaxPool2d(3, 2, 1) -> Flatten -> Linear(64, 3)` over
+/// 8x8 inputs, seeded by `seed`.
+fn overlapping_pool_cnn(seed: u64) -> Arc<Sequential> {
+    use tessera::nn::layers::{Conv2d, Conv2dOptions, MaxPool2d, MaxPool2dOptions, Size2};
+    let conv = Conv2dOptions {
+        padding: Size2::Int(1),
+        ..Default::default()
+    };
+    let pool = MaxPool2dOptions {
+        stride: Some(Size2::Int(2)),
+        padding: Size2::Int(1),
+        ..Default::default()
+    };
+    let mut model = Sequential::new();
+    model.push(Box::new(Conv2d::with_options(2, 4, 3, conv).unwrap()));
+    model.push(Box::new(ReLU::new()));
+    model.push(Box::new(MaxPool2d::with_options(3, pool)));
+    model.push(Box::new(tessera::nn::Flatten::new()));
+    model.push(Box::new(Linear::new(64, 3).unwrap()));
+    seeded(model, seed, 0.3)
+}
+
+#[test]
+fn a_compiled_step_of_a_cnn_with_overlapping_max_pooling_reads_the_saved_indices_and_follows_eager()
+{
+    for backend in [Backend::Interpreter, Backend::Jit] {
+        let (eager, compiled) = (overlapping_pool_cnn(9), overlapping_pool_cnn(9));
+        let options = SgdOptions {
+            lr: 0.05,
+            momentum: 0.9,
+            ..Default::default()
+        };
+        let mut eager_opt = SGD::new(parameters(&*eager), options.clone()).unwrap();
+        let mut g = Generator::new(17);
+        let batch = |g: &mut Generator, s: i64| {
+            let x = Tensor::randn_with(&[4, 2, 8, 8], DType::F32, g).unwrap();
+            let classes: Vec<i64> = (0..4).map(|i| (i + s) % 3).collect();
+            (x, Tensor::from_vec(classes, &[4]).unwrap())
+        };
+        let (x, t) = batch(&mut g, 0);
+        let mut step = compile_train_step(
+            compiled.clone(),
+            cross_entropy,
+            SGD::new(parameters(&*compiled), options).unwrap(),
+            (&x, &t),
+            CompileOptions {
+                backend,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for s in 0..4 {
+            let (x, t) = batch(&mut g, s);
+            let expected = eager_step(&eager, &mut eager_opt, &x, &t);
+            let loss = step.step(&x, &t).unwrap().item::<f32>().unwrap();
+            let what = format!("{backend:?}, step {s}");
+            assert!(
+                (loss - expected).abs() <= 1e-5 * expected.abs(),
+                "{what}: {loss} vs {expected}"
+            );
+            assert_same_parameters(&*compiled, &*eager, 1e-5, &what);
+        }
+        // The max pooling backward is a kernel reading the indices its forward kernel saved:
+        // only the products are left to eager kernels.
+        let report = &step.report().last;
+        let unexpected: Vec<String> = report
+            .fallbacks
+            .iter()
+            .filter(|f| !f.op.starts_with("conv") && !matches!(f.op.as_str(), "linear" | "matmul"))
+            .map(ToString::to_string)
+            .collect();
+        assert!(unexpected.is_empty(), "fallbacks: {unexpected:?}\n{report}");
+    }
+}

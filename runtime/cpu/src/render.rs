@@ -314,12 +314,12 @@ impl Renderer<'_> {
         let (at, inside) = self.guard(b, index, bounds, j);
         let zero = b.ins().iconst(types::I64, 0);
         let safe = b.ins().select(inside, at, zero);
-        let size = if ty == ScalarType::F64 { 8 } else { 4 };
-        let bytes = b.ins().imul_imm_s(safe, size);
+        let bytes = b.ins().imul_imm_s(safe, ty.bytes() as i64);
         let addr = b.ins().iadd(self.bases[buffer], bytes);
         let x = b.ins().load(clif_type(ty), self.flags, addr, 0);
         let fill = match ty {
             ScalarType::F64 => b.ins().f64const(fill),
+            ScalarType::I64 => b.ins().iconst(types::I64, fill as i64),
             _ => b.ins().f32const(fill as f32),
         };
         select_bits(b, inside, x, fill, ty)

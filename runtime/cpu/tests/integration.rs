@@ -24,6 +24,7 @@ mod joint_conformance;
 mod joint_graphs;
 mod joint_graphs_random;
 mod losses;
+mod max_pool_backward;
 mod max_pool_indices;
 mod norms;
 mod one_hot;

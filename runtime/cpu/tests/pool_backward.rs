@@ -1,9 +1,8 @@
 //! The pooling backward ops whose windows tile the input, lowered to the kernel IR: average
 //! (plain and adaptive) and max pooling's gradients through the kernel-IR interpreter and the
 //! JIT give the eager kernels' bits, in f32 and f64, on strided inputs and on windows holding
-//! ties, infinities and NaN (the argmax the backward recomputes is the eager forward's). The
-//! backward of windows that overlap runs the eager kernel, reported as a fallback, on the
-//! indices its forward kernel stores.
+//! ties, infinities and NaN (the argmax the backward recomputes is the eager forward's). Max
+//! pooling whose windows overlap reads the saved indices (`max_pool_backward.rs`).
 
 use crate::common;
 
@@ -135,20 +134,6 @@ fn max_pool_backward_recomputes_the_eager_argmax_bit_for_bit() {
             }
         }
     }
-}
-
-#[test]
-fn overlapping_max_pool_backward_runs_the_eager_kernels() {
-    let (x, g) = ([1, 2, 5, 5], [1, 2, 4, 4]);
-    let graph = max_pool_graph(&x, &g, params(2, 1), DType::F32);
-    let inputs = [
-        tensor(&x, DType::F32, false, 0),
-        tensor(&g, DType::F32, false, 1),
-    ];
-    let program = assert_bit_identical(&graph, &inputs);
-    // The forward is a kernel storing the indices, which the eager backward reads.
-    let ops: Vec<&str> = program.fallbacks.iter().map(|f| f.op.as_str()).collect();
-    assert_eq!(ops, ["max_pool2d_backward"], "{program}");
 }
 
 /// `op(grad)` for an average pooling backward op.

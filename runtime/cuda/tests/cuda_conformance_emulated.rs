@@ -2,8 +2,7 @@
 //! mode) run eagerly on the emulated driver's `cuda:0` against the CPU (see
 //! `conformance_models`): what `device_conformance` checks on a GPU for every model, checked
 //! here on every machine for the models the emulator runs in seconds (MobileNetV2 alone takes
-//! a minute), with the first op each still lacks on the device pinned, so a new device kernel
-//! shows up here. (Its own test binary: the backend registry is per process.)
+//! a minute): each must run through, forward and backward. (Its own test binary: the backend registry is per process.)
 
 mod conformance_models;
 mod emulated_driver;
@@ -21,29 +20,17 @@ fn small_conformance_models_on_the_emulated_device_equal_the_cpu() {
         .into_iter()
         .filter(|m| !m.case.starts_with("r_models"))
         .collect();
-    let missing = |op: &str| op.to_string();
     assert_eq!(
         check_models(&small, Device::Cuda(0)),
         vec![
             ("a_mylinear", Reached::Everything),
             ("b_sequential", Reached::Everything),
-            // The convolution's gradients and max pooling with indices run on the device; max
-            // pooling's backward from saved indices (a scatter by index) is not generated.
-            (
-                "d_cnn_eval",
-                Reached::ForwardOnly {
-                    missing: missing("max_pool2d_backward")
-                }
-            ),
+            // The convolution's gradients, max pooling with indices and its backward from the
+            // saved indices run on the device.
+            ("d_cnn_eval", Reached::Everything),
             // Training-mode batch norm's running-statistics update (its i64 batch count
-            // included) runs on the device and equals the CPU's; the backward stops where the
-            // eval model's does.
-            (
-                "d_cnn_train",
-                Reached::ForwardOnly {
-                    missing: missing("max_pool2d_backward")
-                }
-            ),
+            // included) runs on the device and equals the CPU's.
+            ("d_cnn_train", Reached::Everything),
         ]
     );
 }

@@ -2,8 +2,10 @@
 //! rendered to PTX (assembled by ptxas for sm_80 and sm_90 when it is installed), run in the
 //! emulator, and checked bit for bit against the kernel-IR interpreter and the eager kernels
 //! (values and i64 indices; ties keep the first maximum, NaN wins, padded, dilated and
-//! ceil-mode windows, transposed inputs, f32 and f64); and the same ops as eager ops on CUDA
-//! tensors of the emulated driver.
+//! ceil-mode windows, transposed inputs, f32 and f64); max pooling's backward from those
+//! saved indices (the residue-grid kernel and its packing copy when the forward is in the
+//! graph, the sum over the plane when the indices are an input), likewise; and the same ops
+//! as eager ops on CUDA tensors of the emulated driver.
 
 mod common;
 mod emulated;
@@ -14,9 +16,10 @@ use emulated::EmulatedPtx;
 use emulated_driver::EmulatedDriver;
 use std::sync::Arc;
 use tessera_cuda::init_with_driver;
+use tessera_fx::Graph;
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::{PoolOp, ReduceKind, ReduceOp};
-use tessera_tensor::{DType, Device, Op, Tensor};
+use tessera_tensor::{DType, Device, Op, Tensor, TensorMeta};
 
 /// Small integers (ties are common), with NaN, +inf and -inf at a few places.
 fn tied(shape: &[usize], dtype: DType) -> Tensor {
@@ -101,6 +104,81 @@ fn max_pool_with_indices_on_emulated_ptx_equals_the_interpreter_and_eager() {
     }
 }
 
+/// `max_pool2d_with_indices(x)` with `op`'s windows and its backward from a gradient of
+/// the pooled shape, returning the input gradient; the graph and the gradient's shape.
+fn pool_and_backward(op: &Op, x: &Tensor) -> (Graph, Vec<usize>) {
+    let out = op.meta(&[x.meta()]).unwrap()[0].shape.clone();
+    let mut g = Graph::new();
+    let xn = g.placeholder("x", x.meta());
+    let gn = g.placeholder("grad", TensorMeta::new(out.clone(), x.dtype()));
+    let pool = g.call_function(op.clone(), &[&xn]).unwrap();
+    let indices = g.getitem(&pool, 1).unwrap();
+    let nd = x.ndim();
+    let input_size = [x.shape()[nd - 2], x.shape()[nd - 1]];
+    let dx = g
+        .call_function(
+            Op::Pool(PoolOp::MaxPool2dBackward { input_size }),
+            &[&gn, &indices],
+        )
+        .unwrap();
+    g.output(&[&dx]).unwrap();
+    (g, out)
+}
+
+#[test]
+fn max_pool_backward_from_saved_indices_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    let mut copies = 0;
+    for dtype in [DType::F32, DType::F64] {
+        for (kernel, stride, padding, dilation, ceil) in WINDOWS {
+            let op = Op::Pool(PoolOp::max_pool2d(kernel, stride, padding, dilation, ceil));
+            for shape in [&[2, 2, 7, 9][..], &[3, 6, 5], &[1, 2, 8, 6]] {
+                if op.meta(&[TensorMeta::new(shape.to_vec(), dtype)]).is_err() {
+                    continue;
+                }
+                let x = tied(shape, dtype);
+                let (graph, out) = pool_and_backward(&op, &x);
+                // Gradients of small integers, infinities and NaN: sums in any order agree.
+                let g = tied(&out, dtype)
+                    .transpose(0, 1)
+                    .unwrap()
+                    .contiguous()
+                    .unwrap();
+                let g = Tensor::from_vec(g.to_vec_f64().unwrap(), &out)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap();
+                let inputs = [x.clone(), g.clone()];
+                let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
+                let program = tessera_kernel::lower(&graph, &layouts).unwrap();
+                assert!(program.fallbacks.is_empty(), "{program}");
+                copies += program
+                    .kernels()
+                    .filter(|k| k.name.ends_with("_copy"))
+                    .count();
+                if let Some(ptxas) = common::ptxas() {
+                    for k in program.kernels() {
+                        let r = tessera_cuda::render(k, &tessera_cuda::PtxTarget::SM80).unwrap();
+                        common::assemble(&ptxas, &r.name, &r.ptx, &[80, 90]);
+                    }
+                }
+                let want = run_program(&program, &NoEnvironment, &Interpreter, &inputs).unwrap();
+                let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), &inputs)
+                    .unwrap();
+                assert_eq!(bits(&got[0]), bits(&want[0]), "emulated PTX\n{program}");
+                let pooled = op.apply(&[&x]).unwrap();
+                let backward = Op::Pool(PoolOp::MaxPool2dBackward {
+                    input_size: [shape[shape.len() - 2], shape[shape.len() - 1]],
+                });
+                let eager = backward.apply(&[&g, &pooled[1]]).unwrap();
+                assert_eq!(bits(&want[0]), bits(&eager[0]), "interpreter vs eager");
+                // The indices as an input: the sum over the plane.
+                agrees(backward, &[g, pooled[1].clone()], 1);
+            }
+        }
+    }
+    assert!(copies > 0, "no grid overhung its input");
+}
+
 #[test]
 fn reductions_and_softmax_of_a_0d_tensor_on_emulated_ptx_equal_eager() {
     for dtype in [DType::F32, DType::F64] {
@@ -150,6 +228,24 @@ fn max_pool_with_indices_and_0d_softmax_run_as_eager_cuda_ops() {
         let back = g.to_device(Device::Cpu).unwrap();
         assert_eq!(bits(&back), bits(w));
         assert_eq!(back.dtype(), w.dtype());
+    }
+    // Max pooling's backward from the indices the device saved (an input of its one-op
+    // graph: the sum over the plane), in f32 and f64.
+    for dtype in [DType::F32, DType::F64] {
+        let x = tied(&[2, 3, 6, 6], dtype);
+        let pooled = op.apply(&[&x.to_device(Device::Cuda(0)).unwrap()]).unwrap();
+        let grad = tied(&pooled[0].shape(), dtype);
+        let backward = Op::Pool(PoolOp::MaxPool2dBackward { input_size: [6, 6] });
+        let got = backward
+            .apply(&[&grad.to_device(Device::Cuda(0)).unwrap(), &pooled[1]])
+            .unwrap();
+        let indices = pooled[1].to_device(Device::Cpu).unwrap();
+        let want = backward.apply(&[&grad, &indices]).unwrap();
+        assert_eq!(got[0].device(), Device::Cuda(0));
+        assert_eq!(
+            bits(&got[0].to_device(Device::Cpu).unwrap()),
+            bits(&want[0])
+        );
     }
     let s = Tensor::from_vec(vec![0.75f32], &[]).unwrap();
     let op = Op::Softmax { dim: 0, log: true };

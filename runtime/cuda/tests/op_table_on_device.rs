@@ -36,7 +36,6 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "pool.adaptive_avg",
     "pool.adaptive_avg_backward",
     "pool.adaptive_max",
-    "pool.max_backward",
     "quant.add",
     "quant.avg_pool",
     "quant.conv2d",

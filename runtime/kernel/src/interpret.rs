@@ -300,17 +300,9 @@ unsafe fn eval(
             bounds,
             fill,
         } => match crate::guard::guarded_index(index, bounds, point) {
-            Some(at) => {
-                let b = buffers[buffer.index()];
-                // SAFETY: `verify` bounds the guarded index by the parameter's length, and
-                // the caller's buffer is at least that long and of this type.
-                unsafe {
-                    match b.ty {
-                        ScalarType::F64 => Scalar::F64(*(b.ptr as *const f64).add(at)),
-                        _ => Scalar::F32(*(b.ptr as *const f32).add(at)),
-                    }
-                }
-            }
+            // SAFETY: `verify` bounds the guarded index by the parameter's length, and the
+            // caller's buffer is at least that long and of this type.
+            Some(at) => unsafe { read(buffers[buffer.index()], at) },
             None => Scalar::of(v.ty, *fill),
         },
         Expr::Gather {

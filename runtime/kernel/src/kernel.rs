@@ -325,7 +325,7 @@ impl Kernel {
                     bounds,
                     ..
                 } => {
-                    float(v.ty)?;
+                    numeric(v.ty)?;
                     self.verify_guarded(here, *buffer, index, bounds)
                         .map_err(fail)?;
                 }

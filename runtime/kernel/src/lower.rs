@@ -4,7 +4,8 @@
 //! reduction becomes one kernel with its group's prologue and its epilogue partition
 //! ([`reduce`]); max and average pooling without padding become window reductions
 //! ([`pool`]); pooling backward whose windows tile the input writes each window once
-//! ([`pool_backward`]); the elementwise losses become one kernel each, reduced or not
+//! ([`pool_backward`]), max pooling backward otherwise sums the gradients whose saved indices
+//! name each input element ([`max_pool_backward`]); the elementwise losses become one kernel each, reduced or not
 //! ([`loss`]); `cat` becomes one kernel of guarded loads ([`cat`]); batch norm's running-statistics update becomes a batch-count kernel
 //! and a per-channel blend ([`batch_norm_update`]); embedding, `index_select`, `gather`
 //! ([`gather`]) and the negative log-likelihood with its gradient ([`nll`]) read through
@@ -20,6 +21,7 @@ mod frame;
 mod gather;
 mod gemm;
 mod loss;
+mod max_pool_backward;
 mod nll;
 mod one_hot;
 mod pool;

@@ -370,7 +370,8 @@ pub enum Expr {
     },
     /// The element of `buffer` at `index` plus each bound's coordinate times its stride, when
     /// every coordinate lies inside its dim; `fill` (rounded to the value's type) elsewhere,
-    /// where no memory is read. The taps of a padded window ([`crate::guard`]).
+    /// where no memory is read. The taps of a padded window ([`crate::guard`]); f32, f64 or
+    /// i64 (the saved indices a max-pooling gradient reads around each input position).
     LoadIf {
         buffer: BufferId,
         index: IndexExpr,

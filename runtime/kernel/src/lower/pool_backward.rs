@@ -7,8 +7,9 @@
 //! so far when it is larger or NaN; the first tap when none does) and writes `0 + g` there and
 //! `+0` elsewhere: the argmax indices, i64 values the kernel IR does not carry, are never
 //! read, so the forward `max_pool2d_with_indices` lowers as values-only pooling when these
-//! backward nodes are the indices' only users. Windows that overlap, skip input or pad run the
-//! eager kernels.
+//! backward nodes are the indices' only users. Max pooling backward otherwise reads the saved
+//! indices ([`super::max_pool_backward`]); average pooling whose windows overlap, skip input
+//! or pad runs the eager kernels.
 
 use super::{Lowering, graph_error};
 use crate::{
@@ -153,9 +154,7 @@ impl Lowering<'_> {
                     .and_then(|i| self.graph.operands(i).ok()?.first().copied())
                     .filter(|pool| indices_recomputed(self.graph, pool));
                 let Some(pool) = pool else {
-                    return Ok(Err(
-                        "the indices do not come from a max pooling whose windows tile".into(),
-                    ));
+                    return self.max_pool_backward_from_indices(id, op);
                 };
                 let window = match &self
                     .graph
