@@ -534,15 +534,58 @@ fn token_classifier(seed: u64) -> Arc<Sequential> {
     seeded(model, seed, 0.3)
 }
 
+/// Four SGD steps of `model()` compiled for `backend` follow four eager steps of an identical
+/// model on `batch(0..4)` (after `batch(0)` as the example): losses and parameters within
+/// 1e-5; the last step falls back only for ops `allowed` names.
+fn sgd_steps_follow_eager(
+    model: impl Fn() -> Arc<Sequential>,
+    options: SgdOptions,
+    mut batch: impl FnMut(i64) -> (Tensor, Tensor),
+    backend: Backend,
+    allowed: impl Fn(&str) -> bool,
+) {
+    let (eager, compiled) = (model(), model());
+    let mut eager_opt = SGD::new(parameters(&*eager), options.clone()).unwrap();
+    let (x, t) = batch(0);
+    let mut step = compile_train_step(
+        compiled.clone(),
+        cross_entropy,
+        SGD::new(parameters(&*compiled), options).unwrap(),
+        (&x, &t),
+        CompileOptions {
+            backend,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for s in 0..4 {
+        let (x, t) = batch(s);
+        let expected = eager_step(&eager, &mut eager_opt, &x, &t);
+        let loss = step.step(&x, &t).unwrap().item::<f32>().unwrap();
+        let what = format!("{backend:?}, step {s}");
+        assert!(
+            (loss - expected).abs() <= 1e-5 * expected.abs(),
+            "{what}: {loss} vs {expected}"
+        );
+        assert_same_parameters(&*compiled, &*eager, 1e-5, &what);
+    }
+    let report = &step.report().last;
+    let unexpected: Vec<String> = report
+        .fallbacks
+        .iter()
+        .filter(|f| !allowed(&f.op))
+        .map(ToString::to_string)
+        .collect();
+    assert!(unexpected.is_empty(), "fallbacks: {unexpected:?}\n{report}");
+}
+
 #[test]
 fn a_compiled_step_of_an_embedding_model_scatters_its_gradient_in_a_kernel_and_follows_eager() {
     for backend in [Backend::Interpreter, Backend::Jit] {
-        let (eager, compiled) = (token_classifier(5), token_classifier(5));
         let options = SgdOptions {
             lr: 0.1,
             ..Default::default()
         };
-        let mut eager_opt = SGD::new(parameters(&*eager), options.clone()).unwrap();
         // Repeated tokens in a batch: the weight gradient adds several rows into one.
         let batch = |s: i64| {
             let ids: Vec<i64> = (0..24).map(|i| (i * 7 + s * 3) % 10 / 2).collect();
@@ -552,39 +595,15 @@ fn a_compiled_step_of_an_embedding_model_scatters_its_gradient_in_a_kernel_and_f
                 Tensor::from_vec(classes, &[8]).unwrap(),
             )
         };
-        let (x, t) = batch(0);
-        let mut step = compile_train_step(
-            compiled.clone(),
-            cross_entropy,
-            SGD::new(parameters(&*compiled), options).unwrap(),
-            (&x, &t),
-            CompileOptions {
-                backend,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        for s in 0..4 {
-            let (x, t) = batch(s);
-            let expected = eager_step(&eager, &mut eager_opt, &x, &t);
-            let loss = step.step(&x, &t).unwrap().item::<f32>().unwrap();
-            let what = format!("{backend:?}, step {s}");
-            assert!(
-                (loss - expected).abs() <= 1e-5 * expected.abs(),
-                "{what}: {loss} vs {expected}"
-            );
-            assert_same_parameters(&*compiled, &*eager, 1e-5, &what);
-        }
         // The embedding, its gradient (a scatter-add) and the loss are kernels: only the GEMMs
         // are left to eager kernels.
-        let report = &step.report().last;
-        let unexpected: Vec<String> = report
-            .fallbacks
-            .iter()
-            .filter(|f| !matches!(f.op.as_str(), "linear" | "matmul"))
-            .map(ToString::to_string)
-            .collect();
-        assert!(unexpected.is_empty(), "fallbacks: {unexpected:?}\n{report}");
+        sgd_steps_follow_eager(
+            || token_classifier(5),
+            options,
+            batch,
+            backend,
+            |op| matches!(op, "linear" | "matmul"),
+        );
     }
 }
 
@@ -615,51 +634,25 @@ fn overlapping_pool_cnn(seed: u64) -> Arc<Sequential> {
 fn a_compiled_step_of_a_cnn_with_overlapping_max_pooling_reads_the_saved_indices_and_follows_eager()
 {
     for backend in [Backend::Interpreter, Backend::Jit] {
-        let (eager, compiled) = (overlapping_pool_cnn(9), overlapping_pool_cnn(9));
         let options = SgdOptions {
             lr: 0.05,
             momentum: 0.9,
             ..Default::default()
         };
-        let mut eager_opt = SGD::new(parameters(&*eager), options.clone()).unwrap();
         let mut g = Generator::new(17);
-        let batch = |g: &mut Generator, s: i64| {
-            let x = Tensor::randn_with(&[4, 2, 8, 8], DType::F32, g).unwrap();
+        let batch = |s: i64| {
+            let x = Tensor::randn_with(&[4, 2, 8, 8], DType::F32, &mut g).unwrap();
             let classes: Vec<i64> = (0..4).map(|i| (i + s) % 3).collect();
             (x, Tensor::from_vec(classes, &[4]).unwrap())
         };
-        let (x, t) = batch(&mut g, 0);
-        let mut step = compile_train_step(
-            compiled.clone(),
-            cross_entropy,
-            SGD::new(parameters(&*compiled), options).unwrap(),
-            (&x, &t),
-            CompileOptions {
-                backend,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        for s in 0..4 {
-            let (x, t) = batch(&mut g, s);
-            let expected = eager_step(&eager, &mut eager_opt, &x, &t);
-            let loss = step.step(&x, &t).unwrap().item::<f32>().unwrap();
-            let what = format!("{backend:?}, step {s}");
-            assert!(
-                (loss - expected).abs() <= 1e-5 * expected.abs(),
-                "{what}: {loss} vs {expected}"
-            );
-            assert_same_parameters(&*compiled, &*eager, 1e-5, &what);
-        }
         // The max pooling backward is a kernel reading the indices its forward kernel saved:
         // only the products are left to eager kernels.
-        let report = &step.report().last;
-        let unexpected: Vec<String> = report
-            .fallbacks
-            .iter()
-            .filter(|f| !f.op.starts_with("conv") && !matches!(f.op.as_str(), "linear" | "matmul"))
-            .map(ToString::to_string)
-            .collect();
-        assert!(unexpected.is_empty(), "fallbacks: {unexpected:?}\n{report}");
+        sgd_steps_follow_eager(
+            || overlapping_pool_cnn(9),
+            options,
+            batch,
+            backend,
+            |op| op.starts_with("conv") || matches!(op, "linear" | "matmul"),
+        );
     }
 }

@@ -226,21 +226,7 @@ fn forward(
     (qmin, qmax): (i64, i64),
 ) -> ValueId {
     let mut e = Steps { b };
-    // zp = round_ties_even(z).clamp(qmin as f32, qmax as f32) as i64 (NaN giving 0).
-    let zp = e.round_half_even(zero_point);
-    let zp = e.clamp(zp, qmin as f64, qmax as f64);
-    let zp = e.not_nan_or_zero(zp);
-    let zp = e.cast(ScalarType::F64, zp);
-    // q = (round_half_even(x * (1 / scale)) + zp).clamp(qmin, qmax), NaN rounding to 0.
-    let one = e.c(ScalarType::F32, 1.0);
-    let inv = e.bin(BinaryFn::Div, one, scale);
-    let scaled = e.bin(BinaryFn::Mul, x, inv);
-    let rounded = e.round_half_even(scaled);
-    let rounded = e.not_nan_or_zero(rounded);
-    let rounded = e.cast(ScalarType::F64, rounded);
-    // Exact while |rounded| < 2^53 - 2^24; beyond, both sides clamp to the same end (the
-    // eager i64 sum saturates).
-    let shifted = e.bin(BinaryFn::Add, rounded, zp);
+    let (shifted, zp) = e.level(x, scale, zero_point, (qmin, qmax));
     let q = e.clamp(shifted, qmin as f64, qmax as f64);
     // (q - zp) as f32 * scale.
     let steps = e.bin(BinaryFn::Sub, q, zp);
@@ -260,14 +246,7 @@ fn straight_through(
     (qmin, qmax): (i64, i64),
 ) -> ValueId {
     let mut e = Steps { b };
-    let zp = e.cast(ScalarType::F64, zero_point);
-    let one = e.c(ScalarType::F32, 1.0);
-    let inv = e.bin(BinaryFn::Div, one, scale);
-    let scaled = e.bin(BinaryFn::Mul, x, inv);
-    let rounded = e.round_half_even(scaled);
-    let rounded = e.not_nan_or_zero(rounded);
-    let rounded = e.cast(ScalarType::F64, rounded);
-    let q = e.bin(BinaryFn::Add, rounded, zp);
+    let (q, _) = e.level(x, scale, zero_point, (qmin, qmax));
     let lo = e.c(ScalarType::F64, qmin as f64);
     let hi = e.c(ScalarType::F64, qmax as f64);
     let below = e.cmp(CompareFn::Lt, q, lo);
@@ -283,6 +262,31 @@ struct Steps<'b> {
 }
 
 impl Steps<'_> {
+    /// The quantized level before its clamp, `round_half_even(x * (1 / scale)) + zp` in f64
+    /// (NaN rounding to 0), and the zero point `zp` the forward uses: the f32 `zero_point`
+    /// rounded half to even and clamped to `[qmin, qmax]`, NaN giving 0 (an in-range integer
+    /// is itself). Exact while `|x / scale| < 2^53 - 2^24`; beyond, the level lies outside the
+    /// range on the same side as eager's saturating i64 sum.
+    fn level(
+        &mut self,
+        x: ValueId,
+        scale: ValueId,
+        zero_point: ValueId,
+        (qmin, qmax): (i64, i64),
+    ) -> (ValueId, ValueId) {
+        let zp = self.round_half_even(zero_point);
+        let zp = self.clamp(zp, qmin as f64, qmax as f64);
+        let zp = self.not_nan_or_zero(zp);
+        let zp = self.cast(ScalarType::F64, zp);
+        let one = self.c(ScalarType::F32, 1.0);
+        let inv = self.bin(BinaryFn::Div, one, scale);
+        let scaled = self.bin(BinaryFn::Mul, x, inv);
+        let rounded = self.round_half_even(scaled);
+        let rounded = self.not_nan_or_zero(rounded);
+        let rounded = self.cast(ScalarType::F64, rounded);
+        (self.bin(BinaryFn::Add, rounded, zp), zp)
+    }
+
     fn c(&mut self, ty: ScalarType, v: f64) -> ValueId {
         self.b.push(ty, Expr::Const(v))
     }
