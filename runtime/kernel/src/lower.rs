@@ -667,6 +667,23 @@ impl Lowering<'_> {
         self.external(id, ExternalCall::Op(op.clone()), Some(reason))
     }
 
+    /// Makes `kernel`'s value node `id`'s, or, when it says why no kernel was generated, runs
+    /// the node's eager kernel (reported as a fallback).
+    fn value_or_fallback(
+        &mut self,
+        id: &NodeId,
+        op: &Op,
+        kernel: std::result::Result<Val, String>,
+    ) -> Result<()> {
+        match kernel {
+            Ok(v) => {
+                self.values.insert(*id, vec![v]);
+                Ok(())
+            }
+            Err(why) => self.not_generated(id, op, &why),
+        }
+    }
+
     /// Runs `id` through its eager kernel (or module), recording the fallback.
     fn external(&mut self, id: &NodeId, call: ExternalCall, reason: Option<String>) -> Result<()> {
         let inputs = self

@@ -167,13 +167,8 @@ impl Lowering<'_> {
     /// Lowers an embedding, `index_select` or `gather` node, or runs its eager kernel
     /// (reported as a fallback) when the kernel IR cannot express it.
     pub(super) fn indexing(&mut self, id: &NodeId, op: &Op) -> Result<()> {
-        match self.indexing_kernel(id, op)? {
-            Ok(v) => {
-                self.values.insert(*id, vec![v]);
-                Ok(())
-            }
-            Err(why) => self.not_generated(id, op, &why),
-        }
+        let kernel = self.indexing_kernel(id, op)?;
+        self.value_or_fallback(id, op, kernel)
     }
 
     fn indexing_kernel(

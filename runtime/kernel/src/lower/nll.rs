@@ -168,13 +168,7 @@ impl Lowering<'_> {
             Some((nll, true)) => self.nll_backward(id, nll)?,
             None => Err("not a negative log-likelihood".into()),
         };
-        match outcome {
-            Ok(v) => {
-                self.values.insert(*id, vec![v]);
-                Ok(())
-            }
-            Err(why) => self.not_generated(id, &Op::Loss(op.clone()), &why),
-        }
+        self.value_or_fallback(id, &Op::Loss(op.clone()), outcome)
     }
 
     /// The operands' values and the output's meta and type, when the lowering covers them.

@@ -16,13 +16,8 @@ impl Lowering<'_> {
     /// Lowers a `one_hot` node of `num_classes` classes, or runs its eager kernel (reported as
     /// a fallback) when the kernel IR cannot express it.
     pub(super) fn one_hot(&mut self, id: &NodeId, op: &Op, num_classes: usize) -> Result<()> {
-        match self.one_hot_kernel(id, num_classes)? {
-            Ok(v) => {
-                self.values.insert(*id, vec![v]);
-                Ok(())
-            }
-            Err(why) => self.not_generated(id, op, &why),
-        }
+        let kernel = self.one_hot_kernel(id, num_classes)?;
+        self.value_or_fallback(id, op, kernel)
     }
 
     fn one_hot_kernel(

@@ -83,13 +83,8 @@ impl Lowering<'_> {
     /// Lowers an `embedding_backward`, `index_add` or `scatter_add` node, or runs its eager
     /// kernel (reported as a fallback) when the kernel IR cannot express it.
     pub(super) fn scatter(&mut self, id: &NodeId, op: &Op) -> Result<()> {
-        match self.scatter_kernel(id, op)? {
-            Ok(v) => {
-                self.values.insert(*id, vec![v]);
-                Ok(())
-            }
-            Err(why) => self.not_generated(id, op, &why),
-        }
+        let kernel = self.scatter_kernel(id, op)?;
+        self.value_or_fallback(id, op, kernel)
     }
 
     fn scatter_kernel(&mut self, id: &NodeId, op: &Op) -> Result<std::result::Result<Val, String>> {
