@@ -125,24 +125,7 @@ fn max_pool_graph(x: &Tensor, p: Pool2dParams) -> (Graph, Vec<usize>) {
         .unwrap()[0]
         .shape
         .clone();
-    let mut graph = Graph::new();
-    let xn = graph.placeholder("x", TensorMeta::new(x_shape.clone(), x.dtype()));
-    let gn = graph.placeholder("grad", TensorMeta::new(out.clone(), x.dtype()));
-    let pool = graph
-        .call_function(Op::Pool(PoolOp::MaxPool2d(p)), &[&xn])
-        .unwrap();
-    let values = graph.getitem(&pool, 0).unwrap();
-    let indices = graph.getitem(&pool, 1).unwrap();
-    let nd = x_shape.len();
-    let input_size = [x_shape[nd - 2], x_shape[nd - 1]];
-    let dx = graph
-        .call_function(
-            Op::Pool(PoolOp::MaxPool2dBackward { input_size }),
-            &[&gn, &indices],
-        )
-        .unwrap();
-    graph.output(&[&values, &dx]).unwrap();
-    (graph, out)
+    (common::max_pool_graph(&x_shape, &out, p, x.dtype()), out)
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{eager, jit_run, lowered};
+use common::{eager, jit_run, lowered, max_pool_graph};
 use tessera_fx::Graph;
 use tessera_kernel::{Interpreter, NoEnvironment, Program, run_program};
 use tessera_tensor::op::{Pool2dParams, PoolOp};
@@ -93,29 +93,6 @@ fn assert_bit_identical(graph: &Graph, inputs: &[Tensor]) -> Program {
         assert_eq!(bits(e), bits(&jitted[i]), "JIT, output {i}\n{program}");
     }
     program
-}
-
-/// `max_pool2d_with_indices(x)` and its backward from `grad`, returning the pooled values
-/// and the input gradient.
-fn max_pool_graph(x: &[usize], g: &[usize], p: Pool2dParams, dtype: DType) -> Graph {
-    let mut graph = Graph::new();
-    let xn = graph.placeholder("x", TensorMeta::new(x.to_vec(), dtype));
-    let gn = graph.placeholder("grad", TensorMeta::new(g.to_vec(), dtype));
-    let pool = graph
-        .call_function(Op::Pool(PoolOp::MaxPool2d(p)), &[&xn])
-        .unwrap();
-    let values = graph.getitem(&pool, 0).unwrap();
-    let indices = graph.getitem(&pool, 1).unwrap();
-    let nd = x.len();
-    let input_size = [x[nd - 2], x[nd - 1]];
-    let dx = graph
-        .call_function(
-            Op::Pool(PoolOp::MaxPool2dBackward { input_size }),
-            &[&gn, &indices],
-        )
-        .unwrap();
-    graph.output(&[&values, &dx]).unwrap();
-    graph
 }
 
 #[test]

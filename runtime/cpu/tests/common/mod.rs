@@ -97,6 +97,35 @@ pub fn one_kernel_agreeing(graph: &Graph, inputs: &[Tensor], tol: f64) -> Progra
     program
 }
 
+/// `max_pool2d_with_indices(x)` of an `x`-shaped input and its backward from a `g`-shaped
+/// gradient, returning the pooled values and the input gradient.
+pub fn max_pool_graph(
+    x: &[usize],
+    g: &[usize],
+    p: tessera_tensor::op::Pool2dParams,
+    dtype: DType,
+) -> Graph {
+    use tessera_tensor::op::PoolOp;
+    let mut graph = Graph::new();
+    let xn = graph.placeholder("x", TensorMeta::new(x.to_vec(), dtype));
+    let gn = graph.placeholder("grad", TensorMeta::new(g.to_vec(), dtype));
+    let pool = graph
+        .call_function(Op::Pool(PoolOp::MaxPool2d(p)), &[&xn])
+        .unwrap();
+    let values = graph.getitem(&pool, 0).unwrap();
+    let indices = graph.getitem(&pool, 1).unwrap();
+    let nd = x.len();
+    let input_size = [x[nd - 2], x[nd - 1]];
+    let dx = graph
+        .call_function(
+            Op::Pool(PoolOp::MaxPool2dBackward { input_size }),
+            &[&gn, &indices],
+        )
+        .unwrap();
+    graph.output(&[&values, &dx]).unwrap();
+    graph
+}
+
 /// `op` on `inputs` lowered with no fallback, its interpreted and compiled results equal to
 /// eager execution within `tol`; the program.
 pub fn lowered_agreeing(op: Op, inputs: &[Tensor], tol: f64) -> Program {
