@@ -2,6 +2,7 @@
 //! tensors with tolerances.
 
 mod cast_cases;
+pub mod fake_quant_cases;
 mod formula;
 pub mod op_cases;
 mod reduce_kinds;

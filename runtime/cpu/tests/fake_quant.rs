@@ -10,51 +10,7 @@ use common::{eager, jit_run, lowered};
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::FakeQuantOp;
 use tessera_tensor::{Op, Tensor};
-
-/// Ties, NaN, infinities, signed zeros, huge and subnormal values, cycled over `n` elements.
-fn x_values(n: usize, seed: usize) -> Vec<f32> {
-    const SPECIAL: [f32; 16] = [
-        0.5,
-        -0.5,
-        1.5,
-        -2.5,
-        127.5,
-        -128.5,
-        f32::NAN,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        -0.0,
-        1.0e30,
-        -3.0e38,
-        8_388_607.5,
-        1.0e-40,
-        // The largest f32 below 0.25.
-        f32::from_bits(0x3E7F_FFFF),
-        -7.75,
-    ];
-    (0..n)
-        .map(|i| {
-            let k = i * 7919 + seed * 104_729;
-            if k.is_multiple_of(3) {
-                SPECIAL[k / 3 % SPECIAL.len()]
-            } else {
-                (k % 2001) as f32 / 8.0 - 125.0
-            }
-        })
-        .collect()
-}
-
-/// Scales and zero points per channel: exact halves, NaN, a zero and a negative scale.
-fn parameters(channels: usize, seed: usize) -> (Tensor, Tensor) {
-    const SCALES: [f32; 7] = [0.5, 0.1, 2.0, 0.0, -0.25, f32::NAN, 1.0e-3];
-    const ZERO_POINTS: [f32; 9] = [0.0, 2.5, -3.5, 3.5, f32::NAN, 300.0, -1.0e20, 0.4, -0.0];
-    let scale = (0..channels).map(|c| SCALES[(c + seed) % SCALES.len()]);
-    let zero = (0..channels).map(|c| ZERO_POINTS[(c * 2 + seed) % ZERO_POINTS.len()]);
-    (
-        Tensor::from_vec(scale.collect::<Vec<_>>(), &[channels]).unwrap(),
-        Tensor::from_vec(zero.collect::<Vec<_>>(), &[channels]).unwrap(),
-    )
-}
+use tessera_testkit::fake_quant_cases::{integer_zero_points, parameters, x_values};
 
 fn bits(t: &Tensor) -> Vec<u32> {
     t.to_vec::<f32>()
@@ -171,17 +127,6 @@ fn a_range_beyond_exact_f32_integers_runs_the_eager_kernel() {
         bits(&jit_run(&program, &inputs)[0]),
         bits(&eager(&graph, &inputs)[0])
     );
-}
-
-/// Integer zero points inside `[quant_min, quant_max]` per channel, ends included.
-fn integer_zero_points(channels: usize, (quant_min, quant_max): (i64, i64), seed: usize) -> Tensor {
-    let span = quant_max - quant_min;
-    let zp = (0..channels).map(|c| match (c + seed) % 4 {
-        0 => quant_min,
-        1 => quant_max,
-        _ => quant_min + ((c * 37 + seed * 11) as i64 % (span + 1)),
-    });
-    Tensor::from_vec(zp.collect::<Vec<i64>>(), &[channels]).unwrap()
 }
 
 #[test]

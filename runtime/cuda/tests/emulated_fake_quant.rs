@@ -16,49 +16,7 @@ use tessera_cuda::init_with_driver;
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::FakeQuantOp;
 use tessera_tensor::{Device, Op, Tensor};
-
-/// Ties, NaN, infinities, signed zeros, huge and subnormal values, cycled over `n` elements.
-fn x_values(n: usize, seed: usize) -> Vec<f32> {
-    const SPECIAL: [f32; 15] = [
-        0.5,
-        -0.5,
-        1.5,
-        -2.5,
-        127.5,
-        -128.5,
-        f32::NAN,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        -0.0,
-        1.0e30,
-        -3.0e38,
-        8_388_607.5,
-        1.0e-40,
-        -7.75,
-    ];
-    (0..n)
-        .map(|i| {
-            let k = i * 7919 + seed * 104_729;
-            if k.is_multiple_of(3) {
-                SPECIAL[k / 3 % SPECIAL.len()]
-            } else {
-                (k % 2001) as f32 / 8.0 - 125.0
-            }
-        })
-        .collect()
-}
-
-/// Scales and zero points per channel: exact halves, NaN, a zero and a negative scale.
-fn parameters(channels: usize, seed: usize) -> (Tensor, Tensor) {
-    const SCALES: [f32; 7] = [0.5, 0.1, 2.0, 0.0, -0.25, f32::NAN, 1.0e-3];
-    const ZERO_POINTS: [f32; 9] = [0.0, 2.5, -3.5, 3.5, f32::NAN, 300.0, -1.0e20, 0.4, -0.0];
-    let scale = (0..channels).map(|c| SCALES[(c + seed) % SCALES.len()]);
-    let zero = (0..channels).map(|c| ZERO_POINTS[(c * 2 + seed) % ZERO_POINTS.len()]);
-    (
-        Tensor::from_vec(scale.collect::<Vec<_>>(), &[channels]).unwrap(),
-        Tensor::from_vec(zero.collect::<Vec<_>>(), &[channels]).unwrap(),
-    )
-}
+use tessera_testkit::fake_quant_cases::{integer_zero_points, parameters, x_values};
 
 fn bits(t: &Tensor) -> Vec<u32> {
     t.to_vec::<f32>()
@@ -125,16 +83,6 @@ fn learnable_fake_quant_on_emulated_ptx_equals_the_interpreter_and_eager() {
     }
 }
 
-/// Integer zero points inside `[quant_min, quant_max]` per channel, ends included.
-fn integer_zero_points(channels: usize, (quant_min, quant_max): (i64, i64)) -> Tensor {
-    let zp = (0..channels).map(|c| match c % 3 {
-        0 => quant_min,
-        1 => quant_max,
-        _ => quant_min + (c as i64 * 37) % (quant_max - quant_min + 1),
-    });
-    Tensor::from_vec(zp.collect::<Vec<i64>>(), &[channels]).unwrap()
-}
-
 #[test]
 fn fake_quant_with_integer_zero_points_on_emulated_ptx_equals_the_interpreter_and_eager() {
     for range in RANGES {
@@ -148,7 +96,7 @@ fn fake_quant_with_integer_zero_points_on_emulated_ptx_equals_the_interpreter_an
             let (scale, _) = parameters(1, seed);
             agrees(
                 per_tensor.clone(),
-                &[x, scale, integer_zero_points(1, range)],
+                &[x, scale, integer_zero_points(1, range, 0)],
             );
         }
         for (shape, axis) in [(vec![4, 3, 5], 0), (vec![4, 3, 5], 2)] {
@@ -159,7 +107,7 @@ fn fake_quant_with_integer_zero_points_on_emulated_ptx_equals_the_interpreter_an
             });
             let x = Tensor::from_vec(x_values(60, axis), &shape).unwrap();
             let (scale, _) = parameters(shape[axis], 1);
-            let zero = integer_zero_points(shape[axis], range);
+            let zero = integer_zero_points(shape[axis], range, 0);
             agrees(per_channel, &[x, scale, zero]);
         }
     }
@@ -177,7 +125,7 @@ fn the_straight_through_gradient_on_emulated_ptx_equals_the_interpreter_and_eage
         let x = Tensor::from_vec(x_values(60, 2), &[4, 3, 5]).unwrap();
         let grad = Tensor::from_vec(x_values(60, 7), &[4, 3, 5]).unwrap();
         let (scale, _) = parameters(3, 1);
-        agrees(op, &[grad, x, scale, integer_zero_points(3, range)]);
+        agrees(op, &[grad, x, scale, integer_zero_points(3, range, 0)]);
     }
 }
 

@@ -328,6 +328,16 @@ struct Lowering<'g> {
     options: LowerOptions,
 }
 
+/// `shape`, or `[1]` for a 0-d one: the loops of a kernel over a value that may be 0-d (a
+/// reduction over one sample or one source row, a 0-d operand seen as one element of one dim).
+fn at_least_one_dim(shape: &[usize]) -> Vec<usize> {
+    if shape.is_empty() {
+        vec![1]
+    } else {
+        shape.to_vec()
+    }
+}
+
 impl Lowering<'_> {
     fn meta(&self, id: &NodeId) -> Result<Vec<TensorMeta>> {
         Ok(self

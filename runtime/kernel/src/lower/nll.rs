@@ -11,8 +11,8 @@
 //! picked by comparing the class loop's index with the target; for `mean` a first kernel
 //! divides the upstream gradient by the count.
 
-use super::Lowering;
 use super::gather::IndexKernel;
+use super::{Lowering, at_least_one_dim};
 use crate::{BinaryFn, CompareFn, Expr, KernelBuilder, ReduceFn, Result, ScalarType};
 use crate::{LoopId, ValueId};
 use tessera_fx::NodeId;
@@ -62,16 +62,6 @@ fn input_map(rank: usize, samples: &[Option<usize>], class: Option<usize>) -> Ve
             m.extend(samples.iter().skip(1).copied());
             m
         }
-    }
-}
-
-/// The reduction loops of a sum over the samples `shape`: one loop of extent 1 for a single
-/// sample (a kernel that reduces has a reduction loop).
-fn sweep(shape: &[usize]) -> Vec<usize> {
-    if shape.is_empty() {
-        vec![1]
-    } else {
-        shape.to_vec()
     }
 }
 
@@ -227,7 +217,7 @@ impl Lowering<'_> {
         let two_kernels = reduced && smooth != 0.0;
         let name = format!("k{}_nll_loss", self.kernel_count());
         let (domain, reduce) = match (reduced && !two_kernels, smooth != 0.0) {
-            (true, _) => (vec![], sweep(&sample_shape)),
+            (true, _) => (vec![], at_least_one_dim(&sample_shape)),
             (false, true) => (sample_shape.clone(), vec![classes]),
             (false, false) => (sample_shape.clone(), vec![]),
         };
@@ -255,8 +245,11 @@ impl Lowering<'_> {
             let per_sample = TensorMeta::new(sample_shape.clone(), meta.dtype);
             let losses = self.finish_index_kernel(id, k, loss, per_sample)?;
             let name = format!("k{}_nll_loss_total", self.kernel_count());
-            let mut k =
-                IndexKernel::new(KernelBuilder::reduction(name, vec![], sweep(&sample_shape)));
+            let mut k = IndexKernel::new(KernelBuilder::reduction(
+                name,
+                vec![],
+                at_least_one_dim(&sample_shape),
+            ));
             let target = read_target(&mut k, t, &samples, nll.ignore_index);
             let loss = k.load(&losses, ty, &samples);
             let value = total(&mut k, loss, target.ignored, nll.reduction, ty);
@@ -353,7 +346,11 @@ impl Lowering<'_> {
     ) -> Result<super::Val> {
         let samples = t.layout.shape.clone();
         let name = format!("k{}_nll_loss_backward_scale", self.kernel_count());
-        let mut k = IndexKernel::new(KernelBuilder::reduction(name, vec![], sweep(&samples)));
+        let mut k = IndexKernel::new(KernelBuilder::reduction(
+            name,
+            vec![],
+            at_least_one_dim(&samples),
+        ));
         let sample_loops: Vec<Option<usize>> = (0..samples.len()).map(Some).collect();
         let target = read_target(&mut k, t, &sample_loops, nll.ignore_index);
         let one = k.constant(ScalarType::F64, 1.0);

@@ -20,23 +20,13 @@
 //! element of one dim, as eager pads it.
 
 use super::gather::IndexKernel;
-use super::{Lowering, Val};
+use super::{Lowering, Val, at_least_one_dim};
 use crate::{
     BinaryFn, CompareFn, Expr, KernelBuilder, LoopId, ReduceFn, Result, ScalarType, ValueId,
 };
 use tessera_fx::NodeId;
 use tessera_tensor::op::{EmbeddingBackwardOp, IndexOp};
 use tessera_tensor::{DType, Op};
-
-/// The reduction loops over the source rows `shape`: one loop of extent 1 for a 0-d index
-/// (a kernel that reduces has a reduction loop).
-fn rows(shape: &[usize]) -> Vec<usize> {
-    if shape.is_empty() {
-        vec![1]
-    } else {
-        shape.to_vec()
-    }
-}
 
 /// The sum over the reduction loops of `src` where the i64 `index` equals the coordinate of
 /// output loop `coordinate` (and, with `skip`, is not `skip`), in `ty`.
@@ -110,7 +100,7 @@ impl Lowering<'_> {
         let (operands, out) = match op {
             Op::Index(_) => (
                 operands.iter().map(at_least_1d).collect(),
-                at_least_1d_shape(&meta.shape),
+                at_least_one_dim(&meta.shape),
             ),
             _ => (operands, meta.shape.clone()),
         };
@@ -160,14 +150,6 @@ fn at_least_1d(v: &Val) -> Val {
     v
 }
 
-fn at_least_1d_shape(shape: &[usize]) -> Vec<usize> {
-    if shape.is_empty() {
-        vec![1]
-    } else {
-        shape.to_vec()
-    }
-}
-
 /// How a scatter-add is read: over output loops `0..rank` then reduction loops `rows`, the
 /// index walks `index_map`, the source `src` walks `src_map` (its scattered rows checked
 /// against output dim `dim`), the rows whose index is `skip` add nothing, and the sum is
@@ -199,7 +181,7 @@ fn embedding_plan(
     let mut src_map = index_map.clone();
     src_map.push(Some(1));
     Ok(ScatterPlan {
-        rows: rows(&index.layout.shape),
+        rows: at_least_one_dim(&index.layout.shape),
         dim: 0,
         index_map,
         src: grad.clone(),
