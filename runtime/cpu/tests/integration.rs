@@ -20,6 +20,7 @@ mod gathers;
 mod gemm;
 mod half;
 mod in_place;
+mod integer_reductions;
 mod joint_conformance;
 mod joint_graphs;
 mod joint_graphs_random;

@@ -5,6 +5,10 @@
 //! block (rows longer than a warp, than a block, shuffles and shared-memory partials
 //! included), rows of -inf only, size-1 and odd lengths, transposed inputs, every dim, f32,
 //! f64, f16 and bf16; and the same ops as eager ops on CUDA tensors of the emulated driver.
+//! Reductions of integer and bool tensors (`sum`, `amax`/`amin`, `argmax`/`argmin`) compute in
+//! i64 through the same shuffles and shared memory (an i64 moves as two 32-bit halves), so
+//! their results, sums included (integer addition associates), are the eager kernel's bit for
+//! bit, beyond 2^53 too.
 
 mod common;
 mod emulated;
@@ -47,7 +51,12 @@ fn tied(shape: &[usize], dtype: DType, nans: &[usize], ninf: std::ops::Range<usi
     Tensor::from_vec(v, shape).unwrap().to_dtype(dtype).unwrap()
 }
 
+/// The elements' bits (NaN as one pattern); integer and bool elements as i64, exactly.
 fn bits(t: &Tensor) -> Vec<u64> {
+    if !t.dtype().is_float() {
+        let exact = t.to_dtype(DType::I64).unwrap().to_vec::<i64>().unwrap();
+        return exact.into_iter().map(|x| x as u64).collect();
+    }
     t.to_vec_f64()
         .unwrap()
         .iter()
@@ -159,5 +168,66 @@ fn arg_reductions_run_as_eager_cuda_ops() {
         let (want_values, want_indices) = x.min_dim(dim, false).unwrap();
         assert_eq!(bits(&on_cpu(values)), bits(&want_values));
         assert_eq!(bits(&on_cpu(indices)), bits(&want_indices));
+    }
+    // An accuracy count: the comparison and the i64 sum of its bools on the device.
+    let predicted = Tensor::from_vec((0..300i64).map(|i| i % 7).collect(), &[300]).unwrap();
+    let target = Tensor::from_vec((0..300i64).map(|i| i % 5).collect(), &[300]).unwrap();
+    let want = predicted
+        .eq_(&target)
+        .unwrap()
+        .sum_dims(&[0], false)
+        .unwrap();
+    let (p, t) = (
+        predicted.to_device(Device::Cuda(0)).unwrap(),
+        target.to_device(Device::Cuda(0)).unwrap(),
+    );
+    let got = on_cpu(p.eq_(&t).unwrap().sum_dims(&[0], false).unwrap());
+    assert_eq!(got.dtype(), DType::I64);
+    assert_eq!(bits(&got), bits(&want));
+    let (got, want) = (
+        p.argmax(Some(0), false).unwrap(),
+        predicted.argmax(Some(0), false),
+    );
+    assert_eq!(bits(&on_cpu(got)), bits(&want.unwrap()));
+}
+
+/// Rows of i64 values beyond 2^53 differing by one, with ties and the type's extremes.
+fn wide(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let base = 1i64 << 60;
+    let mut v: Vec<i64> = (0..n)
+        .map(|i| base + ((i * 7 + i / 5) % 4) as i64)
+        .collect();
+    for (at, x) in [(3, i64::MAX), (40, i64::MIN), (41, -base)] {
+        if at < n {
+            v[at] = x;
+        }
+    }
+    Tensor::from_vec(v, shape).unwrap()
+}
+
+#[test]
+fn integer_reductions_on_emulated_ptx_are_exact_in_i64() {
+    let value_kinds = [ReduceKind::Sum, ReduceKind::Amax, ReduceKind::Amin];
+    let arg_kinds = [ReduceKind::ArgMax, ReduceKind::ArgMin];
+    // Rows of 600 along dim 1 (a 256-thread block, shuffles and shared partials); 3 along dim 0.
+    let x = wide(&[3, 600]);
+    let small = Tensor::from_vec((0..24i64).map(|i| (i * 5) % 7).collect(), &[4, 6]).unwrap();
+    for x in [
+        x,
+        small.to_dtype(DType::U8).unwrap(),
+        small.to_dtype(DType::I32).unwrap(),
+        small.to_dtype(DType::Bool).unwrap(),
+    ] {
+        for dim in 0..2 {
+            for kind in value_kinds.into_iter().chain(arg_kinds) {
+                let op = Op::Reduce(ReduceOp {
+                    kind,
+                    dims: vec![dim],
+                    keepdim: false,
+                });
+                agrees(op, &x, 1);
+            }
+        }
     }
 }
