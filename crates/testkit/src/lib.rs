@@ -5,6 +5,7 @@ mod cast_cases;
 pub mod fake_quant_cases;
 mod formula;
 pub mod op_cases;
+pub mod quant_cases;
 mod reduce_kinds;
 mod rounding;
 mod subcase;
