@@ -3,7 +3,7 @@
 //! whose interpreted and JIT-compiled results equal the eager kernel bit for bit: ties at .5
 //! steps, values saturating both ends, NaN and infinities, f32 and f64 inputs, views read in
 //! place; per-channel parameters the eager kernel rejects fail the run; the int8 products and
-//! pools still run their eager kernels.
+//! pools still run their eager kernels; a quantized residual block compiles with no fallback.
 
 use crate::common;
 
@@ -244,5 +244,62 @@ fn the_int8_products_still_run_their_eager_kernels() {
     assert_eq!(
         exact_bits(&jit_run(&program, &inputs)[0]),
         exact_bits(&eager(&graph, &inputs)[0])
+    );
+}
+
+#[test]
+fn a_quantized_residual_block_compiles_with_no_fallback_and_equals_eager() {
+    // quantize -> int8 add of the value with itself -> dequantize -> relu, as a converted
+    // residual connection reads.
+    let mut g = tessera_fx::Graph::new();
+    let x = g.placeholder(
+        "x",
+        tessera_tensor::TensorMeta::new(&[3, 4, 5][..], DType::F32),
+    );
+    let q = g
+        .call_function(
+            Op::Quant(QuantOp::QuantizePerTensor {
+                scale: 0.5,
+                zero_point: 128,
+                dtype: DType::U8,
+            }),
+            &[&x],
+        )
+        .unwrap();
+    let sum = g
+        .call_function(
+            Op::Quant(QuantOp::Add {
+                a_scale: 0.5,
+                a_zero_point: 128,
+                b_scale: 0.5,
+                b_zero_point: 128,
+                out_scale: 0.25,
+                out_zero_point: 100,
+                relu: true,
+            }),
+            &[&q, &q],
+        )
+        .unwrap();
+    let y = g
+        .call_function(
+            Op::Quant(QuantOp::DequantizePerTensor {
+                scale: 0.25,
+                zero_point: 100,
+            }),
+            &[&sum],
+        )
+        .unwrap();
+    let y = g
+        .call_function(Op::Unary(tessera_tensor::op::UnaryOp::Relu), &[&y])
+        .unwrap();
+    g.output(&[&y]).unwrap();
+    let inputs = [float_inputs(DType::F32, &[3, 4, 5], 2)];
+    let program = lowered(&g, &inputs);
+    assert!(program.fallbacks.is_empty(), "{program}");
+    let want = eager(&g, &inputs);
+    assert_eq!(
+        exact_bits(&jit_run(&program, &inputs)[0]),
+        exact_bits(&want[0]),
+        "{program}"
     );
 }
