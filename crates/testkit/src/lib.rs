@@ -6,6 +6,7 @@ pub mod fake_quant_cases;
 mod formula;
 mod narrow_int_cases;
 pub mod op_cases;
+pub mod quant_cases;
 mod reduce_kinds;
 mod rounding;
 mod subcase;

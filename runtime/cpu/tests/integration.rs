@@ -33,6 +33,7 @@ mod optim_updates;
 mod padded_pooling;
 mod pool_backward;
 mod pooling;
+mod quantized;
 mod reductions;
 mod scalar_reductions;
 mod scatters;

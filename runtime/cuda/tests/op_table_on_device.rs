@@ -36,15 +36,10 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     "pool.adaptive_avg",
     "pool.adaptive_avg_backward",
     "pool.adaptive_max",
-    "quant.add",
     "quant.avg_pool",
     "quant.conv2d",
-    "quant.dequantize_per_channel",
-    "quant.dequantize_per_tensor",
     "quant.linear",
     "quant.linear_dynamic",
-    "quant.quantize_per_channel",
-    "quant.quantize_per_tensor",
 ];
 
 /// The variants no random draw made valid for the CPU within the draws (their shapes are too
