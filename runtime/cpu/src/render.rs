@@ -12,6 +12,7 @@ use cranelift_codegen::ir::{
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use half::{bf16, f16};
 use std::collections::HashMap;
 use tessera_kernel::{BinaryFn, CompareFn, Expr, IndexExpr, Kernel, ScalarType, UnaryFn, math};
 
@@ -76,6 +77,27 @@ fn same_width_int(ty: ScalarType) -> Option<Type> {
         ScalarType::F32 => Some(types::I32),
         ScalarType::F64 => Some(types::I64),
         _ => None,
+    }
+}
+
+/// `c` as a value of `ty` in its register form ([`clif_type`]), rounded or converted as the
+/// interpreter's `Scalar::of`: a half type's bits, a bool's byte, a narrow integer's bits
+/// (truncated and saturated as `as`).
+fn storage_constant(b: &mut FunctionBuilder, ty: ScalarType, c: f64) -> Value {
+    match ty {
+        ScalarType::F64 => b.ins().f64const(c),
+        ScalarType::F32 => b.ins().f32const(c as f32),
+        ScalarType::F16 => b
+            .ins()
+            .iconst(types::I16, i64::from(f16::from_f32(c as f32).to_bits())),
+        ScalarType::BF16 => b
+            .ins()
+            .iconst(types::I16, i64::from(bf16::from_f32(c as f32).to_bits())),
+        ScalarType::Bool => b.ins().iconst(types::I8, i64::from(c != 0.0)),
+        ScalarType::U8 => b.ins().iconst(types::I8, i64::from(c as u8)),
+        ScalarType::I8 => b.ins().iconst(types::I8, i64::from(c as i8 as u8)),
+        ScalarType::I32 => b.ins().iconst(types::I32, i64::from(c as i32 as u32)),
+        ScalarType::I64 => b.ins().iconst(types::I64, c as i64),
     }
 }
 
@@ -317,11 +339,7 @@ impl Renderer<'_> {
         let bytes = b.ins().imul_imm_s(safe, ty.bytes() as i64);
         let addr = b.ins().iadd(self.bases[buffer], bytes);
         let x = b.ins().load(clif_type(ty), self.flags, addr, 0);
-        let fill = match ty {
-            ScalarType::F64 => b.ins().f64const(fill),
-            ScalarType::I64 => b.ins().iconst(types::I64, fill as i64),
-            _ => b.ins().f32const(fill as f32),
-        };
+        let fill = storage_constant(b, ty, fill);
         select_bits(b, inside, x, fill, ty)
     }
 

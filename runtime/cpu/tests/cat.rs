@@ -1,8 +1,9 @@
 //! `cat` lowered to one kernel of guarded loads: the kernel-IR interpreter and the JIT give
 //! the eager kernel's result bit for bit, along every dim, for transposed and broadcast
 //! operands, empty and legacy-empty inputs, f32 and f64 promoted, and signed zeros,
-//! infinities and NaN; half, integer and bool inputs run the eager kernel, reported as
-//! fallbacks.
+//! infinities and NaN; half, integer and bool inputs too (read in their storage type, summed
+//! in f32 or i64); an integer input of a float result runs the eager kernel, reported as a
+//! fallback.
 
 use crate::common;
 
@@ -85,24 +86,53 @@ fn cat_promotes_f32_to_f64_and_skips_legacy_empty_inputs() {
     one_exact_kernel("f32, [0] and f64", 0, &inputs);
 }
 
+/// Integers of `dtype` near both ends of its range.
+fn ints(n: usize, dtype: DType, seed: i64) -> Tensor {
+    tessera_testkit::narrow_int_values(n, dtype, seed)
+}
+
 #[test]
-fn cat_of_halves_integers_or_bools_runs_the_eager_kernel() {
-    let ints = Tensor::from_vec(vec![3i64, -4], &[2]).unwrap();
-    let floats = t(&[3], DType::F32, 8);
-    let bools = Tensor::from_vec(vec![1.0f32, 0.0], &[2])
-        .unwrap()
-        .to_dtype(DType::Bool)
-        .unwrap();
-    let halves = t(&[2], DType::F16, 9);
-    for (what, inputs) in [
-        ("i64 into f32", vec![floats, ints.clone()]),
-        ("i64", vec![ints.clone(), ints]),
-        ("f16", vec![halves.clone(), halves]),
-        ("bool", vec![bools.clone(), bools]),
-    ] {
-        let g = cat_graph(0, &inputs);
-        let program = lowered(&g, &inputs);
-        assert_eq!(program.fallbacks.len(), 1, "{what}\n{program}");
-        check_backends(&program, &inputs, &eager(&g, &inputs), 0.0);
+fn cat_of_halves_integers_and_bools_is_one_kernel_equal_to_eager() {
+    for dtype in [DType::F16, DType::BF16] {
+        let (a, b) = (t(&[2, 3], dtype, 10), t(&[3, 4], dtype, 11));
+        one_exact_kernel(&format!("{dtype}"), 0, &[a.clone(), b.t().unwrap()]);
+        one_exact_kernel(&format!("{dtype} dim 1"), 1, &[a, t(&[2, 2], dtype, 12)]);
     }
+    let i64s = Tensor::from_vec(vec![1i64 << 40, -(1 << 40), 7, 0, -1], &[5]).unwrap();
+    for (what, inputs) in [
+        ("u8", vec![ints(5, DType::U8, 0), ints(7, DType::U8, 1)]),
+        ("i8", vec![ints(6, DType::I8, 2), ints(3, DType::I8, 3)]),
+        ("i32", vec![ints(4, DType::I32, 4), ints(6, DType::I32, 5)]),
+        ("i64", vec![i64s.clone(), i64s.clone()]),
+        (
+            "u8 and i8 into i32",
+            vec![ints(5, DType::U8, 6), ints(5, DType::I8, 7)],
+        ),
+        ("i32 and i64", vec![ints(4, DType::I32, 8), i64s]),
+        (
+            "bool",
+            vec![ints(5, DType::Bool, 9), ints(4, DType::Bool, 10)],
+        ),
+        (
+            "bool and u8",
+            vec![ints(5, DType::Bool, 11), ints(3, DType::U8, 12)],
+        ),
+        (
+            "f16 and f32",
+            vec![t(&[3], DType::F16, 13), t(&[2], DType::F32, 14)],
+        ),
+    ] {
+        one_exact_kernel(what, 0, &inputs);
+    }
+}
+
+#[test]
+fn cat_of_an_integer_into_a_float_result_runs_the_eager_kernel() {
+    // An integer input's fill would be +0.0 and turn a float input's -0.0 positive.
+    let ints = Tensor::from_vec(vec![3i64, -4], &[2]).unwrap();
+    let inputs = [t(&[3], DType::F32, 8), ints];
+    let g = cat_graph(0, &inputs);
+    let program = lowered(&g, &inputs);
+    assert_eq!(program.fallbacks.len(), 1, "{program}");
+    check_backends(&program, &inputs, &eager(&g, &inputs), 0.0);
 }

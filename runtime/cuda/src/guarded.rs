@@ -7,6 +7,7 @@ use crate::body::Body;
 use crate::emit::{Reg, RegClass};
 use crate::index::{IntWidth, element_size};
 use crate::scalar_table::{imm, suffix};
+use half::{bf16, f16};
 use tessera_kernel::{Bound, BufferId, IndexExpr, ScalarType};
 
 impl Body<'_> {
@@ -46,7 +47,6 @@ impl Body<'_> {
         ty: ScalarType,
     ) {
         let t = self.width.ty();
-        let s = suffix(ty);
         let mut inside: Option<Reg> = None;
         let mut step: Option<Reg> = None;
         for bound in bounds {
@@ -74,10 +74,20 @@ impl Body<'_> {
             }
             step = Some(next);
         }
-        self.e.ins(format!("mov.{s} {d}, {}", imm(ty, fill)));
+        // A bool is loaded as its byte into a 32-bit register and tested after the load.
+        let (target, ld, fill_imm) = storage_load(ty, fill);
+        let r = if ty == ScalarType::Bool {
+            self.e.reg(RegClass::B32)
+        } else {
+            d
+        };
+        self.e.ins(format!("mov.{target} {r}, {fill_imm}"));
         let base = self.address(buffer, index);
         let (Some(inside), Some(step)) = (inside, step) else {
-            self.e.ins(format!("ld.global.{s} {d}, [{base}]"));
+            self.e.ins(format!("ld.global.{ld} {r}, [{base}]"));
+            if ty == ScalarType::Bool {
+                self.e.ins(format!("setp.ne.u32 {d}, {r}, 0"));
+            }
             return;
         };
         let size = element_size(ty);
@@ -88,6 +98,32 @@ impl Body<'_> {
         }
         let a = self.e.reg(RegClass::B64);
         self.e.ins(format!("add.s64 {a}, {base}, {bytes}"));
-        self.e.ins(format!("@{inside} ld.global.{s} {d}, [{a}]"));
+        self.e.ins(format!("@{inside} ld.global.{ld} {r}, [{a}]"));
+        if ty == ScalarType::Bool {
+            self.e.ins(format!("setp.ne.u32 {d}, {r}, 0"));
+        }
+    }
+}
+
+/// For a guarded load of `ty` with `fill`: the `mov` type of its register, the `ld.global`
+/// type, and the fill as an immediate of that register (rounded or converted as the
+/// interpreter's `Scalar::of`: a half type's bits, a bool's byte, a narrow integer's value).
+fn storage_load(ty: ScalarType, fill: f64) -> (&'static str, &'static str, String) {
+    match ty {
+        ScalarType::F16 => (
+            "b16",
+            "b16",
+            format!("0x{:04x}", f16::from_f32(fill as f32).to_bits()),
+        ),
+        ScalarType::BF16 => (
+            "b16",
+            "b16",
+            format!("0x{:04x}", bf16::from_f32(fill as f32).to_bits()),
+        ),
+        ScalarType::Bool => ("b32", "u8", u32::from(fill != 0.0).to_string()),
+        ScalarType::U8 => ("b32", "u8", (fill as u8).to_string()),
+        ScalarType::I8 => ("b32", "s8", (fill as i8).to_string()),
+        ScalarType::I32 => ("b32", "s32", (fill as i32).to_string()),
+        _ => (suffix(ty), suffix(ty), imm(ty, fill)),
     }
 }

@@ -510,7 +510,51 @@ fn cat_joins_views_empty_inputs_and_f32_with_f64_on_the_device_as_on_the_cpu() -
         .map(|v| v.to_bits())
         .collect();
     assert_eq!(bits, want, "signed zeros survive the sum of guarded loads");
+    // Half, integer and bool tensors, read in their storage types (signed zeros of halves kept).
+    for dtype in [DType::F16, DType::BF16] {
+        let a = signed_zeros.to_dtype(dtype)?;
+        let b = tensor(DType::F32, &[3, 4], 35, true).to_dtype(dtype)?.t()?;
+        same_on_device(
+            &format!("cat {dtype}"),
+            &joined_rows(),
+            &[a.reshape(&[1, 3])?.expand(&[2, 3])?, b.clone()],
+        );
+        let got = joined_rows().apply1(&[&cuda(&a)?, &cuda(&a)?])?;
+        assert_eq!(
+            bits_of(&got.to_dtype(DType::F32)?)?,
+            bits_of(
+                &Op::Index(IndexOp::Cat { dim: 0 })
+                    .apply1(&[&a, &a])?
+                    .to_dtype(DType::F32)?
+            )?
+        );
+    }
+    for (da, db) in [
+        (DType::U8, DType::U8),
+        (DType::I8, DType::U8),
+        (DType::I32, DType::I64),
+        (DType::Bool, DType::Bool),
+        (DType::Bool, DType::I8),
+    ] {
+        let a = tessera_testkit::narrow_int_values(6, da, 0).reshape(&[2, 3])?;
+        let b = tessera_testkit::narrow_int_values(9, db, 1).reshape(&[3, 3])?;
+        same_on_device(&format!("cat {da} and {db}"), &joined_rows(), &[a, b]);
+    }
     Ok(())
+}
+
+/// `cat` along dim 0.
+fn joined_rows() -> Op {
+    Op::Index(IndexOp::Cat { dim: 0 })
+}
+
+/// The f32 bits of `t`'s elements.
+fn bits_of(t: &Tensor) -> Result<Vec<u32>> {
+    Ok(t.to_device(Device::Cpu)?
+        .to_vec::<f32>()?
+        .iter()
+        .map(|v| v.to_bits())
+        .collect())
 }
 
 #[test]

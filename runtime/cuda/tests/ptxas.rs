@@ -1,6 +1,6 @@
 //! Every elementwise op of the lowering table and the reductions (sum, mean, amax, amin, var,
 //! std, logsumexp, softmax, log-softmax, layer and RMS norm), in f32, f64, f16 and bf16, and
-//! the elementwise losses and `cat` in f32 and f64, rendered to PTX and assembled by `ptxas` for sm_80 and sm_90: a kernel ptxas rejects fails
+//! the elementwise losses and `cat` (of every dtype), rendered to PTX and assembled by `ptxas` for sm_80 and sm_90: a kernel ptxas rejects fails
 //! with its message. Skipped (with a printed line) when `TESSERA_PTXAS` is unset, unless
 //! `TESSERA_REQUIRE_PTXAS=1`.
 
@@ -156,7 +156,18 @@ fn loss_kernels_assemble_for_sm80_and_sm90() {
 #[test]
 fn cat_kernels_assemble_for_sm80_and_sm90() {
     let Some(ptxas) = ptxas() else { return };
-    for dtype in [DType::F32, DType::F64] {
+    let every = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::U8,
+        DType::I8,
+        DType::I32,
+        DType::I64,
+        DType::Bool,
+    ];
+    for dtype in every {
         let cat = Op::Index(IndexOp::Cat { dim: 1 });
         let g = op_graph(cat, dtype, &[&[2, 3, 5], &[2, 0, 5], &[2, 7, 5]]);
         check(&ptxas, &format!("cat {dtype:?}"), &g);

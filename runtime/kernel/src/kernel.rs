@@ -325,7 +325,7 @@ impl Kernel {
                     bounds,
                     ..
                 } => {
-                    numeric(v.ty)?;
+                    // Any storage type: the buffer's, checked below.
                     self.verify_guarded(here, *buffer, index, bounds)
                         .map_err(fail)?;
                 }

@@ -2,14 +2,17 @@
 //! the outputs from its start `s_i` for its size `n_i`, so each input is a guarded load
 //! ([`crate::guard`]) whose coordinate along that dim is `out - s_i`, in range for exactly one
 //! input at each point. The loads of the other inputs read no memory and give the identity of
-//! addition, -0.0, so the sum of the loads is the one element read, exactly (`x + -0.0 == x`
-//! for every float, signed zeros, infinities and NaN included). Each input is read through its
-//! own layout (views in place); f32 inputs of an f64 result are widened (exactly). Guarded
-//! loads read f32 and f64 only: a `cat` with half, integer or bool inputs runs the eager
-//! kernel.
+//! addition, -0.0 for floats and 0 for integers, so the sum of the loads is the one element
+//! read, exactly (`x + -0.0 == x` for every float, signed zeros, infinities and NaN included).
+//! Each input is read through its own layout (views in place) in its storage type and widened
+//! exactly to the sum's type: f32 and f64 results sum in their own type, half ones in f32,
+//! integer and bool ones in i64; the sum is converted back to the result's type, exactly (it is
+//! one input's element, converted to the result's dtype as the eager kernel converts it). An
+//! integer or bool input of a float result runs the eager kernel.
 
 use super::Lowering;
 use super::frame::{Frame, Local};
+use crate::table::Emit;
 use crate::{BinaryFn, Bound, Expr, IndexExpr, KernelBuilder, Result, ScalarType};
 use std::collections::HashSet;
 use tessera_fx::NodeId;
@@ -39,12 +42,17 @@ impl Lowering<'_> {
         if dim >= nd {
             return Ok(Err(format!("dim {dim} of a {nd}-D result")));
         }
-        // Guarded loads read f32 and f64.
-        let Some(ty) = ScalarType::of_buffer(out.dtype).filter(|t| t.is_arithmetic()) else {
+        let Some(ty) = ScalarType::of_buffer(out.dtype) else {
             return Ok(Err(format!(
                 "{:?} tensors are not joined by kernels",
                 out.dtype
             )));
+        };
+        // The sum's type, which every input's type widens to exactly.
+        let sum_ty = match ty {
+            t if t.is_arithmetic() => t,
+            t if t.is_half() => ScalarType::F32,
+            _ => ScalarType::I64,
         };
         let name = format!("k{}_{}", self.kernel_count(), op.name());
         let mut k = Frame::new(KernelBuilder::new(name, shape.clone()));
@@ -70,9 +78,17 @@ impl Lowering<'_> {
                 continue;
             }
             let dtype = self.program.slot(val.slot).meta.dtype;
-            let Some(in_ty) = ScalarType::of_buffer(dtype).filter(|t| t.is_arithmetic()) else {
+            let Some(in_ty) = ScalarType::of_buffer(dtype) else {
                 return Ok(Err(format!("{dtype:?} inputs are not joined by kernels")));
             };
+            // Its fill would convert to +0.0, which would lose the sign of a -0.0 read from a
+            // float input at the same point.
+            if sum_ty.is_arithmetic() && !dtype.is_float() {
+                return Ok(Err(format!(
+                    "a {dtype:?} input of a {:?} result",
+                    out.dtype
+                )));
+            }
             let buffer = Self::input_buffer(&mut k, val.slot, in_ty);
             let mut strides = layout.strides.clone();
             strides[dim] = 0;
@@ -98,18 +114,25 @@ impl Lowering<'_> {
                     fill: -0.0,
                 },
             );
-            // An f32 input of an f64 result: the conversion is exact, -0.0 included.
-            if in_ty != ty {
-                v = k.b.push(ty, Expr::Cast(v));
-            }
+            // Converted as the eager kernel converts the input to the result's dtype, then
+            // widened to the sum's type: both exact for the one element in range, and the
+            // fill stays the identity of addition.
+            let mut e = Emit { b: &mut k.b };
+            v = match e.convert(v, ty).and_then(|v| e.convert(v, sum_ty)) {
+                Ok(v) => v,
+                Err(why) => return Ok(Err(why)),
+            };
             total = Some(match total {
                 None => v,
-                Some(t) => k.b.push(ty, Expr::Binary(BinaryFn::Add, t, v)),
+                Some(t) => k.b.push(sum_ty, Expr::Binary(BinaryFn::Add, t, v)),
             });
             start += len;
         }
         let value = match total {
-            Some(t) => t,
+            Some(t) => match (Emit { b: &mut k.b }).convert(t, ty) {
+                Ok(v) => v,
+                Err(why) => return Ok(Err(why)),
+            },
             // Nothing is joined: the result is empty.
             None => k.b.push(ty, Expr::Const(0.0)),
         };
