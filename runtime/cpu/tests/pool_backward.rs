@@ -2,7 +2,8 @@
 //! (plain and adaptive) and max pooling's gradients through the kernel-IR interpreter and the
 //! JIT give the eager kernels' bits, in f32 and f64, on strided inputs and on windows holding
 //! ties, infinities and NaN (the argmax the backward recomputes is the eager forward's). Max
-//! pooling whose windows overlap reads the saved indices (`max_pool_backward.rs`).
+//! pooling whose windows overlap reads the saved indices (`max_pool_backward.rs`); adaptive bins
+//! that do not tile the input are in `adaptive_pool.rs`.
 
 use crate::common;
 
@@ -152,14 +153,4 @@ fn average_pool_backwards_spread_the_eager_shares_bit_for_bit() {
             }
         }
     }
-}
-
-#[test]
-fn adaptive_bins_that_do_not_divide_run_the_eager_kernel() {
-    let op = PoolOp::AdaptiveAvgPool2dBackward { input_size: [5, 7] };
-    let g = [1, 2, 2, 3];
-    let graph = one_op(op, &g, DType::F32);
-    let program = assert_bit_identical(&graph, &[tensor(&g, DType::F32, false, 0)]);
-    assert_eq!(program.fallbacks.len(), 1, "{program}");
-    assert!(program.fallbacks[0].reason.contains("windows"), "{program}");
 }
