@@ -246,3 +246,26 @@ fn training_through_adaptive_max_pooling_is_all_kernels() {
         bit_identical(&graph, &inputs, 2);
     }
 }
+
+#[test]
+fn empty_batches_and_output_planes_are_kernels_over_no_points() {
+    for (shape, output_size) in [(&[0, 2, 5, 7][..], [3, 4]), (&[2, 5, 7], [0, 3])] {
+        for op in [
+            PoolOp::AdaptiveAvgPool2d { output_size },
+            PoolOp::AdaptiveMaxPool2d { output_size },
+        ] {
+            let x = tensor(shape, DType::F32, false, false);
+            bit_identical(&forward(op, shape, DType::F32), &[x], 1);
+        }
+    }
+    let mut graph = Graph::new();
+    let gn = graph.placeholder("grad", TensorMeta::new(vec![0, 3, 2, 3], DType::F64));
+    let op = Op::Pool(PoolOp::AdaptiveAvgPool2dBackward { input_size: [5, 7] });
+    let dx = graph.call_function(op, &[&gn]).unwrap();
+    graph.output(&[&dx]).unwrap();
+    bit_identical(
+        &graph,
+        &[tensor(&[0, 3, 2, 3], DType::F64, false, false)],
+        1,
+    );
+}

@@ -17,7 +17,8 @@
 //! [`MAX_UNROLLED_TAPS`] (large co-prime sizes) the eager kernel runs, except for an
 //! average whose bins tile the input, which becomes an `avg_pool2d` window reduction
 //! ([`super::pool`]) and a tiling backward ([`super::pool_backward`]). f32 and f64 values of
-//! 3-D and 4-D tensors (any strided view); other dtypes and empty tensors run the eager kernel.
+//! 3-D and 4-D tensors (any strided view; an empty result is a kernel over no points); other
+//! dtypes run the eager kernel.
 
 use super::Lowering;
 use super::pool::{fold_sum, max_step};
@@ -207,7 +208,8 @@ impl Lowering<'_> {
             )));
         }
         if out.shape.contains(&0) {
-            return Ok(Err("an empty tensor".into()));
+            let metas = self.meta(id)?;
+            return self.empty_result(id, op, metas);
         }
         let (in_plane, out_plane) = (plane(&x.layout.shape), plane(&out.shape));
         let [rows, cols] = match plane_bins(in_plane, out_plane) {
@@ -299,7 +301,7 @@ impl Lowering<'_> {
         if let (Some(ib), Some(indices)) = (ib, self.meta(id)?.get(1).cloned()) {
             outputs.push((indices, ib));
         }
-        self.push_block_kernel(id, b, xb, x.slot, outputs)?;
+        self.push_block_kernel(id, b, Some((xb, x.slot)), outputs)?;
         Ok(Ok(()))
     }
 
@@ -326,7 +328,10 @@ impl Lowering<'_> {
             )));
         }
         if out.shape.contains(&0) || g.layout.shape.contains(&0) {
-            return Ok(Err("an empty tensor".into()));
+            let op = Op::Pool(PoolOp::AdaptiveAvgPool2dBackward {
+                input_size: plane(&out.shape),
+            });
+            return self.empty_result(id, &op, vec![out.clone()]);
         }
         let [rows, cols] = match plane_bins(plane(&out.shape), plane(&g.layout.shape)) {
             Ok(bins) => bins,
@@ -366,22 +371,57 @@ impl Lowering<'_> {
                 b.store(ob, index, sum);
             }
         }
-        self.push_block_kernel(id, b, gb, g.slot, vec![(out.clone(), ob)])?;
+        self.push_block_kernel(id, b, Some((gb, g.slot)), vec![(out.clone(), ob)])?;
         Ok(Ok(()))
     }
 
-    /// Finishes a block-grid kernel reading `input` (buffer `ib`) and writing `outputs`
-    /// (packed, one per value of node `id`), and makes them the node's values.
+    /// The empty values `metas` of node `id` (an empty batch or output plane): a kernel over
+    /// no points that reads nothing, so the device has a kernel for them too.
+    fn empty_result(
+        &mut self,
+        id: &NodeId,
+        op: &Op,
+        metas: Vec<TensorMeta>,
+    ) -> Result<std::result::Result<(), String>> {
+        let Some(shape) = metas.first().map(|m| m.shape.clone()) else {
+            return Ok(Err("the node has no value".into()));
+        };
+        let name = format!("k{}_{}", self.kernel_count(), op.name());
+        let mut b = KernelBuilder::new(name, shape.clone());
+        let mut outputs = Vec::new();
+        for meta in metas {
+            let Some(ty) = ScalarType::of_buffer(meta.dtype) else {
+                return Ok(Err(format!("{:?} values", meta.dtype)));
+            };
+            if meta.shape != shape {
+                return Ok(Err("outputs of different shapes".into()));
+            }
+            let buffer = b.buffer(BufferRole::Output, ty, 0);
+            let zero = b.push(ty, Expr::Const(0.0));
+            let index = IndexExpr {
+                offset: 0,
+                strides: Layout::contiguous(&meta.shape).strides,
+            };
+            b.store(buffer, index, zero);
+            outputs.push((meta, buffer));
+        }
+        self.push_block_kernel(id, b, None, outputs)?;
+        Ok(Ok(()))
+    }
+
+    /// Finishes a block-grid kernel reading `input` (its buffer and slot) and writing
+    /// `outputs` (packed, one per value of node `id`), and makes them the node's values.
     fn push_block_kernel(
         &mut self,
         id: &NodeId,
         b: KernelBuilder,
-        ib: crate::BufferId,
-        input: crate::SlotId,
+        input: Option<(crate::BufferId, crate::SlotId)>,
         outputs: Vec<(TensorMeta, crate::BufferId)>,
     ) -> Result<()> {
         let mut kernel = b.finish();
-        kernel.buffers[ib.index()].len = kernel.buffer_reach(ib);
+        if let Some((ib, _)) = input {
+            kernel.buffers[ib.index()].len = kernel.buffer_reach(ib);
+        }
         schedule(&mut kernel);
         kernel.verify()?;
         let values: Vec<_> = outputs
@@ -394,7 +434,7 @@ impl Lowering<'_> {
         let nodes = self.node_names(std::slice::from_ref(id))?;
         self.program.steps.push(Step::Kernel {
             kernel,
-            inputs: vec![input],
+            inputs: input.map(|(_, slot)| slot).into_iter().collect(),
             outputs: values.iter().map(|v| v.slot).collect(),
             nodes,
         });
