@@ -190,7 +190,8 @@ fn bins_too_many_to_unroll_run_the_eager_kernel() {
     let program = lowered(&forward_graph, std::slice::from_ref(&x));
     assert_eq!(program.fallbacks.len(), 1, "{program}");
     assert!(program.fallbacks[0].reason.contains("taps"), "{program}");
-    check_backends(&program, &[x.clone()], &eager(&forward_graph, &[x]), 0.0);
+    let x = [x];
+    check_backends(&program, &x, &eager(&forward_graph, &x), 0.0);
 
     let mut graph = Graph::new();
     let gn = graph.placeholder("grad", TensorMeta::new(vec![1, 99, 3], DType::F32));
@@ -202,7 +203,8 @@ fn bins_too_many_to_unroll_run_the_eager_kernel() {
     let grad = tensor(&[1, 99, 3], DType::F32, false, false);
     let program = lowered(&graph, std::slice::from_ref(&grad));
     assert_eq!(program.fallbacks.len(), 1, "{program}");
-    check_backends(&program, &[grad.clone()], &eager(&graph, &[grad]), 0.0);
+    let grad = [grad];
+    check_backends(&program, &grad, &eager(&graph, &grad), 0.0);
 }
 
 #[test]
@@ -220,7 +222,8 @@ fn a_large_tiling_average_is_a_window_reduction() {
     let program = lowered(&graph, std::slice::from_ref(&x));
     assert!(program.fallbacks.is_empty(), "{program}");
     assert_eq!(program.kernels().count(), 1, "{program}");
-    check_backends(&program, &[x.clone()], &eager(&graph, &[x]), 1e-5);
+    let x = [x];
+    check_backends(&program, &x, &eager(&graph, &x), 1e-5);
 }
 
 #[test]
