@@ -5,8 +5,9 @@
 //! dilated and ceil-mode windows, adaptive bins that are uneven or overlap, transposed inputs,
 //! f32 and f64); max pooling's backward from those saved indices (the residue-grid kernel and
 //! its packing copy when the forward is in the graph, the sum over the plane when the indices
-//! are an input or come from adaptive max pooling) and adaptive average pooling's backward,
-//! likewise; and the same ops as eager ops on CUDA tensors of the emulated driver.
+//! are an input or come from adaptive max pooling), adaptive average pooling's backward and
+//! average pooling's backward of overlapping windows, likewise; and the same ops as eager ops
+//! on CUDA tensors of the emulated driver.
 mod common;
 mod emulated;
 mod emulated_driver;
@@ -212,6 +213,42 @@ fn adaptive_pooling_and_its_backward_on_emulated_ptx_equal_the_interpreter_and_e
             let g = tied(&out, dtype);
             let backward = Op::Pool(PoolOp::AdaptiveAvgPool2dBackward { input_size });
             agrees(backward, &[g], 1);
+        }
+    }
+}
+
+#[test]
+fn overlapping_average_pool_backward_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    // `(kernel, stride, padding, count_include_pad)` over a 7 x 9 plane: overlapping, skipping
+    // and counted-padding windows (the residue grid, and its packing copy).
+    for dtype in [DType::F32, DType::F64] {
+        for (kernel, stride, padding, count_include_pad) in [
+            ([3, 3], [2, 2], [0, 0], false),
+            ([2, 2], [3, 3], [0, 0], false),
+            ([3, 2], [1, 1], [1, 0], true),
+        ] {
+            let params = tessera_tensor::op::Pool2dParams {
+                kernel,
+                stride,
+                padding,
+                dilation: [1, 1],
+                ceil_mode: false,
+            };
+            let forward = Op::Pool(PoolOp::AvgPool2d {
+                params,
+                count_include_pad,
+            });
+            let out = forward
+                .meta(&[TensorMeta::new(vec![2, 2, 7, 9], dtype)])
+                .unwrap()[0]
+                .shape
+                .clone();
+            let backward = Op::Pool(PoolOp::AvgPool2dBackward {
+                params,
+                count_include_pad,
+                input_size: [7, 9],
+            });
+            agrees(backward, &[tied(&out, dtype)], 1);
         }
     }
 }
