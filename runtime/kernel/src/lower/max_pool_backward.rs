@@ -14,6 +14,8 @@
 //! dilation and ceil mode; the work is the window's taps per element. Where the sizes are not
 //! multiples of the strides the grid overhangs the input: the kernel writes a padded buffer
 //! and a copy kernel packs its `[H, W]` corner.
+//! Average pooling's backward of overlapping windows of one divisor shares the grid
+//! ([`Taps::Share`]: each candidate tap adds `g / n`).
 //!
 //! Without the windows (the indices are an input: an eager op on a device, adaptive max
 //! pooling), each element sums over every output position of its plane, a reduction over
