@@ -4,7 +4,9 @@
 mod cast_cases;
 pub mod fake_quant_cases;
 mod formula;
+mod narrow_int_cases;
 pub mod op_cases;
+pub mod quant_cases;
 mod reduce_kinds;
 mod rounding;
 mod subcase;
@@ -12,6 +14,7 @@ mod test_files;
 
 pub use cast_cases::{cast_float_values, cast_input, cast_int_values, exact_bits};
 pub use formula::{formula_tensor, pseudo_random};
+pub use narrow_int_cases::{narrow_int_cases, narrow_int_values};
 pub use reduce_kinds::every_reduce_kind;
 pub use rounding::rounding_bound;
 pub use test_files::{assert_test_files_registered, assert_test_files_registered_in};

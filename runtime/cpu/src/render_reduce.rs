@@ -274,6 +274,24 @@ fn arg_combine(
     j: Value,
 ) {
     let (v, at) = (b.use_var(best), b.use_var(position));
+    let lower = b.ins().icmp(IntCC::SignedLessThan, j, at);
+    if b.func.dfg.value_type(x).is_int() {
+        // Integers have no NaN: more extreme, or equal at a lower position.
+        let more = if f.is_largest() {
+            IntCC::SignedGreaterThan
+        } else {
+            IntCC::SignedLessThan
+        };
+        let more = b.ins().icmp(more, x, v);
+        let equal = b.ins().icmp(IntCC::Equal, x, v);
+        let tie = b.ins().band(equal, lower);
+        let replaces = b.ins().bor(more, tie);
+        let v = b.ins().select(replaces, x, v);
+        let at = b.ins().select(replaces, j, at);
+        b.def_var(best, v);
+        b.def_var(position, at);
+        return;
+    }
     let more = if f.is_largest() {
         FloatCC::GreaterThan
     } else {
@@ -296,9 +314,16 @@ fn arg_combine(
     b.def_var(position, at);
 }
 
-/// `f(acc, x)` (scalars or vectors); max and min propagate NaN, as `fmax`/`fmin` do.
-/// (An arg reduction combines through [`arg_combine`].)
+/// `f(acc, x)` (scalars or vectors); max and min propagate NaN, as `fmax`/`fmin` do; i64
+/// sums wrap, as the eager kernel's. (An arg reduction combines through [`arg_combine`].)
 pub(crate) fn combine(b: &mut FunctionBuilder, f: ReduceFn, acc: Value, x: Value) -> Value {
+    if b.func.dfg.value_type(acc).is_int() {
+        return match f {
+            ReduceFn::Sum => b.ins().iadd(acc, x),
+            ReduceFn::Max | ReduceFn::ArgMax => b.ins().smax(acc, x),
+            ReduceFn::Min | ReduceFn::ArgMin => b.ins().smin(acc, x),
+        };
+    }
     match f {
         ReduceFn::Sum => b.ins().fadd(acc, x),
         ReduceFn::Max | ReduceFn::ArgMax => b.ins().fmax(acc, x),
@@ -309,6 +334,8 @@ pub(crate) fn combine(b: &mut FunctionBuilder, f: ReduceFn, acc: Value, x: Value
 fn constant(b: &mut FunctionBuilder, ty: ScalarType, c: f64) -> Value {
     match ty {
         ScalarType::F64 => b.ins().f64const(c),
+        // Saturating: an infinite identity is the type's extreme.
+        ScalarType::I64 => b.ins().iconst(types::I64, c as i64),
         _ => b.ins().f32const(c as f32),
     }
 }

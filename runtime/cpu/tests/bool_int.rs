@@ -176,3 +176,15 @@ fn float_to_i64_saturates_and_maps_nan_to_zero_as_eager() {
     ];
     exact_kernels(&g, &[Tensor::from_vec(xs, &[5]).unwrap()]);
 }
+
+/// u8, i8 and i32 operands of arithmetic, scalar ops, comparisons and `where`, alone, mixed
+/// with each other (promoting to i32), with i64, f32 and bool: one kernel per op equal to the
+/// eager kernels bit for bit, overflowing results saturating as the eager cast does.
+#[test]
+fn narrow_integer_arithmetic_matches_eager() {
+    let cases = tessera_testkit::narrow_int_cases();
+    assert!(cases.len() > 80, "{} cases", cases.len());
+    for (op, inputs) in cases {
+        one_exact_kernel(&common::op_graph(op, &inputs), &inputs);
+    }
+}

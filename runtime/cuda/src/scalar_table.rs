@@ -222,6 +222,16 @@ impl Body<'_> {
     /// with NaN winning, as [`ReduceFn::combine`].
     pub fn combine(&mut self, f: ReduceFn, ty: ScalarType, acc: Reg, x: Reg) {
         let s = suffix(ty);
+        if ty == ScalarType::I64 {
+            // Integer sums wrap, as the eager kernel's; integers have no NaN.
+            let op = match f {
+                ReduceFn::Sum => "add",
+                f if f.is_largest() => "max",
+                _ => "min",
+            };
+            self.e.ins(format!("{op}.{s} {acc}, {acc}, {x}"));
+            return;
+        }
         let cmp = match f {
             ReduceFn::Sum => {
                 self.e.ins(format!("add.rn.{s} {acc}, {acc}, {x}"));
@@ -264,6 +274,18 @@ impl Body<'_> {
         let (more, x_nan, best_nan, equal, lower) = (p(self), p(self), p(self), p(self), p(self));
         let (same, tie, best_number, replaces) = (p(self), p(self), p(self), p(self));
         self.e.ins(format!("setp.{cmp}.{s} {more}, {x}, {best}"));
+        if ty == ScalarType::I64 {
+            // Integers have no NaN: more extreme, or equal at a lower position.
+            self.e.ins(format!("setp.eq.{s} {equal}, {x}, {best}"));
+            self.e.ins(format!("setp.lt.s64 {lower}, {at}, {position}"));
+            self.e.ins(format!("and.pred {tie}, {equal}, {lower}"));
+            self.e.ins(format!("or.pred {replaces}, {more}, {tie}"));
+            self.e
+                .ins(format!("selp.{s} {best}, {x}, {best}, {replaces}"));
+            self.e
+                .ins(format!("selp.b64 {position}, {at}, {position}, {replaces}"));
+            return;
+        }
         self.e.ins(format!("setp.nan.{s} {x_nan}, {x}, {x}"));
         self.e
             .ins(format!("setp.nan.{s} {best_nan}, {best}, {best}"));

@@ -63,8 +63,13 @@ fn close(want: f64, got: f64, tol: f64) -> bool {
         || (want.is_finite() && (want - got).abs() <= tol * want.abs().max(1.0))
 }
 
+/// Relative tolerance of results of `dtype`: integers and bools exact.
 fn tolerance(dtype: DType) -> f64 {
-    if dtype == DType::F64 { 1e-13 } else { 1e-6 }
+    match dtype {
+        DType::F64 => 1e-13,
+        d if d.is_float() => 1e-6,
+        _ => 0.0,
+    }
 }
 
 /// Runs `op` on the CPU and on the device and compares every output.
@@ -565,6 +570,20 @@ fn comparisons_where_and_integer_ops_run_on_the_device_as_on_the_cpu() -> Result
     let next = plus_one.apply1(&[&on])?;
     assert_eq!((next.device(), next.dtype()), (CUDA, DType::I64));
     assert_eq!(next.to_vec::<i64>()?, vec![1, 8, -2, (1 << 40) + 1]);
+    // u8, i8 and i32 operands, alone and mixed with other dtypes.
+    for (op, inputs) in tessera_testkit::narrow_int_cases() {
+        let dtypes: Vec<DType> = inputs.iter().map(|t| t.dtype()).collect();
+        same_on_device(&format!("{} {dtypes:?}", op.name()), &op, &inputs);
+    }
+    // An integer reduction: the i64 sum of bools, an accuracy count.
+    let guesses = Tensor::from_vec(vec![0i64, 7, 5, 1 << 40], &[4])?;
+    let hits = Op::Compare(CompareOp::Eq).apply1(&[&counts, &guesses])?;
+    let count = Op::Reduce(ReduceOp {
+        kind: ReduceKind::Sum,
+        dims: vec![0],
+        keepdim: false,
+    });
+    same_on_device("sum of bools", &count, std::slice::from_ref(&hits));
     Ok(())
 }
 

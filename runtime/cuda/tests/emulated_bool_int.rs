@@ -2,6 +2,7 @@
 //! `where` reading them, i64 arithmetic, comparisons and casts, rendered to PTX, run in the
 //! emulator on 2 blocks and checked bit for bit against the kernel-IR interpreter and eager
 //! execution; every kernel is also assembled by ptxas (sm_80 and sm_90) when it is installed.
+//! u8, i8 and i32 operands compute through i64 and convert back with the eager cast.
 
 use crate::common;
 use crate::emulated;
@@ -160,4 +161,18 @@ fn i64_arithmetic_comparisons_and_casts_agree_with_the_interpreter() {
         Tensor::scalar(-100i64),
     ];
     check("i64", &g, &inputs);
+}
+
+/// u8, i8 and i32 arithmetic, scalar ops, comparisons and `where` (widened to i64, computed,
+/// converted back with the eager cast) agree with the interpreter and eager bit for bit.
+#[test]
+fn narrow_integer_arithmetic_agrees_with_the_interpreter() {
+    for (op, inputs) in tessera_testkit::narrow_int_cases() {
+        let what = format!(
+            "{} on {:?}",
+            op.name(),
+            inputs.iter().map(|t| t.dtype()).collect::<Vec<_>>()
+        );
+        check(&what, &common::graph_on(op, &inputs, 1), &inputs);
+    }
 }

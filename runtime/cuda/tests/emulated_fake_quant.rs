@@ -1,8 +1,10 @@
-//! The fake-quantize forwards (learnable, and with integer zero points) on the PTX backend: rendered to PTX, assembled by
-//! ptxas (sm_80 and sm_90) when it is installed, run in the emulator and checked bit for bit
-//! against the kernel-IR interpreter and the eager CPU kernel on ties at .5 steps, NaN and
-//! infinite inputs, scales and zero points, zero points outside the range, empty and 0-dim
-//! inputs; and as eager ops on CUDA tensors (the emulated driver) equal to the CPU.
+//! The fake-quantize forwards (learnable, and with integer zero points) and the elementwise
+//! quantized ops (quantize and dequantize per tensor and per channel to and from u8, i8 and
+//! i32, the static int8 add) on the PTX backend: rendered to PTX, assembled by ptxas (sm_80
+//! and sm_90) when it is installed, run in the emulator and checked bit for bit against the
+//! kernel-IR interpreter and the eager CPU kernel on ties at .5 steps, NaN and infinite
+//! inputs, scales and zero points, zero points outside the range, empty and 0-dim inputs; and
+//! as eager ops on CUDA tensors (the emulated driver) equal to the CPU.
 
 mod common;
 mod emulated;
@@ -14,9 +16,11 @@ use emulated_driver::EmulatedDriver;
 use std::sync::Arc;
 use tessera_cuda::init_with_driver;
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
-use tessera_tensor::op::FakeQuantOp;
-use tessera_tensor::{Device, Op, Tensor};
+use tessera_tensor::op::{FakeQuantOp, QuantOp};
+use tessera_tensor::{DType, Device, Op, Tensor};
+use tessera_testkit::exact_bits;
 use tessera_testkit::fake_quant_cases::{integer_zero_points, parameters, x_values};
+use tessera_testkit::quant_cases::{QUANTIZED_TYPES, float_inputs, quantized_inputs, valid_scales};
 
 fn bits(t: &Tensor) -> Vec<u32> {
     t.to_vec::<f32>()
@@ -169,6 +173,120 @@ fn fake_quant_of_cuda_tensors_equals_the_cpu_and_reports_a_zero_point_outside_th
     assert!(text.contains("fake_quantize_per_tensor_affine"), "{text}");
     assert!(
         text.contains("index 300 is out of bounds for a dimension of size 256"),
+        "{text}"
+    );
+}
+
+/// A quantized `op` on `inputs`: emulated PTX, the interpreter and eager execution give the
+/// same dtype and bits.
+fn quant_agrees(op: Op, inputs: &[Tensor]) {
+    let program = common::lowered(op.clone(), inputs, 1);
+    assert!(program.fallbacks.is_empty(), "{program}");
+    let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
+    let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let eager = op.apply(&refs).unwrap();
+    assert_eq!(got[0].dtype(), eager[0].dtype(), "{program}");
+    assert_eq!(
+        exact_bits(&got[0]),
+        exact_bits(&want[0]),
+        "emulated PTX vs interpreter\n{program}"
+    );
+    assert_eq!(
+        exact_bits(&want[0]),
+        exact_bits(&eager[0]),
+        "interpreter vs eager\n{program}"
+    );
+}
+
+#[test]
+fn quantize_and_dequantize_on_emulated_ptx_equal_the_interpreter_and_eager() {
+    for (dtype, range) in QUANTIZED_TYPES {
+        for float in [DType::F32, DType::F64] {
+            for (seed, scale) in [0.5f32, 0.1, 1.0e-30].into_iter().enumerate() {
+                let op = Op::Quant(QuantOp::QuantizePerTensor {
+                    scale: f64::from(scale),
+                    zero_point: range.1,
+                    dtype,
+                });
+                quant_agrees(op, &[float_inputs(float, &[5, 13], seed)]);
+            }
+            for (shape, axis) in [(vec![4, 3, 5], 0), (vec![4, 3, 5], 1), (vec![4, 3, 5], 2)] {
+                let op = Op::Quant(QuantOp::QuantizePerChannel { axis, dtype });
+                let x = float_inputs(float, &shape, axis);
+                let scales = valid_scales(shape[axis], axis);
+                let zero = integer_zero_points(shape[axis], range, axis);
+                quant_agrees(op, &[x, scales, zero]);
+            }
+        }
+        let op = Op::Quant(QuantOp::DequantizePerTensor {
+            scale: 0.1,
+            zero_point: range.0,
+        });
+        quant_agrees(op, &[quantized_inputs(dtype, &[5, 13], 1)]);
+        for axis in [0, 2] {
+            let op = Op::Quant(QuantOp::DequantizePerChannel { axis });
+            let shape = [4, 3, 5];
+            let q = quantized_inputs(dtype, &shape, axis);
+            let zero = integer_zero_points(shape[axis], range, 2);
+            quant_agrees(op, &[q, valid_scales(shape[axis], 1), zero]);
+        }
+    }
+}
+
+#[test]
+fn the_int8_add_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    for relu in [false, true] {
+        let op = Op::Quant(QuantOp::Add {
+            a_scale: 0.5,
+            a_zero_point: 3,
+            b_scale: 0.25,
+            b_zero_point: 200,
+            out_scale: 0.5,
+            out_zero_point: 7,
+            relu,
+        });
+        let a = quantized_inputs(DType::U8, &[2, 3, 4, 5], 0);
+        let b = quantized_inputs(DType::U8, &[2, 3, 4, 5], 3);
+        quant_agrees(op, &[a, b]);
+    }
+}
+
+#[test]
+fn quantized_ops_of_cuda_tensors_equal_the_cpu_and_report_bad_channel_parameters() {
+    init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
+    let on = |t: &Tensor| t.to_device(Device::Cuda(0)).unwrap();
+    let op = Op::Quant(QuantOp::QuantizePerChannel {
+        axis: 1,
+        dtype: DType::I8,
+    });
+    let x = float_inputs(DType::F32, &[4, 6], 2);
+    let scales = valid_scales(6, 0);
+    let zero = integer_zero_points(6, (-128, 127), 0);
+    let want = op.apply(&[&x, &scales, &zero]).unwrap();
+    let got = op.apply(&[&on(&x), &on(&scales), &on(&zero)]).unwrap();
+    assert_eq!(got[0].device(), Device::Cuda(0));
+    let back = got[0].to_device(Device::Cpu).unwrap();
+    assert_eq!(exact_bits(&back), exact_bits(&want[0]));
+    let dequantize = Op::Quant(QuantOp::DequantizePerChannel { axis: 1 });
+    let want = dequantize.apply(&[&want[0], &scales, &zero]).unwrap();
+    let got = dequantize
+        .apply(&[&got[0], &on(&scales), &on(&zero)])
+        .unwrap();
+    let back = got[0].to_device(Device::Cpu).unwrap();
+    assert_eq!(exact_bits(&back), exact_bits(&want[0]));
+    let bad = Tensor::from_vec(vec![0i64, 0, 0, 128, 0, 0], &[6]).unwrap();
+    assert!(op.apply(&[&x, &scales, &bad]).is_err());
+    let err = op.apply(&[&on(&x), &on(&scales), &on(&bad)]).unwrap_err();
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(&err);
+    while let Some(c) = cause {
+        text += &format!(": {c}");
+        cause = c.source();
+    }
+    assert!(text.contains("quantize_per_channel"), "{text}");
+    assert!(
+        text.contains("index 256 is out of bounds for a dimension of size 256"),
         "{text}"
     );
 }

@@ -33,15 +33,10 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     // Only an input with no classes (its eager kernel checks the targets on the host).
     "loss.nll",
     "loss.nll_backward",
-    "quant.add",
     "quant.avg_pool",
     "quant.conv2d",
-    "quant.dequantize_per_channel",
-    "quant.dequantize_per_tensor",
     "quant.linear",
     "quant.linear_dynamic",
-    "quant.quantize_per_channel",
-    "quant.quantize_per_tensor",
 ];
 
 /// The variants no random draw made valid for the CPU within the draws (their shapes are too

@@ -6,7 +6,8 @@
 
 use crate::math::{tessera_pow_f32, tessera_pow_f64, unary_fn};
 use crate::{
-    BinaryFn, BufferPtr, Expr, Kernel, KernelExecutor, Result, ScalarType, Stages, UnaryFn, ValueId,
+    BinaryFn, BufferPtr, Expr, Kernel, KernelExecutor, ReduceFn, Result, ScalarType, Stages,
+    UnaryFn, ValueId,
 };
 use half::{bf16, f16};
 
@@ -208,6 +209,7 @@ pub unsafe fn interpret(kernel: &Kernel, buffers: &[BufferPtr]) {
                         };
                         let replaces = match (b, x) {
                             (Scalar::F32(b), Scalar::F32(x)) => f.replaces(b, at, x, flat as i64),
+                            (Scalar::I64(b), Scalar::I64(x)) => f.replaces(b, at, x, flat as i64),
                             (b, x) => f.replaces(b.as_f64(), at, x.as_f64(), flat as i64),
                         };
                         if replaces {
@@ -217,6 +219,11 @@ pub unsafe fn interpret(kernel: &Kernel, buffers: &[BufferPtr]) {
                     } else if let Expr::Reduce(f, a) = kernel.value(r).expr {
                         acc[r.index()] = match (acc[r.index()], values[a.index()]) {
                             (Scalar::F32(x), Scalar::F32(y)) => Scalar::F32(f.combine(x, y)),
+                            // Integer sums wrap, as the eager kernel's.
+                            (Scalar::I64(x), Scalar::I64(y)) if f == ReduceFn::Sum => {
+                                Scalar::I64(x.wrapping_add(y))
+                            }
+                            (Scalar::I64(x), Scalar::I64(y)) => Scalar::I64(f.combine(x, y)),
                             (x, y) => Scalar::F64(f.combine(x.as_f64(), y.as_f64())),
                         };
                     }

@@ -404,7 +404,7 @@ impl Kernel {
                     if v.ty != ScalarType::I64 {
                         return Err(fail(format!("{here}: an arg reduction gives i64")));
                     }
-                    float(operand(*a, None)?)?;
+                    numeric(operand(*a, None)?)?;
                     if self.reduce.is_empty() {
                         return Err(fail(format!(
                             "{here} reduces, the kernel has no reduction loops"
@@ -412,7 +412,7 @@ impl Kernel {
                     }
                 }
                 Expr::Reduce(_, a) => {
-                    float(v.ty)?;
+                    numeric(v.ty)?;
                     operand(*a, Some(v.ty))?;
                     if self.reduce.is_empty() {
                         return Err(fail(format!(

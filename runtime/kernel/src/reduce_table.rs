@@ -35,8 +35,20 @@ pub fn lower_reduction(
             .collect();
         return lower_reduction(op, b, &widened, count, wide);
     }
-    if !ty.is_arithmetic() {
-        return Err(format!("a reduction computes in {ty}, not f32 or f64"));
+    // Integer and bool inputs reduce exactly in i64: sums, extremes and their positions.
+    let integer_kind = matches!(
+        op,
+        Op::Reduce(r) if matches!(
+            r.kind,
+            ReduceKind::Sum
+                | ReduceKind::Amax
+                | ReduceKind::Amin
+                | ReduceKind::ArgMax
+                | ReduceKind::ArgMin
+        )
+    );
+    if !ty.is_arithmetic() && !(ty == ScalarType::I64 && integer_kind) {
+        return Err(format!("{} computes in {ty}, not f32 or f64", op.name()));
     }
     let Some(&x) = operands.first() else {
         return Err("a reduction needs an input".into());

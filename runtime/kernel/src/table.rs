@@ -11,6 +11,41 @@ use tessera_tensor::op::{BinaryOp, CompareOp, ScalarOp, UnaryOp};
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const GELU_TANH_COEFF: f64 = 0.044_715;
 
+/// `op` with a u8, i8 or i32 (`narrow`) operand or result, as the eager kernels compute it:
+/// the operands converted to the promoted dtype (a widening, so exact) and on to i64, the op
+/// in i64 (wrapping) or in the float result's type, and an integer result converted back with
+/// the eager cast (saturating). Arithmetic (`+ - *`, maximum, minimum, with a tensor or a
+/// scalar; `/` and `**` give floats), comparisons and `where`; the eager unary ops and clamp
+/// take floats only.
+fn narrow_integer(
+    op: &Op,
+    b: &mut KernelBuilder,
+    operands: &[ValueId],
+    out: ScalarType,
+    narrow: ScalarType,
+) -> Result<ValueId, String> {
+    if !matches!(
+        op,
+        Op::Binary(_) | Op::Scalar(_) | Op::Compare(_) | Op::Where
+    ) {
+        return Err(format!("{} on {narrow} tensors is not lowered", op.name()));
+    }
+    let mut e = Emit { b };
+    let mut wide = Vec::with_capacity(operands.len());
+    for &v in operands {
+        wide.push(if e.b.ty(v).is_narrow_int() {
+            e.convert(v, ScalarType::I64)?
+        } else {
+            v
+        });
+    }
+    if !out.is_narrow_int() {
+        return lower_elementwise(op, e.b, &wide, out);
+    }
+    let computed = lower_elementwise(op, e.b, &wide, ScalarType::I64)?;
+    Emit { b }.convert(computed, out)
+}
+
 /// The scalar expression of `op` on the elements `operands`, giving a value of type `out`,
 /// or why the op has no entry (it is not elementwise, or not at these types).
 ///
@@ -29,13 +64,11 @@ pub fn lower_elementwise(
         }
         return Emit { b }.convert(operands[0], out);
     }
-    // The eager kernels compute narrow integer tensors through f64 and saturate each op's
-    // result: only conversions from and to them are lowered.
     let narrow = std::iter::once(out)
         .chain(operands.iter().map(|&v| b.ty(v)))
         .find(|t| t.is_narrow_int());
     if let Some(ty) = narrow {
-        return Err(format!("{} on {ty} tensors is not lowered", op.name()));
+        return narrow_integer(op, b, operands, out, ty);
     }
     if out.is_half() {
         if let Op::UnaryBackward(_) = op {

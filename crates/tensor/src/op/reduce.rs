@@ -1,6 +1,8 @@
 //! Reductions over any set of dimensions with `keepdim`: sum, mean, amax/amin, var/std,
 //! logsumexp, argmax/argmin, and max/min along one dimension with their indices.
 
+mod integer;
+
 use super::{BackwardCtx, OpDef, OpKind, expect_inputs};
 use crate::cpu::{PAR_CHUNK, float_dispatch, tensor_from};
 use crate::{DType, Float, Result, Tensor, TensorError, TensorMeta};
@@ -342,24 +344,7 @@ impl OpDef for ReduceOp {
                 float_kernel::<T>(self, x, &out_shape)
             });
         }
-        // Integer and bool inputs: sums are exact in i64; comparisons go through f64.
-        if self.kind == ReduceKind::Sum {
-            let (rows, n, data) = self.rows::<i64>(&x.to_dtype(DType::I64)?)?;
-            return Ok(vec![tensor_from(
-                per_row(&data, rows, n, |r| r.iter().sum::<i64>()),
-                &out_shape,
-            )]);
-        }
-        let outs = float_kernel::<f64>(self, &x.to_dtype(DType::F64)?, &out_shape)?;
-        outs.into_iter()
-            .map(|t| {
-                if t.dtype() == DType::F64 {
-                    t.to_dtype(dtype)
-                } else {
-                    Ok(t)
-                }
-            })
-            .collect()
+        integer::integer_kernel(self, x, &out_shape)
     }
 
     fn backward(&self, cx: &BackwardCtx) -> Result<Vec<Option<Tensor>>> {

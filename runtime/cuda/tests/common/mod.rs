@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
-use std::process::Command;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use tessera_cuda::{PtxTarget, render};
 use tessera_fx::Graph;
 use tessera_kernel::{Kernel, Program, lower};
@@ -120,19 +122,52 @@ pub fn ptxas() -> Option<String> {
     }
 }
 
-/// Assembles `ptx` with `ptxas -arch=sm_NN` for each architecture; panics with ptxas' message
-/// and the numbered text when it rejects it.
+/// Assembles `ptx` with `ptxas -arch=sm_NN` for each architecture (the architectures at once);
+/// panics with ptxas' message and the numbered text when it rejects it. An acceptance is
+/// recorded as a marker file under the build's test scratch folder, named by a hash of the
+/// text, the architecture and the ptxas binary (path, size, modification time): a kernel that
+/// several tests or test binaries render (the same op at one shape, a keepdim variant) is
+/// assembled once per build, and any change of the text assembles it again.
 pub fn assemble(ptxas: &str, name: &str, ptx: &str, archs: &[u32]) {
+    let accepted = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ptxas-accepted");
+    std::fs::create_dir_all(&accepted).unwrap();
+    let binary = std::fs::metadata(ptxas)
+        .and_then(|m| Ok((m.len(), m.modified()?)))
+        .unwrap_or_else(|e| panic!("reading {ptxas}: {e}"));
+    let marker = |arch: u32| {
+        let mut hasher = DefaultHasher::new();
+        (ptxas, binary, arch, ptx).hash(&mut hasher);
+        accepted.join(format!("{:016x}", hasher.finish()))
+    };
+    let pending: Vec<u32> = archs
+        .iter()
+        .copied()
+        .filter(|&arch| !marker(arch).exists())
+        .collect();
+    if pending.is_empty() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("{name}.ptx"));
     std::fs::write(&path, ptx).unwrap();
-    for arch in archs {
-        let out = Command::new(ptxas)
-            .arg(format!("-arch=sm_{arch}"))
-            .arg(&path)
-            .arg("-o")
-            .arg(dir.path().join(format!("{name}.cubin")))
-            .output()
+    let runs: Vec<_> = pending
+        .iter()
+        .map(|arch| {
+            let child = Command::new(ptxas)
+                .arg(format!("-arch=sm_{arch}"))
+                .arg(&path)
+                .arg("-o")
+                .arg(dir.path().join(format!("{name}.sm_{arch}.cubin")))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("running {ptxas}: {e}"));
+            (*arch, child)
+        })
+        .collect();
+    for (arch, child) in runs {
+        let out = child
+            .wait_with_output()
             .unwrap_or_else(|e| panic!("running {ptxas}: {e}"));
         if !out.status.success() {
             let numbered: Vec<String> = ptx
@@ -147,6 +182,7 @@ pub fn assemble(ptxas: &str, name: &str, ptx: &str, archs: &[u32]) {
                 numbered.join("\n")
             );
         }
+        std::fs::write(marker(arch), name).unwrap();
     }
 }
 

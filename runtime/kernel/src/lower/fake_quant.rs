@@ -30,6 +30,9 @@ const EXACT_RANGE: i64 = 1 << 24;
 /// even (the ulp of `[2^23, 2^24)` is 1).
 const ROUNDING_OFFSET: f64 = 8_388_608.0;
 
+/// 2^52, the same for an f64 (the ulp of `[2^52, 2^53)` is 1).
+const ROUNDING_OFFSET_F64: f64 = 4_503_599_627_370_496.0;
+
 /// What a fake-quantize node this lowering generates computes.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct FakeQuantForm {
@@ -191,27 +194,40 @@ fn checked_scale(
     zero_point: ValueId,
     (qmin, qmax): (i64, i64),
 ) -> Option<ValueId> {
-    let Expr::Load { buffer, index } = b.expr(scale).clone() else {
-        return None;
-    };
     let low = b.push(ScalarType::I64, Expr::Const(qmin as f64));
     let by = b.push(
         ScalarType::I64,
         Expr::Binary(BinaryFn::Sub, zero_point, low),
     );
+    checked_load(b, scale, by, usize::try_from(qmax - qmin + 1).ok()?)
+}
+
+/// The load `value` again as a gather of stride 0 checked on the i64 `by` against `len`: the
+/// same element where `by` lies in `0..len`, a failed run ([`crate::KernelError::IndexOutOfRange`])
+/// elsewhere; `None` when `value` is not a load.
+pub(super) fn checked_load(
+    b: &mut KernelBuilder,
+    value: ValueId,
+    by: ValueId,
+    len: usize,
+) -> Option<ValueId> {
+    let Expr::Load { buffer, index } = b.expr(value).clone() else {
+        return None;
+    };
     let status = b.buffer(
         crate::BufferRole::Scratch,
         ScalarType::I64,
         crate::gather::STATUS_LEN,
     );
+    let ty = b.ty(value);
     Some(b.push(
-        ScalarType::F32,
+        ty,
         Expr::Gather {
             buffer,
             index,
             by,
             stride: 0,
-            len: usize::try_from(qmax - qmin + 1).ok()?,
+            len,
             status,
         },
     ))
@@ -256,9 +272,9 @@ fn straight_through(
     e.select(above, zero, kept)
 }
 
-/// Pushes the operations of the forward.
-struct Steps<'b> {
-    b: &'b mut KernelBuilder,
+/// Pushes the operations of the forward (the quantized ops' lowering shares them).
+pub(super) struct Steps<'b> {
+    pub(super) b: &'b mut KernelBuilder,
 }
 
 impl Steps<'_> {
@@ -287,35 +303,40 @@ impl Steps<'_> {
         (self.bin(BinaryFn::Add, rounded, zp), zp)
     }
 
-    fn c(&mut self, ty: ScalarType, v: f64) -> ValueId {
+    pub(super) fn c(&mut self, ty: ScalarType, v: f64) -> ValueId {
         self.b.push(ty, Expr::Const(v))
     }
 
-    fn bin(&mut self, f: BinaryFn, a: ValueId, b: ValueId) -> ValueId {
+    pub(super) fn bin(&mut self, f: BinaryFn, a: ValueId, b: ValueId) -> ValueId {
         let ty = self.b.ty(a);
         self.b.push(ty, Expr::Binary(f, a, b))
     }
 
-    fn cmp(&mut self, f: CompareFn, a: ValueId, b: ValueId) -> ValueId {
+    pub(super) fn cmp(&mut self, f: CompareFn, a: ValueId, b: ValueId) -> ValueId {
         self.b.push(ScalarType::Bool, Expr::Compare(f, a, b))
     }
 
-    fn select(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> ValueId {
+    pub(super) fn select(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> ValueId {
         let ty = self.b.ty(a);
         self.b.push(ty, Expr::Select { cond, a, b })
     }
 
-    fn cast(&mut self, ty: ScalarType, v: ValueId) -> ValueId {
+    pub(super) fn cast(&mut self, ty: ScalarType, v: ValueId) -> ValueId {
         self.b.push(ty, Expr::Cast(v))
     }
 
-    /// `v` rounded to an integer, half to even: `|v| < 2^23` rounds through `|v| + 2^23`,
-    /// larger values (and infinities) are integers already; the sign is put back after (the
-    /// rounding is symmetric). NaN stays NaN.
-    fn round_half_even(&mut self, v: ValueId) -> ValueId {
+    /// `v` rounded to an integer, half to even: `|v| < 2^23` rounds through `|v| + 2^23`
+    /// (2^52 for an f64), larger values (and infinities) are integers already; the sign is put
+    /// back after (the rounding is symmetric). NaN stays NaN.
+    pub(super) fn round_half_even(&mut self, v: ValueId) -> ValueId {
         let ty = self.b.ty(v);
         let magnitude = self.b.push(ty, Expr::Unary(UnaryFn::Abs, v));
-        let offset = self.c(ty, ROUNDING_OFFSET);
+        let offset = if ty == ScalarType::F64 {
+            ROUNDING_OFFSET_F64
+        } else {
+            ROUNDING_OFFSET
+        };
+        let offset = self.c(ty, offset);
         let small = self.cmp(CompareFn::Lt, magnitude, offset);
         let up = self.bin(BinaryFn::Add, magnitude, offset);
         let down = self.bin(BinaryFn::Sub, up, offset);
@@ -327,7 +348,7 @@ impl Steps<'_> {
     }
 
     /// `v` clamped to `[lo, hi]` (NaN stays NaN).
-    fn clamp(&mut self, v: ValueId, lo: f64, hi: f64) -> ValueId {
+    pub(super) fn clamp(&mut self, v: ValueId, lo: f64, hi: f64) -> ValueId {
         let ty = self.b.ty(v);
         let lo = self.c(ty, lo);
         let hi = self.c(ty, hi);
@@ -338,7 +359,7 @@ impl Steps<'_> {
     }
 
     /// `v`, or 0 where it is NaN (the eager float-to-integer conversion).
-    fn not_nan_or_zero(&mut self, v: ValueId) -> ValueId {
+    pub(super) fn not_nan_or_zero(&mut self, v: ValueId) -> ValueId {
         let ty = self.b.ty(v);
         let nan = self.cmp(CompareFn::Ne, v, v);
         let zero = self.c(ty, 0.0);

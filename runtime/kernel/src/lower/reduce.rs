@@ -14,8 +14,8 @@ use super::{Lowering, graph_error};
 use crate::{Expr, KernelBuilder, Result, ScalarType, lower_reduction};
 use std::collections::{HashMap, HashSet};
 use tessera_fx::{NodeId, NodeKind};
-use tessera_tensor::Op;
 use tessera_tensor::op::{NormOp, PoolOp, ReduceKind};
+use tessera_tensor::{DType, Op};
 
 /// What a reducible op reduces: the reduced dims of its input, and the frame map of each of
 /// its outputs (`None` for a flat per-row statistic, packed over the output loops).
@@ -294,11 +294,12 @@ impl Lowering<'_> {
         }
         // The reduction.
         let out_meta = self.meta(&r)?;
-        // An index reduction computes in its input's type; the others in their output's.
+        // An index reduction computes in its input's type; the others in their output's; an
+        // integer or bool input in i64 (exact, as the eager kernel).
+        let input_dtype = self.meta(&self.operands(&r)?[0])?.first().map(|m| m.dtype);
         let computed = match &op {
-            Op::Reduce(red) if crate::reduce_table::has_indices(red.kind) => {
-                self.meta(&self.operands(&r)?[0])?.first().map(|m| m.dtype)
-            }
+            Op::Reduce(_) if input_dtype.is_some_and(|d| !d.is_float()) => Some(DType::I64),
+            Op::Reduce(red) if crate::reduce_table::has_indices(red.kind) => input_dtype,
             _ => out_meta.first().map(|m| m.dtype),
         };
         let Some(ty) = computed.and_then(ScalarType::of_buffer) else {
@@ -317,11 +318,12 @@ impl Lowering<'_> {
                 Err(why) => return Ok(Err(why)),
             }
         }
-        // Narrow integers convert only through i64, and integer reductions are not lowered.
-        if let Some(narrow) = operands
-            .iter()
-            .map(|&x| k.b.ty(x))
-            .find(|t| t.is_narrow_int())
+        // Narrow integers convert only through i64: only integer reductions (in i64) read them.
+        if ty != ScalarType::I64
+            && let Some(narrow) = operands
+                .iter()
+                .map(|&x| k.b.ty(x))
+                .find(|t| t.is_narrow_int())
         {
             return Ok(Err(format!("a reduction of {narrow} values")));
         }

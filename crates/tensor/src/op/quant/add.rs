@@ -53,7 +53,9 @@ pub(super) fn add_static(
                 .for_each(|(y, (a, b))| {
                     for (y, (&a, &b)) in y.iter_mut().zip(a.iter().zip(b)) {
                         let v = (f32::from(a) - a_zp) * aq.scale + (f32::from(b) - b_zp) * bq.scale;
-                        *y = (round_half_even(v * inverse) + out.zero_point).clamp(lo, 255) as u8;
+                        *y = round_half_even(v * inverse)
+                            .saturating_add(out.zero_point)
+                            .clamp(lo, 255) as u8;
                     }
                 })
         })

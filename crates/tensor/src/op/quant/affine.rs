@@ -142,7 +142,10 @@ pub(crate) fn quantize_f32(x: f32, q: QParams, (qmin, qmax): (i64, i64)) -> i64 
 /// The same in f64.
 #[inline]
 fn quantize_f64(x: f64, scale: f64, zero_point: i64, (qmin, qmax): (i64, i64)) -> i64 {
-    ((x / scale).round_ties_even() as i64 + zero_point).clamp(qmin, qmax)
+    // Saturating, as the f32 path: an infinite or huge `x` stays on its side of the range.
+    ((x / scale).round_ties_even() as i64)
+        .saturating_add(zero_point)
+        .clamp(qmin, qmax)
 }
 
 /// Quantizes each element with the scale and zero point of its channel.

@@ -1,0 +1,75 @@
+//! Inputs for testing the quantized-op kernels against the eager ones: float values at
+//! rounding ties, NaN and the ends of f32 and f64 (from [`crate::fake_quant_cases`]), valid
+//! scales that make ties and saturate both ends, zero points at the ends of each quantized
+//! type's range, and quantized values covering each type's range.
+
+use crate::fake_quant_cases::x_values;
+use tessera_tensor::{DType, Tensor};
+
+/// The quantized storage types with their ranges.
+pub const QUANTIZED_TYPES: [(DType, (i64, i64)); 3] = [
+    (DType::U8, (0, 255)),
+    (DType::I8, (-128, 127)),
+    (DType::I32, (i32::MIN as i64, i32::MAX as i64)),
+];
+
+/// Positive finite scales per channel: powers of two (exact ties), tenths (reciprocals that
+/// round), a tiny one saturating everything and a large one sending most values to the zero
+/// point.
+pub fn valid_scales(channels: usize, seed: usize) -> Tensor {
+    const SCALES: [f32; 7] = [0.5, 0.1, 2.0, 1.0e-3, 0.25, 1.0e-30, 3.0e5];
+    let scale = (0..channels).map(|c| SCALES[(c + seed) % SCALES.len()]);
+    Tensor::from_vec(scale.collect::<Vec<_>>(), &[channels]).unwrap()
+}
+
+/// `n` float inputs of `dtype` (f32 or f64): [`x_values`], and for f64 also ties at 2^52
+/// and values beyond f32's range.
+pub fn float_inputs(dtype: DType, shape: &[usize], seed: usize) -> Tensor {
+    let n = shape.iter().product();
+    let values = x_values(n, seed);
+    match dtype {
+        DType::F64 => {
+            const WIDE: [f64; 4] = [4_503_599_627_370_495.5, -2.5e300, 1.0e-310, 0.1];
+            let v = values
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    if (i + seed).is_multiple_of(5) {
+                        WIDE[(i / 5 + seed) % WIDE.len()]
+                    } else {
+                        f64::from(x)
+                    }
+                })
+                .collect::<Vec<_>>();
+            Tensor::from_vec(v, shape).unwrap()
+        }
+        _ => Tensor::from_vec(values, shape)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap(),
+    }
+}
+
+/// Quantized values of `dtype` (u8, i8 or i32): both ends of its range, zero, and values
+/// spread over it, cycled over `shape`.
+pub fn quantized_inputs(dtype: DType, shape: &[usize], seed: usize) -> Tensor {
+    let (lo, hi) = QUANTIZED_TYPES
+        .iter()
+        .find(|(d, _)| *d == dtype)
+        .map(|(_, r)| *r)
+        .expect("a quantized dtype");
+    let n: usize = shape.iter().product();
+    let span = (hi - lo) as u64 + 1;
+    let values: Vec<i64> = (0..n)
+        .map(|i| match (i + seed) % 5 {
+            0 => lo,
+            1 => hi,
+            2 => 0,
+            _ => lo + ((i as u64 * 2_654_435_761 + seed as u64 * 97) % span) as i64,
+        })
+        .collect();
+    Tensor::from_vec(values, shape)
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap()
+}
