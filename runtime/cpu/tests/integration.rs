@@ -7,6 +7,7 @@
 
 mod common;
 
+mod adaptive_pool;
 mod arg_reductions;
 mod batch_norm_update;
 mod bool_int;

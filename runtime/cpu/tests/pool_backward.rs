@@ -2,7 +2,8 @@
 //! (plain and adaptive) and max pooling's gradients through the kernel-IR interpreter and the
 //! JIT give the eager kernels' bits, in f32 and f64, on strided inputs and on windows holding
 //! ties, infinities and NaN (the argmax the backward recomputes is the eager forward's). Max
-//! pooling whose windows overlap reads the saved indices (`max_pool_backward.rs`).
+//! pooling whose windows overlap reads the saved indices (`max_pool_backward.rs`); adaptive bins
+//! that do not tile the input are in `adaptive_pool.rs`.
 
 use crate::common;
 
@@ -154,12 +155,67 @@ fn average_pool_backwards_spread_the_eager_shares_bit_for_bit() {
     }
 }
 
+/// `avg_pool2d` windows `(kernel, stride, padding, count_include_pad)` on `[H, W]`.
+type AvgWindows = ([usize; 2], [usize; 2], [usize; 2], bool, [usize; 2]);
+
 #[test]
-fn adaptive_bins_that_do_not_divide_run_the_eager_kernel() {
-    let op = PoolOp::AdaptiveAvgPool2dBackward { input_size: [5, 7] };
-    let g = [1, 2, 2, 3];
+fn overlapping_average_pool_backward_sums_the_eager_shares_bit_for_bit() {
+    let cases: [AvgWindows; 4] = [
+        ([3, 3], [2, 2], [0, 0], false, [7, 9]),
+        ([3, 2], [1, 1], [1, 0], true, [5, 6]),
+        ([2, 2], [3, 3], [0, 0], false, [8, 7]),
+        ([5, 3], [2, 3], [2, 1], true, [9, 8]),
+    ];
+    for dtype in [DType::F32, DType::F64] {
+        for strided in [false, true] {
+            for (kernel, stride, padding, count_include_pad, input_size) in cases {
+                let params = Pool2dParams {
+                    kernel,
+                    stride,
+                    padding,
+                    dilation: [1, 1],
+                    ceil_mode: false,
+                };
+                let forward = Op::Pool(PoolOp::AvgPool2d {
+                    params,
+                    count_include_pad,
+                });
+                let x = TensorMeta::new(vec![2, 3, input_size[0], input_size[1]], dtype);
+                let g = forward.meta(&[x]).unwrap()[0].shape.clone();
+                let op = PoolOp::AvgPool2dBackward {
+                    params,
+                    count_include_pad,
+                    input_size,
+                };
+                let graph = one_op(op.clone(), &g, dtype);
+                let program = assert_bit_identical(&graph, &[tensor(&g, dtype, strided, 3)]);
+                assert!(program.fallbacks.is_empty(), "{op:?}\n{program}");
+            }
+        }
+    }
+}
+
+#[test]
+fn average_windows_of_different_divisors_run_the_eager_kernel() {
+    // Padding that does not count: the border windows divide by fewer taps.
+    let params = Pool2dParams {
+        kernel: [3, 3],
+        stride: [2, 2],
+        padding: [1, 1],
+        dilation: [1, 1],
+        ceil_mode: false,
+    };
+    let op = PoolOp::AvgPool2dBackward {
+        params,
+        count_include_pad: false,
+        input_size: [6, 6],
+    };
+    let g = [1, 2, 3, 3];
     let graph = one_op(op, &g, DType::F32);
     let program = assert_bit_identical(&graph, &[tensor(&g, DType::F32, false, 0)]);
     assert_eq!(program.fallbacks.len(), 1, "{program}");
-    assert!(program.fallbacks[0].reason.contains("windows"), "{program}");
+    assert!(
+        program.fallbacks[0].reason.contains("divisors"),
+        "{program}"
+    );
 }

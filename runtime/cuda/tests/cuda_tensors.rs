@@ -462,11 +462,11 @@ fn dropout_on_the_device_draws_the_cpu_mask_from_the_seed_and_gives_the_cpu_grad
 
 #[test]
 fn an_op_without_device_kernels_is_unsupported_naming_it() -> Result<()> {
-    let x = cuda(&tensor(DType::F32, &[1, 2, 5, 5], 3, false))?;
-    // Adaptive pooling to a size that does not divide the input is left to its eager CPU
-    // kernel by the lowering (its windows are uneven), so it has no device kernel.
+    let x = cuda(&tensor(DType::F32, &[1, 1, 100, 7], 3, false))?;
+    // Adaptive pooling whose bins are too many to unroll (100 -> 99 rows: one block of 99
+    // bins) is left to its eager CPU kernel by the lowering, so it has no device kernel.
     let pool = Op::Pool(PoolOp::AdaptiveAvgPool2d {
-        output_size: [3, 3],
+        output_size: [99, 3],
     });
     match pool.apply(&[&x]) {
         Err(TensorError::UnsupportedOnDevice { op, device, .. }) => {

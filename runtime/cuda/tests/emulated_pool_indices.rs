@@ -1,12 +1,13 @@
-//! Max pooling with indices and reductions and softmax of 0-d tensors on the PTX backend:
-//! rendered to PTX (assembled by ptxas for sm_80 and sm_90 when it is installed), run in the
-//! emulator, and checked bit for bit against the kernel-IR interpreter and the eager kernels
-//! (values and i64 indices; ties keep the first maximum, NaN wins, padded, dilated and
-//! ceil-mode windows, transposed inputs, f32 and f64); max pooling's backward from those
-//! saved indices (the residue-grid kernel and its packing copy when the forward is in the
-//! graph, the sum over the plane when the indices are an input), likewise; and the same ops
-//! as eager ops on CUDA tensors of the emulated driver.
-
+//! Max pooling with indices, adaptive pooling and reductions and softmax of 0-d tensors on the
+//! PTX backend: rendered to PTX (assembled by ptxas for sm_80 and sm_90 when it is installed),
+//! run in the emulator, and checked bit for bit against the kernel-IR interpreter and the
+//! eager kernels (values and i64 indices; ties keep the first maximum, NaN wins, padded,
+//! dilated and ceil-mode windows, adaptive bins that are uneven or overlap, transposed inputs,
+//! f32 and f64); max pooling's backward from those saved indices (the residue-grid kernel and
+//! its packing copy when the forward is in the graph, the sum over the plane when the indices
+//! are an input or come from adaptive max pooling), adaptive average pooling's backward and
+//! average pooling's backward of overlapping windows, likewise; and the same ops as eager ops
+//! on CUDA tensors of the emulated driver.
 mod common;
 mod emulated;
 mod emulated_driver;
@@ -179,6 +180,123 @@ fn max_pool_backward_from_saved_indices_on_emulated_ptx_equals_the_interpreter_a
     assert!(copies > 0, "no grid overhung its input");
 }
 
+/// `(input shape, output size)` of adaptive pooling: uneven bins (5 -> 3, 7 -> 4, 10 -> 3),
+/// more bins than elements (3 -> 5), 1 -> 1 and bins that tile.
+const ADAPTIVE: [(&[usize], [usize; 2]); 5] = [
+    (&[2, 2, 5, 7], [3, 4]),
+    (&[3, 10, 3], [3, 5]),
+    (&[1, 2, 7, 6], [4, 4]),
+    (&[2, 1, 8], [1, 3]),
+    (&[1, 3, 6, 4], [3, 2]),
+];
+
+#[test]
+fn adaptive_pooling_and_its_backward_on_emulated_ptx_equal_the_interpreter_and_eager() {
+    for dtype in [DType::F32, DType::F64] {
+        for (shape, output_size) in ADAPTIVE {
+            let x = tied(shape, dtype);
+            let nd = shape.len();
+            let inputs = if nd == 4 {
+                vec![x.clone(), x.transpose(2, 3).unwrap()]
+            } else {
+                vec![x.clone()]
+            };
+            for x in inputs {
+                let avg = Op::Pool(PoolOp::AdaptiveAvgPool2d { output_size });
+                agrees(avg, std::slice::from_ref(&x), 1);
+                let max = Op::Pool(PoolOp::AdaptiveMaxPool2d { output_size });
+                agrees(max, std::slice::from_ref(&x), 2);
+            }
+            let mut out = shape[..nd - 2].to_vec();
+            out.extend(output_size);
+            let input_size = [shape[nd - 2], shape[nd - 1]];
+            let g = tied(&out, dtype);
+            let backward = Op::Pool(PoolOp::AdaptiveAvgPool2dBackward { input_size });
+            agrees(backward, &[g], 1);
+        }
+    }
+}
+
+#[test]
+fn overlapping_average_pool_backward_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    // `(kernel, stride, padding, count_include_pad)` over a 7 x 9 plane: overlapping, skipping
+    // and counted-padding windows (the residue grid, and its packing copy).
+    for dtype in [DType::F32, DType::F64] {
+        for (kernel, stride, padding, count_include_pad) in [
+            ([3, 3], [2, 2], [0, 0], false),
+            ([2, 2], [3, 3], [0, 0], false),
+            ([3, 2], [1, 1], [1, 0], true),
+        ] {
+            let params = tessera_tensor::op::Pool2dParams {
+                kernel,
+                stride,
+                padding,
+                dilation: [1, 1],
+                ceil_mode: false,
+            };
+            let forward = Op::Pool(PoolOp::AvgPool2d {
+                params,
+                count_include_pad,
+            });
+            let out = forward
+                .meta(&[TensorMeta::new(vec![2, 2, 7, 9], dtype)])
+                .unwrap()[0]
+                .shape
+                .clone();
+            let backward = Op::Pool(PoolOp::AvgPool2dBackward {
+                params,
+                count_include_pad,
+                input_size: [7, 9],
+            });
+            agrees(backward, &[tied(&out, dtype)], 1);
+        }
+    }
+}
+
+#[test]
+fn training_through_adaptive_max_pooling_runs_on_emulated_ptx() {
+    // The gradient reads the indices adaptive max pooling saved (the sum over the plane).
+    for dtype in [DType::F32, DType::F64] {
+        for (shape, output_size) in ADAPTIVE {
+            let x = tied(shape, dtype);
+            let op = Op::Pool(PoolOp::AdaptiveMaxPool2d { output_size });
+            let (graph, out) = pool_and_backward(&op, &x);
+            let g = Tensor::from_vec(
+                (0..out.iter().product::<usize>())
+                    .map(|i| i as f64 * 0.5)
+                    .collect(),
+                &out,
+            )
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+            let inputs = [x.clone(), g.clone()];
+            let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
+            let program = tessera_kernel::lower(&graph, &layouts).unwrap();
+            assert!(program.fallbacks.is_empty(), "{program}");
+            if let Some(ptxas) = common::ptxas() {
+                for k in program.kernels() {
+                    let r = tessera_cuda::render(k, &tessera_cuda::PtxTarget::SM80).unwrap();
+                    common::assemble(&ptxas, &r.name, &r.ptx, &[80, 90]);
+                }
+            }
+            let got =
+                run_program(&program, &NoEnvironment, &EmulatedPtx::default(), &inputs).unwrap();
+            let pooled = op.apply(&[&x]).unwrap();
+            let nd = shape.len();
+            let backward = Op::Pool(PoolOp::MaxPool2dBackward {
+                input_size: [shape[nd - 2], shape[nd - 1]],
+            });
+            let eager = backward.apply(&[&g, &pooled[1]]).unwrap();
+            assert_eq!(
+                bits(&got[0]),
+                bits(&eager[0]),
+                "emulated PTX vs eager\n{program}"
+            );
+        }
+    }
+}
+
 #[test]
 fn reductions_and_softmax_of_a_0d_tensor_on_emulated_ptx_equal_eager() {
     for dtype in [DType::F32, DType::F64] {
@@ -216,7 +334,7 @@ fn reductions_and_softmax_of_a_0d_tensor_on_emulated_ptx_equal_eager() {
 }
 
 #[test]
-fn max_pool_with_indices_and_0d_softmax_run_as_eager_cuda_ops() {
+fn max_pool_with_indices_adaptive_pooling_and_0d_softmax_run_as_eager_cuda_ops() {
     init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
     let x = tied(&[2, 3, 6, 6], DType::F32);
     let op = Op::Pool(PoolOp::max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false));
@@ -246,6 +364,40 @@ fn max_pool_with_indices_and_0d_softmax_run_as_eager_cuda_ops() {
             bits(&got[0].to_device(Device::Cpu).unwrap()),
             bits(&want[0])
         );
+    }
+    // Adaptive pooling with uneven bins and its average's backward.
+    let x = tied(&[2, 3, 7, 5], DType::F64);
+    let on_device = x.to_device(Device::Cuda(0)).unwrap();
+    let grad = tied(&[2, 3, 4, 3], DType::F64);
+    for (op, inputs, device_inputs) in [
+        (
+            Op::Pool(PoolOp::AdaptiveAvgPool2d {
+                output_size: [4, 3],
+            }),
+            vec![x.clone()],
+            vec![on_device.clone()],
+        ),
+        (
+            Op::Pool(PoolOp::AdaptiveMaxPool2d {
+                output_size: [4, 3],
+            }),
+            vec![x.clone()],
+            vec![on_device],
+        ),
+        (
+            Op::Pool(PoolOp::AdaptiveAvgPool2dBackward { input_size: [7, 5] }),
+            vec![grad.clone()],
+            vec![grad.to_device(Device::Cuda(0)).unwrap()],
+        ),
+    ] {
+        let got = op.apply(&device_inputs.iter().collect::<Vec<_>>()).unwrap();
+        let want = op.apply(&inputs.iter().collect::<Vec<_>>()).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.device(), Device::Cuda(0));
+            let back = g.to_device(Device::Cpu).unwrap();
+            assert_eq!((bits(&back), back.dtype()), (bits(w), w.dtype()), "{op:?}");
+        }
     }
     let s = Tensor::from_vec(vec![0.75f32], &[]).unwrap();
     let op = Op::Softmax { dim: 0, log: true };

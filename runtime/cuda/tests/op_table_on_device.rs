@@ -33,9 +33,6 @@ const UNSUPPORTED_ON_CUDA: &[&str] = &[
     // Only an input with no classes (its eager kernel checks the targets on the host).
     "loss.nll",
     "loss.nll_backward",
-    "pool.adaptive_avg",
-    "pool.adaptive_avg_backward",
-    "pool.adaptive_max",
     "quant.avg_pool",
     "quant.conv2d",
     "quant.linear",

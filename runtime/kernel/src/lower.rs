@@ -5,7 +5,8 @@
 //! ([`reduce`]); max and average pooling without padding become window reductions
 //! ([`pool`]); pooling backward whose windows tile the input writes each window once
 //! ([`pool_backward`]), max pooling backward otherwise sums the gradients whose saved indices
-//! name each input element ([`max_pool_backward`]); the elementwise losses become one kernel each, reduced or not
+//! name each input element ([`max_pool_backward`]); adaptive pooling and its average's backward,
+//! whatever the bins, become one kernel over the bins' periodic blocks ([`adaptive_pool`]); the elementwise losses become one kernel each, reduced or not
 //! ([`loss`]); `cat` becomes one kernel of guarded loads ([`cat`]); batch norm's running-statistics update becomes a batch-count kernel
 //! and a per-channel blend ([`batch_norm_update`]); the elementwise quantized ops one kernel each ([`quant`]); embedding, `index_select`, `gather`
 //! ([`gather`]) and the negative log-likelihood with its gradient ([`nll`]) read through
@@ -13,6 +14,7 @@
 //! other node runs its eager kernel as an external step and is reported as a fallback with
 //! the reason.
 
+mod adaptive_pool;
 mod batch_norm_update;
 mod cat;
 mod conv;
@@ -481,14 +483,23 @@ impl Lowering<'_> {
             }
             NodeKind::CallFunction {
                 op:
-                    op @ Op::Pool(
-                        PoolOp::MaxPool2dBackward { .. }
-                        | PoolOp::AvgPool2dBackward { .. }
-                        | PoolOp::AdaptiveAvgPool2dBackward { .. },
-                    ),
+                    op @ Op::Pool(PoolOp::MaxPool2dBackward { .. } | PoolOp::AvgPool2dBackward { .. }),
             } => {
                 let op = op.clone();
                 return self.pool_backward(id, &op);
+            }
+            NodeKind::CallFunction {
+                op: op @ Op::Pool(PoolOp::AdaptiveAvgPool2dBackward { .. }),
+            } => {
+                let op = op.clone();
+                return self.adaptive_pool_backward(id, &op);
+            }
+            NodeKind::CallFunction {
+                op:
+                    op @ Op::Pool(PoolOp::AdaptiveAvgPool2d { .. } | PoolOp::AdaptiveMaxPool2d { .. }),
+            } => {
+                let op = op.clone();
+                return self.adaptive_pool(id, &op);
             }
             NodeKind::CallFunction {
                 op: op @ Op::Index(IndexOp::Cat { dim }),

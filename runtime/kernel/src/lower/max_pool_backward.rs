@@ -14,6 +14,8 @@
 //! dilation and ceil mode; the work is the window's taps per element. Where the sizes are not
 //! multiples of the strides the grid overhangs the input: the kernel writes a padded buffer
 //! and a copy kernel packs its `[H, W]` corner.
+//! Average pooling's backward of overlapping windows of one divisor shares the grid
+//! ([`Taps::Share`]: each candidate tap adds `g / n`).
 //!
 //! Without the windows (the indices are an input: an eager op on a device, adaptive max
 //! pooling), each element sums over every output position of its plane, a reduction over
@@ -64,6 +66,15 @@ fn offset_bound(q: usize, loops: usize, offset: i64, len: usize, stride: usize) 
         len,
         stride,
     }
+}
+
+/// What a candidate tap of the residue grid adds to an input element.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Taps<'a> {
+    /// The gradient where these saved indices name the element (max pooling).
+    Argmax(&'a Val),
+    /// The gradient divided by the windows' common size (average pooling).
+    Share(usize),
 }
 
 impl Lowering<'_> {
@@ -139,7 +150,7 @@ impl Lowering<'_> {
             return Ok(Err("an empty gradient or result".into()));
         }
         let v = match self.saved_windows(indices, &out.shape)? {
-            Some(p) => self.by_residues(id, op, &p, (&g, &ix), &out, ty)?,
+            Some(p) => self.by_residues(id, op, &p, (&g, Taps::Argmax(&ix)), &out, ty)?,
             None => self.over_plane(id, op, (&g, &ix), &out, ty)?,
         };
         self.values.insert(*id, vec![v]);
@@ -147,13 +158,13 @@ impl Lowering<'_> {
     }
 
     /// The kernel over the residue grid for windows `p`, and the copy packing its result
-    /// when the grid overhangs the input.
-    fn by_residues(
+    /// when the grid overhangs the input; what each candidate tap adds is `taps`'.
+    pub(super) fn by_residues(
         &mut self,
         id: &NodeId,
         op: &Op,
         p: &Pool2dParams,
-        (g, ix): (&Val, &Val),
+        (g, taps): (&Val, Taps),
         out: &TensorMeta,
         ty: ScalarType,
     ) -> Result<Val> {
@@ -171,7 +182,10 @@ impl Lowering<'_> {
         let mut b = KernelBuilder::new(name, domain);
         let loops = nd;
         let gb = b.buffer(BufferRole::Input, ty, 0);
-        let ib = b.buffer(BufferRole::Input, ScalarType::I64, 0);
+        let ib = match taps {
+            Taps::Argmax(_) => Some(b.buffer(BufferRole::Input, ScalarType::I64, 0)),
+            Taps::Share(_) => None,
+        };
         let numel: usize = padded.iter().product();
         let ob = b.buffer(BufferRole::Output, ty, numel);
         // The batch and channel dims walk their loops; the plane dims are the bounds'.
@@ -209,15 +223,6 @@ impl Lowering<'_> {
                                 offset_bound(w, loops, ow, out_plane[1], l.strides[w]),
                             ]
                         };
-                        let saved = b.push(
-                            ScalarType::I64,
-                            Expr::LoadIf {
-                                buffer: ib,
-                                index: lead(&ix.layout),
-                                bounds: bounds(&ix.layout),
-                                fill: -1.0,
-                            },
-                        );
                         let grad = b.push(
                             ty,
                             Expr::LoadIf {
@@ -227,18 +232,41 @@ impl Lowering<'_> {
                                 fill: 0.0,
                             },
                         );
-                        let hit = b.push(
-                            ScalarType::Bool,
-                            Expr::Compare(CompareFn::Eq, saved, target),
-                        );
-                        let picked = b.push(
-                            ty,
-                            Expr::Select {
-                                cond: hit,
-                                a: grad,
-                                b: zero,
-                            },
-                        );
+                        let picked = match (taps, ib) {
+                            (Taps::Argmax(ix), Some(ib)) => {
+                                let saved = b.push(
+                                    ScalarType::I64,
+                                    Expr::LoadIf {
+                                        buffer: ib,
+                                        index: lead(&ix.layout),
+                                        bounds: bounds(&ix.layout),
+                                        fill: -1.0,
+                                    },
+                                );
+                                let hit = b.push(
+                                    ScalarType::Bool,
+                                    Expr::Compare(CompareFn::Eq, saved, target),
+                                );
+                                b.push(
+                                    ty,
+                                    Expr::Select {
+                                        cond: hit,
+                                        a: grad,
+                                        b: zero,
+                                    },
+                                )
+                            }
+                            // `g / n`; a tap outside the gradient reads 0 and adds +0, which
+                            // changes no sum from +0 (the sum is never -0).
+                            _ => {
+                                let n = match taps {
+                                    Taps::Share(n) => n,
+                                    Taps::Argmax(_) => 1,
+                                };
+                                let n = b.push(ty, Expr::Const(n as f64));
+                                b.push(ty, Expr::Binary(BinaryFn::Div, grad, n))
+                            }
+                        };
                         sum = b.push(ty, Expr::Binary(BinaryFn::Add, sum, picked));
                     }
                 }
@@ -252,7 +280,7 @@ impl Lowering<'_> {
             }
         }
         let mut kernel = b.finish();
-        for buffer in [gb, ib] {
+        for buffer in std::iter::once(gb).chain(ib) {
             kernel.buffers[buffer.index()].len = kernel.buffer_reach(buffer);
         }
         schedule(&mut kernel);
@@ -262,7 +290,10 @@ impl Lowering<'_> {
         let result = self.slot(id, meta, SlotSource::Step, Layout::contiguous(&padded));
         self.program.steps.push(Step::Kernel {
             kernel,
-            inputs: vec![g.slot, ix.slot],
+            inputs: match taps {
+                Taps::Argmax(ix) => vec![g.slot, ix.slot],
+                Taps::Share(_) => vec![g.slot],
+            },
             outputs: vec![result.slot],
             nodes,
         });

@@ -322,32 +322,45 @@ fn max_with_index(
     for (r, row) in rows.iter().enumerate() {
         for (c, &v) in row.iter().enumerate() {
             let here = flat(b, coords[0][r], coords[1][c]);
-            let nan = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Ne, v, v));
-            let larger = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Gt, v, best));
-            // Two selects per value: no select of predicates, which not every backend has.
-            let pick = |b: &mut KernelBuilder, t: ScalarType, tap: ValueId, so_far| {
-                let if_larger = b.push(
-                    t,
-                    Expr::Select {
-                        cond: larger,
-                        a: tap,
-                        b: so_far,
-                    },
-                );
-                b.push(
-                    t,
-                    Expr::Select {
-                        cond: nan,
-                        a: tap,
-                        b: if_larger,
-                    },
-                )
-            };
-            best = pick(b, ty, v, best);
-            at = pick(b, ScalarType::I64, here, at);
+            (best, at) = max_step(b, ty, v, here, best, at);
         }
     }
     (best, at)
+}
+
+/// One step of the eager selection of a maximum and its index: tap `v` at index `here`
+/// replaces `(best, at)` when it is larger or NaN (so the first of equal maxima stays, and
+/// the last NaN wins).
+pub(super) fn max_step(
+    b: &mut KernelBuilder,
+    ty: ScalarType,
+    v: ValueId,
+    here: ValueId,
+    best: ValueId,
+    at: ValueId,
+) -> (ValueId, ValueId) {
+    let nan = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Ne, v, v));
+    let larger = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Gt, v, best));
+    // Two selects per value: no select of predicates, which not every backend has.
+    let pick = |b: &mut KernelBuilder, t: ScalarType, tap: ValueId, so_far| {
+        let if_larger = b.push(
+            t,
+            Expr::Select {
+                cond: larger,
+                a: tap,
+                b: so_far,
+            },
+        );
+        b.push(
+            t,
+            Expr::Select {
+                cond: nan,
+                a: tap,
+                b: if_larger,
+            },
+        )
+    };
+    (pick(b, ty, v, best), pick(b, ScalarType::I64, here, at))
 }
 
 /// Where a tap lies along one window axis.
@@ -432,7 +445,7 @@ impl Axis {
 
 /// `(x0 + x1) + ...`, in the order an iterator's `sum` adds (it starts from -0.0, the
 /// identity of addition, so the first addition is exact).
-fn fold_sum(b: &mut KernelBuilder, ty: ScalarType, xs: &[ValueId]) -> ValueId {
+pub(super) fn fold_sum(b: &mut KernelBuilder, ty: ScalarType, xs: &[ValueId]) -> ValueId {
     let mut xs = xs.iter().copied();
     let Some(first) = xs.next() else {
         return b.push(ty, Expr::Const(0.0));
