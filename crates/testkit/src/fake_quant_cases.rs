@@ -63,3 +63,49 @@ pub fn integer_zero_points(
     });
     Tensor::from_vec(zp.collect::<Vec<i64>>(), &[channels]).unwrap()
 }
+
+/// Bounds on the sums of absolute values of the learnable gradients' terms per channel
+/// (`dScale`, then `dZeroPoint`) for an upstream gradient `dy` of `shape` with `scale`: a
+/// `dScale` term is at most `|dy| * max(4, range + 1) * grad_factor` (inside the range
+/// `|(fq - x) / scale|` is half a step, and a few for f32's rounding), a `dZeroPoint` term
+/// `|dy * scale| * grad_factor`.
+pub fn gradient_sum_bounds(
+    dy: &Tensor,
+    scale: &[f32],
+    axis: Option<usize>,
+    (quant_min, quant_max): (i64, i64),
+    grad_factor: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let shape = dy.shape();
+    let inner: usize = match axis {
+        Some(a) => shape[a + 1..].iter().product(),
+        None => 1,
+    };
+    let mut abs_dy = vec![0f64; scale.len()];
+    for (i, g) in dy.to_vec::<f32>().unwrap().iter().enumerate() {
+        abs_dy[(i / inner.max(1)) % scale.len().max(1)] += f64::from(g.abs());
+    }
+    let step = ((quant_max - quant_min + 1) as f64).max(4.0) * grad_factor.abs();
+    let dscale = abs_dy.iter().map(|a| a * step).collect();
+    let dzero = abs_dy
+        .iter()
+        .zip(scale)
+        .map(|(a, s)| a * f64::from(s.abs()) * grad_factor.abs())
+        .collect();
+    (dscale, dzero)
+}
+
+/// Whether the f32 sums `got` and `want` of `terms` f32 terms, summed in f64 in different
+/// orders, agree: both NaN, equal, or apart by at most one f32 step plus twice the f64
+/// rounding of `terms` partial sums of absolute sum `bound`.
+pub fn sums_agree(got: f32, want: f32, terms: usize, bound: f64) -> bool {
+    if got.is_nan() || want.is_nan() {
+        return got.is_nan() && want.is_nan();
+    }
+    if got == want {
+        return true;
+    }
+    let step = f64::from(f32::EPSILON) * f64::from(got.abs().max(want.abs()));
+    let drift = 2.0 * terms as f64 * f64::EPSILON * bound;
+    (f64::from(got) - f64::from(want)).abs() <= step + drift
+}

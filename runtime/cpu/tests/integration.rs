@@ -17,6 +17,7 @@ mod conv;
 mod differential;
 mod exp;
 mod fake_quant;
+mod fake_quant_gradients;
 mod gathers;
 mod gemm;
 mod half;

@@ -19,6 +19,7 @@ mod batch_norm_update;
 mod cat;
 mod conv;
 mod fake_quant;
+mod fake_quant_gradients;
 mod frame;
 mod gather;
 mod gemm;
@@ -538,6 +539,10 @@ impl Lowering<'_> {
             } => {
                 let loss = loss.clone();
                 return self.nll(id, &loss);
+            }
+            NodeKind::CallFunction { op } if fake_quant_gradients::is_learnable_backward(op) => {
+                let op = op.clone();
+                return self.fake_quant_gradients(id, &op);
             }
             NodeKind::CallFunction { op } if fake_quant::lowered_fake_quant(op).is_some() => {
                 let op = op.clone();

@@ -10,9 +10,9 @@
 //! quant_max]`: the kernel reads the scale through a gather checked on `zero_point -
 //! quant_min` against the range's size, so a zero point outside it fails the run with
 //! [`crate::KernelError::IndexOutOfRange`] (index `zero_point - quant_min`, size `quant_max -
-//! quant_min + 1`) and an in-range one is the same integer in f32. The backward is not
-//! lowered for the learnable ops (their scale and zero-point gradients are per-channel sums);
-//! for the others it is the forward's mask applied to the gradient, one elementwise kernel.
+//! quant_min + 1`) and an in-range one is the same integer in f32. Their backward is the
+//! forward's mask applied to the gradient, one elementwise kernel; the learnable backward
+//! (scale and zero-point gradients summed per channel) is `fake_quant_gradients.rs`.
 
 use super::Lowering;
 use super::frame::{FrameMap, Local};
@@ -24,7 +24,7 @@ use tessera_tensor::op::FakeQuantOp;
 
 /// The largest magnitude of `quant_min` and `quant_max` the kernel computes with: every
 /// integer up to it is exact in f32, so the eager `qmin as f32` clamp bounds are exact.
-const EXACT_RANGE: i64 = 1 << 24;
+pub(super) const EXACT_RANGE: i64 = 1 << 24;
 
 /// 2^23: adding and subtracting it rounds a non-negative f32 below it to an integer, half to
 /// even (the ulp of `[2^23, 2^24)` is 1).
@@ -272,7 +272,8 @@ fn straight_through(
     e.select(above, zero, kept)
 }
 
-/// Pushes the operations of the forward (the quantized ops' lowering shares them).
+/// Pushes the operations of the forward (the quantized ops' lowering and the learnable
+/// gradients share them).
 pub(super) struct Steps<'b> {
     pub(super) b: &'b mut KernelBuilder,
 }
