@@ -2,7 +2,8 @@
 //! ties and the ends of f32, float scales and zero points with NaN, zero and negative ones,
 //! and integer zero points at the ends of a range.
 
-use tessera_tensor::Tensor;
+use tessera_tensor::op::FakeQuantOp;
+use tessera_tensor::{Op, Tensor};
 
 /// Ties, NaN, infinities, signed zeros, huge and subnormal values, cycled over `n` elements.
 pub fn x_values(n: usize, seed: usize) -> Vec<f32> {
@@ -108,4 +109,70 @@ pub fn sums_agree(got: f32, want: f32, terms: usize, bound: f64) -> bool {
     let step = f64::from(f32::EPSILON) * f64::from(got.abs().max(want.abs()));
     let drift = 2.0 * terms as f64 * f64::EPSILON * bound;
     (f64::from(got) - f64::from(want)).abs() <= step + drift
+}
+
+/// Asserts that the learnable gradients `got` (`dX, dScale, dZeroPoint`) agree with `want`
+/// for `inputs` (`grad, x, scale, zero_point`) of an op of `(axis, range, grad_factor)`: `dX`
+/// bit for bit, the sums by [`sums_agree`] within [`gradient_sum_bounds`].
+pub fn gradients_agree(
+    what: &str,
+    got: &[Tensor],
+    want: &[Tensor],
+    inputs: &[Tensor],
+    (axis, range, grad_factor): (Option<usize>, (i64, i64), f64),
+) {
+    assert_eq!(bits(&got[0]), bits(&want[0]), "{what}: dX");
+    let scale = inputs[2].to_vec::<f32>().unwrap();
+    let (ds_bound, dz_bound) = gradient_sum_bounds(&inputs[0], &scale, axis, range, grad_factor);
+    let terms = inputs[1].numel() / scale.len().max(1);
+    for (i, bounds) in [(1, ds_bound), (2, dz_bound)] {
+        let (g, w) = (
+            got[i].to_vec::<f32>().unwrap(),
+            want[i].to_vec::<f32>().unwrap(),
+        );
+        assert_eq!(got[i].shape(), want[i].shape(), "{what}: output {i}");
+        for (c, ((g, w), b)) in g.iter().zip(&w).zip(&bounds).enumerate() {
+            assert!(
+                sums_agree(*g, *w, terms, *b),
+                "{what}: output {i} channel {c}: {g} vs eager {w}"
+            );
+        }
+    }
+}
+
+/// The bits of an f32 tensor, every NaN as one.
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+        .collect()
+}
+
+/// The axis, range and gradient factor of a learnable fake-quantize backward `op`.
+pub fn learnable_form(op: &Op) -> Option<(Option<usize>, (i64, i64), f64)> {
+    match *op {
+        Op::FakeQuantBackward(FakeQuantOp::LearnablePerTensor {
+            quant_min,
+            quant_max,
+            grad_factor,
+        }) => Some((None, (quant_min, quant_max), grad_factor)),
+        Op::FakeQuantBackward(FakeQuantOp::LearnablePerChannel {
+            axis,
+            quant_min,
+            quant_max,
+            grad_factor,
+        }) => Some((Some(axis), (quant_min, quant_max), grad_factor)),
+        _ => None,
+    }
+}
+
+/// The inputs `grad, x, scale, zero_point` of a fake-quantize backward for `x` of `shape`
+/// with `channels` parameters, from [`x_values`] and [`parameters`].
+pub fn gradient_case(shape: &[usize], channels: usize, seed: usize) -> Vec<Tensor> {
+    let n = shape.iter().product();
+    let x = Tensor::from_vec(x_values(n, seed), shape).unwrap();
+    let grad = Tensor::from_vec(x_values(n, seed + 5), shape).unwrap();
+    let (scale, zero) = parameters(channels, seed);
+    vec![grad, x, scale, zero]
 }

@@ -12,7 +12,9 @@ use tessera_fx::Graph;
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::FakeQuantOp;
 use tessera_tensor::{Op, Tensor, TensorMeta};
-use tessera_testkit::fake_quant_cases::{gradient_sum_bounds, parameters, sums_agree, x_values};
+use tessera_testkit::fake_quant_cases::{
+    gradient_case, gradients_agree, learnable_form, parameters,
+};
 
 /// `(dX, dScale, dZeroPoint) = op(grad, x, scale, zero_point)`, each an output.
 fn gradients_graph(op: Op, inputs: &[Tensor]) -> Graph {
@@ -37,50 +39,10 @@ fn bits(t: &Tensor) -> Vec<u32> {
         .collect()
 }
 
-/// `got` (dX, dScale, dZeroPoint) agrees with `want` for `inputs` (grad, x, scale, _).
-pub fn gradients_agree(
-    what: &str,
-    got: &[Tensor],
-    want: &[Tensor],
-    inputs: &[Tensor],
-    (axis, range, grad_factor): (Option<usize>, (i64, i64), f64),
-) {
-    assert_eq!(bits(&got[0]), bits(&want[0]), "{what}: dX");
-    let scale = inputs[2].to_vec::<f32>().unwrap();
-    let (ds_bound, dz_bound) = gradient_sum_bounds(&inputs[0], &scale, axis, range, grad_factor);
-    let terms = inputs[1].numel() / scale.len().max(1);
-    for (i, bounds) in [(1, ds_bound), (2, dz_bound)] {
-        let (g, w) = (
-            got[i].to_vec::<f32>().unwrap(),
-            want[i].to_vec::<f32>().unwrap(),
-        );
-        assert_eq!(got[i].shape(), want[i].shape(), "{what}: output {i}");
-        for (c, ((g, w), b)) in g.iter().zip(&w).zip(&bounds).enumerate() {
-            assert!(
-                sums_agree(*g, *w, terms, *b),
-                "{what}: output {i} channel {c}: {g} vs eager {w}"
-            );
-        }
-    }
-}
-
 /// `op` on `inputs` is one kernel with no fallback whose interpreted and compiled gradients
 /// agree with eager.
 fn agrees(op: Op, inputs: &[Tensor]) {
-    let form = match op {
-        Op::FakeQuantBackward(FakeQuantOp::LearnablePerTensor {
-            quant_min,
-            quant_max,
-            grad_factor,
-        }) => (None, (quant_min, quant_max), grad_factor),
-        Op::FakeQuantBackward(FakeQuantOp::LearnablePerChannel {
-            axis,
-            quant_min,
-            quant_max,
-            grad_factor,
-        }) => (Some(axis), (quant_min, quant_max), grad_factor),
-        _ => unreachable!("a learnable backward"),
-    };
+    let form = learnable_form(&op).expect("a learnable backward");
     let graph = gradients_graph(op, inputs);
     let program = lowered(&graph, inputs);
     assert!(program.fallbacks.is_empty(), "{program}");
@@ -92,15 +54,6 @@ fn agrees(op: Op, inputs: &[Tensor]) {
 }
 
 const RANGES: [(i64, i64); 4] = [(0, 255), (-128, 127), (3, 3), (-(1 << 24), 1 << 24)];
-
-/// `grad, x, scale, zero_point` for `x` of `shape` with `channels` parameters.
-fn case(shape: &[usize], channels: usize, seed: usize) -> Vec<Tensor> {
-    let n = shape.iter().product();
-    let x = Tensor::from_vec(x_values(n, seed), shape).unwrap();
-    let grad = Tensor::from_vec(x_values(n, seed + 5), shape).unwrap();
-    let (scale, zero) = parameters(channels, seed);
-    vec![grad, x, scale, zero]
-}
 
 /// Upstream gradients and inputs without NaN or infinities: steps of 1/16 and 1/8.
 fn plain_case(shape: &[usize], channels: usize, seed: usize) -> Vec<Tensor> {
@@ -136,10 +89,10 @@ fn learnable_per_tensor_gradients_are_one_kernel_agreeing_with_eager() {
         });
         for seed in 0..9 {
             for shape in [vec![5, 13], vec![0, 3], vec![97]] {
-                agrees(op.clone(), &case(&shape, 1, seed));
+                agrees(op.clone(), &gradient_case(&shape, 1, seed));
                 agrees(op.clone(), &plain_case(&shape, 1, seed));
             }
-            let mut scalar = case(&[], 1, seed);
+            let mut scalar = gradient_case(&[], 1, seed);
             for t in &mut scalar[2..] {
                 *t = t.reshape(&[]).unwrap();
             }
@@ -167,7 +120,7 @@ fn learnable_per_channel_gradients_along_each_axis_agree_with_eager() {
                 grad_factor: 0.3,
             });
             for seed in 0..4 {
-                agrees(op.clone(), &case(&shape, shape[axis], seed));
+                agrees(op.clone(), &gradient_case(&shape, shape[axis], seed));
                 agrees(op.clone(), &plain_case(&shape, shape[axis], seed));
             }
         }
@@ -199,7 +152,7 @@ fn learnable_gradients_over_a_range_beyond_exact_f32_integers_run_the_eager_kern
         quant_max: (1 << 24) + 1,
         grad_factor: 1.0,
     });
-    let inputs = case(&[10], 1, 0);
+    let inputs = gradient_case(&[10], 1, 0);
     let graph = gradients_graph(op, &inputs);
     let program = lowered(&graph, &inputs);
     assert_eq!(program.fallbacks.len(), 1, "{program}");

@@ -4,7 +4,9 @@
 //! and sm_90) when it is installed, run in the emulator and checked bit for bit against the
 //! kernel-IR interpreter and the eager CPU kernel on ties at .5 steps, NaN and infinite
 //! inputs, scales and zero points, zero points outside the range, empty and 0-dim inputs; and
-//! as eager ops on CUDA tensors (the emulated driver) equal to the CPU.
+//! as eager ops on CUDA tensors (the emulated driver) equal to the CPU. The learnable
+//! fake-quantize backward's `dX` likewise; its `dScale` and `dZeroPoint` sums (a tree on the
+//! device, in order on the CPU) within the rounding of the summation order.
 
 mod common;
 mod emulated;
@@ -19,7 +21,9 @@ use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::{FakeQuantOp, QuantOp};
 use tessera_tensor::{DType, Device, Op, Tensor};
 use tessera_testkit::exact_bits;
-use tessera_testkit::fake_quant_cases::{integer_zero_points, parameters, x_values};
+use tessera_testkit::fake_quant_cases::{
+    gradient_case, gradients_agree, integer_zero_points, learnable_form, parameters, x_values,
+};
 use tessera_testkit::quant_cases::{QUANTIZED_TYPES, float_inputs, quantized_inputs, valid_scales};
 
 fn bits(t: &Tensor) -> Vec<u32> {
@@ -289,4 +293,76 @@ fn quantized_ops_of_cuda_tensors_equal_the_cpu_and_report_bad_channel_parameters
         text.contains("index 256 is out of bounds for a dimension of size 256"),
         "{text}"
     );
+}
+
+/// The learnable backward `op` on `inputs`: emulated PTX against the interpreter and eager.
+fn gradients_agree_on_ptx(op: Op, inputs: &[Tensor]) {
+    let form = learnable_form(&op).expect("a learnable backward");
+    let program = common::lowered(op.clone(), inputs, 3);
+    assert_eq!(program.kernels().count(), 1, "{program}");
+    let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
+    let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let eager = op.apply(&refs).unwrap();
+    gradients_agree("emulated PTX vs interpreter", &got, &want, inputs, form);
+    gradients_agree("emulated PTX vs eager", &got, &eager, inputs, form);
+}
+
+#[test]
+fn learnable_fake_quant_gradients_on_emulated_ptx_agree_with_the_interpreter_and_eager() {
+    for (quant_min, quant_max) in RANGES {
+        let per_tensor = Op::FakeQuantBackward(FakeQuantOp::LearnablePerTensor {
+            quant_min,
+            quant_max,
+            grad_factor: 1.0,
+        });
+        for seed in 0..6 {
+            for shape in [vec![5, 13], vec![0, 3], vec![300]] {
+                gradients_agree_on_ptx(per_tensor.clone(), &gradient_case(&shape, 1, seed));
+            }
+        }
+        for (shape, axis) in [
+            (vec![4, 3, 5], 0),
+            (vec![4, 3, 5], 1),
+            (vec![4, 3, 5], 2),
+            (vec![7], 0),
+        ] {
+            let per_channel = Op::FakeQuantBackward(FakeQuantOp::LearnablePerChannel {
+                axis,
+                quant_min,
+                quant_max,
+                grad_factor: 0.5,
+            });
+            for seed in 0..4 {
+                let inputs = gradient_case(&shape, shape[axis], seed);
+                gradients_agree_on_ptx(per_channel.clone(), &inputs);
+            }
+        }
+    }
+}
+
+#[test]
+fn learnable_fake_quant_gradients_of_cuda_tensors_agree_with_the_cpu() {
+    init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
+    let op = Op::FakeQuantBackward(FakeQuantOp::LearnablePerChannel {
+        axis: 1,
+        quant_min: -128,
+        quant_max: 127,
+        grad_factor: 1.0,
+    });
+    let inputs = gradient_case(&[4, 6, 3], 6, 2);
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let want = op.apply(&refs).unwrap();
+    let on: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| t.to_device(Device::Cuda(0)).unwrap())
+        .collect();
+    let got = op.apply(&on.iter().collect::<Vec<_>>()).unwrap();
+    assert!(got.iter().all(|t| t.device() == Device::Cuda(0)));
+    let back: Vec<Tensor> = got
+        .iter()
+        .map(|t| t.to_device(Device::Cpu).unwrap())
+        .collect();
+    let form = learnable_form(&op).unwrap();
+    gradients_agree("cuda tensors vs cpu", &back, &want, &inputs, form);
 }
