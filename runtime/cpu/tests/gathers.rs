@@ -1,7 +1,8 @@
 //! Data-dependent loads in generated kernels: the negative log-likelihood and its gradient,
 //! embedding lookups, `index_select` and `gather` lower to kernels (no fallback) whose
 //! interpreted and JIT-compiled results equal eager execution, for f32 and f64, ignored targets,
-//! label smoothing (one kernel, or two with a sum or mean) and empty batches; an index outside its dim fails the run with the typed
+//! label smoothing (one kernel, or two with a sum or mean), empty batches and inputs with no
+//! classes (whose targets are still checked); an index outside its dim fails the run with the typed
 //! `IndexOutOfRange` error (naming the kernel, the index and the dim's size) in both runners,
 //! as eager execution fails, and never reads out of bounds.
 
@@ -112,6 +113,47 @@ fn nll_loss_of_only_ignored_targets_is_nan_for_a_mean_as_eager() {
     let g = op_graph(Op::Loss(nll(Reduction::Mean, -100, 0.0)), &inputs);
     assert!(eager(&g, &inputs)[0].to_vec::<f32>().unwrap()[0].is_nan());
     lowered_agreeing(Op::Loss(nll(Reduction::Mean, -100, 0.0)), &inputs, 0.0);
+}
+
+#[test]
+fn nll_loss_of_an_input_with_no_classes_checks_the_targets_as_eager_does() {
+    for reduction in REDUCTIONS {
+        for smoothing in [0.0, 0.2] {
+            let grad = |shape: &[usize], dtype| match reduction {
+                Reduction::None => floats(shape, 2, dtype),
+                _ => floats(&[], 2, dtype),
+            };
+            // Every target ignored: a loss of 0 (NaN for a mean), an empty gradient.
+            for (shape, target) in [
+                (vec![3, 0], ints(&[-100, -100, -100], &[3])),
+                (vec![2, 0, 2], ints(&[-100; 4], &[2, 2])),
+                (vec![0], ints(&[-100], &[])),
+                (vec![0, 0], ints(&[], &[0])),
+            ] {
+                let x = floats(&shape, 1, DType::F64);
+                let inputs = [x.clone(), target.clone()];
+                lowered_agreeing(Op::Loss(nll(reduction, -100, smoothing)), &inputs, 0.0);
+                let inputs = [grad(&target.shape(), DType::F64), x, target];
+                let op = Op::Loss(nll_backward(reduction, -100, smoothing));
+                lowered_agreeing(op, &inputs, 0.0);
+            }
+            // Any other target is out of range: reported as `target + 1` of a dim of size 1.
+            let inputs = [floats(&[3, 0], 1, DType::F32), ints(&[-100, 0, -100], &[3])];
+            faults(Op::Loss(nll(reduction, -100, smoothing)), &inputs, 1, 1);
+            let inputs = [
+                floats(&[3, 0], 1, DType::F32),
+                ints(&[-100, -100, -7], &[3]),
+            ];
+            faults(Op::Loss(nll(reduction, -100, smoothing)), &inputs, -7, 1);
+            let inputs = [
+                grad(&[3], DType::F32),
+                floats(&[3, 0], 1, DType::F32),
+                ints(&[4, -100, -100], &[3]),
+            ];
+            let op = Op::Loss(nll_backward(reduction, -100, smoothing));
+            faults(op, &inputs, 5, 1);
+        }
+    }
 }
 
 #[test]

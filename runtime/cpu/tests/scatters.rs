@@ -4,7 +4,8 @@
 //! summation order is eager's (`embedding_backward`; `index_add`/`scatter_add` without
 //! duplicate indices) and within rounding otherwise, for f32 and f64, duplicate indices,
 //! empty index tensors and strided (transposed) operands; an index outside its dim fails the
-//! run with the typed `IndexOutOfRange` error in both runners, as eager execution fails.
+//! run with the typed `IndexOutOfRange` error in both runners, as eager execution fails, also
+//! for an empty embedding gradient (embedding dim 0, or no rows), whose ids eager checks.
 
 use crate::common;
 
@@ -74,6 +75,34 @@ fn embedding_backward_with_an_id_past_the_table_fails_with_the_id_and_the_row_co
     faults(embedding_backward(6, None), &inputs, 6, 6);
     let inputs = [floats(&[3, 2], 1, DType::F64), ints(&[1, -1, 2], &[3])];
     faults(embedding_backward(6, Some(1)), &inputs, -1, 6);
+}
+
+#[test]
+fn an_empty_embedding_gradient_checks_its_ids_as_eager_does() {
+    // Embedding dim 0: an empty [6, 0] gradient, ids checked against the 6 rows.
+    for dtype in [DType::F32, DType::F64] {
+        let inputs = [
+            floats(&[2, 3, 0], 1, dtype),
+            ints(&[5, 0, 1, 5, 2, 3], &[2, 3]),
+        ];
+        let program = common::lowered_agreeing(embedding_backward(6, Some(5)), &inputs, 0.0);
+        assert_eq!(
+            program.kernels().count(),
+            2,
+            "a check and the empty output\n{program}"
+        );
+        assert_eq!(
+            eager(&op_graph(embedding_backward(6, None), &inputs), &inputs)[0].shape(),
+            [6, 0]
+        );
+    }
+    let inputs = [floats(&[3, 0], 1, DType::F32), ints(&[1, 6, 2], &[3])];
+    faults(embedding_backward(6, None), &inputs, 6, 6);
+    let inputs = [floats(&[3, 0], 1, DType::F32), ints(&[1, -2, 2], &[3])];
+    faults(embedding_backward(6, Some(1)), &inputs, -2, 6);
+    // No rows: every id is out of range.
+    let inputs = [floats(&[2, 4], 1, DType::F32), ints(&[0, 0], &[2])];
+    faults(embedding_backward(0, None), &inputs, 0, 0);
 }
 
 #[test]

@@ -23,6 +23,7 @@ mod fake_quant_gradients;
 mod frame;
 mod gather;
 mod gemm;
+mod index_check;
 mod loss;
 mod max_pool_backward;
 mod nll;

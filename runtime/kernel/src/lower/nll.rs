@@ -9,9 +9,12 @@
 //! loop; with `sum` or `mean` (two nested sums) a second kernel adds the per-sample losses
 //! the first stores. The gradient is one kernel over the input, `coeff * upstream` with the coefficient
 //! picked by comparing the class loop's index with the target; for `mean` a first kernel
-//! divides the upstream gradient by the count.
+//! divides the upstream gradient by the count. An input with no classes reads nothing: its
+//! targets are checked as eager checks them (`index_check.rs`), the loss is 0 per sample (NaN
+//! averaged over no samples) and the gradient empty.
 
 use super::gather::IndexKernel;
+use super::index_check::classless_target;
 use super::{Lowering, at_least_one_dim};
 use crate::{BinaryFn, CompareFn, Expr, KernelBuilder, ReduceFn, Result, ScalarType};
 use crate::{LoopId, ValueId};
@@ -205,9 +208,7 @@ impl Lowering<'_> {
         };
         let class_dim = usize::from(rank > 1);
         if classes == 0 {
-            // Every target is then ignored or out of range, and a gather of an empty dim
-            // faults even for the ignored ones.
-            return Ok(Err("an input with no classes".into()));
+            return Ok(Ok(self.nll_without_classes(id, nll, t, meta, ty)?));
         }
         let sample_shape = t.layout.shape.clone();
         let s = nll.label_smoothing;
@@ -282,7 +283,15 @@ impl Lowering<'_> {
         let class_dim = usize::from(rank > 1);
         let classes = shape.get(class_dim).copied().unwrap_or(0);
         if classes == 0 {
-            return Ok(Err("an input with no classes".into()));
+            // The gradient is empty; the targets are checked all the same.
+            let ignore = nll.ignore_index;
+            let check = self.index_check(id, t, 1, |k, target| {
+                let ii = k.constant(ScalarType::I64, ignore as f64);
+                let ignored =
+                    k.b.push(ScalarType::Bool, Expr::Compare(CompareFn::Eq, target, ii));
+                classless_target(k, target, ignored)
+            })?;
+            return self.empty_after_check(id, &check, meta);
         }
         let samples: Vec<Option<usize>> = match rank {
             1 => vec![],
@@ -333,6 +342,38 @@ impl Lowering<'_> {
         let grad = k.b.push(ty, Expr::Cast(grad));
         let value = unless_ignored(&mut k, target.ignored, grad);
         Ok(Ok(self.finish_index_kernel(id, k, value, meta)?))
+    }
+
+    /// The loss of an input with no classes: every target is ignored (a loss of 0, summed,
+    /// or averaged over no samples to NaN, as eager) or out of range, which faults the
+    /// kernel (checked by [`classless_target`]) as eager fails.
+    fn nll_without_classes(
+        &mut self,
+        id: &NodeId,
+        nll: Nll,
+        t: &super::Val,
+        meta: TensorMeta,
+        ty: ScalarType,
+    ) -> Result<super::Val> {
+        let sample_shape = t.layout.shape.clone();
+        let reduced = nll.reduction != Reduction::None;
+        let (domain, reduce) = match reduced {
+            true => (vec![], at_least_one_dim(&sample_shape)),
+            false => (sample_shape.clone(), vec![]),
+        };
+        let name = format!("k{}_nll_loss", self.kernel_count());
+        let mut k = IndexKernel::new(KernelBuilder::reduction(name, domain, reduce));
+        let samples: Vec<Option<usize>> = (0..sample_shape.len()).map(Some).collect();
+        let target = read_target(&mut k, t, &samples, nll.ignore_index);
+        let by = classless_target(&mut k, target.value, target.ignored);
+        let checked = k.checked_load(t, ScalarType::I64, &samples, by, 1);
+        let loss = k.b.push(ty, Expr::Cast(checked));
+        let loss = unless_ignored(&mut k, target.ignored, loss);
+        let value = match reduced {
+            true => total(&mut k, loss, target.ignored, nll.reduction, ty),
+            false => loss,
+        };
+        self.finish_index_kernel(id, k, value, meta)
     }
 
     /// A kernel over no loops storing `g / count` in f64, the count the targets that are not

@@ -15,9 +15,10 @@
 //! `(x + a) + b`), equal to eager's where no element receives two rows and within rounding
 //! otherwise. What the lowering does not cover (i32 indices, other than f32/f64 values, a
 //! `scatter_add` whose index is narrower than `x` along a dim other than `dim`, an empty
-//! output with a non-empty index, whose indices eager still checks) runs the eager kernel,
-//! reported as a fallback. A 0-d input, index or source of `index_add`/`scatter_add` is one
-//! element of one dim, as eager pads it.
+//! `index_add`/`scatter_add` output with a non-empty index, whose indices eager still checks)
+//! runs the eager kernel, reported as a fallback; an empty `embedding_backward` checks its
+//! indices against the weight's rows in a check kernel (`index_check.rs`). A 0-d input,
+//! index or source of `index_add`/`scatter_add` is one element of one dim, as eager pads it.
 
 use super::gather::IndexKernel;
 use super::{Lowering, Val, at_least_one_dim};
@@ -107,11 +108,6 @@ impl Lowering<'_> {
         let Some(index) = operands.get(1) else {
             return Ok(Err("the node has no index".into()));
         };
-        if out.contains(&0) && !index.layout.shape.contains(&0) {
-            return Ok(Err(
-                "an empty output with indices to check (the eager kernel checks them)".into(),
-            ));
-        }
         let name = format!("k{}_{}", self.kernel_count(), op.name());
         let rank = out.len();
         let plan = match op {
@@ -124,6 +120,18 @@ impl Lowering<'_> {
             Ok(p) => p,
             Err(why) => return Ok(Err(why)),
         };
+        if out.contains(&0) && !index.layout.shape.contains(&0) {
+            // Nothing is written, but eager checks the indices: an embedding gradient checks
+            // them against the weight's rows.
+            if !matches!(op, Op::EmbeddingBackward(_)) {
+                return Ok(Err(
+                    "an empty output with indices to check (the eager kernel checks them)".into(),
+                ));
+            }
+            let (index, rows) = (index.clone(), out[plan.dim]);
+            let check = self.index_check(id, &index, rows, |_, element| element)?;
+            return self.empty_after_check(id, &check, meta);
+        }
         let mut k = IndexKernel::new(KernelBuilder::reduction(name, out.clone(), plan.rows));
         let by = k.load(index, ScalarType::I64, &plan.index_map);
         let src = k.checked_load(&plan.src, ty, &plan.src_map, by, out[plan.dim]);
