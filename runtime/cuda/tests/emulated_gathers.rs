@@ -1,7 +1,8 @@
 //! Data-dependent loads on the PTX backend: the negative log-likelihood and its gradient,
 //! embedding lookups, `index_select`, `gather` and `one_hot` rendered to PTX, run in the emulator and
 //! checked bit for bit against the kernel-IR interpreter and eager execution (f32 and f64,
-//! ignored targets, an empty batch); every kernel is assembled by ptxas (sm_80 and sm_90) when
+//! ignored targets, an empty batch, inputs with no classes and empty embedding gradients,
+//! whose indices are still checked); every kernel is assembled by ptxas (sm_80 and sm_90) when
 //! it is installed. An index outside its dim reads nothing (the emulator bounds-checks every
 //! access) and fails the run with `IndexOutOfRange`, through the kernel executor and through
 //! eager ops on CUDA tensors (the emulated driver).
@@ -132,6 +133,46 @@ fn nll_loss_of_an_empty_batch_on_emulated_ptx_equals_eager() {
     }
 }
 
+/// Nothing to read, the indices checked all the same: an nll of an input with no classes (a
+/// loss of 0 or NaN where every target is ignored, an empty gradient) and an empty embedding
+/// gradient; any other index fails the run as eager fails.
+#[test]
+fn degenerate_nll_and_embedding_gradients_on_emulated_ptx_check_their_indices() {
+    use tessera_tensor::op::EmbeddingBackwardOp;
+    for reduction in REDUCTIONS {
+        let (x, t) = (floats(&[3, 0], 1, DType::F32), ints(&[-100; 3], &[3]));
+        agrees(nll(reduction, -100, 0.1), &[x.clone(), t.clone()]);
+        let grad = match reduction {
+            Reduction::None => floats(&[3], 2, DType::F32),
+            _ => floats(&[], 2, DType::F32),
+        };
+        agrees(
+            nll_backward(reduction, -100, 0.0),
+            &[grad.clone(), x.clone(), t],
+        );
+        let bad = ints(&[-100, 2, -100], &[3]);
+        faults(nll(reduction, -100, 0.0), &[x.clone(), bad.clone()], 3, 1);
+        faults(nll_backward(reduction, -100, 0.0), &[grad, x, bad], 3, 1);
+    }
+    let embedding = |num_weights| {
+        Op::EmbeddingBackward(EmbeddingBackwardOp {
+            num_weights,
+            padding_idx: None,
+        })
+    };
+    let ids = ints(&[4, 0, 2], &[3]);
+    agrees(embedding(5), &[floats(&[3, 0], 1, DType::F64), ids.clone()]);
+    faults(
+        embedding(4),
+        &[floats(&[3, 0], 1, DType::F64), ids.clone()],
+        4,
+        4,
+    );
+    // With no rows every id faults: one id, as threads may record any of several first.
+    let id = ints(&[4], &[1]);
+    faults(embedding(0), &[floats(&[1, 2], 1, DType::F32), id], 4, 0);
+}
+
 #[test]
 fn embedding_index_select_and_gather_on_emulated_ptx_equal_eager() {
     let table = floats(&[10, 6], 4, DType::F32).t().unwrap();
@@ -215,6 +256,42 @@ fn eager_nll_loss_on_cuda_tensors_reports_a_bad_target_and_recovers() {
     assert_eq!(
         bits(&on_device[0].to_device(Device::Cpu).unwrap()),
         bits(&on_cpu[0])
+    );
+}
+
+#[test]
+fn degenerate_nll_and_embedding_gradients_of_cuda_tensors_equal_the_cpu() {
+    use tessera_tensor::op::EmbeddingBackwardOp;
+    let cuda = emulated_device();
+    let on = |t: &Tensor| t.to_device(cuda).unwrap();
+    let (x, t) = (floats(&[2, 0, 3], 1, DType::F32), ints(&[-100; 6], &[2, 3]));
+    for reduction in REDUCTIONS {
+        let op = nll(reduction, -100, 0.0);
+        let got = op.apply(&[&on(&x), &on(&t)]).unwrap();
+        let want = op.apply(&[&x, &t]).unwrap();
+        assert_eq!(got[0].device(), cuda);
+        let got = got[0].to_device(Device::Cpu).unwrap();
+        assert_eq!(bits(&got), bits(&want[0]), "{reduction:?}");
+    }
+    let op = Op::EmbeddingBackward(EmbeddingBackwardOp {
+        num_weights: 4,
+        padding_idx: Some(1),
+    });
+    let (g, ids) = (floats(&[2, 0], 1, DType::F32), ints(&[3, 1], &[2]));
+    let got = op.apply(&[&on(&g), &on(&ids)]).unwrap();
+    assert_eq!(got[0].shape(), [4, 0]);
+    let bad = ints(&[3, 4], &[2]);
+    let err = op.apply(&[&on(&g), &on(&bad)]).unwrap_err();
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(&err);
+    while let Some(c) = cause {
+        text += &format!(": {c}");
+        cause = c.source();
+    }
+    assert!(text.contains("embedding_backward"), "{text}");
+    assert!(
+        text.contains("index 4 is out of bounds for a dimension of size 4"),
+        "{text}"
     );
 }
 

@@ -28,10 +28,6 @@ const ELEMENT_LIMIT: usize = 256;
 
 /// The variants whose cases the CUDA backend refuses with `UnsupportedOnDevice`.
 const UNSUPPORTED_ON_CUDA: &[&str] = &[
-    "embedding_backward",
-    // Only an input with no classes (its eager kernel checks the targets on the host).
-    "loss.nll",
-    "loss.nll_backward",
     "quant.avg_pool",
     "quant.conv2d",
     "quant.linear",
