@@ -1,7 +1,8 @@
 //! `one_hot` as one generated kernel: the interpreter's and the JIT's i64 results equal the
 //! eager kernel's, for classes of any rank and layout; a class outside `0..num_classes` fails
-//! both runners with `IndexOutOfRange` (eager fails the op); classes of other integer dtypes
-//! run the eager kernel.
+//! both runners with `IndexOutOfRange` (eager fails the op), also with zero classes (an empty
+//! output, the classes checked by a check kernel); classes of other integer dtypes run the
+//! eager kernel.
 
 use crate::common;
 
@@ -40,13 +41,22 @@ fn a_class_outside_the_classes_fails_with_the_class_and_the_count() {
 }
 
 #[test]
-fn classes_of_other_dtypes_and_zero_classes_run_the_eager_kernel() {
-    let narrow = Tensor::from_vec(vec![1u8, 0, 2], &[3]).unwrap();
-    let empty = classes(&[], &[0]);
-    for (op, x) in [(one_hot(3), narrow), (one_hot(0), empty)] {
-        let inputs = [x];
-        let program = lowered(&op_graph(op, &inputs), &inputs);
-        assert_eq!(program.fallbacks.len(), 1, "{program}");
-        assert_eq!(program.kernels().count(), 0, "{program}");
+fn classes_of_other_dtypes_run_the_eager_kernel() {
+    let inputs = [Tensor::from_vec(vec![1u8, 0, 2], &[3]).unwrap()];
+    let program = lowered(&op_graph(one_hot(3), &inputs), &inputs);
+    assert_eq!(program.fallbacks.len(), 1, "{program}");
+    assert_eq!(program.kernels().count(), 0, "{program}");
+}
+
+#[test]
+fn zero_classes_give_an_empty_output_and_check_every_class_as_eager_does() {
+    for x in [classes(&[], &[0]), classes(&[], &[2, 0])] {
+        let program = lowered_agreeing(one_hot(0), &[x], 0.0);
+        assert_eq!(
+            program.kernels().count(),
+            2,
+            "a check and the empty output\n{program}"
+        );
     }
+    faults(one_hot(0), &[classes(&[3], &[1])], 3, 0);
 }

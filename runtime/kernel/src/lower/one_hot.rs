@@ -2,9 +2,10 @@
 //! its class position (the innermost loop's index) is the input's class and 0 elsewhere, as
 //! i64s. The class is checked against `0..num_classes` in the kernel by a gather of the class
 //! itself ([`super::gather::IndexKernel::checked_load`]): a class outside fails the run with
-//! [`crate::KernelError::IndexOutOfRange`], where the eager kernel fails the op. Classes of
-//! another dtype than i64, and zero classes (an output with no elements, whose classes no
-//! kernel point would check), run the eager kernel.
+//! [`crate::KernelError::IndexOutOfRange`], where the eager kernel fails the op. With zero
+//! classes the output is empty and a check kernel (`index_check.rs`) checks the classes.
+//! Classes of another integer dtype than i64 (which eager accepts) run the eager kernel: the
+//! kernel IR's checked gathers read f32, f64 and i64 only.
 
 use super::gather::IndexKernel;
 use super::{Lowering, Val};
@@ -37,7 +38,10 @@ impl Lowering<'_> {
             return Ok(Err("classes of another dtype than i64".into()));
         }
         if num_classes == 0 {
-            return Ok(Err("no classes to check the input against".into()));
+            // No output element, but eager checks the classes: every one is out of range.
+            let classes = classes.clone();
+            let check = self.index_check(id, &classes, 0, |_, class| class)?;
+            return self.empty_after_check(id, &check, meta);
         }
         let out = meta.shape.clone();
         let rank = out.len();
