@@ -656,3 +656,99 @@ fn a_compiled_step_of_a_cnn_with_overlapping_max_pooling_reads_the_saved_indices
         );
     }
 }
+
+/// LSQ fake quantization of its input with learnable `scale` and `zero_point` (per tensor, or
+/// per channel along dim 1), as `LearnableFakeQuantize` in learning mode computes it but
+/// traceable (that module reads its flags on the host).
+#[derive(tessera::nn::Module)]
+struct Lsq {
+    core: tessera::nn::ModuleCore,
+    scale: tessera::nn::Parameter,
+    zero_point: tessera::nn::Parameter,
+    #[module(skip)]
+    per_channel: bool,
+    #[module(skip)]
+    grad_factor: f64,
+}
+
+impl Lsq {
+    fn new(channels: Option<usize>, grad_factor: f64) -> Box<Lsq> {
+        let n = channels.unwrap_or(1);
+        let filled =
+            |v: f32| tessera::nn::Parameter::new(Tensor::from_vec(vec![v; n], &[n]).unwrap());
+        Box::new(Lsq {
+            core: Default::default(),
+            scale: filled(0.02),
+            zero_point: filled(100.0),
+            per_channel: channels.is_some(),
+            grad_factor,
+        })
+    }
+}
+
+impl tessera::nn::Forward for Lsq {
+    type Output = Tensor;
+    fn forward(&self, x: Tensor) -> tessera::nn::Result<Tensor> {
+        use tessera::tensor::op::{
+            fake_quantize_learnable_per_channel_affine, fake_quantize_learnable_per_tensor_affine,
+        };
+        let (s, z, f) = (
+            self.scale.tensor(),
+            self.zero_point.tensor(),
+            self.grad_factor,
+        );
+        Ok(match self.per_channel {
+            true => fake_quantize_learnable_per_channel_affine(&x, s, z, 1, 0, 255, f)?,
+            false => fake_quantize_learnable_per_tensor_affine(&x, s, z, 0, 255, f)?,
+        })
+    }
+}
+
+/// A QAT classifier: `Linear(20, 16) -> Lsq (per tensor) -> Linear(16, 8) -> Lsq (per
+/// channel, gradient factor 0.3) -> Linear(8, 5)`, seeded by `seed`, its quantizers learning
+/// from scale 0.02 and zero point 100 (a range some activations leave).
+fn learnable_qat_mlp(seed: u64) -> Arc<Sequential> {
+    let mut model = Sequential::new();
+    model.push(Box::new(Linear::new(20, 16).unwrap()));
+    model.push(Lsq::new(None, 1.0));
+    model.push(Box::new(Linear::new(16, 8).unwrap()));
+    model.push(Lsq::new(Some(8), 0.3));
+    model.push(Box::new(Linear::new(8, 5).unwrap()));
+    let model = seeded(model, seed, 0.3);
+    let _guard = tessera::no_grad();
+    for (name, p) in model.named_parameters() {
+        let value = match name.rsplit('.').next() {
+            Some("scale") => 0.02f32,
+            Some("zero_point") => 100.0,
+            _ => continue,
+        };
+        let filled = Tensor::from_vec(vec![value; p.tensor().numel()], &p.tensor().shape());
+        p.tensor().copy_(&filled.unwrap()).unwrap();
+    }
+    model
+}
+
+#[test]
+fn a_compiled_qat_step_with_learnable_fake_quantization_follows_eager_with_no_fallback() {
+    for backend in [Backend::Interpreter, Backend::Jit] {
+        let options = SgdOptions {
+            lr: 0.05,
+            ..Default::default()
+        };
+        let mut g = Generator::new(23);
+        let batch = |s: i64| {
+            let x = Tensor::randn_with(&[6, 20], DType::F32, &mut g).unwrap();
+            let classes: Vec<i64> = (0..6).map(|i| (i * 2 + s) % 5).collect();
+            (x, Tensor::from_vec(classes, &[6]).unwrap())
+        };
+        // The fake quantizers' forward and LSQ backward (scale and zero-point gradients summed
+        // in a reduction kernel) are kernels: only the products are left to eager kernels.
+        sgd_steps_follow_eager(
+            || learnable_qat_mlp(4),
+            options,
+            batch,
+            backend,
+            |op| matches!(op, "linear" | "matmul"),
+        );
+    }
+}
