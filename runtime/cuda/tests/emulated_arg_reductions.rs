@@ -10,15 +10,11 @@
 //! their results, sums included (integer addition associates), are the eager kernel's bit for
 //! bit, beyond 2^53 too.
 
-mod common;
-mod emulated;
-mod emulated_driver;
-mod emulator;
+use crate::common;
+use crate::emulated;
+use crate::emulated_agreement::bits;
 
 use emulated::EmulatedPtx;
-use emulated_driver::EmulatedDriver;
-use std::sync::Arc;
-use tessera_cuda::init_with_driver;
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::{ReduceKind, ReduceOp};
 use tessera_tensor::{DType, Device, Op, Tensor};
@@ -49,42 +45,6 @@ fn tied(shape: &[usize], dtype: DType, nans: &[usize], ninf: std::ops::Range<usi
         *x = f64::NEG_INFINITY;
     }
     Tensor::from_vec(v, shape).unwrap().to_dtype(dtype).unwrap()
-}
-
-/// The elements' bits (NaN as one pattern); integer and bool elements as i64, exactly.
-fn bits(t: &Tensor) -> Vec<u64> {
-    if !t.dtype().is_float() {
-        let exact = t.to_dtype(DType::I64).unwrap().to_vec::<i64>().unwrap();
-        return exact.into_iter().map(|x| x as u64).collect();
-    }
-    t.to_vec_f64()
-        .unwrap()
-        .iter()
-        .map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() })
-        .collect()
-}
-
-/// `op` on `x`: emulated PTX, the interpreter and eager execution agree bit for bit.
-fn agrees(op: Op, x: &Tensor, outputs: usize) {
-    let inputs = std::slice::from_ref(x);
-    let program = common::lowered(op.clone(), inputs, outputs);
-    let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
-    let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
-    let eager = op.apply(&[x]).unwrap();
-    assert_eq!(eager.len(), outputs);
-    for i in 0..outputs {
-        assert_eq!(got[i].dtype(), eager[i].dtype(), "output {i}\n{program}");
-        assert_eq!(
-            bits(&got[i]),
-            bits(&want[i]),
-            "output {i}: emulated PTX vs interpreter\n{program}"
-        );
-        assert_eq!(
-            bits(&want[i]),
-            bits(&eager[i]),
-            "output {i}: interpreter vs eager\n{program}"
-        );
-    }
 }
 
 /// Every kind along each of `dims`, keepdim or not when `both_keepdims` (keepdim changes the
@@ -142,7 +102,7 @@ fn rows_longer_than_a_warp_and_a_block_combine_to_the_first_extreme() {
 
 #[test]
 fn arg_reductions_run_as_eager_cuda_ops() {
-    init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
+    crate::eager_common::backend();
     let x = tied(&[4, 70], DType::F32, &[150], 210..280);
     let d = x.to_device(Device::Cuda(0)).unwrap();
     let on_cpu = |t: Tensor| {
@@ -230,4 +190,9 @@ fn integer_reductions_on_emulated_ptx_are_exact_in_i64() {
             }
         }
     }
+}
+
+/// `op` on `x`: see [`crate::emulated_agreement::agrees`].
+fn agrees(op: Op, x: &Tensor, outputs: usize) {
+    crate::emulated_agreement::agrees(op, std::slice::from_ref(x), outputs);
 }

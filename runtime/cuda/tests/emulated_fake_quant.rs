@@ -8,15 +8,10 @@
 //! fake-quantize backward's `dX` likewise; its `dScale` and `dZeroPoint` sums (a tree on the
 //! device, in order on the CPU) within the rounding of the summation order.
 
-mod common;
-mod emulated;
-mod emulated_driver;
-mod emulator;
+use crate::common;
+use crate::emulated;
 
 use emulated::EmulatedPtx;
-use emulated_driver::EmulatedDriver;
-use std::sync::Arc;
-use tessera_cuda::init_with_driver;
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::{FakeQuantOp, QuantOp};
 use tessera_tensor::{DType, Device, Op, Tensor};
@@ -139,7 +134,7 @@ fn the_straight_through_gradient_on_emulated_ptx_equals_the_interpreter_and_eage
 
 #[test]
 fn fake_quant_of_cuda_tensors_equals_the_cpu_and_reports_a_zero_point_outside_the_range() {
-    init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
+    crate::eager_common::backend();
     let op = Op::FakeQuant(FakeQuantOp::LearnablePerChannel {
         axis: 1,
         quant_min: -128,
@@ -258,7 +253,7 @@ fn the_int8_add_on_emulated_ptx_equals_the_interpreter_and_eager() {
 
 #[test]
 fn quantized_ops_of_cuda_tensors_equal_the_cpu_and_report_bad_channel_parameters() {
-    init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
+    crate::eager_common::backend();
     let on = |t: &Tensor| t.to_device(Device::Cuda(0)).unwrap();
     let op = Op::Quant(QuantOp::QuantizePerChannel {
         axis: 1,
@@ -343,7 +338,7 @@ fn learnable_fake_quant_gradients_on_emulated_ptx_agree_with_the_interpreter_and
 
 #[test]
 fn learnable_fake_quant_gradients_of_cuda_tensors_agree_with_the_cpu() {
-    init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
+    crate::eager_common::backend();
     let op = Op::FakeQuantBackward(FakeQuantOp::LearnablePerChannel {
         axis: 1,
         quant_min: -128,

@@ -7,15 +7,11 @@
 //! access) and fails the run with `IndexOutOfRange`, through the kernel executor and through
 //! eager ops on CUDA tensors (the emulated driver).
 
-mod common;
-mod emulated;
-mod emulated_driver;
-mod emulator;
+use crate::common;
+use crate::emulated;
+use crate::emulated_agreement::bits;
 
 use emulated::EmulatedPtx;
-use emulated_driver::EmulatedDriver;
-use std::sync::Arc;
-use tessera_cuda::init_with_driver;
 use tessera_kernel::{Interpreter, KernelError, NoEnvironment, run_program};
 use tessera_tensor::op::{EmbeddingOp, IndexOp, LossOp, Reduction};
 use tessera_tensor::{DType, Device, Op, Tensor};
@@ -48,33 +44,6 @@ fn nll_backward(reduction: Reduction, ignore_index: i64, label_smoothing: f64) -
         ignore_index,
         label_smoothing,
     })
-}
-
-fn bits(t: &Tensor) -> Vec<u64> {
-    t.to_vec_f64()
-        .unwrap()
-        .iter()
-        .map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() })
-        .collect()
-}
-
-/// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit.
-fn agrees(op: Op, inputs: &[Tensor]) {
-    let program = common::lowered(op.clone(), inputs, 1);
-    let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
-    let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
-    let refs: Vec<&Tensor> = inputs.iter().collect();
-    let eager = op.apply(&refs).unwrap();
-    assert_eq!(
-        bits(&got[0]),
-        bits(&want[0]),
-        "emulated PTX vs interpreter\n{program}"
-    );
-    assert_eq!(
-        bits(&want[0]),
-        bits(&eager[0]),
-        "interpreter vs eager\n{program}"
-    );
 }
 
 /// Emulated PTX fails `op` on `inputs` with `IndexOutOfRange` for `index` in a dim of `size`.
@@ -223,11 +192,8 @@ fn an_index_past_its_dim_on_emulated_ptx_fails_with_the_index_and_the_size() {
 
 /// The emulated device, registered once for the eager tests of this binary.
 fn emulated_device() -> Device {
-    static REGISTERED: std::sync::Once = std::sync::Once::new();
-    REGISTERED.call_once(|| {
-        init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
-    });
-    Device::Cuda(0)
+    crate::eager_common::backend();
+    crate::eager_common::CUDA
 }
 
 #[test]
@@ -388,4 +354,9 @@ fn eager_scatter_adds_on_cuda_tensors_equal_the_cpu_and_report_a_bad_index() {
         text.contains("index 3 is out of bounds for a dimension of size 3"),
         "{text}"
     );
+}
+
+/// `op` on `inputs`, one output: see [`crate::emulated_agreement::agrees`].
+fn agrees(op: Op, inputs: &[Tensor]) {
+    crate::emulated_agreement::agrees(op, inputs, 1);
 }

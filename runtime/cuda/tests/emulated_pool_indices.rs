@@ -8,15 +8,11 @@
 //! are an input or come from adaptive max pooling), adaptive average pooling's backward and
 //! average pooling's backward of overlapping windows, likewise; and the same ops as eager ops
 //! on CUDA tensors of the emulated driver.
-mod common;
-mod emulated;
-mod emulated_driver;
-mod emulator;
+use crate::common;
+use crate::emulated;
+use crate::emulated_agreement::{agrees, bits};
 
 use emulated::EmulatedPtx;
-use emulated_driver::EmulatedDriver;
-use std::sync::Arc;
-use tessera_cuda::init_with_driver;
 use tessera_fx::Graph;
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::{PoolOp, ReduceKind, ReduceOp};
@@ -35,38 +31,6 @@ fn tied(shape: &[usize], dtype: DType) -> Tensor {
         *x = f64::NEG_INFINITY;
     }
     Tensor::from_vec(v, shape).unwrap().to_dtype(dtype).unwrap()
-}
-
-fn bits(t: &Tensor) -> Vec<u64> {
-    t.to_vec_f64()
-        .unwrap()
-        .iter()
-        .map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() })
-        .collect()
-}
-
-/// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit on
-/// each of its `outputs`.
-fn agrees(op: Op, inputs: &[Tensor], outputs: usize) {
-    let program = common::lowered(op.clone(), inputs, outputs);
-    let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
-    let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
-    let refs: Vec<&Tensor> = inputs.iter().collect();
-    let eager = op.apply(&refs).unwrap();
-    assert_eq!(eager.len(), outputs);
-    for i in 0..outputs {
-        assert_eq!(got[i].dtype(), eager[i].dtype(), "output {i}\n{program}");
-        assert_eq!(
-            bits(&got[i]),
-            bits(&want[i]),
-            "output {i}: emulated PTX vs interpreter\n{program}"
-        );
-        assert_eq!(
-            bits(&want[i]),
-            bits(&eager[i]),
-            "output {i}: interpreter vs eager\n{program}"
-        );
-    }
 }
 
 /// `(kernel, stride, padding, dilation, ceil mode)`.
@@ -335,7 +299,7 @@ fn reductions_and_softmax_of_a_0d_tensor_on_emulated_ptx_equal_eager() {
 
 #[test]
 fn max_pool_with_indices_adaptive_pooling_and_0d_softmax_run_as_eager_cuda_ops() {
-    init_with_driver(Arc::new(EmulatedDriver::new(1))).expect("registering the backend");
+    crate::eager_common::backend();
     let x = tied(&[2, 3, 6, 6], DType::F32);
     let op = Op::Pool(PoolOp::max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false));
     let on_device = x.to_device(Device::Cuda(0)).unwrap();

@@ -4,7 +4,8 @@
 //!
 //! One test binary instead of one per file: each file below is a module, so the crate links
 //! its tests once. The CUDA backend registry is per process, so only one backend may be
-//! registered here: `eager_common::backend`, once, on three emulated devices. Files that
+//! registered here: `eager_common::backend`, once, on three emulated devices (the emulated
+//! op tests' eager checks run on its `cuda:0`). Files that
 //! register another backend (`cuda_tensors`, `cuda_losses`, `external_memory`, ...), need none
 //! registered (`cuda_unavailable`), or hold GPU tests run by name (`device`,
 //! `device_conformance`) stay separate binaries, listed in Cargo.toml; the
@@ -13,6 +14,7 @@
 mod common;
 mod eager_common;
 mod emulated;
+mod emulated_agreement;
 mod emulated_driver;
 mod emulator;
 
@@ -20,12 +22,16 @@ mod allocator;
 mod cuda_half;
 mod cuda_products;
 mod driver;
+mod emulated_arg_reductions;
 mod emulated_backward;
 mod emulated_bool_int;
 mod emulated_casts;
 mod emulated_differential;
+mod emulated_fake_quant;
+mod emulated_gathers;
 mod emulated_gemm;
 mod emulated_half;
+mod emulated_pool_indices;
 mod emulator_errors;
 mod emulator_kernels;
 mod emulator_mma;
