@@ -360,11 +360,7 @@ impl Renderer<'_> {
         j: Option<Value>,
     ) -> Value {
         let inside = b.ins().icmp_imm_u(IntCC::UnsignedLessThan, by, len as i64);
-        let zero = match ty {
-            ScalarType::F64 => b.ins().f64const(0.0),
-            ScalarType::I64 => b.ins().iconst(types::I64, 0),
-            _ => b.ins().f32const(0.0),
-        };
+        let zero = storage_constant(b, ty, 0.0);
         let x = if len == 0 {
             zero
         } else {

@@ -1,15 +1,15 @@
 //! `one_hot` as one generated kernel: the interpreter's and the JIT's i64 results equal the
 //! eager kernel's, for classes of any rank and layout; a class outside `0..num_classes` fails
 //! both runners with `IndexOutOfRange` (eager fails the op), also with zero classes (an empty
-//! output, the classes checked by a check kernel); classes of other integer dtypes run the
-//! eager kernel.
+//! output, the classes checked by a check kernel); u8, i8 and i32 classes are read in their
+//! own type and widened (zero classes of those run the eager kernel).
 
 use crate::common;
 
 use common::{faults, lowered, lowered_agreeing, op_graph};
 use tessera_kernel::ScalarType;
 use tessera_tensor::op::IndexOp;
-use tessera_tensor::{Op, Tensor};
+use tessera_tensor::{DType, Op, Tensor};
 
 fn one_hot(num_classes: usize) -> Op {
     Op::Index(IndexOp::OneHot { num_classes })
@@ -41,11 +41,23 @@ fn a_class_outside_the_classes_fails_with_the_class_and_the_count() {
 }
 
 #[test]
-fn classes_of_other_dtypes_run_the_eager_kernel() {
-    let inputs = [Tensor::from_vec(vec![1u8, 0, 2], &[3]).unwrap()];
-    let program = lowered(&op_graph(one_hot(3), &inputs), &inputs);
+fn classes_of_narrow_integer_dtypes_are_read_in_their_own_type() {
+    for dtype in [DType::U8, DType::I8, DType::I32] {
+        let x = classes(&[1, 0, 2, 2, 0, 1], &[2, 3])
+            .to_dtype(dtype)
+            .unwrap();
+        let program = lowered_agreeing(one_hot(3), &[x.clone()], 0.0);
+        assert_eq!(program.kernels().count(), 1, "{program}");
+        lowered_agreeing(one_hot(3), &[x.t().unwrap()], 0.0);
+    }
+    let x = classes(&[1, 3, 0], &[3]).to_dtype(DType::U8).unwrap();
+    faults(one_hot(3), &[x], 3, 3);
+    let x = classes(&[1, -2, 0], &[3]).to_dtype(DType::I8).unwrap();
+    faults(one_hot(3), &[x], -2, 3);
+    // Zero classes of a narrow dtype run the eager kernel (the check kernel reads i64).
+    let inputs = [Tensor::from_vec(Vec::<u8>::new(), &[0]).unwrap()];
+    let program = lowered(&op_graph(one_hot(0), &inputs), &inputs);
     assert_eq!(program.fallbacks.len(), 1, "{program}");
-    assert_eq!(program.kernels().count(), 0, "{program}");
 }
 
 #[test]

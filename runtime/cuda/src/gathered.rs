@@ -1,7 +1,8 @@
 //! Data-dependent loads ([`tessera_kernel::Expr::Gather`]) and loop indices
 //! ([`tessera_kernel::Expr::LoopIndex`]) as PTX. A gather checks its i64 index with one
 //! unsigned compare against the dim's size (a negative index wraps past it), loads under that
-//! predicate into a register holding 0, so no memory is read for a bad index, and under the
+//! predicate (in the element's storage type: a half's bits, a narrow integer, a bool's byte)
+//! into a register holding 0, so no memory is read for a bad index, and under the
 //! negated predicate records the fault (flag, index, size) in the kernel's status buffer
 //! with atomic exchanges (threads that fault together do not race; the index kept is one of
 //! theirs), which the runner zeroes before the launch and reads back after it.
@@ -9,7 +10,6 @@
 use crate::body::Body;
 use crate::emit::{Reg, RegClass};
 use crate::index::{IntWidth, element_size};
-use crate::scalar_table::{imm, suffix};
 use tessera_kernel::gather::{STATUS_FLAG, STATUS_INDEX, STATUS_SIZE};
 use tessera_kernel::{BufferId, IndexExpr, LoopId, ScalarType};
 
@@ -27,10 +27,16 @@ impl Body<'_> {
         status: BufferId,
         ty: ScalarType,
     ) {
-        let s = suffix(ty);
         let inside = self.e.reg(RegClass::Pred);
         self.e.ins(format!("setp.lt.u64 {inside}, {by}, {len}"));
-        self.e.ins(format!("mov.{s} {d}, {}", imm(ty, 0.0)));
+        // A bool is loaded as its byte into a 32-bit register and tested after the load.
+        let (target, ld, zero) = crate::guarded::storage_load(ty, 0.0);
+        let r = if ty == ScalarType::Bool {
+            self.e.reg(RegClass::B32)
+        } else {
+            d
+        };
+        self.e.ins(format!("mov.{target} {r}, {zero}"));
         if len > 0 {
             let base = self.address(buffer, index);
             let bytes = self.e.reg(RegClass::B64);
@@ -38,7 +44,10 @@ impl Body<'_> {
             self.e.ins(format!("mul.lo.s64 {bytes}, {by}, {step}"));
             let a = self.e.reg(RegClass::B64);
             self.e.ins(format!("add.s64 {a}, {base}, {bytes}"));
-            self.e.ins(format!("@{inside} ld.global.{s} {d}, [{a}]"));
+            self.e.ins(format!("@{inside} ld.global.{ld} {r}, [{a}]"));
+        }
+        if ty == ScalarType::Bool {
+            self.e.ins(format!("setp.ne.u32 {d}, {r}, 0"));
         }
         let at = self.bases[status.index()];
         let (one, size) = (self.e.reg(RegClass::B64), self.e.reg(RegClass::B64));

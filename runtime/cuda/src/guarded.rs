@@ -108,7 +108,7 @@ impl Body<'_> {
 /// For a guarded load of `ty` with `fill`: the `mov` type of its register, the `ld.global`
 /// type, and the fill as an immediate of that register (rounded or converted as the
 /// interpreter's `Scalar::of`: a half type's bits, a bool's byte, a narrow integer's value).
-fn storage_load(ty: ScalarType, fill: f64) -> (&'static str, &'static str, String) {
+pub(crate) fn storage_load(ty: ScalarType, fill: f64) -> (&'static str, &'static str, String) {
     match ty {
         ScalarType::F16 => (
             "b16",

@@ -168,6 +168,13 @@ fn one_hot_on_emulated_ptx_equals_eager_and_checks_its_classes() {
     agrees(one_hot(5), &[ints(&[0, 4, 2, 2, 1, 3], &[2, 3])]);
     faults(one_hot(5), &[ints(&[0, 5, 2], &[3])], 5, 5);
     faults(one_hot(5), &[ints(&[-2, 1], &[2])], -2, 5);
+    // Classes of u8, i8 and i32, gathered in their own type.
+    for dtype in [DType::U8, DType::I8, DType::I32] {
+        let x = ints(&[0, 4, 2, 2, 1, 3], &[2, 3]).to_dtype(dtype).unwrap();
+        agrees(one_hot(5), &[x]);
+    }
+    let x = ints(&[0, 7, 2], &[3]).to_dtype(DType::U8).unwrap();
+    faults(one_hot(5), &[x], 7, 5);
 }
 
 #[test]

@@ -91,7 +91,7 @@ impl Kernel {
             return Err(format!("{here} gathers from {buffer}, an output"));
         }
         let ty = self.value(here).ty;
-        if param.ty != ty || !(ty.is_arithmetic() || ty == ScalarType::I64) {
+        if param.ty != ty {
             return Err(format!("{here} gathers {} as {ty}", param.ty));
         }
         if by >= here || self.value(by).ty != ScalarType::I64 {

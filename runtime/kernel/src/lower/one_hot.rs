@@ -4,8 +4,7 @@
 //! itself ([`super::gather::IndexKernel::checked_load`]): a class outside fails the run with
 //! [`crate::KernelError::IndexOutOfRange`], where the eager kernel fails the op. With zero
 //! classes the output is empty and a check kernel (`index_check.rs`) checks the classes.
-//! Classes of another integer dtype than i64 (which eager accepts) run the eager kernel: the
-//! kernel IR's checked gathers read f32, f64 and i64 only.
+//! Classes of u8, i8 and i32 are read in their own type and widened to i64 (exactly).
 
 use super::gather::IndexKernel;
 use super::{Lowering, Val};
@@ -34,8 +33,13 @@ impl Lowering<'_> {
         let (Some(meta), [classes]) = (self.meta(id)?.first().cloned(), operands.as_slice()) else {
             return Ok(Err("one_hot takes one tensor of classes".into()));
         };
-        if self.program.slot(classes.slot).meta.dtype != DType::I64 {
-            return Ok(Err("classes of another dtype than i64".into()));
+        // Classes are read in their own integer type and widened to i64 (exactly).
+        let dtype = self.program.slot(classes.slot).meta.dtype;
+        let Some(class_ty) = ScalarType::of_buffer(dtype).filter(|t| t.is_integer()) else {
+            return Ok(Err(format!("classes of dtype {dtype}")));
+        };
+        if num_classes == 0 && class_ty != ScalarType::I64 {
+            return Ok(Err(format!("zero classes of dtype {dtype}")));
         }
         if num_classes == 0 {
             // No output element, but eager checks the classes: every one is out of range.
@@ -49,8 +53,10 @@ impl Lowering<'_> {
         let mut k = IndexKernel::new(KernelBuilder::new(name, out));
         // The classes' dims walk the output's outer loops; the innermost is the class position.
         let map: Vec<Option<usize>> = (0..rank - 1).map(Some).collect();
-        let class = k.load(classes, ScalarType::I64, &map);
-        let checked = k.checked_load(classes, ScalarType::I64, &map, class, num_classes);
+        let class = k.load(classes, class_ty, &map);
+        let class = k.b.push(ScalarType::I64, Expr::Cast(class));
+        let checked = k.checked_load(classes, class_ty, &map, class, num_classes);
+        let checked = k.b.push(ScalarType::I64, Expr::Cast(checked));
         let position = k.b.push(
             ScalarType::I64,
             Expr::LoopIndex(LoopId::from_index(rank - 1)),
