@@ -104,7 +104,11 @@ fn every_reduction(x: &Tensor) {
                     keepdim,
                 });
                 let want = op.apply(&[x]).unwrap();
-                equal_exactly(&op_graph(op, std::slice::from_ref(x)), &[x.clone()], &want);
+                equal_exactly(
+                    &op_graph(op, std::slice::from_ref(x)),
+                    std::slice::from_ref(x),
+                    &want,
+                );
             }
         }
     }
@@ -158,8 +162,8 @@ fn an_accuracy_count_is_one_kernel_summing_a_comparison() {
     let predicted = Tensor::from_vec((0..40i64).map(|i| i % 7).collect(), &[40]).unwrap();
     let target = Tensor::from_vec((0..40i64).map(|i| i % 5).collect(), &[40]).unwrap();
     let mut g = Graph::new();
-    let a = g.placeholder("predicted", TensorMeta::new(&[40], DType::I64));
-    let b = g.placeholder("target", TensorMeta::new(&[40], DType::I64));
+    let a = g.placeholder("predicted", TensorMeta::new([40], DType::I64));
+    let b = g.placeholder("target", TensorMeta::new([40], DType::I64));
     let hits = g
         .call_function(Op::Compare(CompareOp::Eq), &[&a, &b])
         .unwrap();

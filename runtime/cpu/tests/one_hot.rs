@@ -46,7 +46,7 @@ fn classes_of_narrow_integer_dtypes_are_read_in_their_own_type() {
         let x = classes(&[1, 0, 2, 2, 0, 1], &[2, 3])
             .to_dtype(dtype)
             .unwrap();
-        let program = lowered_agreeing(one_hot(3), &[x.clone()], 0.0);
+        let program = lowered_agreeing(one_hot(3), std::slice::from_ref(&x), 0.0);
         assert_eq!(program.kernels().count(), 1, "{program}");
         lowered_agreeing(one_hot(3), &[x.t().unwrap()], 0.0);
     }

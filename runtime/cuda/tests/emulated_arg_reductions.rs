@@ -10,12 +10,8 @@
 //! their results, sums included (integer addition associates), are the eager kernel's bit for
 //! bit, beyond 2^53 too.
 
-use crate::common;
-use crate::emulated;
 use crate::emulated_agreement::bits;
 
-use emulated::EmulatedPtx;
-use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::{ReduceKind, ReduceOp};
 use tessera_tensor::{DType, Device, Op, Tensor};
 

@@ -47,7 +47,7 @@ pub fn lower_reduction(
                 | ReduceKind::ArgMin
         )
     );
-    if !ty.is_arithmetic() && !(ty == ScalarType::I64 && integer_kind) {
+    if !ty.is_arithmetic() && (ty != ScalarType::I64 || !integer_kind) {
         return Err(format!("{} computes in {ty}, not f32 or f64", op.name()));
     }
     let Some(&x) = operands.first() else {

@@ -10,7 +10,7 @@ use super::gather::IndexKernel;
 use super::{Lowering, Val};
 use crate::{CompareFn, Expr, KernelBuilder, LoopId, Result, ScalarType};
 use tessera_fx::NodeId;
-use tessera_tensor::{DType, Op};
+use tessera_tensor::Op;
 
 impl Lowering<'_> {
     /// Lowers a `one_hot` node of `num_classes` classes, or runs its eager kernel (reported as
