@@ -2,6 +2,7 @@
 //! ties and the ends of f32, float scales and zero points with NaN, zero and negative ones,
 //! and integer zero points at the ends of a range.
 
+use crate::exact_bits as bits;
 use tessera_tensor::op::FakeQuantOp;
 use tessera_tensor::{Op, Tensor};
 
@@ -138,15 +139,6 @@ pub fn gradients_agree(
             );
         }
     }
-}
-
-/// The bits of an f32 tensor, every NaN as one.
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.to_vec::<f32>()
-        .unwrap()
-        .iter()
-        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
-        .collect()
 }
 
 /// The axis, range and gradient factor of a learnable fake-quantize backward `op`.

@@ -5,20 +5,13 @@
 //! f32's exact integers runs the eager kernel as a fallback.
 
 use crate::common;
+use tessera_testkit::exact_bits as bits;
 
 use common::{eager, jit_run, lowered};
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::FakeQuantOp;
 use tessera_tensor::{Op, Tensor};
 use tessera_testkit::fake_quant_cases::{integer_zero_points, parameters, x_values};
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.to_vec::<f32>()
-        .unwrap()
-        .iter()
-        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
-        .collect()
-}
 
 /// `op` on `inputs` lowered with no fallback; interpreter, JIT and eager equal bit for bit.
 fn agrees(op: Op, inputs: &[Tensor]) {

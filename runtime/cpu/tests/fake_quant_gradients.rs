@@ -6,6 +6,7 @@
 //! beyond f32's exact integers runs the eager kernel.
 
 use crate::common;
+use tessera_testkit::exact_bits as bits;
 
 use common::{eager, jit_run, lowered};
 use tessera_fx::Graph;
@@ -29,14 +30,6 @@ fn gradients_graph(op: Op, inputs: &[Tensor]) -> Graph {
     let outs: Vec<_> = (0..3).map(|i| g.getitem(&y, i).unwrap()).collect();
     g.output(&outs.iter().collect::<Vec<_>>()).unwrap();
     g
-}
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.to_vec::<f32>()
-        .unwrap()
-        .iter()
-        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
-        .collect()
 }
 
 /// `op` on `inputs` is one kernel with no fallback whose interpreted and compiled gradients

@@ -5,20 +5,9 @@
 use crate::common;
 use crate::emulated::EmulatedPtx;
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
-use tessera_tensor::{DType, Op, Tensor};
+use tessera_tensor::{Op, Tensor};
 
-/// The elements' bits (every NaN as one pattern); integer and bool elements as i64, exactly.
-pub fn bits(t: &Tensor) -> Vec<u64> {
-    if !t.dtype().is_float() {
-        let exact = t.to_dtype(DType::I64).unwrap().to_vec::<i64>().unwrap();
-        return exact.into_iter().map(|x| x as u64).collect();
-    }
-    t.to_vec_f64()
-        .unwrap()
-        .iter()
-        .map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() })
-        .collect()
-}
+pub use tessera_testkit::exact_bits as bits;
 
 /// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit on
 /// each of its `outputs`, dtypes included.

@@ -16,18 +16,11 @@ use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::{FakeQuantOp, QuantOp};
 use tessera_tensor::{DType, Device, Op, Tensor};
 use tessera_testkit::exact_bits;
+use tessera_testkit::exact_bits as bits;
 use tessera_testkit::fake_quant_cases::{
     gradient_case, gradients_agree, integer_zero_points, learnable_form, parameters, x_values,
 };
 use tessera_testkit::quant_cases::{QUANTIZED_TYPES, float_inputs, quantized_inputs, valid_scales};
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.to_vec::<f32>()
-        .unwrap()
-        .iter()
-        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
-        .collect()
-}
 
 /// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit.
 fn agrees(op: Op, inputs: &[Tensor]) {
