@@ -12,24 +12,14 @@ use common::{eager, jit_run, lowered};
 use tessera_fx::Graph;
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::FakeQuantOp;
-use tessera_tensor::{Op, Tensor, TensorMeta};
+use tessera_tensor::{Op, Tensor};
 use tessera_testkit::fake_quant_cases::{
     gradient_case, gradients_agree, learnable_form, parameters,
 };
 
 /// `(dX, dScale, dZeroPoint) = op(grad, x, scale, zero_point)`, each an output.
 fn gradients_graph(op: Op, inputs: &[Tensor]) -> Graph {
-    let mut g = Graph::new();
-    let xs: Vec<_> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, x)| g.placeholder(&format!("x{i}"), TensorMeta::new(x.shape(), x.dtype())))
-        .collect();
-    let refs: Vec<_> = xs.iter().collect();
-    let y = g.call_function(op, &refs).unwrap();
-    let outs: Vec<_> = (0..3).map(|i| g.getitem(&y, i).unwrap()).collect();
-    g.output(&outs.iter().collect::<Vec<_>>()).unwrap();
-    g
+    common::op_graph_outputs(op, inputs, Some(3))
 }
 
 /// `op` on `inputs` is one kernel with no fallback whose interpreted and compiled gradients

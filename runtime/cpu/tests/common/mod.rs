@@ -48,6 +48,12 @@ pub fn eager(graph: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
 
 /// A graph applying `op` to one placeholder per input (named `x0`, `x1`, ..).
 pub fn op_graph(op: Op, inputs: &[Tensor]) -> Graph {
+    op_graph_outputs(op, inputs, None)
+}
+
+/// [`op_graph`] whose outputs are the op's first `outputs` results (each its own output), or
+/// its one result when `None`.
+pub fn op_graph_outputs(op: Op, inputs: &[Tensor], outputs: Option<usize>) -> Graph {
     let mut g = Graph::new();
     let xs: Vec<_> = inputs
         .iter()
@@ -56,7 +62,13 @@ pub fn op_graph(op: Op, inputs: &[Tensor]) -> Graph {
         .collect();
     let refs: Vec<_> = xs.iter().collect();
     let y = g.call_function(op, &refs).unwrap();
-    g.output(&[&y]).unwrap();
+    match outputs {
+        None => g.output(&[&y]).unwrap(),
+        Some(n) => {
+            let items: Vec<_> = (0..n).map(|i| g.getitem(&y, i).unwrap()).collect();
+            g.output(&items.iter().collect::<Vec<_>>()).unwrap()
+        }
+    };
     g
 }
 
