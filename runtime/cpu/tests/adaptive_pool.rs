@@ -8,9 +8,9 @@
 
 use crate::common;
 
-use common::{check_backends, eager, jit_run, lowered};
+use common::{check_backends, eager, lowered};
 use tessera_fx::Graph;
-use tessera_kernel::{Interpreter, NoEnvironment, Program, run_program};
+use tessera_kernel::Program;
 use tessera_tensor::op::PoolOp;
 use tessera_tensor::{DType, Op, Tensor, TensorMeta};
 
@@ -62,33 +62,13 @@ fn tensor(shape: &[usize], dtype: DType, strided: bool, specials: bool) -> Tenso
         .unwrap()
 }
 
-/// Bit patterns widened exactly to f64 (i64 indices exactly too), NaNs made one pattern.
-fn bits(t: &Tensor) -> Vec<u64> {
-    t.to_vec_f64()
-        .unwrap()
-        .into_iter()
-        .map(|x| if x.is_nan() { f64::NAN } else { x }.to_bits())
-        .collect()
-}
-
 /// Lowers `graph` to `kernels` kernels with no fallback, and checks the interpreter's and the
 /// JIT's bits against eager execution.
 fn bit_identical(graph: &Graph, inputs: &[Tensor], kernels: usize) -> Program {
     let program = lowered(graph, inputs);
     assert!(program.fallbacks.is_empty(), "{program}");
     assert_eq!(program.kernels().count(), kernels, "{program}");
-    let expected = eager(graph, inputs);
-    let interpreted = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
-    let jitted = jit_run(&program, inputs);
-    for (i, e) in expected.iter().enumerate() {
-        assert_eq!(
-            bits(e),
-            bits(&interpreted[i]),
-            "interpreter, output {i}\n{program}"
-        );
-        assert_eq!(bits(e), bits(&jitted[i]), "JIT, output {i}\n{program}");
-    }
-    program
+    common::assert_bit_identical(graph, inputs)
 }
 
 /// `op(x)` with every output of the op an output of the graph.

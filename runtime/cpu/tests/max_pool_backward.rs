@@ -8,11 +8,12 @@
 
 use crate::common;
 
-use common::{eager, jit_run, lowered, op_graph, try_eager};
+use common::{assert_bit_identical, eager, jit_run, lowered, op_graph, try_eager};
 use tessera_fx::Graph;
-use tessera_kernel::{Interpreter, NoEnvironment, Program, run_program};
+use tessera_kernel::{Interpreter, NoEnvironment, run_program};
 use tessera_tensor::op::{Pool2dParams, PoolOp};
 use tessera_tensor::{DType, Op, Tensor, TensorMeta};
+use tessera_testkit::exact_bits as bits;
 
 fn window(kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2]) -> Pool2dParams {
     Pool2dParams {
@@ -86,34 +87,6 @@ fn tensor(values: Vec<f64>, shape: &[usize], dtype: DType, strided: bool) -> Ten
         Tensor::from_vec(values, shape).unwrap()
     };
     t.to_dtype(dtype).unwrap()
-}
-
-/// Bit patterns widened exactly to f64, NaNs made one pattern.
-fn bits(t: &Tensor) -> Vec<u64> {
-    t.to_vec_f64()
-        .unwrap()
-        .into_iter()
-        .map(|x| if x.is_nan() { f64::NAN } else { x }.to_bits())
-        .collect()
-}
-
-/// Runs `graph` with the interpreter and the JIT, checks every output's bits against eager
-/// execution and that nothing fell back; the program.
-fn assert_bit_identical(graph: &Graph, inputs: &[Tensor]) -> Program {
-    let program = lowered(graph, inputs);
-    assert!(program.fallbacks.is_empty(), "{program}");
-    let expected = eager(graph, inputs);
-    let interpreted = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
-    let jitted = jit_run(&program, inputs);
-    for (i, e) in expected.iter().enumerate() {
-        assert_eq!(
-            bits(e),
-            bits(&interpreted[i]),
-            "interpreter, output {i}\n{program}"
-        );
-        assert_eq!(bits(e), bits(&jitted[i]), "JIT, output {i}\n{program}");
-    }
-    program
 }
 
 /// `max_pool2d_with_indices(x)` with windows `p` and its backward from `grad`, returning the

@@ -7,9 +7,8 @@
 
 use crate::common;
 
-use common::{eager, jit_run, lowered, max_pool_graph};
+use common::{assert_bit_identical, max_pool_graph};
 use tessera_fx::Graph;
-use tessera_kernel::{Interpreter, NoEnvironment, Program, run_program};
 use tessera_tensor::op::{Pool2dParams, PoolOp};
 use tessera_tensor::{DType, Op, Tensor, TensorMeta};
 
@@ -61,39 +60,6 @@ fn tensor(shape: &[usize], dtype: DType, strided: bool, seed: usize) -> Tensor {
         assert_eq!(t.is_contiguous(), !strided);
     }
     t
-}
-
-/// Bit patterns widened exactly to f64, NaNs made one pattern.
-fn bits(t: &Tensor) -> Vec<u64> {
-    t.to_vec_f64()
-        .unwrap()
-        .into_iter()
-        .map(|x| {
-            if x.is_nan() {
-                f64::NAN.to_bits()
-            } else {
-                x.to_bits()
-            }
-        })
-        .collect()
-}
-
-/// Runs `graph` through the kernel-IR interpreter and the JIT and checks every output's bits
-/// against eager execution; the program, for further checks.
-fn assert_bit_identical(graph: &Graph, inputs: &[Tensor]) -> Program {
-    let program = lowered(graph, inputs);
-    let expected = eager(graph, inputs);
-    let interpreted = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
-    let jitted = jit_run(&program, inputs);
-    for (i, e) in expected.iter().enumerate() {
-        assert_eq!(
-            bits(e),
-            bits(&interpreted[i]),
-            "interpreter, output {i}\n{program}"
-        );
-        assert_eq!(bits(e), bits(&jitted[i]), "JIT, output {i}\n{program}");
-    }
-    program
 }
 
 #[test]

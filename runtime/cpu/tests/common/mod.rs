@@ -404,3 +404,28 @@ pub fn kernels_text(program: &Program) -> String {
     }
     text
 }
+
+/// Runs `graph` through the kernel-IR interpreter and the JIT and checks every output's bits
+/// (every NaN as one) against eager execution; the program, for further checks.
+pub fn assert_bit_identical(graph: &Graph, inputs: &[Tensor]) -> Program {
+    let bits = tessera_testkit::exact_bits;
+    let program = lowered(graph, inputs);
+    let expected = eager(graph, inputs);
+    let interpreted = run_program(
+        &program,
+        &NoEnvironment,
+        &tessera_kernel::Interpreter,
+        inputs,
+    )
+    .unwrap();
+    let jitted = jit_run(&program, inputs);
+    for (i, e) in expected.iter().enumerate() {
+        assert_eq!(
+            bits(e),
+            bits(&interpreted[i]),
+            "interpreter, output {i}\n{program}"
+        );
+        assert_eq!(bits(e), bits(&jitted[i]), "JIT, output {i}\n{program}");
+    }
+    program
+}
