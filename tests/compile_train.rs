@@ -10,8 +10,8 @@ use tessera::nn::layers::{Linear, ReLU};
 use tessera::nn::models::SmallCnn;
 use tessera::nn::models::note::Net;
 use tessera::nn::optim::{
-    Adam, AdamOptions, AdamW, AdamWOptions, LrScheduler, Optimizer, RMSprop, RmsPropOptions, SGD,
-    SgdOptions, StepLR,
+    Adam, AdamOptions, AdamW, AdamWOptions, GroupOptions, LrScheduler, Optimizer, RMSprop,
+    RmsPropOptions, SGD, SgdOptions, StepLR,
 };
 use tessera::nn::{Call, Module, ModuleExt, Sequential, Value, load_pt_state_dict};
 use tessera::tensor::{DType, Generator, Tensor};
@@ -392,6 +392,55 @@ fn a_step_that_fails_to_compile_leaves_the_optimizer_and_the_parameters_untouche
         assert_eq!(a, b);
     }
     assert_same_parameters(&*model, &*twin, 0.0, "eager steps after the failed step");
+}
+
+#[test]
+fn a_failed_step_after_amsgrad_is_switched_on_leaves_no_maximum_buffer_behind() {
+    // Two eager Adam steps make the state; AMSGrad switched on afterwards makes the next step
+    // add a `max_exp_avg_sq` to each existing entry while it records. The step then fails (a
+    // program for a CUDA device, CPU batches): the state must be as before it, keys included.
+    let model = mlp(8);
+    let (x, t) = batch(6, &mut Generator::new(9));
+    let mut opt = Adam::new(parameters(&*model), AdamOptions::default()).unwrap();
+    for _ in 0..2 {
+        eager_step(&model, &mut opt, &x, &t);
+    }
+    let keys = |opt: &dyn Optimizer| -> Vec<String> {
+        let sd = opt.state_dict();
+        let Value::Dict(d) = &sd else {
+            panic!("state_dict")
+        };
+        let Value::Dict(state) = &d[&tessera::nn::Key::from("state")] else {
+            panic!("state")
+        };
+        let mut keys = Vec::new();
+        for (param, entry) in state {
+            let Value::Dict(entry) = entry else {
+                panic!("entry")
+            };
+            keys.extend(entry.keys().map(|k| format!("{param:?}.{k:?}")));
+        }
+        keys
+    };
+    let before = keys(&opt);
+    for group in opt.param_groups_mut() {
+        if let GroupOptions::Adam(o) = &mut group.options {
+            o.amsgrad = true;
+        }
+    }
+    let on_cuda = CompileOptions {
+        device: tessera::Device::Cuda(0),
+        ..Default::default()
+    };
+    let mut step =
+        compile_train_step(model.clone(), cross_entropy, opt, (&x, &t), on_cuda).unwrap();
+    assert!(step.step(&x, &t).is_err());
+    let opt = step.into_optimizer();
+    assert_eq!(
+        keys(&opt),
+        before,
+        "the failed step changed the optimizer's state"
+    );
 }
 
 #[test]

@@ -192,11 +192,11 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
     /// dropped again) and no tensor is written.
     pub fn step(&mut self, input: &Tensor, target: &Tensor) -> Result<Tensor, CompileError> {
         let j = self.joint_for(&input.meta(), &target.meta())?;
-        let had_state = self.optimizer.state_len();
+        let state = self.optimizer.save_state();
         let (update, outputs) = match self.record_and_run(j, [input, target]) {
             Ok(ran) => ran,
             Err(e) => {
-                self.optimizer.truncate_state(had_state);
+                self.optimizer.restore_state(state);
                 return Err(e);
             }
         };

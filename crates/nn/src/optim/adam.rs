@@ -103,7 +103,7 @@ impl AdamOptions {
 }
 
 /// The step count and moment estimates of one parameter.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct AdamState {
     step: Tensor,
     exp_avg: Tensor,

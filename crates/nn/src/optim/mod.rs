@@ -27,6 +27,7 @@ mod lr_scheduler;
 mod rmsprop;
 mod sgd;
 mod state;
+mod state_snapshot;
 mod step_lr;
 mod update_sink;
 
@@ -36,6 +37,7 @@ pub use cosine_annealing_lr::CosineAnnealingLR;
 pub use lr_scheduler::LrScheduler;
 pub use rmsprop::{RMSprop, RmsPropOptions};
 pub use sgd::{SGD, SgdOptions};
+pub use state_snapshot::StateSnapshot;
 pub use step_lr::StepLR;
 pub use update_sink::{EagerUpdate, UpdateSink};
 
@@ -67,12 +69,14 @@ macro_rules! forward_to_groups {
             self.inner.load_state_dict(state_dict)
         }
 
-        fn state_len(&self) -> usize {
-            self.inner.state.len()
+        fn save_state(&self) -> super::StateSnapshot {
+            super::StateSnapshot::new(self.inner.state.clone())
         }
 
-        fn truncate_state(&mut self, len: usize) {
-            self.inner.state.truncate(len)
+        fn restore_state(&mut self, snapshot: super::StateSnapshot) {
+            if let Some(state) = snapshot.into_state() {
+                self.inner.state = state;
+            }
         }
     };
 }
@@ -141,18 +145,20 @@ pub trait Optimizer {
     /// [`Optimizer::state_dict`], checking group counts and sizes and state shapes first.
     fn load_state_dict(&mut self, state_dict: &Value) -> Result<()>;
 
-    /// How many parameters hold state (momentum buffers, moments), in the order they gained
-    /// it. With [`Optimizer::truncate_state`] this undoes a recorded step whose program then
-    /// failed to compile: a first step records new state entries before anything runs. The
-    /// default (an optimizer that keeps no state) is 0.
-    fn state_len(&self) -> usize {
-        0
+    /// The per-parameter state's structure now (handles, not copies). With
+    /// [`Optimizer::restore_state`] this undoes a recorded step whose program then failed to
+    /// compile or run: recording a step creates state (a first step's momentum buffers and
+    /// moments, AMSGrad's maximum switched on mid-run) before anything runs. The default (an
+    /// optimizer that keeps no state) is [`StateSnapshot::empty`].
+    fn save_state(&self) -> StateSnapshot {
+        StateSnapshot::empty()
     }
 
-    /// Drops the state of every parameter after the first `len` to gain it (those parameters
-    /// step next as if for the first time). The default does nothing.
-    fn truncate_state(&mut self, len: usize) {
-        let _ = len;
+    /// Puts back the state `snapshot` took (entries and buffers added since are dropped, so
+    /// those parameters step next as if they had not gained them). A snapshot of another
+    /// optimizer's type is ignored. The default does nothing.
+    fn restore_state(&mut self, snapshot: StateSnapshot) {
+        let _ = snapshot;
     }
 }
 
@@ -186,12 +192,12 @@ impl<O: Optimizer + ?Sized> Optimizer for Box<O> {
         (**self).load_state_dict(state_dict)
     }
 
-    fn state_len(&self) -> usize {
-        (**self).state_len()
+    fn save_state(&self) -> StateSnapshot {
+        (**self).save_state()
     }
 
-    fn truncate_state(&mut self, len: usize) {
-        (**self).truncate_state(len)
+    fn restore_state(&mut self, snapshot: StateSnapshot) {
+        (**self).restore_state(snapshot)
     }
 }
 

@@ -70,7 +70,7 @@ impl RmsPropOptions {
 }
 
 /// The step count and running averages of one parameter.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct RmsPropState {
     step: Tensor,
     square_avg: Tensor,

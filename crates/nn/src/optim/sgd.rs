@@ -71,7 +71,7 @@ impl SgdOptions {
 }
 
 /// The momentum buffer of one parameter (only kept when `momentum != 0`).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct SgdState {
     momentum_buffer: Tensor,
 }
