@@ -8,7 +8,10 @@ use crate::common;
 use std::sync::Arc;
 use tessera_fx::trace::{LeafPolicy, TracedGraph, inline, trace, trace_with};
 use tessera_fx::{FxError, Graph, GraphModule, RunError};
-use tessera_nn::layers::{BatchNorm2d, BatchNormOptions, Conv2d, Conv2dOptions, ReLU, Size2};
+use tessera_nn::layers::{
+    BatchNorm2d, BatchNormOptions, Conv2d, Conv2dOptions, InstanceNorm2d, InstanceNormOptions,
+    ReLU, Size2,
+};
 use tessera_nn::models::SmallCnn;
 use tessera_nn::{Call, Forward, Module, ModuleExt, Sequential};
 use tessera_tensor::functional as F;
@@ -119,6 +122,51 @@ fn graph_training_steps_update_the_buffers_as_eager_bit_for_bit() {
         let count = graphed.get_buffer("1.num_batches_tracked").unwrap();
         assert_eq!(count.item::<i64>().unwrap(), 4);
     }
+}
+
+#[test]
+fn a_training_instance_norm_with_running_statistics_updates_them_as_eager_through_its_graph() {
+    let tracked = InstanceNormOptions::default().track_running_stats(true);
+    let (eager, graphed) = (
+        InstanceNorm2d::with_options(3, tracked.clone()).unwrap(),
+        Arc::new(InstanceNorm2d::with_options(3, tracked).unwrap()),
+    );
+    eager.train(true);
+    graphed.train(true);
+    let traced = trace(&*graphed, f32s(&[2, 3, 4, 5]), LeafPolicy::none()).unwrap();
+    assert_eq!(
+        traced.graph.buffer_mutations(),
+        ["running_mean", "running_var"]
+    );
+    assert_round_trips(&traced.graph);
+    let gm = GraphModule::new(graphed.clone(), traced);
+    for step in 0..3 {
+        let x = randn(&[2, 3, 4, 5], 30 + step)
+            .mul_scalar(1.0 + step as f64)
+            .unwrap();
+        let expected = eager.call(x.clone()).unwrap();
+        let got = gm.call(x).unwrap();
+        assert_eq!(
+            got.to_vec::<f32>().unwrap(),
+            expected.to_vec::<f32>().unwrap(),
+            "output of step {step}"
+        );
+        assert_eq!(
+            buffers(&*graphed),
+            buffers(&eager),
+            "buffers after step {step}"
+        );
+    }
+    let mean = graphed
+        .running_mean
+        .as_ref()
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(
+        mean.iter().any(|&m| m != 0.0),
+        "the running mean never moved: {mean:?}"
+    );
 }
 
 #[test]

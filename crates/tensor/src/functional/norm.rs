@@ -116,23 +116,15 @@ fn running_pair<'a>(
     }
 }
 
-/// `running = (1 - momentum) * running + momentum * batch`, in place.
-fn blend(running: &Tensor, batch: &Tensor, momentum: f64) -> Result<()> {
-    let batch = batch.to_dtype(running.dtype())?;
-    let updated = running
-        .mul_scalar(1.0 - momentum)?
-        .add(&batch.mul_scalar(momentum)?)?;
-    running.copy_(&updated)?;
-    Ok(())
-}
-
 /// Instance normalisation of `[N, C, ...]` input (PyTorch's `F.instance_norm`).
 ///
 /// With `use_input_stats` each sample and channel is normalised by its own mean and biased
-/// variance over the spatial dims, and the running statistics (when given) are updated in
-/// place with the batch mean of the per-instance statistics (`running = (1 - momentum) *
-/// running + momentum * mean_n(stat)`, the variance unbiased). Otherwise the running
-/// statistics normalise and are required.
+/// variance over the spatial dims, and the running statistics (when given) are updated with
+/// the batch mean of the per-instance statistics (`running = (1 - momentum) * running +
+/// momentum * mean_n(stat)`, the variance unbiased) by the
+/// [`BatchNormUpdateOp`](crate::op::BatchNormUpdateOp), written with
+/// [`write_state`](crate::trace::write_state): in place eagerly, as buffer mutations of the
+/// graph while tracing. Otherwise the running statistics normalise and are required.
 #[allow(clippy::too_many_arguments)]
 pub fn instance_norm(
     input: &Tensor,
@@ -170,17 +162,27 @@ pub fn instance_norm(
     inputs.extend(weight);
     inputs.extend(bias);
     let mut outputs = op.apply(&inputs)?;
-    if let (true, Some((running_mean, running_var)), false) =
-        (use_input_stats, running, input.is_meta())
-    {
+    if let (true, Some((running_mean, running_var))) = (use_input_stats, running) {
+        // PyTorch blends each sample's statistics into a copy of the running ones and averages
+        // the copies over the batch; blending the batch mean of the statistics is the same
+        // update. As batch norm's, it is an op whose outputs are written with `write_state`:
+        // in place eagerly, buffer mutations of the graph while tracing.
         let shape = input.shape();
         let (batch, channels) = (shape[0], shape[1]);
-        let n = shape[2..].iter().product::<usize>() as f64;
-        let _guard = no_grad();
         let per_instance = |t: &Tensor| t.reshape(&[batch, channels])?.mean_dims(&[0], false);
-        blend(running_mean, &per_instance(&outputs[1])?, momentum)?;
-        let unbiased = outputs[2].mul_scalar(n / (n - 1.0))?;
-        blend(running_var, &per_instance(&unbiased)?, momentum)?;
+        let update = BatchNormUpdateOp {
+            momentum: Some(momentum),
+            count: shape[2..].iter().product::<usize>(),
+            counted: false,
+        };
+        let updated = {
+            let _guard = no_grad();
+            let (mean, var) = (per_instance(&outputs[1])?, per_instance(&outputs[2])?);
+            Op::BatchNormUpdate(update).apply(&[&mean, &var, running_mean, running_var])?
+        };
+        for (target, value) in [running_mean, running_var].into_iter().zip(&updated) {
+            write_state(target, value)?;
+        }
     }
     Ok(outputs.swap_remove(0))
 }
