@@ -121,26 +121,34 @@ fn average_pool_backwards_spread_the_eager_shares_bit_for_bit() {
     }
 }
 
-/// `avg_pool2d` windows `(kernel, stride, padding, count_include_pad)` on `[H, W]`.
-type AvgWindows = ([usize; 2], [usize; 2], [usize; 2], bool, [usize; 2]);
+/// `avg_pool2d` windows `(kernel, stride, padding, count_include_pad, ceil_mode)` on `[H, W]`.
+type AvgWindows = ([usize; 2], [usize; 2], [usize; 2], bool, bool, [usize; 2]);
 
 #[test]
 fn overlapping_average_pool_backward_sums_the_eager_shares_bit_for_bit() {
-    let cases: [AvgWindows; 4] = [
-        ([3, 3], [2, 2], [0, 0], false, [7, 9]),
-        ([3, 2], [1, 1], [1, 0], true, [5, 6]),
-        ([2, 2], [3, 3], [0, 0], false, [8, 7]),
-        ([5, 3], [2, 3], [2, 1], true, [9, 8]),
+    // One divisor (no padding, counted padding), then windows whose divisors differ: padding
+    // that does not count (the border windows divide by fewer taps), ceil-mode windows cut
+    // short with and without counted padding, a divisor of 3 (inexact shares).
+    let cases: [AvgWindows; 9] = [
+        ([3, 3], [2, 2], [0, 0], false, false, [7, 9]),
+        ([3, 2], [1, 1], [1, 0], true, false, [5, 6]),
+        ([2, 2], [3, 3], [0, 0], false, false, [8, 7]),
+        ([5, 3], [2, 3], [2, 1], true, false, [9, 8]),
+        ([3, 3], [2, 2], [1, 1], false, false, [6, 7]),
+        ([3, 3], [1, 1], [1, 1], false, false, [5, 4]),
+        ([3, 2], [2, 2], [1, 0], false, true, [6, 7]),
+        ([3, 3], [2, 2], [1, 1], true, true, [6, 8]),
+        ([2, 3], [2, 2], [0, 1], false, true, [7, 5]),
     ];
     for dtype in [DType::F32, DType::F64] {
         for strided in [false, true] {
-            for (kernel, stride, padding, count_include_pad, input_size) in cases {
+            for (kernel, stride, padding, count_include_pad, ceil_mode, input_size) in cases {
                 let params = Pool2dParams {
                     kernel,
                     stride,
                     padding,
                     dilation: [1, 1],
-                    ceil_mode: false,
+                    ceil_mode,
                 };
                 let forward = Op::Pool(PoolOp::AvgPool2d {
                     params,
@@ -159,29 +167,4 @@ fn overlapping_average_pool_backward_sums_the_eager_shares_bit_for_bit() {
             }
         }
     }
-}
-
-#[test]
-fn average_windows_of_different_divisors_run_the_eager_kernel() {
-    // Padding that does not count: the border windows divide by fewer taps.
-    let params = Pool2dParams {
-        kernel: [3, 3],
-        stride: [2, 2],
-        padding: [1, 1],
-        dilation: [1, 1],
-        ceil_mode: false,
-    };
-    let op = PoolOp::AvgPool2dBackward {
-        params,
-        count_include_pad: false,
-        input_size: [6, 6],
-    };
-    let g = [1, 2, 3, 3];
-    let graph = one_op(op, &g, DType::F32);
-    let program = assert_bit_identical(&graph, &[tensor(&g, DType::F32, false, 0)]);
-    assert_eq!(program.fallbacks.len(), 1, "{program}");
-    assert!(
-        program.fallbacks[0].reason.contains("divisors"),
-        "{program}"
-    );
 }

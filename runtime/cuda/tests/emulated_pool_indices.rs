@@ -183,20 +183,24 @@ fn adaptive_pooling_and_its_backward_on_emulated_ptx_equal_the_interpreter_and_e
 
 #[test]
 fn overlapping_average_pool_backward_on_emulated_ptx_equals_the_interpreter_and_eager() {
-    // `(kernel, stride, padding, count_include_pad)` over a 7 x 9 plane: overlapping, skipping
-    // and counted-padding windows (the residue grid, and its packing copy).
+    // `(kernel, stride, padding, count_include_pad, ceil_mode)` over a 7 x 9 plane:
+    // overlapping, skipping and counted-padding windows (the residue grid, and its packing
+    // copy), then windows of different divisors (padding not counted, ceil mode).
     for dtype in [DType::F32, DType::F64] {
-        for (kernel, stride, padding, count_include_pad) in [
-            ([3, 3], [2, 2], [0, 0], false),
-            ([2, 2], [3, 3], [0, 0], false),
-            ([3, 2], [1, 1], [1, 0], true),
+        for (kernel, stride, padding, count_include_pad, ceil_mode) in [
+            ([3, 3], [2, 2], [0, 0], false, false),
+            ([2, 2], [3, 3], [0, 0], false, false),
+            ([3, 2], [1, 1], [1, 0], true, false),
+            ([3, 3], [2, 2], [1, 1], false, false),
+            ([3, 2], [2, 2], [1, 0], false, true),
+            ([3, 3], [2, 2], [1, 1], true, true),
         ] {
             let params = tessera_tensor::op::Pool2dParams {
                 kernel,
                 stride,
                 padding,
                 dilation: [1, 1],
-                ceil_mode: false,
+                ceil_mode,
             };
             let forward = Op::Pool(PoolOp::AvgPool2d {
                 params,

@@ -15,6 +15,7 @@
 //! the reason.
 
 mod adaptive_pool;
+mod avg_divisors;
 mod batch_norm_update;
 mod cat;
 mod conv;

@@ -14,8 +14,8 @@
 //! dilation and ceil mode; the work is the window's taps per element. Where the sizes are not
 //! multiples of the strides the grid overhangs the input: the kernel writes a padded buffer
 //! and a copy kernel packs its `[H, W]` corner.
-//! Average pooling's backward of overlapping windows of one divisor shares the grid
-//! ([`Taps::Share`]: each candidate tap adds `g / n`).
+//! Average pooling's backward shares the grid ([`Taps::Share`]: each candidate tap adds
+//! `g / n`, `n` its window's divisor).
 //!
 //! Without the windows (the indices are an input: an eager op on a device, adaptive max
 //! pooling), each element sums over every output position of its plane, a reduction over
@@ -26,6 +26,7 @@
 //! its window (which max pooling never saves) is ignored too. f32 and f64 gradients of 3-D
 //! and 4-D tensors; other dtypes and empty tensors run the eager kernel.
 
+use super::avg_divisors::Divisors;
 use super::gather::IndexKernel;
 use super::{Lowering, Val, graph_error};
 use crate::schedule::schedule;
@@ -73,8 +74,15 @@ fn offset_bound(q: usize, loops: usize, offset: i64, len: usize, stride: usize) 
 pub(super) enum Taps<'a> {
     /// The gradient where these saved indices name the element (max pooling).
     Argmax(&'a Val),
-    /// The gradient divided by the windows' common size (average pooling).
-    Share(usize),
+    /// The gradient divided by its window's divisor (average pooling).
+    Share(&'a Divisors),
+}
+
+/// [`Taps`] with the buffer of the saved indices the kernel reads.
+#[derive(Clone, Copy)]
+enum Pick<'a> {
+    Argmax(&'a Val, crate::BufferId),
+    Share(&'a Divisors),
 }
 
 impl Lowering<'_> {
@@ -182,9 +190,14 @@ impl Lowering<'_> {
         let mut b = KernelBuilder::new(name, domain);
         let loops = nd;
         let gb = b.buffer(BufferRole::Input, ty, 0);
-        let ib = match taps {
-            Taps::Argmax(_) => Some(b.buffer(BufferRole::Input, ScalarType::I64, 0)),
-            Taps::Share(_) => None,
+        // The saved indices' buffer, read by argmax taps.
+        let pick = match taps {
+            Taps::Argmax(ix) => Pick::Argmax(ix, b.buffer(BufferRole::Input, ScalarType::I64, 0)),
+            Taps::Share(divisors) => Pick::Share(divisors),
+        };
+        let ib = match pick {
+            Pick::Argmax(_, ib) => Some(ib),
+            Pick::Share(_) => None,
         };
         let numel: usize = padded.iter().product();
         let ob = b.buffer(BufferRole::Output, ty, numel);
@@ -232,8 +245,8 @@ impl Lowering<'_> {
                                 fill: 0.0,
                             },
                         );
-                        let picked = match (taps, ib) {
-                            (Taps::Argmax(ix), Some(ib)) => {
+                        let picked = match pick {
+                            Pick::Argmax(ix, ib) => {
                                 let saved = b.push(
                                     ScalarType::I64,
                                     Expr::LoadIf {
@@ -258,12 +271,8 @@ impl Lowering<'_> {
                             }
                             // `g / n`; a tap outside the gradient reads 0 and adds +0, which
                             // changes no sum from +0 (the sum is never -0).
-                            _ => {
-                                let n = match taps {
-                                    Taps::Share(n) => n,
-                                    Taps::Argmax(_) => 1,
-                                };
-                                let n = b.push(ty, Expr::Const(n as f64));
+                            Pick::Share(divisors) => {
+                                let n = divisors.at(&mut b, ty, [qh, qw], [oh, ow]);
                                 b.push(ty, Expr::Binary(BinaryFn::Div, grad, n))
                             }
                         };

@@ -8,10 +8,11 @@
 //! `+0` elsewhere: the argmax indices, i64 values the kernel IR does not carry, are never
 //! read, so the forward `max_pool2d_with_indices` lowers as values-only pooling when these
 //! backward nodes are the indices' only users. Max pooling backward otherwise reads the saved
-//! indices ([`super::max_pool_backward`]); average pooling whose windows overlap or skip input,
-//! all of one divisor (no padding, or padding counted; no window cut short), sums `g / n` over
-//! the windows covering each element on the same residue grid, in the eager order (ascending
-//! outputs, from zero: bit-identical); other average windows run the eager kernel.
+//! indices ([`super::max_pool_backward`]); average pooling whose windows overlap, skip input
+//! or are padded sums `g / n` over the windows covering each element on the same residue grid,
+//! in the eager order (ascending outputs, from zero: bit-identical), each window's `n` its own
+//! ([`super::avg_divisors`]: fewer taps at the border when padding does not count, a ceil-mode
+//! window cut short).
 
 use super::{Lowering, graph_error};
 use crate::{
@@ -44,35 +45,6 @@ fn tiling(p: &Pool2dParams, input: [usize; 2]) -> Option<[usize; 2]> {
             && input[a].is_multiple_of(p.kernel[a])
     });
     tiles.then_some(p.kernel)
-}
-
-/// The size every average window of `p` divides by, when they all share it: the kernel's
-/// taps, for windows inside the input, or, with `count_include_pad`, inside the padded input
-/// (no ceil-mode window past the padding).
-fn common_divisor(
-    p: &Pool2dParams,
-    count_include_pad: bool,
-    input: [usize; 2],
-    output: [usize; 2],
-) -> Option<usize> {
-    let inside = (0..2).all(|a| {
-        let reach = (output[a].max(1) - 1)
-            .checked_mul(p.stride[a])
-            .and_then(|r| r.checked_add(p.kernel[a]));
-        let room = if count_include_pad {
-            p.padding[a]
-                .checked_mul(2)
-                .and_then(|pads| input[a].checked_add(pads))
-        } else {
-            (p.padding[a] == 0).then_some(input[a])
-        };
-        p.kernel[a] > 0
-            && p.stride[a] > 0
-            && p.dilation[a] == 1
-            && output[a] > 0
-            && reach.zip(room).is_some_and(|(reach, room)| reach <= room)
-    });
-    inside.then(|| p.kernel[0] * p.kernel[1])
 }
 
 /// The `[H, W]` of a 3-D or 4-D shape.
@@ -174,15 +146,15 @@ impl Lowering<'_> {
             }) => match tiling(params, input) {
                 Some(window) => (Some(window), Spread::Average),
                 None => {
-                    let Some(n) = common_divisor(params, *count_include_pad, input, out_plane)
-                    else {
-                        return Ok(Err(
-                            "average windows whose divisors differ (padding not counted, or \
-                             a window cut short)"
-                                .into(),
-                        ));
+                    let Some(divisors) = super::avg_divisors::Divisors::of(
+                        params,
+                        *count_include_pad,
+                        input,
+                        out_plane,
+                    ) else {
+                        return Ok(Err("dilated or empty average windows".into()));
                     };
-                    let taps = super::max_pool_backward::Taps::Share(n);
+                    let taps = super::max_pool_backward::Taps::Share(&divisors);
                     if g.layout.shape[..out.shape.len() - 2] != out.shape[..out.shape.len() - 2]
                         || out.shape.contains(&0)
                         || g.layout.shape.contains(&0)
