@@ -71,14 +71,6 @@ pub fn lower_elementwise(
         return narrow_integer(op, b, operands, out, ty);
     }
     if out.is_half() {
-        if let Op::UnaryBackward(_) = op {
-            // The eager backward computes in the half type itself, rounding after every
-            // operation; one rounding at the end would not give its bits.
-            return Err(format!(
-                "{} computes in {out} operation by operation, not in f32",
-                op.name()
-            ));
-        }
         let computed = lower_elementwise(op, b, operands, out.compute())?;
         return Emit { b }.convert(computed, out);
     }

@@ -535,11 +535,6 @@ impl OpDef for UnaryBackwardOp {
         }
         Ok(vec![grad, None])
     }
-
-    /// Computed in the input's own dtype, as the eager backward always was.
-    fn computes_half_in_f32(&self) -> bool {
-        false
-    }
 }
 
 /// The unary backward op that prints as `name` with `attrs` (`relu_backward`).
