@@ -104,7 +104,7 @@ fn max_pool_graph(x: &Tensor, p: Pool2dParams) -> (Graph, Vec<usize>) {
 #[test]
 fn saved_indices_give_the_eager_gradient_bit_for_bit() {
     let shapes: [&[usize]; 3] = [&[2, 3, 9, 10], &[3, 7, 8], &[1, 2, 6, 6]];
-    for dtype in [DType::F32, DType::F64] {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for p in windows() {
             for (case, shape) in shapes.iter().enumerate() {
                 let n: usize = shape.iter().product();
@@ -156,7 +156,7 @@ fn backward_op(size: [usize; 2]) -> Op {
 
 #[test]
 fn indices_given_as_inputs_sum_over_the_plane_bit_for_bit() {
-    for dtype in [DType::F32, DType::F64] {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for p in windows().into_iter().take(4) {
             let x = tensor(
                 input_values(2 * 3 * 7 * 6, false),

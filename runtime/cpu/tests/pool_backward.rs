@@ -64,6 +64,21 @@ fn tensor(shape: &[usize], dtype: DType, strided: bool, seed: usize) -> Tensor {
 
 #[test]
 fn max_pool_backward_recomputes_the_eager_argmax_bit_for_bit() {
+    // Half forwards keep the eager `max_pool2d_with_indices` (the kernel with indices takes
+    // f32 and f64): the backward then reads its saved indices, still a kernel, summing in f32.
+    for dtype in [DType::F16, DType::BF16] {
+        let (x, g) = (vec![2, 3, 6, 8], vec![2, 3, 3, 4]);
+        let graph = max_pool_graph(&x, &g, params(2, 2), dtype);
+        let inputs = [tensor(&x, dtype, true, 0), tensor(&g, dtype, false, 5)];
+        let program = assert_bit_identical(&graph, &inputs);
+        assert!(
+            program
+                .fallbacks
+                .iter()
+                .all(|f| f.op != "max_pool2d_backward"),
+            "{program}"
+        );
+    }
     for dtype in [DType::F32, DType::F64] {
         for strided in [false, true] {
             for (x, g, k) in [
@@ -91,7 +106,7 @@ fn one_op(op: PoolOp, g: &[usize], dtype: DType) -> Graph {
 
 #[test]
 fn average_pool_backwards_spread_the_eager_shares_bit_for_bit() {
-    for dtype in [DType::F32, DType::F64] {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for strided in [false, true] {
             let cases = [
                 (
@@ -140,7 +155,7 @@ fn overlapping_average_pool_backward_sums_the_eager_shares_bit_for_bit() {
         ([3, 3], [2, 2], [1, 1], true, true, [6, 8]),
         ([2, 3], [2, 2], [0, 1], false, true, [7, 5]),
     ];
-    for dtype in [DType::F32, DType::F64] {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for strided in [false, true] {
             for (kernel, stride, padding, count_include_pad, ceil_mode, input_size) in cases {
                 let params = Pool2dParams {

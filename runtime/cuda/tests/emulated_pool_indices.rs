@@ -185,8 +185,9 @@ fn adaptive_pooling_and_its_backward_on_emulated_ptx_equal_the_interpreter_and_e
 fn overlapping_average_pool_backward_on_emulated_ptx_equals_the_interpreter_and_eager() {
     // `(kernel, stride, padding, count_include_pad, ceil_mode)` over a 7 x 9 plane:
     // overlapping, skipping and counted-padding windows (the residue grid, and its packing
-    // copy), then windows of different divisors (padding not counted, ceil mode).
-    for dtype in [DType::F32, DType::F64] {
+    // copy), then windows of different divisors (padding not counted, ceil mode); half
+    // gradients summed in f32.
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for (kernel, stride, padding, count_include_pad, ceil_mode) in [
             ([3, 3], [2, 2], [0, 0], false, false),
             ([2, 2], [3, 3], [0, 0], false, false),

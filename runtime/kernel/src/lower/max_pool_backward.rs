@@ -23,8 +23,9 @@
 //!
 //! An index outside the plane matches no element, so nothing is written out of bounds (the
 //! eager kernel fails the op); with the windows known, an index inside the plane but outside
-//! its window (which max pooling never saves) is ignored too. f32 and f64 gradients of 3-D
-//! and 4-D tensors; other dtypes and empty tensors run the eager kernel.
+//! its window (which max pooling never saves) is ignored too. f32, f64, f16 and bf16 gradients
+//! (halves summed in f32, rounded once, as the eager kernel on widened values) of 3-D and 4-D
+//! tensors; other dtypes and empty tensors run the eager kernel.
 
 use super::avg_divisors::Divisors;
 use super::gather::IndexKernel;
@@ -76,6 +77,16 @@ pub(super) enum Taps<'a> {
     Argmax(&'a Val),
     /// The gradient divided by its window's divisor (average pooling).
     Share(&'a Divisors),
+}
+
+/// `v` converted to `ty` (a half value widened to f32 or an f32 sum rounded to half), or `v`
+/// itself when it has that type.
+pub(super) fn widened(b: &mut KernelBuilder, v: ValueId, ty: ScalarType) -> ValueId {
+    if b.ty(v) == ty {
+        v
+    } else {
+        b.push(ty, Expr::Cast(v))
+    }
 }
 
 /// [`Taps`] with the buffer of the saved indices the kernel reads.
@@ -142,8 +153,9 @@ impl Lowering<'_> {
                 g.layout.shape, ix.layout.shape, out.shape
             )));
         }
+        // Half gradients sum in f32 and round once, as the eager kernel on widened values.
         let ty = match out.dtype {
-            DType::F32 => ScalarType::F32,
+            DType::F32 | DType::F16 | DType::BF16 => ScalarType::F32,
             DType::F64 => ScalarType::F64,
             other => return Ok(Err(format!("{other:?} gradients are not lowered"))),
         };
@@ -189,7 +201,9 @@ impl Lowering<'_> {
         let name = format!("k{}_{}", self.kernel_count(), op.name());
         let mut b = KernelBuilder::new(name, domain);
         let loops = nd;
-        let gb = b.buffer(BufferRole::Input, ty, 0);
+        // The gradient's and the result's element type; sums are in `ty` (f32 for halves).
+        let storage = ScalarType::of_buffer(out.dtype).unwrap_or(ty);
+        let gb = b.buffer(BufferRole::Input, storage, 0);
         // The saved indices' buffer, read by argmax taps.
         let pick = match taps {
             Taps::Argmax(ix) => Pick::Argmax(ix, b.buffer(BufferRole::Input, ScalarType::I64, 0)),
@@ -200,7 +214,7 @@ impl Lowering<'_> {
             Pick::Share(_) => None,
         };
         let numel: usize = padded.iter().product();
-        let ob = b.buffer(BufferRole::Output, ty, numel);
+        let ob = b.buffer(BufferRole::Output, storage, numel);
         // The batch and channel dims walk their loops; the plane dims are the bounds'.
         let lead = |l: &Layout| {
             let mut strides = l.strides[..h].to_vec();
@@ -237,7 +251,7 @@ impl Lowering<'_> {
                             ]
                         };
                         let grad = b.push(
-                            ty,
+                            storage,
                             Expr::LoadIf {
                                 buffer: gb,
                                 index: lead(&g.layout),
@@ -245,6 +259,7 @@ impl Lowering<'_> {
                                 fill: 0.0,
                             },
                         );
+                        let grad = widened(&mut b, grad, ty);
                         let picked = match pick {
                             Pick::Argmax(ix, ib) => {
                                 let saved = b.push(
@@ -285,6 +300,7 @@ impl Lowering<'_> {
                     offset: rh * packed[h] + rw * packed[w],
                     strides,
                 };
+                let sum = widened(&mut b, sum, storage);
                 b.store(ob, index, sum);
             }
         }
@@ -342,7 +358,9 @@ impl Lowering<'_> {
         let mut map: Vec<Option<usize>> = (0..h).map(Some).collect();
         map.extend([Some(nd), Some(nd + 1)]);
         let saved = k.load(ix, ScalarType::I64, &map);
-        let grad = k.load(g, ty, &map);
+        let storage = ScalarType::of_buffer(out.dtype).unwrap_or(ty);
+        let grad = k.load(g, storage, &map);
+        let grad = widened(&mut k.b, grad, ty);
         let row =
             k.b.push(ScalarType::I64, Expr::LoopIndex(LoopId::from_index(h)));
         let col =
@@ -364,6 +382,7 @@ impl Lowering<'_> {
             },
         );
         let sum = k.b.push(ty, Expr::Reduce(ReduceFn::Sum, picked));
+        let sum = widened(&mut k.b, sum, storage);
         self.finish_index_kernel(id, k, sum, out.clone())
     }
 }

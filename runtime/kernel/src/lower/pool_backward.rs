@@ -14,6 +14,7 @@
 //! ([`super::avg_divisors`]: fewer taps at the border when padding does not count, a ceil-mode
 //! window cut short).
 
+use super::max_pool_backward::widened;
 use super::{Lowering, graph_error};
 use crate::{
     BufferId, BufferRole, CompareFn, Expr, IndexExpr, KernelBuilder, Result, ScalarType, SlotId,
@@ -134,9 +135,13 @@ impl Lowering<'_> {
         let Some(input) = plane(&out.shape) else {
             return Ok(Err("pooling of other than 3-D or 4-D tensors".into()));
         };
-        let Some(ty) = ScalarType::of_buffer(out.dtype).filter(|t| t.is_arithmetic()) else {
+        // Half gradients compute in f32 and round once, as the eager kernel on widened values.
+        let Some(storage) =
+            ScalarType::of_buffer(out.dtype).filter(|t| t.is_arithmetic() || t.is_half())
+        else {
             return Ok(Err(format!("{:?} gradients are not lowered", out.dtype)));
         };
+        let ty = storage.compute();
         let out_plane = plane(&g.layout.shape).unwrap_or([0, 0]);
         let (window, spread) = match op {
             Op::Pool(PoolOp::AvgPool2dBackward {
@@ -159,9 +164,8 @@ impl Lowering<'_> {
                         || out.shape.contains(&0)
                         || g.layout.shape.contains(&0)
                         || self.program.slot(g.slot).meta.dtype != out.dtype
-                        || !matches!(out.dtype, DType::F32 | DType::F64)
                     {
-                        return Ok(Err("an empty, mismatched or half gradient".into()));
+                        return Ok(Err("an empty or mismatched gradient".into()));
                     }
                     let v = self.by_residues(id, op, params, (&g, taps), &out, ty)?;
                     self.values.insert(*id, vec![v]);
@@ -222,7 +226,7 @@ impl Lowering<'_> {
         let mut buffer_of = |b: &mut KernelBuilder, slot: SlotId| {
             *buffers.entry(slot).or_insert_with(|| {
                 inputs.push(slot);
-                b.buffer(BufferRole::Input, ty, 0)
+                b.buffer(BufferRole::Input, storage, 0)
             })
         };
         if self.program.slot(g.slot).meta.dtype != out.dtype {
@@ -230,7 +234,7 @@ impl Lowering<'_> {
         }
         let gb = buffer_of(&mut b, g.slot);
         let grad_value = b.push(
-            ty,
+            storage,
             Expr::Load {
                 buffer: gb,
                 index: IndexExpr {
@@ -239,6 +243,7 @@ impl Lowering<'_> {
                 },
             },
         );
+        let grad_value = widened(&mut b, grad_value, ty);
         let zero = b.push(ty, Expr::Const(0.0));
         // The value stored at each tap, row-major over the window.
         let per_tap: Vec<ValueId> = match spread {
@@ -265,7 +270,7 @@ impl Lowering<'_> {
                 let mut at = zero;
                 for t in 0..kh * kw {
                     let v = b.push(
-                        ty,
+                        storage,
                         Expr::Load {
                             buffer: xb,
                             index: IndexExpr {
@@ -276,6 +281,7 @@ impl Lowering<'_> {
                             },
                         },
                     );
+                    let v = widened(&mut b, v, ty);
                     // The tap replaces the best so far when it is NaN or larger, as the eager
                     // selection (two float selects: no select of predicates, which not every
                     // backend has).
@@ -322,7 +328,7 @@ impl Lowering<'_> {
         };
         let packed = Layout::contiguous(&out.shape).strides;
         let numel: usize = out.shape.iter().product();
-        let ob = b.buffer(BufferRole::Output, ty, numel);
+        let ob = b.buffer(BufferRole::Output, storage, numel);
         let mut strides = packed[..nd - 2].to_vec();
         strides.extend([kh * packed[nd - 2], kw]);
         for (t, value) in per_tap.into_iter().enumerate() {
@@ -330,6 +336,7 @@ impl Lowering<'_> {
                 offset: (t / kw) * packed[nd - 2] + t % kw,
                 strides: strides.clone(),
             };
+            let value = widened(&mut b, value, storage);
             b.store(ob, index, value);
         }
         let mut kernel = b.finish();
