@@ -1,7 +1,8 @@
 //! Inputs for testing the quantized-op kernels against the eager ones: float values at
 //! rounding ties, NaN and the ends of f32 and f64 (from [`crate::fake_quant_cases`]), valid
 //! scales that make ties and saturate both ends, zero points at the ends of each quantized
-//! type's range, and quantized values covering each type's range.
+//! type's range, quantized values covering each type's range, and u8 planes whose pooling
+//! windows tie at .5 steps and reach both ends of u8.
 
 use crate::fake_quant_cases::x_values;
 use tessera_tensor::{DType, Tensor};
@@ -72,4 +73,31 @@ pub fn quantized_inputs(dtype: DType, shape: &[usize], seed: usize) -> Tensor {
         .unwrap()
         .to_dtype(dtype)
         .unwrap()
+}
+
+/// The zero points the u8 average pools are checked with: both ends of u8, odd and even ones
+/// (an odd one makes eager's `round(mean - zp) + zp` differ from rounding the mean at ties).
+pub const POOL_ZERO_POINTS: [i64; 5] = [0, 37, 128, 255, 1];
+
+/// u8 values of `shape` (the last two dims a plane) for the average pools: in each 2x2 block
+/// of the plane the right column is one more than the left, so that a 2-wide window's sum is
+/// odd and its mean lies on a .5 tie; every fifth block is all 255 and every seventh all 0
+/// (sums at both ends of the range), the others spread over u8 by `seed`.
+pub fn u8_pool_values(shape: &[usize], seed: usize) -> Tensor {
+    let width = shape.last().copied().unwrap_or(1).max(1);
+    let n: usize = shape.iter().product();
+    let values: Vec<u8> = (0..n)
+        .map(|i| {
+            let (y, x) = ((i / width) / 2, (i % width) / 2);
+            let block = y * 31 + x * 7 + seed * 13;
+            if block.is_multiple_of(5) {
+                255
+            } else if block.is_multiple_of(7) {
+                0
+            } else {
+                ((block * 37 + seed) % 255 + (i % width) % 2) as u8
+            }
+        })
+        .collect();
+    Tensor::from_vec(values, shape).unwrap()
 }
