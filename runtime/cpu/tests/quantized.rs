@@ -10,12 +10,13 @@ use crate::common;
 
 use common::{eager, jit_run, lowered};
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
-use tessera_tensor::op::{ConvParams, Pool2dParams, PoolOp, QuantOp};
+use tessera_tensor::op::{ConvParams, PoolOp, QuantOp};
 use tessera_tensor::{DType, Op, Tensor};
 use tessera_testkit::exact_bits;
 use tessera_testkit::fake_quant_cases::integer_zero_points;
 use tessera_testkit::quant_cases::{
-    POOL_ZERO_POINTS, QUANTIZED_TYPES, float_inputs, quantized_inputs, u8_pool_values, valid_scales,
+    POOL_ZERO_POINTS, QUANTIZED_TYPES, U8_ADAPTIVE_BINS, float_inputs, pool_window,
+    quantized_inputs, u8_pool_values, u8_pool_windows, valid_scales,
 };
 
 /// `op` on `inputs` lowered to one kernel with no fallback; interpreter, JIT and eager give
@@ -307,44 +308,14 @@ fn a_quantized_residual_block_compiles_with_no_fallback_and_equals_eager() {
     );
 }
 
-/// A window of `kernel`, `stride` and `padding` (dilation 1), rounding up when `ceil_mode`.
-fn window(
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    ceil_mode: bool,
-) -> Pool2dParams {
-    Pool2dParams {
-        kernel,
-        stride,
-        padding,
-        dilation: [1, 1],
-        ceil_mode,
-    }
-}
-
-/// The windows of the u8 average pool cases: 2x2 blocks (every window on a .5 tie), padding on
-/// both axes or one, ceil mode's windows partly past the input, a window of 3 taps per axis
-/// (an inexact `1/n`), and windows of more than 64 taps (a reduction loop), padded or not.
-fn u8_windows() -> [Pool2dParams; 7] {
-    [
-        window([2, 2], [2, 2], [0, 0], false),
-        window([3, 3], [2, 2], [1, 1], true),
-        window([2, 3], [1, 2], [1, 1], true),
-        window([3, 2], [2, 2], [1, 0], false),
-        window([3, 3], [3, 3], [0, 0], true),
-        window([9, 8], [3, 4], [4, 2], true),
-        window([9, 9], [1, 1], [0, 0], false),
-    ]
-}
-
+/// The quantized average `pool` of u8 values whose zero point is `zero_point`.
 fn quantized_pool(pool: PoolOp, zero_point: i64) -> Op {
     Op::Quant(QuantOp::AvgPool { pool, zero_point })
 }
 
 #[test]
 fn quantized_avg_pool_with_padding_and_ceil_mode_equals_eager_bit_for_bit() {
-    for (i, params) in u8_windows().into_iter().enumerate() {
+    for (i, params) in u8_pool_windows().into_iter().enumerate() {
         for zero_point in POOL_ZERO_POINTS {
             for count_include_pad in [false, params.padding == [0, 0]] {
                 let pool = PoolOp::AvgPool2d {
@@ -362,17 +333,7 @@ fn quantized_avg_pool_with_padding_and_ceil_mode_equals_eager_bit_for_bit() {
 
 #[test]
 fn quantized_adaptive_avg_pool_of_uneven_bins_equals_eager_bit_for_bit() {
-    // Bins of different sizes that overlap (7 -> 3, 6 -> 4), more bins than elements
-    // (3 -> 5), the global pool, and bins tiling a plane too large to unroll (66 -> 2, a
-    // 33 x 33 window reduction).
-    let cases = [
-        ([7, 6], [3, 4]),
-        ([3, 10], [5, 3]),
-        ([9, 8], [1, 1]),
-        ([12, 12], [4, 6]),
-        ([66, 66], [2, 2]),
-    ];
-    for (seed, (plane, output_size)) in cases.into_iter().enumerate() {
+    for (seed, (plane, output_size)) in U8_ADAPTIVE_BINS.into_iter().enumerate() {
         for zero_point in POOL_ZERO_POINTS {
             let op = quantized_pool(PoolOp::AdaptiveAvgPool2d { output_size }, zero_point);
             for lead in [vec![2, 3], vec![2]] {
@@ -391,7 +352,7 @@ fn quantized_avg_pools_of_uniform_planes_at_both_ends_of_u8_equal_eager() {
         let x = Tensor::from_vec(vec![value; 2 * 7 * 9], &[1, 2, 7, 9]).unwrap();
         for zero_point in POOL_ZERO_POINTS {
             let windowed = PoolOp::AvgPool2d {
-                params: window([3, 3], [2, 2], [1, 1], true),
+                params: pool_window([3, 3], [2, 2], [1, 1], true),
                 count_include_pad: false,
             };
             let adaptive = PoolOp::AdaptiveAvgPool2d {
@@ -412,7 +373,7 @@ fn quantized_avg_pools_read_channels_last_and_narrowed_views_in_place() {
     for view in [channels_last, narrowed] {
         for pool in [
             PoolOp::AvgPool2d {
-                params: window([3, 2], [2, 1], [1, 1], true),
+                params: pool_window([3, 2], [2, 1], [1, 1], true),
                 count_include_pad: false,
             },
             PoolOp::AdaptiveAvgPool2d {
@@ -428,11 +389,11 @@ fn quantized_avg_pools_read_channels_last_and_narrowed_views_in_place() {
 fn u8_avg_pool2d_and_adaptive_avg_pool2d_are_the_quantized_kernels_with_zero_point_0() {
     let x = u8_pool_values(&[2, 3, 9, 8], 1);
     let windowed = PoolOp::AvgPool2d {
-        params: window([3, 3], [2, 2], [1, 1], true),
+        params: pool_window([3, 3], [2, 2], [1, 1], true),
         count_include_pad: false,
     };
     let counted = PoolOp::AvgPool2d {
-        params: window([2, 3], [2, 2], [0, 0], true),
+        params: pool_window([2, 3], [2, 2], [0, 0], true),
         count_include_pad: true,
     };
     let adaptive = PoolOp::AdaptiveAvgPool2d {
@@ -448,7 +409,7 @@ fn quantized_avg_pools_of_an_empty_batch_are_kernels_over_no_points() {
     let x = u8_pool_values(&[0, 3, 6, 6], 0);
     for pool in [
         PoolOp::AvgPool2d {
-            params: window([2, 2], [2, 2], [1, 1], false),
+            params: pool_window([2, 2], [2, 2], [1, 1], false),
             count_include_pad: false,
         },
         PoolOp::AdaptiveAvgPool2d {
