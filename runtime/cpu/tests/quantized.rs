@@ -419,3 +419,28 @@ fn quantized_avg_pools_of_an_empty_batch_are_kernels_over_no_points() {
         agrees(quantized_pool(pool, 5), std::slice::from_ref(&x));
     }
 }
+
+#[test]
+fn quantized_adaptive_bins_too_many_to_unroll_run_the_eager_kernel() {
+    // 100 -> 99 rows: one block of 99 bins reading 198 rows, too many taps to unroll, and the
+    // bins do not tile the input.
+    let x = u8_pool_values(&[1, 2, 100, 7], 0);
+    let op = quantized_pool(
+        PoolOp::AdaptiveAvgPool2d {
+            output_size: [99, 3],
+        },
+        37,
+    );
+    let inputs = [x];
+    let graph = common::op_graph(op, &inputs);
+    let program = lowered(&graph, &inputs);
+    assert_eq!(program.fallbacks.len(), 1, "{program}");
+    assert!(
+        program.fallbacks[0].reason.contains("taps per block"),
+        "{program}"
+    );
+    assert_eq!(
+        exact_bits(&jit_run(&program, &inputs)[0]),
+        exact_bits(&eager(&graph, &inputs)[0])
+    );
+}
