@@ -1,9 +1,11 @@
 //! Inputs for testing the quantized-op kernels against the eager ones: float values at
 //! rounding ties, NaN and the ends of f32 and f64 (from [`crate::fake_quant_cases`]), valid
 //! scales that make ties and saturate both ends, zero points at the ends of each quantized
-//! type's range, and quantized values covering each type's range.
+//! type's range, quantized values covering each type's range, and u8 planes whose pooling
+//! windows tie at .5 steps and reach both ends of u8.
 
 use crate::fake_quant_cases::x_values;
+use tessera_tensor::op::Pool2dParams;
 use tessera_tensor::{DType, Tensor};
 
 /// The quantized storage types with their ranges.
@@ -73,3 +75,73 @@ pub fn quantized_inputs(dtype: DType, shape: &[usize], seed: usize) -> Tensor {
         .to_dtype(dtype)
         .unwrap()
 }
+
+/// The zero points the u8 average pools are checked with: both ends of u8, odd and even ones
+/// (an odd one makes eager's `round(mean - zp) + zp` differ from rounding the mean at ties).
+pub const POOL_ZERO_POINTS: [i64; 5] = [0, 37, 128, 255, 1];
+
+/// u8 values of `shape` (the last two dims a plane) for the average pools: in each 2x2 block
+/// of the plane the right column is one more than the left, so that a 2-wide window's sum is
+/// odd and its mean lies on a .5 tie; every fifth block is all 255 and every seventh all 0
+/// (sums at both ends of the range), the others spread over u8 by `seed`.
+pub fn u8_pool_values(shape: &[usize], seed: usize) -> Tensor {
+    let width = shape.last().copied().unwrap_or(1).max(1);
+    let n: usize = shape.iter().product();
+    let values: Vec<u8> = (0..n)
+        .map(|i| {
+            let (y, x) = ((i / width) / 2, (i % width) / 2);
+            let block = y * 31 + x * 7 + seed * 13;
+            if block.is_multiple_of(5) {
+                255
+            } else if block.is_multiple_of(7) {
+                0
+            } else {
+                ((block * 37 + seed) % 255 + (i % width) % 2) as u8
+            }
+        })
+        .collect();
+    Tensor::from_vec(values, shape).unwrap()
+}
+
+/// A window of `kernel`, `stride` and `padding` (dilation 1), rounding up when `ceil_mode`.
+pub fn pool_window(
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    ceil_mode: bool,
+) -> Pool2dParams {
+    Pool2dParams {
+        kernel,
+        stride,
+        padding,
+        dilation: [1, 1],
+        ceil_mode,
+    }
+}
+
+/// The windows of the u8 average pool cases: 2x2 blocks (every window of
+/// [`u8_pool_values`] on a .5 tie), padding on both axes or one, ceil mode's windows partly
+/// past the input, 3 taps per axis (an inexact `1/n`), and windows of more than 64 taps (a
+/// reduction loop in the kernels), padded or not. Planes of at least 9 x 9 fit them all.
+pub fn u8_pool_windows() -> [Pool2dParams; 7] {
+    [
+        pool_window([2, 2], [2, 2], [0, 0], false),
+        pool_window([3, 3], [2, 2], [1, 1], true),
+        pool_window([2, 3], [1, 2], [1, 1], true),
+        pool_window([3, 2], [2, 2], [1, 0], false),
+        pool_window([3, 3], [3, 3], [0, 0], true),
+        pool_window([9, 8], [3, 4], [4, 2], true),
+        pool_window([9, 9], [1, 1], [0, 0], false),
+    ]
+}
+
+/// Input planes and output sizes of the u8 adaptive average pool cases: bins of different
+/// sizes that overlap (7 -> 3, 6 -> 4), more bins than elements (3 -> 5), the global pool, and
+/// bins tiling a plane too large to unroll (66 -> 2: a 33 x 33 window reduction).
+pub const U8_ADAPTIVE_BINS: [([usize; 2], [usize; 2]); 5] = [
+    ([7, 6], [3, 4]),
+    ([3, 10], [5, 3]),
+    ([9, 8], [1, 1]),
+    ([12, 12], [4, 6]),
+    ([66, 66], [2, 2]),
+];

@@ -1,19 +1,23 @@
 //! The elementwise quantized ops (quantize and dequantize per tensor and per channel along
-//! each axis, to and from u8, i8 and i32, and the static int8 add) lowered to one kernel
-//! whose interpreted and JIT-compiled results equal the eager kernel bit for bit: ties at .5
-//! steps, values saturating both ends, NaN and infinities, f32 and f64 inputs, views read in
-//! place; per-channel parameters the eager kernel rejects fail the run; the int8 products and
-//! pools still run their eager kernels; a quantized residual block compiles with no fallback.
+//! each axis, to and from u8, i8 and i32, and the static int8 add) and the u8 average pools
+//! (windowed and adaptive) lowered to one kernel whose interpreted and JIT-compiled results
+//! equal the eager kernel bit for bit: ties at .5 steps, values saturating both ends, NaN and
+//! infinities, f32 and f64 inputs, views read in place, pooling windows partly outside the
+//! input; per-channel parameters the eager kernel rejects fail the run; the int8 products
+//! still run their eager kernels; a quantized residual block compiles with no fallback.
 
 use crate::common;
 
 use common::{eager, jit_run, lowered};
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
-use tessera_tensor::op::{ConvParams, QuantOp};
+use tessera_tensor::op::{ConvParams, PoolOp, QuantOp};
 use tessera_tensor::{DType, Op, Tensor};
 use tessera_testkit::exact_bits;
 use tessera_testkit::fake_quant_cases::integer_zero_points;
-use tessera_testkit::quant_cases::{QUANTIZED_TYPES, float_inputs, quantized_inputs, valid_scales};
+use tessera_testkit::quant_cases::{
+    POOL_ZERO_POINTS, QUANTIZED_TYPES, U8_ADAPTIVE_BINS, float_inputs, pool_window,
+    quantized_inputs, u8_pool_values, u8_pool_windows, valid_scales,
+};
 
 /// `op` on `inputs` lowered to one kernel with no fallback; interpreter, JIT and eager give
 /// the same dtype and bits.
@@ -301,5 +305,142 @@ fn a_quantized_residual_block_compiles_with_no_fallback_and_equals_eager() {
         exact_bits(&jit_run(&program, &inputs)[0]),
         exact_bits(&want[0]),
         "{program}"
+    );
+}
+
+/// The quantized average `pool` of u8 values whose zero point is `zero_point`.
+fn quantized_pool(pool: PoolOp, zero_point: i64) -> Op {
+    Op::Quant(QuantOp::AvgPool { pool, zero_point })
+}
+
+#[test]
+fn quantized_avg_pool_with_padding_and_ceil_mode_equals_eager_bit_for_bit() {
+    for (i, params) in u8_pool_windows().into_iter().enumerate() {
+        for zero_point in POOL_ZERO_POINTS {
+            for count_include_pad in [false, params.padding == [0, 0]] {
+                let pool = PoolOp::AvgPool2d {
+                    params,
+                    count_include_pad,
+                };
+                let op = quantized_pool(pool, zero_point);
+                for shape in [vec![2, 3, 11, 10], vec![3, 9, 12]] {
+                    agrees(op.clone(), &[u8_pool_values(&shape, i)]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn quantized_adaptive_avg_pool_of_uneven_bins_equals_eager_bit_for_bit() {
+    for (seed, (plane, output_size)) in U8_ADAPTIVE_BINS.into_iter().enumerate() {
+        for zero_point in POOL_ZERO_POINTS {
+            let op = quantized_pool(PoolOp::AdaptiveAvgPool2d { output_size }, zero_point);
+            for lead in [vec![2, 3], vec![2]] {
+                let mut shape = lead;
+                shape.extend(plane);
+                agrees(op.clone(), &[u8_pool_values(&shape, seed)]);
+            }
+        }
+    }
+}
+
+#[test]
+fn quantized_avg_pools_of_uniform_planes_at_both_ends_of_u8_equal_eager() {
+    // Every window's sum is n * 255 or 0: the mean is an end of u8 whatever the zero point.
+    for value in [0u8, 255] {
+        let x = Tensor::from_vec(vec![value; 2 * 7 * 9], &[1, 2, 7, 9]).unwrap();
+        for zero_point in POOL_ZERO_POINTS {
+            let windowed = PoolOp::AvgPool2d {
+                params: pool_window([3, 3], [2, 2], [1, 1], true),
+                count_include_pad: false,
+            };
+            let adaptive = PoolOp::AdaptiveAvgPool2d {
+                output_size: [4, 5],
+            };
+            for pool in [windowed, adaptive] {
+                agrees(quantized_pool(pool, zero_point), std::slice::from_ref(&x));
+            }
+        }
+    }
+}
+
+#[test]
+fn quantized_avg_pools_read_channels_last_and_narrowed_views_in_place() {
+    let x = u8_pool_values(&[2, 10, 9, 4], 3);
+    let channels_last = x.permute(&[0, 3, 1, 2]).unwrap();
+    let narrowed = x.narrow(1, 1, 8).unwrap().transpose(2, 3).unwrap();
+    for view in [channels_last, narrowed] {
+        for pool in [
+            PoolOp::AvgPool2d {
+                params: pool_window([3, 2], [2, 1], [1, 1], true),
+                count_include_pad: false,
+            },
+            PoolOp::AdaptiveAvgPool2d {
+                output_size: [3, 4],
+            },
+        ] {
+            agrees(quantized_pool(pool, 37), std::slice::from_ref(&view));
+        }
+    }
+}
+
+#[test]
+fn u8_avg_pool2d_and_adaptive_avg_pool2d_are_the_quantized_kernels_with_zero_point_0() {
+    let x = u8_pool_values(&[2, 3, 9, 8], 1);
+    let windowed = PoolOp::AvgPool2d {
+        params: pool_window([3, 3], [2, 2], [1, 1], true),
+        count_include_pad: false,
+    };
+    let counted = PoolOp::AvgPool2d {
+        params: pool_window([2, 3], [2, 2], [0, 0], true),
+        count_include_pad: true,
+    };
+    let adaptive = PoolOp::AdaptiveAvgPool2d {
+        output_size: [4, 3],
+    };
+    for pool in [windowed, counted, adaptive] {
+        agrees(Op::Pool(pool), std::slice::from_ref(&x));
+    }
+}
+
+#[test]
+fn quantized_avg_pools_of_an_empty_batch_are_kernels_over_no_points() {
+    let x = u8_pool_values(&[0, 3, 6, 6], 0);
+    for pool in [
+        PoolOp::AvgPool2d {
+            params: pool_window([2, 2], [2, 2], [1, 1], false),
+            count_include_pad: false,
+        },
+        PoolOp::AdaptiveAvgPool2d {
+            output_size: [4, 4],
+        },
+    ] {
+        agrees(quantized_pool(pool, 5), std::slice::from_ref(&x));
+    }
+}
+
+#[test]
+fn quantized_adaptive_bins_too_many_to_unroll_run_the_eager_kernel() {
+    // 100 -> 99 rows: one block of 99 bins reading 198 rows, too many taps to unroll, and the
+    // bins do not tile the input.
+    let x = u8_pool_values(&[1, 2, 100, 7], 0);
+    let op = quantized_pool(
+        PoolOp::AdaptiveAvgPool2d {
+            output_size: [99, 3],
+        },
+        37,
+    );
+    let inputs = [x];
+    let graph = common::op_graph(op, &inputs);
+    let program = lowered(&graph, &inputs);
+    assert_eq!(program.fallbacks.len(), 1, "{program}");
+    assert!(
+        program.fallbacks[0].reason.contains("taps per block"),
+        "{program}"
+    );
+    assert_eq!(
+        exact_bits(&jit_run(&program, &inputs)[0]),
+        exact_bits(&eager(&graph, &inputs)[0])
     );
 }

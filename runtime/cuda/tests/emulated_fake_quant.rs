@@ -1,9 +1,10 @@
-//! The fake-quantize forwards (learnable, and with integer zero points) and the elementwise
+//! The fake-quantize forwards (learnable, and with integer zero points), the elementwise
 //! quantized ops (quantize and dequantize per tensor and per channel to and from u8, i8 and
-//! i32, the static int8 add) on the PTX backend: rendered to PTX, assembled by ptxas (sm_80
-//! and sm_90) when it is installed, run in the emulator and checked bit for bit against the
-//! kernel-IR interpreter and the eager CPU kernel on ties at .5 steps, NaN and infinite
-//! inputs, scales and zero points, zero points outside the range, empty and 0-dim inputs; and
+//! i32, the static int8 add) and the u8 average pools (windowed and adaptive) on the PTX
+//! backend: rendered to PTX, assembled by ptxas (sm_80 and sm_90) when it is installed, run in
+//! the emulator and checked bit for bit against the kernel-IR interpreter and the eager CPU
+//! kernel on ties at .5 steps, NaN and infinite inputs, scales and zero points, zero points
+//! outside the range, padded and ceil-mode windows, uneven bins, empty and 0-dim inputs; and
 //! as eager ops on CUDA tensors (the emulated driver) equal to the CPU. The learnable
 //! fake-quantize backward's `dX` likewise; its `dScale` and `dZeroPoint` sums (a tree on the
 //! device, in order on the CPU) within the rounding of the summation order.
@@ -13,14 +14,17 @@ use crate::emulated;
 
 use emulated::EmulatedPtx;
 use tessera_kernel::{Interpreter, NoEnvironment, run_program};
-use tessera_tensor::op::{FakeQuantOp, QuantOp};
+use tessera_tensor::op::{FakeQuantOp, PoolOp, QuantOp};
 use tessera_tensor::{DType, Device, Op, Tensor};
 use tessera_testkit::exact_bits;
 use tessera_testkit::exact_bits as bits;
 use tessera_testkit::fake_quant_cases::{
     gradient_case, gradients_agree, integer_zero_points, learnable_form, parameters, x_values,
 };
-use tessera_testkit::quant_cases::{QUANTIZED_TYPES, float_inputs, quantized_inputs, valid_scales};
+use tessera_testkit::quant_cases::{
+    POOL_ZERO_POINTS, QUANTIZED_TYPES, U8_ADAPTIVE_BINS, float_inputs, pool_window,
+    quantized_inputs, u8_pool_values, u8_pool_windows, valid_scales,
+};
 
 /// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit.
 fn agrees(op: Op, inputs: &[Tensor]) {
@@ -241,6 +245,63 @@ fn the_int8_add_on_emulated_ptx_equals_the_interpreter_and_eager() {
         let a = quantized_inputs(DType::U8, &[2, 3, 4, 5], 0);
         let b = quantized_inputs(DType::U8, &[2, 3, 4, 5], 3);
         quant_agrees(op, &[a, b]);
+    }
+}
+
+#[test]
+fn the_u8_average_pools_on_emulated_ptx_equal_the_interpreter_and_eager() {
+    for (i, params) in u8_pool_windows().into_iter().enumerate() {
+        let pool = PoolOp::AvgPool2d {
+            params,
+            count_include_pad: false,
+        };
+        for zero_point in [POOL_ZERO_POINTS[i % 5], POOL_ZERO_POINTS[(i + 1) % 5]] {
+            let op = Op::Quant(QuantOp::AvgPool {
+                pool: pool.clone(),
+                zero_point,
+            });
+            quant_agrees(op, &[u8_pool_values(&[2, 2, 11, 10], i)]);
+        }
+    }
+    for (i, (plane, output_size)) in U8_ADAPTIVE_BINS.into_iter().enumerate() {
+        let op = Op::Quant(QuantOp::AvgPool {
+            pool: PoolOp::AdaptiveAvgPool2d { output_size },
+            zero_point: POOL_ZERO_POINTS[i % 5],
+        });
+        quant_agrees(op, &[u8_pool_values(&[2, plane[0], plane[1]], i)]);
+    }
+    // A plain average pool of u8 values: the same kernel with zero point 0.
+    let op = Op::Pool(PoolOp::AvgPool2d {
+        params: pool_window([3, 3], [2, 2], [1, 1], true),
+        count_include_pad: false,
+    });
+    quant_agrees(op, &[u8_pool_values(&[1, 3, 9, 8], 2)]);
+}
+
+#[test]
+fn u8_average_pools_of_cuda_tensors_equal_the_cpu() {
+    crate::eager_common::backend();
+    let on = |t: &Tensor| t.to_device(Device::Cuda(0)).unwrap();
+    let x = u8_pool_values(&[2, 9, 8, 3], 1);
+    let channels_last = x.permute(&[0, 3, 1, 2]).unwrap();
+    let windowed = PoolOp::AvgPool2d {
+        params: pool_window([3, 2], [2, 2], [1, 1], true),
+        count_include_pad: false,
+    };
+    let adaptive = PoolOp::AdaptiveAvgPool2d {
+        output_size: [4, 3],
+    };
+    for pool in [windowed, adaptive] {
+        let op = Op::Quant(QuantOp::AvgPool {
+            pool,
+            zero_point: 37,
+        });
+        let want = op.apply(&[&channels_last]).unwrap();
+        let got = op.apply(&[&on(&channels_last)]).unwrap();
+        assert_eq!(got[0].device(), Device::Cuda(0));
+        let back = got[0].to_device(Device::Cpu).unwrap();
+        assert_eq!(back.dtype(), DType::U8);
+        assert_eq!(exact_bits(&back), exact_bits(&want[0]), "{}", op.name());
     }
 }
 

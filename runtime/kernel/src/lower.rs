@@ -8,7 +8,7 @@
 //! name each input element ([`max_pool_backward`]); adaptive pooling and its average's backward,
 //! whatever the bins, become one kernel over the bins' periodic blocks ([`adaptive_pool`]); the elementwise losses become one kernel each, reduced or not
 //! ([`loss`]); `cat` becomes one kernel of guarded loads ([`cat`]); batch norm's running-statistics update becomes a batch-count kernel
-//! and a per-channel blend ([`batch_norm_update`]); the elementwise quantized ops one kernel each ([`quant`]); embedding, `index_select`, `gather`
+//! and a per-channel blend ([`batch_norm_update`]); the elementwise quantized ops one kernel each ([`quant`]), the u8 average pools pooling kernels ([`quant_pool`]); embedding, `index_select`, `gather`
 //! ([`gather`]) and the negative log-likelihood with its gradient ([`nll`]) read through
 //! checked data-dependent loads; views become layouts, never steps; every
 //! other node runs its eager kernel as an external step and is reported as a fallback with
@@ -32,6 +32,7 @@ mod one_hot;
 mod pool;
 mod pool_backward;
 mod quant;
+mod quant_pool;
 mod reduce;
 mod scatter;
 mod update;
@@ -47,7 +48,9 @@ use std::collections::{HashMap, HashSet};
 use tessera_fx::{Graph, NodeId, NodeKind};
 use tessera_passes::fusion_groups;
 use tessera_tensor::layout::{Layout, broadcast_layout};
-use tessera_tensor::op::{FusionRole, IndexOp, LossOp, OpKind, PoolOp, ViewOp, view_strides};
+use tessera_tensor::op::{
+    FusionRole, IndexOp, LossOp, OpKind, PoolOp, QuantOp, ViewOp, view_strides,
+};
 use tessera_tensor::{Op, TensorMeta};
 
 /// A graph value during lowering: a slot seen through views, and the layout those views give.
@@ -319,9 +322,7 @@ fn fallback_reason(op: &Op) -> String {
         OpKind::Pooling => "pooling is not lowered yet".into(),
         OpKind::Indexing => "indexing ops are not lowered yet".into(),
         OpKind::Loss => "losses are not lowered yet".into(),
-        OpKind::Quantized => {
-            "the int8 linears, conv2d and average pools are not lowered yet".into()
-        }
+        OpKind::Quantized => "the int8 linears and conv2d are not lowered yet".into(),
         OpKind::Opaque => "a user-defined op runs its own kernel".into(),
         kind => format!("{kind:?} ops are not lowered yet"),
     }
@@ -500,6 +501,16 @@ impl Lowering<'_> {
             NodeKind::CallFunction {
                 op:
                     op @ Op::Pool(PoolOp::AdaptiveAvgPool2d { .. } | PoolOp::AdaptiveMaxPool2d { .. }),
+            } => {
+                let op = op.clone();
+                return self.adaptive_pool(id, &op);
+            }
+            NodeKind::CallFunction {
+                op:
+                    op @ Op::Quant(QuantOp::AvgPool {
+                        pool: PoolOp::AdaptiveAvgPool2d { .. },
+                        ..
+                    }),
             } => {
                 let op = op.clone();
                 return self.adaptive_pool(id, &op);

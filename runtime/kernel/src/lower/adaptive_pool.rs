@@ -17,11 +17,14 @@
 //! [`MAX_UNROLLED_TAPS`] (large co-prime sizes) the eager kernel runs, except for an
 //! average whose bins tile the input, which becomes an `avg_pool2d` window reduction
 //! ([`super::pool`]) and a tiling backward ([`super::pool_backward`]). f32 and f64 values of
-//! 3-D and 4-D tensors (any strided view; an empty result is a kernel over no points); other
-//! dtypes run the eager kernel.
+//! 3-D and 4-D tensors (any strided view; an empty result is a kernel over no points), and the
+//! u8 average (`quantized_adaptive_avg_pool2d`, or the op on u8 values with zero point 0): each
+//! bin's taps summed in i64 and requantized as [`super::quant_pool`]; other dtypes run the
+//! eager kernel.
 
 use super::Lowering;
 use super::pool::{fold_sum, max_step};
+use super::quant_pool;
 use crate::schedule::schedule;
 use crate::{
     BinaryFn, BufferRole, Expr, IndexExpr, KernelBuilder, LoopId, Result, ScalarType, SlotSource,
@@ -29,7 +32,7 @@ use crate::{
 };
 use tessera_fx::NodeId;
 use tessera_tensor::layout::Layout;
-use tessera_tensor::op::{Pool2dParams, PoolOp};
+use tessera_tensor::op::{Pool2dParams, PoolOp, QuantOp};
 use tessera_tensor::{DType, Op, TensorMeta};
 
 /// The most elements one kernel's unrolled body reads (per point of the block grid).
@@ -181,7 +184,11 @@ impl Lowering<'_> {
         op: &Op,
     ) -> Result<std::result::Result<(), String>> {
         let average = match op {
-            Op::Pool(PoolOp::AdaptiveAvgPool2d { .. }) => true,
+            Op::Pool(PoolOp::AdaptiveAvgPool2d { .. })
+            | Op::Quant(QuantOp::AvgPool {
+                pool: PoolOp::AdaptiveAvgPool2d { .. },
+                ..
+            }) => true,
             Op::Pool(PoolOp::AdaptiveMaxPool2d { .. }) => false,
             _ => return Ok(Err("not an adaptive pooling".into())),
         };
@@ -192,9 +199,20 @@ impl Lowering<'_> {
             return Ok(Err("the node has no input or no value".into()));
         };
         let x = self.value(&input)?;
-        let ty = match float_type(out.dtype) {
-            Ok(ty) => ty,
-            Err(why) => return Ok(Err(why)),
+        // The zero point of a u8 average, whose taps are summed in i64.
+        let zero_point = quant_pool::u8_average(op, out.dtype == DType::U8).map(|(_, zp)| zp);
+        let ty = match zero_point {
+            Some(_) if out.dtype == DType::U8 => ScalarType::U8,
+            Some(_) => {
+                return Ok(Err(format!(
+                    "a u8 average pool with a {:?} result",
+                    out.dtype
+                )));
+            }
+            None => match float_type(out.dtype) {
+                Ok(ty) => ty,
+                Err(why) => return Ok(Err(why)),
+            },
         };
         let nd = out.shape.len();
         if self.program.slot(x.slot).meta.dtype != out.dtype
@@ -217,10 +235,17 @@ impl Lowering<'_> {
             // Large bins that tile the input: average pooling's window reduction.
             Err(_) if average && tiling_window(in_plane, out_plane).is_some() => {
                 let params = tiling_window(in_plane, out_plane).expect("checked");
-                let avg = Op::Pool(PoolOp::AvgPool2d {
+                let pool = PoolOp::AvgPool2d {
                     params,
                     count_include_pad: false,
-                });
+                };
+                let avg = match op {
+                    Op::Quant(QuantOp::AvgPool { zero_point, .. }) => Op::Quant(QuantOp::AvgPool {
+                        pool,
+                        zero_point: *zero_point,
+                    }),
+                    _ => Op::Pool(pool),
+                };
                 return self.pool(id, &avg).map(Ok);
             }
             Err(why) => return Ok(Err(why)),
@@ -286,6 +311,12 @@ impl Lowering<'_> {
                     }
                     b.store(vb, store_at.clone(), best);
                     b.store(ib, store_at, index);
+                } else if let Some(zero_point) = zero_point {
+                    let sum = quant_pool::sum_u8(&mut b, taps.iter().flatten().copied());
+                    let n = rows.size(rh) * cols.size(rw);
+                    let n = b.push(ScalarType::I64, Expr::Const(n as f64));
+                    let mean = quant_pool::requantize_mean(&mut b, sum, n, zero_point);
+                    b.store(vb, store_at, mean);
                 } else {
                     // Eager: each row's sum, then the sum of the rows, over the bin's size.
                     let sums: Vec<ValueId> =
@@ -397,7 +428,13 @@ impl Lowering<'_> {
                 return Ok(Err("outputs of different shapes".into()));
             }
             let buffer = b.buffer(BufferRole::Output, ty, 0);
-            let zero = b.push(ty, Expr::Const(0.0));
+            // A narrow integer (a half type) is computed in i64 (f32) and converted.
+            let zero = b.push(ty.compute(), Expr::Const(0.0));
+            let zero = if ty.compute() != ty {
+                b.push(ty, Expr::Cast(zero))
+            } else {
+                zero
+            };
             let index = IndexExpr {
                 offset: 0,
                 strides: Layout::contiguous(&meta.shape).strides,

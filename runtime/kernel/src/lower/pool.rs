@@ -6,13 +6,16 @@
 //! bit-identical); a larger one becomes reduction loops over `[kH, kW]`. Along an axis whose
 //! windows all lie inside the input the taps are plain strided loads; along one with padding
 //! or ceil mode's windows cut short they are guarded loads ([`crate::guard`]) that read -inf
-//! (max) or -0.0 (the identity of the average's sum) outside the input. An average's divisor
-//! is the window's size, or, without `count_include_pad` (or for a window cut short), the
-//! number of taps inside the input, counted per point; a ceil-mode window past the padding
-//! with `count_include_pad` (its padded size) runs the eager kernel.
+//! (max), -0.0 (the identity of the average's sum) or 0 (a u8 tap) outside the input. An
+//! average's divisor is the window's size, or, without `count_include_pad` (or for a window
+//! cut short), the number of taps inside the input, counted per point; a ceil-mode window past
+//! the padding with `count_include_pad` (its padded size) runs the eager kernel. A u8 average
+//! (`quantized_avg_pool2d`, or `avg_pool2d` of u8 values) sums its taps in i64 and divides by
+//! the taps inside the input, computed from the loop indices, as [`super::quant_pool`].
 
 use super::Lowering;
 use super::frame::{Frame, Local};
+use super::quant_pool;
 use crate::{
     BinaryFn, Bound, CompareFn, Expr, IndexExpr, KernelBuilder, LoopId, ReduceFn, Result,
     ScalarType, ValueId,
@@ -26,14 +29,38 @@ use tessera_tensor::op::{BinaryOp, Pool2dParams, PoolOp};
 /// overhead per output than its loads.
 pub const UNROLLED_WINDOW: usize = 64;
 
-/// The window, whether it averages and whether it also writes the argmax indices, for the
-/// pooling ops this lowering generates.
-pub(super) fn window_pool(op: &Op) -> Option<(Pool2dParams, bool, bool)> {
+/// What a window pooling computes per window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WindowReduce {
+    /// The maximum, and the flat in-plane index of the first maximum when `indices`.
+    Max { indices: bool },
+    /// The float mean, padding counted in the divisor when `count_include_pad`.
+    Mean { count_include_pad: bool },
+    /// The u8 mean of values whose zero point is `zero_point` ([`quant_pool`]).
+    U8Mean { zero_point: i64 },
+}
+
+/// The window and what it computes, for the pooling ops this lowering generates (an
+/// `avg_pool2d` of u8 values is a [`WindowReduce::U8Mean`] once its dtype is known).
+pub(super) fn window_pool(op: &Op) -> Option<(Pool2dParams, WindowReduce)> {
     match op {
-        Op::Pool(PoolOp::MaxPool2dValues(p)) => Some((*p, false, false)),
-        Op::Pool(PoolOp::MaxPool2d(p)) => Some((*p, false, true)),
-        Op::Pool(PoolOp::AvgPool2d { params, .. }) => Some((*params, true, false)),
-        _ => None,
+        Op::Pool(PoolOp::MaxPool2dValues(p)) => Some((*p, WindowReduce::Max { indices: false })),
+        Op::Pool(PoolOp::MaxPool2d(p)) => Some((*p, WindowReduce::Max { indices: true })),
+        Op::Pool(PoolOp::AvgPool2d {
+            params,
+            count_include_pad,
+        }) => Some((
+            *params,
+            WindowReduce::Mean {
+                count_include_pad: *count_include_pad,
+            },
+        )),
+        _ => match quant_pool::u8_average(op, false)? {
+            (PoolOp::AvgPool2d { params, .. }, zero_point) => {
+                Some((*params, WindowReduce::U8Mean { zero_point }))
+            }
+            _ => None,
+        },
     }
 }
 
@@ -48,7 +75,7 @@ impl Lowering<'_> {
     }
 
     fn pool_kernel(&mut self, id: &NodeId, op: &Op) -> Result<std::result::Result<(), String>> {
-        let Some((p, average, with_indices)) = window_pool(op) else {
+        let Some((p, mut reduce)) = window_pool(op) else {
             return Ok(Err("not a window pooling".into()));
         };
         let (Some(input), Some(out)) = (
@@ -58,9 +85,28 @@ impl Lowering<'_> {
             return Ok(Err("the node has no input or no value".into()));
         };
         let x = self.value(&input)?;
-        let Some(ty) = ScalarType::of_buffer(out.dtype).filter(|t| t.is_arithmetic()) else {
-            return Ok(Err(format!("{:?} pooling is not lowered", out.dtype)));
+        if out.dtype == tessera_tensor::DType::U8 && matches!(reduce, WindowReduce::Mean { .. }) {
+            // The eager u8 average: padding never counts, the zero point is 0.
+            reduce = WindowReduce::U8Mean { zero_point: 0 };
+        }
+        let ty = match (ScalarType::of_buffer(out.dtype), reduce) {
+            (Some(ScalarType::U8), WindowReduce::U8Mean { .. }) if p.dilation == [1, 1] => {
+                ScalarType::U8
+            }
+            (Some(ty), WindowReduce::Max { .. } | WindowReduce::Mean { .. })
+                if ty.is_arithmetic() =>
+            {
+                ty
+            }
+            _ => {
+                return Ok(Err(format!(
+                    "{:?} pooling (dilation {:?}) is not lowered",
+                    out.dtype, p.dilation
+                )));
+            }
         };
+        let average = matches!(reduce, WindowReduce::Mean { .. });
+        let with_indices = reduce == WindowReduce::Max { indices: true };
         if self.program.slot(x.slot).meta.dtype != out.dtype {
             return Ok(Err("the input's dtype differs from the output's".into()));
         }
@@ -76,12 +122,10 @@ impl Lowering<'_> {
                 None => return Ok(Err("an empty or overflowing window".into())),
             }
         }
-        let count_include_pad = match op {
-            Op::Pool(PoolOp::AvgPool2d {
-                count_include_pad, ..
-            }) => *count_include_pad,
-            _ => false,
-        };
+        let count_include_pad = reduce
+            == WindowReduce::Mean {
+                count_include_pad: true,
+            };
         // The divisor of an average: the window's taps, or, where padding does not count or
         // a ceil-mode window is cut short, the taps inside the input (counted per point).
         let counted = average
@@ -112,9 +156,9 @@ impl Lowering<'_> {
                 "indices of a window of more than {UNROLLED_WINDOW} taps"
             )));
         }
-        let reduce = if unrolled { vec![] } else { p.kernel.to_vec() };
-        let loops = nd + reduce.len();
-        let mut frame = Frame::new(KernelBuilder::reduction(name, shape.clone(), reduce));
+        let reduction = if unrolled { vec![] } else { p.kernel.to_vec() };
+        let loops = nd + reduction.len();
+        let mut frame = Frame::new(KernelBuilder::reduction(name, shape.clone(), reduction));
         let buffer = Self::input_buffer(&mut frame, x.slot, ty);
         let b = &mut frame.b;
         // The tap at window row `row` and column `col`, read as `fill` in the padding.
@@ -173,7 +217,22 @@ impl Lowering<'_> {
         let fill = if average { -0.0 } else { f64::NEG_INFINITY };
         let taps = (p.kernel[0] * p.kernel[1]) as f64;
         let mut indices = None;
-        let value = if unrolled {
+        let value = if let WindowReduce::U8Mean { zero_point } = reduce {
+            // Padding taps read 0 and the divisor counts the taps inside the input.
+            let sum = if unrolled {
+                let taps: Vec<ValueId> = (0..p.kernel[0])
+                    .flat_map(|r| (0..p.kernel[1]).map(move |c| (At::Tap(r), At::Tap(c))))
+                    .map(|at| tap(b, at, 0.0))
+                    .collect();
+                quant_pool::sum_u8(b, taps)
+            } else {
+                let element = tap(b, (At::Loop, At::Loop), 0.0);
+                let wide = b.push(ScalarType::I64, Expr::Cast(element));
+                b.push(ScalarType::I64, Expr::Reduce(ReduceFn::Sum, wide))
+            };
+            let n = taps_inside(b, &axes, nd);
+            quant_pool::requantize_mean(b, sum, n, zero_point)
+        } else if unrolled {
             let rows: Vec<Vec<ValueId>> = (0..p.kernel[0])
                 .map(|r| {
                     (0..p.kernel[1])
@@ -189,8 +248,8 @@ impl Lowering<'_> {
                     // Taps inside the input: the product of the rows and the columns inside,
                     // each counted along its own axis (the other read at its start).
                     let mut counts = Vec::new();
-                    for a in 0..2 {
-                        let count = if axes[a].guarded() {
+                    for (a, axis) in axes.iter().enumerate() {
+                        let count = if axis.guarded() {
                             let inside: Vec<ValueId> = (0..p.kernel[a])
                                 .map(|k| {
                                     let at = match a {
@@ -393,6 +452,53 @@ fn inside(
             b: yes,
         },
     )
+}
+
+/// The number of a window's taps inside the input, an i64 (a constant when no axis is
+/// guarded): per axis, `min(start + kernel, input) - max(start, 0)` (at least 0) of the
+/// window's `start = o * stride - pad` (dilation 1, as averages have).
+fn taps_inside(b: &mut KernelBuilder, axes: &[Axis], nd: usize) -> ValueId {
+    let c = |b: &mut KernelBuilder, v: usize| b.push(ScalarType::I64, Expr::Const(v as f64));
+    if !axes.iter().any(Axis::guarded) {
+        let taps = axes.iter().map(|a| a.kernel).product();
+        return c(b, taps);
+    }
+    let mut product = None;
+    for (a, axis) in axes.iter().enumerate() {
+        let count = if axis.guarded() {
+            let o = b.push(
+                ScalarType::I64,
+                Expr::LoopIndex(LoopId::from_index(nd - 2 + a)),
+            );
+            let (stride, pad) = (c(b, axis.stride), c(b, axis.pad));
+            let (kernel, input, zero) = (c(b, axis.kernel), c(b, axis.input), c(b, 0));
+            let at = b.push(ScalarType::I64, Expr::Binary(BinaryFn::Mul, o, stride));
+            let start = b.push(ScalarType::I64, Expr::Binary(BinaryFn::Sub, at, pad));
+            let end = b.push(ScalarType::I64, Expr::Binary(BinaryFn::Add, start, kernel));
+            let select = |b: &mut KernelBuilder, f, x, bound| {
+                let past = b.push(ScalarType::Bool, Expr::Compare(f, x, bound));
+                b.push(
+                    ScalarType::I64,
+                    Expr::Select {
+                        cond: past,
+                        a: bound,
+                        b: x,
+                    },
+                )
+            };
+            let first = select(b, CompareFn::Lt, start, zero);
+            let last = select(b, CompareFn::Gt, end, input);
+            let count = b.push(ScalarType::I64, Expr::Binary(BinaryFn::Sub, last, first));
+            select(b, CompareFn::Lt, count, zero)
+        } else {
+            c(b, axis.kernel)
+        };
+        product = Some(match product {
+            None => count,
+            Some(rows) => b.push(ScalarType::I64, Expr::Binary(BinaryFn::Mul, rows, count)),
+        });
+    }
+    product.unwrap_or_else(|| c(b, 0))
 }
 
 /// One axis of a pooling window over an input dim.

@@ -17,7 +17,8 @@
 //! - `quantized_add(_relu)`: `(a - a_zp) * a_scale + (b - b_zp) * b_scale` in f32, requantized
 //!   to u8 as above, clamped below at the output zero point under ReLU.
 //!
-//! The integer products (linear, conv2d) and the u8 average pools run their eager kernels.
+//! The u8 average pools are window and adaptive pooling kernels ([`super::quant_pool`]); the
+//! integer products (linear, conv2d) run their eager kernels.
 
 use super::Lowering;
 use super::fake_quant::{Steps, checked_load};
@@ -223,7 +224,7 @@ fn quantize(
 
 /// `clamp(rne(scaled) + zp, lo, hi)` (NaN rounding to 0) as an i64, `zp` an f64: the sum and
 /// the clamp in f64, exact below 2^53 and on the eager side of the range beyond.
-fn requantize(
+pub(super) fn requantize(
     b: &mut KernelBuilder,
     scaled: ValueId,
     zp: ValueId,
