@@ -112,7 +112,14 @@ fn every_op() -> Vec<Op> {
         }),
         Op::Pool(PoolOp::MaxPool2d(pool)),
         Op::Pool(PoolOp::MaxPool2dValues(pool)),
-        Op::Pool(PoolOp::MaxPool2dBackward { input_size: [8, 8] }),
+        Op::Pool(PoolOp::MaxPool2dBackward {
+            input_size: [8, 8],
+            window: None,
+        }),
+        Op::Pool(PoolOp::MaxPool2dBackward {
+            input_size: [8, 8],
+            window: Some(pool),
+        }),
         Op::Pool(PoolOp::AvgPool2d {
             params: pool,
             count_include_pad: false,

@@ -210,7 +210,10 @@ fn u8_average_with_counted_padding_is_an_error() {
 fn u8_pool_gradients_and_other_integer_dtypes_are_errors() {
     let grad = bytes(&[1, 1, 2, 2], 4);
     let indices = Tensor::from_vec(vec![0i64, 1, 4, 5], &[1, 1, 2, 2]).unwrap();
-    let backward = Op::Pool(PoolOp::MaxPool2dBackward { input_size: [4, 4] });
+    let backward = Op::Pool(PoolOp::MaxPool2dBackward {
+        input_size: [4, 4],
+        window: None,
+    });
     assert!(backward.apply(&[&grad, &indices]).is_err());
     let avg_backward = Op::Pool(PoolOp::AdaptiveAvgPool2dBackward { input_size: [4, 4] });
     assert!(avg_backward.apply(&[&grad]).is_err());

@@ -175,7 +175,12 @@ pub fn op_strategies() -> Vec<BoxedStrategy<Op>> {
     );
     all.push(
         [dim(), dim()]
-            .prop_map(|input_size| Op::Pool(PoolOp::MaxPool2dBackward { input_size }))
+            .prop_map(|input_size| {
+                Op::Pool(PoolOp::MaxPool2dBackward {
+                    input_size,
+                    window: None,
+                })
+            })
             .boxed(),
     );
     all.push(

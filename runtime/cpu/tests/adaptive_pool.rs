@@ -219,7 +219,10 @@ fn training_through_adaptive_max_pooling_is_all_kernels() {
             .unwrap();
         let values = graph.getitem(&pool, 0).unwrap();
         let indices = graph.getitem(&pool, 1).unwrap();
-        let backward = Op::Pool(PoolOp::MaxPool2dBackward { input_size: [7, 5] });
+        let backward = Op::Pool(PoolOp::MaxPool2dBackward {
+            input_size: [7, 5],
+            window: None,
+        });
         let dx = graph.call_function(backward, &[&gn, &indices]).unwrap();
         graph.output(&[&values, &dx]).unwrap();
         let inputs = [

@@ -151,7 +151,10 @@ fn grids_that_overhang_the_input_are_packed_by_a_copy() {
 
 /// `max_pool2d_backward` of `grad` at `indices` (both inputs of the graph) into `size`.
 fn backward_op(size: [usize; 2]) -> Op {
-    Op::Pool(PoolOp::MaxPool2dBackward { input_size: size })
+    Op::Pool(PoolOp::MaxPool2dBackward {
+        input_size: size,
+        window: None,
+    })
 }
 
 #[test]
@@ -179,6 +182,38 @@ fn indices_given_as_inputs_sum_over_the_plane_bit_for_bit() {
     let g = tensor(grad_values(9), &[1, 3, 3], DType::F32, false);
     let graph = op_graph(backward_op([3, 4]), &[g.clone(), indices.clone()]);
     assert_bit_identical(&graph, &[g, indices]);
+}
+
+#[test]
+fn indices_given_as_inputs_with_the_windows_the_op_carries_take_the_grid_bit_for_bit() {
+    // Autograd's backward op carries the forward's windows: an eager op on a device (its
+    // indices an input of the one-op graph) then gathers over the covering windows, no
+    // reduction over the plane.
+    for dtype in [DType::F32, DType::F64] {
+        for p in windows() {
+            let x = tensor(
+                input_values(2 * 3 * 9 * 10, false),
+                &[2, 3, 9, 10],
+                dtype,
+                true,
+            );
+            let pooled = Op::Pool(PoolOp::MaxPool2d(p)).apply(&[&x]).unwrap();
+            let indices = pooled[1].clone();
+            let out = indices.shape().to_vec();
+            let g = tensor(grad_values(out.iter().product()), &out, dtype, false);
+            let op = Op::Pool(PoolOp::MaxPool2dBackward {
+                input_size: [9, 10],
+                window: Some(p),
+            });
+            let graph = op_graph(op, &[g.clone(), indices.clone()]);
+            let program = assert_bit_identical(&graph, &[g, indices]);
+            assert!(program.fallbacks.is_empty(), "{p:?}\n{program}");
+            assert!(
+                program.kernels().all(|k| k.reduce.is_empty()),
+                "{p:?}: a reduction over the plane\n{program}"
+            );
+        }
+    }
 }
 
 #[test]

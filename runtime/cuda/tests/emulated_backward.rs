@@ -62,7 +62,10 @@ fn pooling_batch_norm_and_unary_backward_kernels_agree_with_the_interpreter() {
         let i = g.getitem(&pool, 1).unwrap();
         let d = g
             .call_function(
-                Op::Pool(PoolOp::MaxPool2dBackward { input_size: [6, 8] }),
+                Op::Pool(PoolOp::MaxPool2dBackward {
+                    input_size: [6, 8],
+                    window: None,
+                }),
                 &[&gr, &i],
             )
             .unwrap();

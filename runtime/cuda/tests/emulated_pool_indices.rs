@@ -82,7 +82,10 @@ fn pool_and_backward(op: &Op, x: &Tensor) -> (Graph, Vec<usize>) {
     let input_size = [x.shape()[nd - 2], x.shape()[nd - 1]];
     let dx = g
         .call_function(
-            Op::Pool(PoolOp::MaxPool2dBackward { input_size }),
+            Op::Pool(PoolOp::MaxPool2dBackward {
+                input_size,
+                window: None,
+            }),
             &[&gn, &indices],
         )
         .unwrap();
@@ -133,6 +136,7 @@ fn max_pool_backward_from_saved_indices_on_emulated_ptx_equals_the_interpreter_a
                 let pooled = op.apply(&[&x]).unwrap();
                 let backward = Op::Pool(PoolOp::MaxPool2dBackward {
                     input_size: [shape[shape.len() - 2], shape[shape.len() - 1]],
+                    window: None,
                 });
                 let eager = backward.apply(&[&g, &pooled[1]]).unwrap();
                 assert_eq!(bits(&want[0]), bits(&eager[0]), "interpreter vs eager");
@@ -255,6 +259,7 @@ fn training_through_adaptive_max_pooling_runs_on_emulated_ptx() {
             let nd = shape.len();
             let backward = Op::Pool(PoolOp::MaxPool2dBackward {
                 input_size: [shape[nd - 2], shape[nd - 1]],
+                window: None,
             });
             let eager = backward.apply(&[&g, &pooled[1]]).unwrap();
             assert_eq!(
@@ -317,12 +322,28 @@ fn max_pool_with_indices_adaptive_pooling_and_0d_softmax_run_as_eager_cuda_ops()
         assert_eq!(back.dtype(), w.dtype());
     }
     // Max pooling's backward from the indices the device saved (an input of its one-op
-    // graph: the sum over the plane), in f32 and f64.
-    for dtype in [DType::F32, DType::F64] {
+    // graph): without windows the sum over the plane, with the windows autograd gives it the
+    // residue grid; in f32 and f64.
+    let params = tessera_tensor::op::Pool2dParams {
+        kernel: [3, 3],
+        stride: [2, 2],
+        padding: [1, 1],
+        dilation: [1, 1],
+        ceil_mode: false,
+    };
+    for (dtype, window) in [
+        (DType::F32, None),
+        (DType::F64, None),
+        (DType::F32, Some(params)),
+        (DType::F64, Some(params)),
+    ] {
         let x = tied(&[2, 3, 6, 6], dtype);
         let pooled = op.apply(&[&x.to_device(Device::Cuda(0)).unwrap()]).unwrap();
         let grad = tied(&pooled[0].shape(), dtype);
-        let backward = Op::Pool(PoolOp::MaxPool2dBackward { input_size: [6, 6] });
+        let backward = Op::Pool(PoolOp::MaxPool2dBackward {
+            input_size: [6, 6],
+            window,
+        });
         let got = backward
             .apply(&[&grad.to_device(Device::Cuda(0)).unwrap(), &pooled[1]])
             .unwrap();

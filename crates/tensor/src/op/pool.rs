@@ -31,7 +31,15 @@ pub enum PoolOp {
     /// recomputes the argmax from the saved input.
     MaxPool2dValues(Pool2dParams),
     /// Scatters `grad_out` to the input positions named by `indices`; inputs `grad_out, indices`.
-    MaxPool2dBackward { input_size: [usize; 2] },
+    /// `window` is the forward's windows when known (autograd gives those of `max_pool2d`;
+    /// adaptive max pooling has none): the eager kernel scatters by index and ignores it, a
+    /// generated kernel gathers each input element over the windows that cover it (an index
+    /// outside its window, which the forward never saves, then adds nothing).
+    MaxPool2dBackward {
+        input_size: [usize; 2],
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<Pool2dParams>,
+    },
     /// Mean per window (dilation must be 1); with `count_include_pad` padding counts as zeros.
     AvgPool2d {
         params: Pool2dParams,
@@ -205,7 +213,7 @@ impl PoolOp {
             | PoolOp::AdaptiveMaxPool2d { .. } => {
                 Ok(with_plane(shape, self.output_plane(&op, size)?))
             }
-            PoolOp::MaxPool2dBackward { input_size } => {
+            PoolOp::MaxPool2dBackward { input_size, window } => {
                 let indices = &inputs[1];
                 if indices.dtype != DType::I64 || &indices.shape != shape {
                     return Err(TensorError::shapes(
@@ -217,6 +225,10 @@ impl PoolOp {
                             indices.dtype
                         ),
                     ));
+                }
+                if let Some(p) = window {
+                    let forward = PoolOp::MaxPool2d(*p).output_plane(&op, *input_size)?;
+                    expect_grad_plane(&op, shape, forward)?;
                 }
                 Ok(with_plane(shape, *input_size))
             }
@@ -473,14 +485,23 @@ impl OpDef for PoolOp {
         let size = plane_size(&self.name(), &x.shape())?;
         let pool = |op: PoolOp| Op::Pool(op).apply1(&[&grad]);
         let dx = match self {
-            PoolOp::MaxPool2d(_) | PoolOp::AdaptiveMaxPool2d { .. } => {
-                Op::Pool(PoolOp::MaxPool2dBackward { input_size: size })
-                    .apply1(&[&grad, &cx.outputs[1]])?
-            }
+            PoolOp::MaxPool2d(params) => Op::Pool(PoolOp::MaxPool2dBackward {
+                input_size: size,
+                window: Some(*params),
+            })
+            .apply1(&[&grad, &cx.outputs[1]])?,
+            PoolOp::AdaptiveMaxPool2d { .. } => Op::Pool(PoolOp::MaxPool2dBackward {
+                input_size: size,
+                window: None,
+            })
+            .apply1(&[&grad, &cx.outputs[1]])?,
             PoolOp::MaxPool2dValues(params) => {
                 let indices = Op::Pool(PoolOp::MaxPool2d(*params)).apply(&[x])?.remove(1);
-                Op::Pool(PoolOp::MaxPool2dBackward { input_size: size })
-                    .apply1(&[&grad, &indices])?
+                Op::Pool(PoolOp::MaxPool2dBackward {
+                    input_size: size,
+                    window: Some(*params),
+                })
+                .apply1(&[&grad, &indices])?
             }
             PoolOp::AvgPool2d {
                 params,

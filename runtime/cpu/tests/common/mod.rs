@@ -130,7 +130,10 @@ pub fn max_pool_graph(
     let input_size = [x[nd - 2], x[nd - 1]];
     let dx = graph
         .call_function(
-            Op::Pool(PoolOp::MaxPool2dBackward { input_size }),
+            Op::Pool(PoolOp::MaxPool2dBackward {
+                input_size,
+                window: None,
+            }),
             &[&gn, &indices],
         )
         .unwrap();

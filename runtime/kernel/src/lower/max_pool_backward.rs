@@ -17,9 +17,11 @@
 //! Average pooling's backward shares the grid ([`Taps::Share`]: each candidate tap adds
 //! `g / n`, `n` its window's divisor).
 //!
-//! Without the windows (the indices are an input: an eager op on a device, adaptive max
-//! pooling), each element sums over every output position of its plane, a reduction over
-//! `[oH, oW]`: the work is `H*W*oH*oW` per plane, cheap for small planes only.
+//! The op carries the forward's windows when autograd made it (`MaxPool2dBackward::window`),
+//! so an eager op on a device, whose indices are an input of its one-op graph, takes the grid
+//! too. Without windows (adaptive max pooling, an op built by hand), each element sums over
+//! every output position of its plane, a reduction over `[oH, oW]`: the work is `H*W*oH*oW`
+//! per plane, cheap for small planes only.
 //!
 //! An index outside the plane matches no element, so nothing is written out of bounds (the
 //! eager kernel fails the op); with the windows known, an index inside the plane but outside
@@ -169,7 +171,13 @@ impl Lowering<'_> {
         if out.shape.contains(&0) || g.layout.shape.contains(&0) {
             return Ok(Err("an empty gradient or result".into()));
         }
-        let v = match self.saved_windows(indices, &out.shape)? {
+        // The windows of the forward in the graph, else those the op carries (autograd's, for
+        // an eager op on a device, whose indices are an input of its one-op graph).
+        let carried = match op {
+            Op::Pool(PoolOp::MaxPool2dBackward { window, .. }) => *window,
+            _ => None,
+        };
+        let v = match self.saved_windows(indices, &out.shape)?.or(carried) {
             Some(p) => self.by_residues(id, op, &p, (&g, Taps::Argmax(&ix)), &out, ty)?,
             None => self.over_plane(id, op, (&g, &ix), &out, ty)?,
         };
