@@ -352,6 +352,19 @@ fn a_batch_of_another_shape_traces_and_compiles_again() {
     assert_eq!(step.report().programs, 2);
 }
 
+/// Runs one compiled step of `model` with `opt` that fails after recording the update (CPU
+/// batches for a program compiled for a CUDA device: no device, or a device mismatch) and
+/// hands the optimizer back.
+fn a_failed_step<O: Optimizer>(model: &Arc<Sequential>, opt: O, x: &Tensor, t: &Tensor) -> O {
+    let on_cuda = CompileOptions {
+        device: tessera::Device::Cuda(0),
+        ..Default::default()
+    };
+    let mut step = compile_train_step(model.clone(), cross_entropy, opt, (x, t), on_cuda).unwrap();
+    assert!(step.step(x, t).is_err());
+    step.into_optimizer()
+}
+
 #[test]
 fn a_step_that_fails_to_compile_leaves_the_optimizer_and_the_parameters_untouched() {
     // Dampening makes a zero momentum buffer differ from none: a buffer left behind by the
@@ -365,15 +378,7 @@ fn a_step_that_fails_to_compile_leaves_the_optimizer_and_the_parameters_untouche
     let (model, twin) = (mlp(8), mlp(8));
     let (x, t) = batch(6, &mut Generator::new(9));
     let opt = SGD::new(parameters(&*model), options.clone()).unwrap();
-    // CPU batches for a program compiled for a CUDA device: no device, or a device mismatch.
-    let on_cuda = CompileOptions {
-        device: tessera::Device::Cuda(0),
-        ..Default::default()
-    };
-    let mut step =
-        compile_train_step(model.clone(), cross_entropy, opt, (&x, &t), on_cuda).unwrap();
-    assert!(step.step(&x, &t).is_err());
-    let mut opt = step.into_optimizer();
+    let mut opt = a_failed_step(&model, opt, &x, &t);
     let Value::Dict(sd) = opt.state_dict() else {
         panic!("state_dict")
     };
@@ -428,14 +433,7 @@ fn a_failed_step_after_amsgrad_is_switched_on_leaves_no_maximum_buffer_behind() 
             o.amsgrad = true;
         }
     }
-    let on_cuda = CompileOptions {
-        device: tessera::Device::Cuda(0),
-        ..Default::default()
-    };
-    let mut step =
-        compile_train_step(model.clone(), cross_entropy, opt, (&x, &t), on_cuda).unwrap();
-    assert!(step.step(&x, &t).is_err());
-    let opt = step.into_optimizer();
+    let opt = a_failed_step(&model, opt, &x, &t);
     assert_eq!(
         keys(&opt),
         before,
