@@ -93,6 +93,7 @@ mod hoist;
 mod ids;
 mod interpret;
 mod kernel;
+pub mod launch_group;
 mod lower;
 pub mod math;
 pub mod memory_plan;
@@ -123,13 +124,14 @@ pub use interpret::{Interpreter, interpret};
 pub use kernel::{
     BufferParam, BufferRole, IndexExpr, Kernel, KernelBuilder, Schedule, Store, operands,
 };
+pub use launch_group::{check_launch_groups, group_launches};
 pub use lower::{LowerOptions, lower, lower_with};
 pub use memory_plan::{ArenaBuffer, MemoryPlan, SlotHome};
 pub use program::{ExternalCall, Fallback, Program, Slot, SlotSource, SlotView, Step};
 pub use reduce_table::lower_reduction;
 pub use run::{
-    BoxError, BufferPtr, Environment, KernelExecutor, NoEnvironment, StepCost, StepTimer,
-    run_planned, run_program, run_program_timed,
+    BoxError, BufferPtr, Environment, GroupPart, KernelExecutor, NoEnvironment, StepCost,
+    StepTimer, run_planned, run_program, run_program_timed,
 };
 pub use run_in_place::run_planned_updating;
 pub use run_into::run_planned_into;
