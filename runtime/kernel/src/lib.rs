@@ -63,6 +63,14 @@
 //! the arena and the run's tables, so a warm [`run_planned`] allocates only its output tensors
 //! and [`run_planned_into`] writes them into the caller's.
 //!
+//! # Launch groups
+//!
+//! The elementwise kernels that write only program outputs (a training step's parameter
+//! updates) are moved together at the end of the lowering and recorded as one launch group
+//! ([`Program::launch_groups`], [`launch_group`]): they write no arena byte and read none
+//! another writes, so the runner hands them to the executor in one call
+//! ([`KernelExecutor::execute_group`]), which a backend launches once.
+//!
 //! # Plan: what fits in later without redesign
 //!
 //! - **Convolution**: an external call like [`GemmCall`] (im2col + GEMM, or the eager conv
