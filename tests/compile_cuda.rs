@@ -3,7 +3,8 @@
 //! chain, an MLP and the small CNN give the CPU eager results with their linear layers and
 //! convolutions as generated GEMM/convolution kernels on the device (no host step); the
 //! second call replays the captured CUDA graph (driver counters) and the arena is allocated
-//! once (allocator counters); CUDA graphs can be turned off; a CPU input is refused with a typed error. (Its own test binary: the backend
+//! once (allocator counters); CUDA graphs can be turned off; the updates of several
+//! parameters are one launch; a CPU input is refused with a typed error. (Its own test binary: the backend
 //! registry is per process.)
 
 #[path = "../runtime/cuda/tests/emulated_driver/mod.rs"]
@@ -18,7 +19,7 @@ use tessera::fx::trace::{LeafPolicy, trace};
 use tessera::fx::{Graph, GraphModule};
 use tessera::nn::models::SmallCnn;
 use tessera::nn::{Call, Linear, ModuleExt, ReLU, Sequential};
-use tessera::tensor::op::{BinaryOp, ReduceKind, ReduceOp, UnaryOp};
+use tessera::tensor::op::{BinaryOp, OptimOp, ReduceKind, ReduceOp, UnaryOp};
 use tessera::tensor::{DType, Device, Op, Tensor, TensorMeta};
 use tessera::{CompileError, CompileOptions, compile};
 use tessera_testkit::assert_close;
@@ -28,7 +29,7 @@ use tessera_testkit::assert_close;
 fn backend() -> &'static (Arc<EmulatedDriver>, Arc<CudaBackend>) {
     static BACKEND: OnceLock<(Arc<EmulatedDriver>, Arc<CudaBackend>)> = OnceLock::new();
     BACKEND.get_or_init(|| {
-        let driver = Arc::new(EmulatedDriver::new(6));
+        let driver = Arc::new(EmulatedDriver::new(7));
         let backend = init_with_driver(driver.clone()).expect("registering the backend");
         (driver, backend)
     })
@@ -164,6 +165,62 @@ fn without_cuda_graphs_every_call_launches_its_kernels() {
     let stats = compiled.cuda_stats();
     assert_eq!((stats.graphs_captured, stats.graph_launches), (0, 0));
     assert_eq!(stats.kernel_launches, 2 * kernels);
+}
+
+/// SGD with momentum over parameters of 5, 33 x 17 and 1031 elements (parameter, gradient
+/// and buffer each, then the learning rate): the new parameters and buffers.
+fn sgd_updates() -> (GraphModule, Vec<Tensor>) {
+    let op = Op::Optim(OptimOp::SgdUpdate {
+        momentum: 0.9,
+        dampening: 0.0,
+        weight_decay: 1e-3,
+        nesterov: true,
+        maximize: false,
+    });
+    let mut g = Graph::new();
+    let lr = g.placeholder("lr", TensorMeta::new([], DType::F64));
+    let mut inputs = vec![Tensor::scalar(0.05f64)];
+    let mut outs = Vec::new();
+    for (i, shape) in [&[5][..], &[33, 17], &[1031]].into_iter().enumerate() {
+        let meta = TensorMeta::new(shape.to_vec(), DType::F32);
+        let args: Vec<_> = ["p", "g", "b"]
+            .iter()
+            .map(|n| g.placeholder(&format!("{n}{i}"), meta.clone()))
+            .collect();
+        for k in 0..3 {
+            let n: usize = shape.iter().product();
+            let v: Vec<f32> = (0..n)
+                .map(|j| ((j * 7 + 3 * i + k) as f32 * 0.29).sin())
+                .collect();
+            inputs.push(Tensor::from_vec(v, shape).unwrap());
+        }
+        let update = g
+            .call_function(op.clone(), &[&args[0], &args[1], &args[2], &lr])
+            .unwrap();
+        outs.push(g.getitem(&update, 0).unwrap());
+        outs.push(g.getitem(&update, 1).unwrap());
+    }
+    g.output(&outs.iter().collect::<Vec<_>>()).unwrap();
+    (GraphModule::from_graph(g), inputs)
+}
+
+#[test]
+fn the_updates_of_several_parameters_are_one_launch_on_the_device() {
+    let _serial = serial();
+    let (driver, _) = backend();
+    let (gm, inputs) = sgd_updates();
+    let reference = compile(&gm, &inputs, CompileOptions::default()).unwrap();
+    let compiled = compile(&gm, &on(6, &inputs), options(6, false)).unwrap();
+    let report = compiled.report();
+    assert_eq!(report.launch_groups, vec![3], "{report}");
+    assert_eq!(report.device_kernels, 1, "{report}");
+    let before = driver.counters();
+    let got = compiled.run(&on(6, &inputs)).unwrap();
+    let want = reference.run(&inputs).unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(&cpu(g), w, 0.0, 0.0, &format!("output {i}"));
+    }
+    assert_eq!(driver.counters().launches - before.launches, 1);
 }
 
 /// Runs `compiled` (a traced `model`) on three fresh inputs of `shape` on device `device`,

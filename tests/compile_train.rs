@@ -261,6 +261,11 @@ fn compiled_steps_equal_eager_steps_on_an_mlp_through_the_jit_and_the_interprete
                 .map(ToString::to_string)
                 .collect();
             assert!(unexpected.is_empty(), "fallbacks: {unexpected:?}\n{report}");
+            // Every parameter's update is a kernel of one launch group: one launch, as a
+            // fused PyTorch optimizer's.
+            let params = parameters(&*compiled).len();
+            assert_eq!(report.launch_groups, vec![params], "{report}");
+            assert_eq!(step.report().update_launches, 1, "{report}");
         }
     }
 }
@@ -292,6 +297,38 @@ fn a_step_whose_weights_only_kernels_read_updates_every_parameter_in_place() {
         if s > 0 {
             assert_eq!(step.report().in_place, 2 * params, "{what}");
         }
+        // In place and in one launch.
+        assert_eq!(step.report().update_launches, 1, "{what}");
+    }
+}
+
+#[test]
+fn an_adam_step_writes_its_parameters_and_moments_in_place_in_one_launch() {
+    // Adam records each parameter's step scalars before its update: the updates move past
+    // the later parameters' scalars into one launch group at the end of the step, where
+    // each writes its parameter and moments in place (the step counters, written by the
+    // scalars' kernels before them, are copied).
+    let (eager, compiled) = (mlp(6), mlp(6));
+    let options = AdamOptions {
+        lr: 0.01,
+        weight_decay: 1e-2,
+        ..Default::default()
+    };
+    let mut eager_opt = Adam::new(parameters(&*eager), options.clone()).unwrap();
+    let mut g = Generator::new(13);
+    let (x, t) = batch(1024, &mut g);
+    let optimizer = Adam::new(parameters(&*compiled), options).unwrap();
+    let mut step = ce_step(compiled.clone(), optimizer, &x, &t);
+    let params = parameters(&*compiled).len();
+    for s in 0..3 {
+        let expected = eager_step(&eager, &mut eager_opt, &x, &t);
+        let loss = step.step(&x, &t).unwrap().item::<f32>().unwrap();
+        let what = format!("step {s}");
+        assert!((loss - expected).abs() <= 1e-5 * expected.abs(), "{what}");
+        assert_same_parameters(&*compiled, &*eager, 1e-5, &what);
+        assert_eq!(step.report().in_place, 3 * params, "{what}");
+        assert_eq!(step.report().update_launches, 1, "{what}");
+        assert_eq!(step.report().last.launch_groups, vec![params], "{what}");
     }
 }
 

@@ -200,6 +200,12 @@ pub struct CompileReport {
     /// The bytes of the arena the intermediate values of the program compiled last share
     /// (its memory plan's; on a CUDA device, the device arena's).
     pub arena_bytes: usize,
+    /// Kernel launches per call of the program compiled last: one per launch group (kernels
+    /// writing only the program's outputs, such as a training step's parameter updates, run
+    /// as one: [`tessera_kernel::launch_group`]), one per other kernel.
+    pub launches: usize,
+    /// The kernels of each launch group of that program.
+    pub launch_groups: Vec<usize>,
 }
 
 /// Whether compiled code takes the batch (the leading size every input shares) at run time.
@@ -241,6 +247,15 @@ impl fmt::Display for CompileReport {
         writeln!(f, "passes: {}", self.passes.join(", "))?;
         for (pass, error) in &self.skipped_passes {
             writeln!(f, "skipped pass {pass}: {error}")?;
+        }
+        if !self.launch_groups.is_empty() {
+            let sizes: Vec<String> = self.launch_groups.iter().map(|n| n.to_string()).collect();
+            writeln!(
+                f,
+                "{} launches per call (launch groups of {} kernels)",
+                self.launches,
+                sizes.join(", ")
+            )?;
         }
         for fb in &self.fallbacks {
             writeln!(f, "fallback {fb}")?;
@@ -589,6 +604,8 @@ impl CompiledModule {
         );
         let mut report = self.report.lock().unwrap_or_else(|e| e.into_inner());
         report.kernels = program.kernels().count();
+        report.launches = program.launches(0..program.steps.len());
+        report.launch_groups = program.launch_groups.iter().map(|g| g.len()).collect();
         report.fallbacks = program.fallbacks.clone();
         report.convolutions = program.convolutions.clone();
         report.compiles += 1;
@@ -760,6 +777,37 @@ impl CompiledModule {
             dump_compiled(dir.as_ref(), compiled)?;
         }
         Ok(())
+    }
+
+    /// Kernel launches per call of the programs compiled so far (the most of any) for the
+    /// steps computing a node whose op `computes` picks: one per launch group, one per other
+    /// kernel ([`Program::launches`]).
+    pub(crate) fn launches_of(&self, computes: &dyn Fn(&tessera_tensor::Op) -> bool) -> usize {
+        let prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        let graph = &prepared.gm.graph;
+        let picked = |nodes: &[String]| {
+            nodes.iter().any(|n| {
+                graph.find(n).is_some_and(|id| {
+                    matches!(graph.node(&id).map(|node| &node.kind),
+                        Ok(tessera_fx::NodeKind::CallFunction { op }) if computes(op))
+                })
+            })
+        };
+        prepared
+            .programs
+            .values()
+            .map(|c| {
+                let program = &c.program;
+                let steps = program.steps.iter().enumerate().filter(|(_, s)| match s {
+                    tessera_kernel::Step::Kernel { nodes, .. } => picked(nodes),
+                    tessera_kernel::Step::External { node, .. } => {
+                        picked(std::slice::from_ref(node))
+                    }
+                });
+                program.launches(steps.map(|(i, _)| i))
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// The optimised op-level graph that is lowered (made from the current state).

@@ -146,6 +146,12 @@ pub struct TrainStepReport {
     /// Of the new values (parameters, optimizer state, written buffers) of the step run
     /// last, how many its kernels wrote in place; the others were copied in after the call.
     pub in_place: usize,
+    /// Kernel launches that apply the optimizer's updates (new parameters and their state)
+    /// in the program compiled last: 1 when every update kernel is in one launch group, as
+    /// PyTorch's fused optimizers launch once. Adam's per-parameter step counters are 0-d
+    /// kernels of their own, not counted; an update that runs its eager kernel (a half
+    /// parameter) launches nothing here.
+    pub update_launches: usize,
 }
 
 /// Traces `loss(module(input), target)` for batches shaped like `example` (input, target),
@@ -222,6 +228,7 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
                 source: Box::new(source),
             })?;
         let update = recorder.finish();
+        let fresh = !traced.programs.iter().any(|(s, _)| *s == update.shape);
         let p = match traced.programs.iter().position(|(s, _)| *s == update.shape) {
             Some(p) => p,
             None => {
@@ -241,6 +248,7 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
                 self.report.compile_time += start.elapsed();
                 self.report.programs += 1;
                 self.report.last = compiled.report();
+
                 let program = StepProgram {
                     compiled,
                     feeds,
@@ -260,6 +268,13 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
             .chain(traced.joint.mutated_buffers().map(|b| Some(b.clone())))
             .collect();
         let outputs = program.compiled.run_updating(&program.args, &targets)?;
+        if fresh {
+            // Counted once the call has compiled the program's code.
+            self.report.update_launches = program.compiled.launches_of(&|op| {
+                matches!(op, tessera_tensor::Op::Optim(o)
+                    if !matches!(o, tessera_tensor::op::OptimOp::AdamStepScalars { .. }))
+            });
+        }
         let expected = 1 + update.assigns.len() + traced.joint.mutated_buffers().count();
         if outputs.len() != expected {
             return Err(CompileError::TrainStep {

@@ -12,8 +12,9 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module, default_libcall_names};
 use tessera_kernel::gemm::{GEMM_MICRO_ROWS, tessera_gemm_f32, tessera_gemm_f64};
 use tessera_kernel::math::{self, tessera_pow_f32, tessera_pow_f64};
+use tessera_kernel::schedule::PARALLEL_MIN_WORK;
 use tessera_kernel::{
-    BufferPtr, Kernel, KernelError, KernelExecutor, Program, ScalarType, UnaryFn,
+    BufferPtr, GroupPart, Kernel, KernelError, KernelExecutor, Program, ScalarType, UnaryFn,
 };
 
 /// Product elements per GEMM block (4 MiB of f32: the block is still in cache for its epilogue;
@@ -216,15 +217,10 @@ impl JitProgram {
     }
 }
 
-impl KernelExecutor for JitProgram {
-    unsafe fn execute(
-        &self,
-        step: usize,
-        kernel: &Kernel,
-        buffers: &[BufferPtr],
-    ) -> tessera_kernel::Result<()> {
-        let compiled = self
-            .by_step
+impl JitProgram {
+    /// The compiled code of `kernel`, the kernel of step `step`.
+    fn compiled(&self, step: usize, kernel: &Kernel) -> tessera_kernel::Result<&CompiledKernel> {
+        self.by_step
             .get(step)
             .copied()
             .flatten()
@@ -233,7 +229,76 @@ impl KernelExecutor for JitProgram {
             .ok_or_else(|| KernelError::Backend {
                 kernel: kernel.name.clone(),
                 message: format!("step {step} has no compiled kernel"),
-            })?;
+            })
+    }
+}
+
+impl KernelExecutor for JitProgram {
+    /// Runs a launch group in one call: its kernels' outermost loops share one parallel
+    /// region (`crate::parallel::run_group_split`) when their work together reaches
+    /// [`PARALLEL_MIN_WORK`] on more than one thread, else run one after the other here.
+    unsafe fn execute_group(&self, parts: &[GroupPart<'_>]) -> tessera_kernel::Result<()> {
+        let mut tables: Vec<Vec<*mut u8>> = Vec::with_capacity(parts.len());
+        let mut entries = Vec::with_capacity(parts.len());
+        let mut work = 0usize;
+        for part in parts {
+            let (kernel, compiled) = (part.kernel, self.compiled(part.step, part.kernel)?);
+            if kernel.gemm.is_some() || kernel.conv.is_some() || !kernel.reduce.is_empty() {
+                return Err(KernelError::Backend {
+                    kernel: kernel.name.clone(),
+                    message: "only elementwise kernels run in a launch group".into(),
+                });
+            }
+            // A kernel with no output point writes nothing (as in `execute`).
+            if kernel.points() == 0 {
+                continue;
+            }
+            tables.push(part.buffers.iter().map(|b| b.ptr).collect());
+            entries.push((kernel, compiled.entry));
+            work += kernel.points().saturating_mul(kernel.values.len().max(1));
+        }
+        let pieces: Vec<crate::parallel::GroupPiece> = entries
+            .iter()
+            .zip(&tables)
+            .map(|((kernel, entry), table)| {
+                let end = kernel.domain.first().map_or(1, |&n| n as i64);
+                let s = kernel.schedule;
+                crate::parallel::GroupPiece {
+                    entry: *entry,
+                    buffers: table.as_ptr(),
+                    end,
+                    points_per_iteration: (kernel.points() as i64 / end.max(1)).max(1),
+                    // A loop that is also the innermost splits at whole vector iterations.
+                    align: if kernel.domain.len() == 1 {
+                        (s.vector_width * s.unroll).max(1) as i64
+                    } else {
+                        1
+                    },
+                }
+            })
+            .collect();
+        if work >= PARALLEL_MIN_WORK && crate::parallel::worth_splitting(2) {
+            // SAFETY: every kernel is elementwise, so the iterations of its outermost loop
+            // write disjoint outputs; the runner checked each part's buffers against its
+            // parameters (valid for any range), and a launch group's kernels write disjoint
+            // buffers and read none another writes (`check_launch_groups`).
+            unsafe { crate::parallel::run_group_split(&pieces) };
+        } else {
+            for piece in &pieces {
+                // SAFETY: as above, each kernel over its whole range.
+                unsafe { (piece.entry)(piece.buffers, 0, piece.end) };
+            }
+        }
+        Ok(())
+    }
+
+    unsafe fn execute(
+        &self,
+        step: usize,
+        kernel: &Kernel,
+        buffers: &[BufferPtr],
+    ) -> tessera_kernel::Result<()> {
+        let compiled = self.compiled(step, kernel)?;
         // A kernel with no output point writes nothing (its external call's product would
         // be read by no one); the code may be another batch's (`Kernel::code_difference`).
         if kernel.points() == 0 {

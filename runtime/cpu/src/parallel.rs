@@ -127,3 +127,74 @@ pub(crate) unsafe fn run_conv_chunks(
         (shared.0)(begin, (begin + images).min(end))
     })
 }
+
+/// One kernel of a launch group as the pool runs it: its entry point and pointer table, the
+/// range `0..end` of its outermost loop, the points of its nest per iteration of that loop,
+/// and the multiple of iterations a share of it starts at.
+pub(crate) struct GroupPiece {
+    pub entry: unsafe extern "C" fn(*const *mut u8, i64, i64),
+    pub buffers: *const *mut u8,
+    pub end: i64,
+    pub points_per_iteration: i64,
+    pub align: i64,
+}
+
+/// The pieces of a launch group the pool's threads share.
+struct SharedPieces<'a>(&'a [GroupPiece]);
+
+// SAFETY: the pointer tables are only read; each share writes the outputs of its own
+// iterations of each kernel, and a launch group's kernels write disjoint buffers.
+unsafe impl Sync for SharedPieces<'_> {}
+
+/// Runs the kernels `pieces` of one launch group in one parallel region: their points laid
+/// end to end, cut into about [`CHUNKS_PER_THREAD`] chunks per thread, each chunk calling
+/// every kernel it spans on its own iterations (a cut inside a kernel moves up to a multiple
+/// of the kernel's `align`, so each kernel's vector loop and tail are the same as in one
+/// call).
+///
+/// # Safety
+/// Each piece is a kernel whose iterations of the outermost loop write disjoint outputs, its
+/// `buffers` satisfy its contract for every range of `0..end`, and no piece writes what
+/// another reads or writes.
+pub(crate) unsafe fn run_group_split(pieces: &[GroupPiece]) {
+    let points: Vec<i64> = pieces
+        .iter()
+        .map(|p| p.end * p.points_per_iteration.max(1))
+        .collect();
+    let total: i64 = points.iter().sum();
+    if total == 0 {
+        return;
+    }
+    let threads = rayon::current_num_threads().max(1) as i64;
+    let chunks = (threads * CHUNKS_PER_THREAD as i64).min(total).max(1);
+    let chunk = (total + chunks - 1) / chunks;
+    let count = (total + chunk - 1) / chunk;
+    let shared = SharedPieces(pieces);
+    (0..count).into_par_iter().for_each(|c| {
+        let shared = &shared;
+        let (from, to) = (c * chunk, ((c + 1) * chunk).min(total));
+        let mut offset = 0;
+        for (piece, &len) in shared.0.iter().zip(&points) {
+            let begin = piece_cut(piece, from - offset);
+            let stop = piece_cut(piece, to - offset);
+            offset += len;
+            if begin < stop {
+                // SAFETY: the caller's contract, for the iterations `begin..stop` of the
+                // piece, which no other chunk runs (neighbouring chunks cut at the same place).
+                unsafe { (piece.entry)(piece.buffers, begin, stop) };
+            }
+        }
+    });
+}
+
+/// The iteration of `piece` at which a cut `at` points into it falls: the first iteration
+/// not before it, moved up to a multiple of the piece's alignment, within `0..=end`.
+fn piece_cut(piece: &GroupPiece, at: i64) -> i64 {
+    if at <= 0 {
+        return 0;
+    }
+    let per = piece.points_per_iteration.max(1);
+    let iteration = (at + per - 1) / per;
+    let align = piece.align.max(1);
+    (((iteration + align - 1) / align) * align).min(piece.end)
+}

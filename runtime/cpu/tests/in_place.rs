@@ -2,7 +2,8 @@
 //! compiled training step does with its new parameters): the updated tensor holds exactly
 //! what the copying run returns, through the JIT and the interpreter; an output whose update
 //! is not safe in place (its tensor read after the update, or by an eager call) comes back
-//! for the caller to copy, with the tensor untouched; a run that fails writes nothing.
+//! for the caller to copy, with the tensor untouched (so is one another kernel of its launch
+//! group reads: they run at once); a run that fails writes nothing.
 
 use crate::common;
 
@@ -150,4 +151,30 @@ fn a_run_that_fails_writes_no_target() {
     assert!(out.is_err());
     assert_eq!(values(&after[0]), values(&b.inputs[0]));
     assert_eq!(values(&after[2]), values(&b.inputs[2]));
+}
+
+#[test]
+fn an_update_another_kernel_of_its_launch_group_reads_is_returned_and_the_tensor_untouched() {
+    // `q = relu(p)` and `p_new = p - g * g` write program outputs only: one launch group,
+    // whose kernels run at once. `q`'s kernel reads `p` as `p_new`'s writes it, so `p_new` is
+    // not written over `p` even though its own kernel reads `p` last and elementwise.
+    let n = 300_001;
+    let mut b = Builder::new(DType::F32, false);
+    let p = b.input(&[n], false);
+    let g = b.input(&[n], false);
+    let q = b.call(Op::Unary(tessera_tensor::op::UnaryOp::Relu), &[&p]);
+    let gg = b.call(Op::Binary(BinaryOp::Mul), &[&g, &g]);
+    let p_new = b.call(Op::Binary(BinaryOp::Sub), &[&p, &gg]);
+    b.graph.output(&[&q, &p_new]).unwrap();
+    let program = lowered(&b.graph, &b.inputs);
+    assert_eq!(program.launch_groups.len(), 1, "{program}");
+    assert_eq!(program.launch_groups[0], 0..2, "{program}");
+    let jit = JitProgram::compile(&program).unwrap();
+    let copied = tessera_kernel::run_program(&program, &NoEnvironment, &jit, &b.inputs).unwrap();
+    let (out, after) = run_updating(&program, &jit, &b.inputs, &[None, Some(0)]);
+    let out = out.unwrap();
+    assert!(out[1].is_some(), "p's update is returned:\n{program}");
+    assert_eq!(values(out[0].as_ref().unwrap()), values(&copied[0]));
+    assert_eq!(values(out[1].as_ref().unwrap()), values(&copied[1]));
+    assert_eq!(values(&after[0]), values(&b.inputs[0]), "p is untouched");
 }

@@ -26,6 +26,7 @@ mod integer_reductions;
 mod joint_conformance;
 mod joint_graphs;
 mod joint_graphs_random;
+mod launch_groups;
 mod losses;
 mod max_pool_backward;
 mod max_pool_indices;

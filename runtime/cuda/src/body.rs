@@ -19,6 +19,10 @@ pub(crate) struct Body<'k> {
     /// Per load, a register already holding it (a lane of a vector load), used instead of
     /// loading again.
     pub preloaded: Vec<Option<Reg>>,
+    /// In a launch group's kernel ([`crate::group`]): the first block of this part's range
+    /// of the grid and its block count, which the body reads as its block index and grid
+    /// size.
+    pub rebase: Option<(u32, u32)>,
 }
 
 /// The launch position registers a kernel reads: `%ctaid.x`, `%ntid.x`, `%tid.x`, `%nctaid.x`.
@@ -37,21 +41,37 @@ impl<'k> Body<'k> {
             self.e.ins(format!("mov.u32 {r}, {special}"));
             r
         };
-        LaunchPosition {
+        let position = LaunchPosition {
             ctaid: read("%ctaid.x"),
             ntid: read("%ntid.x"),
             tid: read("%tid.x"),
             nctaid: read("%nctaid.x"),
+        };
+        if let Some((first, blocks)) = self.rebase {
+            let (ctaid, nctaid) = (position.ctaid, position.nctaid);
+            self.e.ins(format!("sub.u32 {ctaid}, {ctaid}, {first}"));
+            self.e.ins(format!("mov.u32 {nctaid}, {blocks}"));
         }
+        position
     }
 
     /// Loads the buffer parameters (`buf0`, `buf1`, ...) and converts them to global addresses.
     pub fn new(kernel: &'k Kernel, width: IntWidth) -> Body<'k> {
-        let mut e = Emitter::default();
+        Body::with_emitter(kernel, width, Emitter::default(), "")
+    }
+
+    /// [`Body::new`] continuing `e` (a launch group's kernel, one part after another), its
+    /// parameters named `{prefix}buf0`, `{prefix}buf1`, ...
+    pub fn with_emitter(
+        kernel: &'k Kernel,
+        width: IntWidth,
+        mut e: Emitter,
+        prefix: &str,
+    ) -> Body<'k> {
         let bases = (0..kernel.buffers.len())
             .map(|i| {
                 let p = e.reg(RegClass::B64);
-                e.ins(format!("ld.param.u64 {p}, [buf{i}]"));
+                e.ins(format!("ld.param.u64 {p}, [{prefix}buf{i}]"));
                 let g = e.reg(RegClass::B64);
                 e.ins(format!("cvta.to.global.u64 {g}, {p}"));
                 g
@@ -65,6 +85,7 @@ impl<'k> Body<'k> {
             loops: vec![None; kernel.extents().len()],
             values: vec![None; kernel.values.len()],
             preloaded: vec![None; kernel.values.len()],
+            rebase: None,
         }
     }
 

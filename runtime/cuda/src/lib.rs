@@ -83,6 +83,7 @@ mod emit;
 mod error;
 mod gathered;
 pub mod gemm;
+mod group;
 mod guarded;
 mod half;
 mod index;
@@ -109,6 +110,7 @@ pub use gemm::{
     GemmOptions, GemmSpec, MathPath, RenderedGemm, StridedOperand, cublas_plan, cublas_present,
     grad_out_matrix, plan_gemm, render_conv, render_conv_backward, render_gemm, weight_transposed,
 };
+pub use group::{GroupPartLaunch, RenderedGroup, render_group};
 pub use reduce::MAX_REDUCTION_BLOCK;
 pub use render::{render, render_with};
 pub use rendered::{BLOCKS_PER_MULTIPROCESSOR, RenderedKernel};

@@ -31,6 +31,7 @@ mod emulated_fake_quant;
 mod emulated_gathers;
 mod emulated_gemm;
 mod emulated_half;
+mod emulated_launch_groups;
 mod emulated_pool_indices;
 mod emulator_errors;
 mod emulator_kernels;

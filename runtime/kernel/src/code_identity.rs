@@ -77,6 +77,12 @@ impl Program {
                 self.steps.len()
             ));
         }
+        if self.launch_groups != other.launch_groups {
+            return Some(format!(
+                "the program launches the steps {:?} together, not {:?}",
+                other.launch_groups, self.launch_groups
+            ));
+        }
         self.steps
             .iter()
             .zip(&other.steps)

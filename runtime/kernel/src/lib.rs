@@ -63,6 +63,14 @@
 //! the arena and the run's tables, so a warm [`run_planned`] allocates only its output tensors
 //! and [`run_planned_into`] writes them into the caller's.
 //!
+//! # Launch groups
+//!
+//! The elementwise kernels that write only program outputs (a training step's parameter
+//! updates) are moved together at the end of the lowering and recorded as one launch group
+//! ([`Program::launch_groups`], [`launch_group`]): they write no arena byte and read none
+//! another writes, so the runner hands them to the executor in one call
+//! ([`KernelExecutor::execute_group`]), which a backend launches once.
+//!
 //! # Plan: what fits in later without redesign
 //!
 //! - **Convolution**: an external call like [`GemmCall`] (im2col + GEMM, or the eager conv
@@ -93,6 +101,7 @@ mod hoist;
 mod ids;
 mod interpret;
 mod kernel;
+pub mod launch_group;
 mod lower;
 pub mod math;
 pub mod memory_plan;
@@ -123,13 +132,14 @@ pub use interpret::{Interpreter, interpret};
 pub use kernel::{
     BufferParam, BufferRole, IndexExpr, Kernel, KernelBuilder, Schedule, Store, operands,
 };
+pub use launch_group::{check_launch_groups, group_launches};
 pub use lower::{LowerOptions, lower, lower_with};
 pub use memory_plan::{ArenaBuffer, MemoryPlan, SlotHome};
 pub use program::{ExternalCall, Fallback, Program, Slot, SlotSource, SlotView, Step};
 pub use reduce_table::lower_reduction;
 pub use run::{
-    BoxError, BufferPtr, Environment, KernelExecutor, NoEnvironment, StepCost, StepTimer,
-    run_planned, run_program, run_program_timed,
+    BoxError, BufferPtr, Environment, GroupPart, KernelExecutor, NoEnvironment, StepCost,
+    StepTimer, run_planned, run_program, run_program_timed,
 };
 pub use run_in_place::run_planned_updating;
 pub use run_into::run_planned_into;

@@ -146,6 +146,7 @@ pub fn lower_with(
             outputs: Vec::new(),
             fallbacks: Vec::new(),
             convolutions: Vec::new(),
+            launch_groups: Vec::new(),
         },
         values: HashMap::new(),
         inputs: 0,
@@ -272,7 +273,9 @@ pub fn lower_with(
             _ => lowering.node(&id)?,
         }
     }
-    Ok(lowering.program)
+    let mut program = lowering.program;
+    crate::launch_group::group_launches(&mut program);
+    Ok(program)
 }
 
 /// The reduction the kernel IR expresses that is the only user of `id`, reading it as its

@@ -249,6 +249,8 @@ impl MemoryPlan {
         {
             return Err(fail("the plan was made for another program"));
         }
+        // A launch group's kernels may run at once: the group must write no arena byte.
+        crate::check_launch_groups(program)?;
         if self
             .arena_buffers()
             .any(|(_, b)| b.offset + b.bytes() > self.arena_bytes)

@@ -89,6 +89,9 @@ pub struct Program {
     pub fallbacks: Vec<Fallback>,
     /// The algorithm each convolution call runs, and why ([`crate::conv_choice`]).
     pub convolutions: Vec<crate::ConvChoice>,
+    /// Runs of consecutive kernel steps a backend launches as one, in step order
+    /// ([`crate::launch_group`]; a run checks them with [`crate::check_launch_groups`]).
+    pub launch_groups: Vec<std::ops::Range<usize>>,
 }
 
 impl Program {
@@ -184,6 +187,22 @@ impl fmt::Display for Program {
         writeln!(f, "return {}", outs.join(", "))?;
         for c in &self.convolutions {
             writeln!(f, "; convolution {c}")?;
+        }
+        for g in &self.launch_groups {
+            let names: Vec<&str> = self.steps[g.clone()]
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Kernel { kernel, .. } => Some(kernel.name.as_str()),
+                    Step::External { .. } => None,
+                })
+                .collect();
+            writeln!(
+                f,
+                "; one launch for steps {}..{}: {}",
+                g.start,
+                g.end,
+                names.join(", ")
+            )?;
         }
         for k in self.kernels() {
             write!(f, "\n{k}")?;

@@ -42,6 +42,29 @@ pub trait KernelExecutor {
     /// `buffers` point to live storage of the lengths and types given, outputs writable and
     /// not aliased by any other buffer, for the duration of the call.
     unsafe fn execute(&self, step: usize, kernel: &Kernel, buffers: &[BufferPtr]) -> Result<()>;
+
+    /// Runs the kernels of one launch group ([`Program::launch_groups`]), which write
+    /// disjoint buffers and read none another writes, so they may run at once. The default
+    /// runs them one by one with [`KernelExecutor::execute`]; a backend launches them as one.
+    ///
+    /// # Safety
+    /// As [`KernelExecutor::execute`], for every part's buffers.
+    unsafe fn execute_group(&self, parts: &[GroupPart<'_>]) -> Result<()> {
+        for part in parts {
+            // SAFETY: forwarded from the caller, part by part.
+            unsafe { self.execute(part.step, part.kernel, part.buffers) }?;
+        }
+        Ok(())
+    }
+}
+
+/// One kernel of a launch group with its buffers, checked as [`KernelExecutor::execute`]'s.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupPart<'a> {
+    /// The kernel's step in the program.
+    pub step: usize,
+    pub kernel: &'a Kernel,
+    pub buffers: &'a [BufferPtr],
 }
 
 /// The packed storage of a kernel output before it becomes a tensor.
@@ -388,19 +411,30 @@ impl Run<'_> {
         crate::derived::fill_derived(program, &mut ws.slots, &mut ws.derived)
     }
 
-    /// Runs every step, dropping each tensor slot after its last use.
+    /// Runs every step, dropping each tensor slot after its last use. A launch group runs as
+    /// one call of the executor, except in a timed run, which runs and times its kernels one
+    /// by one.
     pub(crate) fn steps(&self, ws: &mut Workspace, mut timer: Option<StepTimer<'_>>) -> Result<()> {
-        for (index, step) in self.program.steps.iter().enumerate() {
+        let mut index = 0;
+        while index < self.program.steps.len() {
+            if timer.is_none()
+                && let Some(group) = self.program.launch_group_at(index)
+            {
+                self.group(ws, group.clone())?;
+                for i in group.clone() {
+                    for s in &self.plan.releases[i] {
+                        ws.slots[s.index()] = None;
+                    }
+                }
+                index = group.end;
+                continue;
+            }
+            let step = &self.program.steps[index];
             let started = timer
                 .is_some()
                 .then(|| (Instant::now(), tessera_tensor::allocated_bytes()));
             match step {
-                Step::Kernel {
-                    kernel,
-                    inputs,
-                    outputs,
-                    ..
-                } => self.kernel(ws, index, kernel, inputs, outputs)?,
+                Step::Kernel { .. } => self.group(ws, index..index + 1)?,
                 Step::External {
                     node,
                     call,
@@ -431,6 +465,7 @@ impl Run<'_> {
             for s in &self.plan.releases[index] {
                 ws.slots[s.index()] = None;
             }
+            index += 1;
         }
         Ok(())
     }
@@ -477,10 +512,127 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Runs one kernel step: arena buffers and the caller's output buffers by pointer, tensor
-    /// inputs read-locked (packed first when the kernel was compiled for packed data they are
-    /// not in), outputs that leave the arena in new buffers that become their slots' tensors.
-    fn kernel(
+    /// Runs the kernel steps `steps` (one step, or a launch group) as one call of the
+    /// executor: arena buffers and the caller's output buffers by pointer, tensor inputs
+    /// read-locked (packed first when a kernel was compiled for packed data they are not in),
+    /// outputs that leave the arena in new buffers that become their slots' tensors.
+    fn group(&self, ws: &mut Workspace, steps: std::ops::Range<usize>) -> Result<()> {
+        ws.buffers.clear();
+        ws.reads.clear();
+        ws.fresh.clear();
+        ws.parts.clear();
+        for index in steps.clone() {
+            let Step::Kernel {
+                kernel,
+                inputs,
+                outputs,
+                ..
+            } = &self.program.steps[index]
+            else {
+                return Err(KernelError::Backend {
+                    kernel: format!("step {index}"),
+                    message: "an external step in a launch group".into(),
+                });
+            };
+            let first = ws.buffers.len();
+            self.gather_buffers(ws, index, kernel, inputs, outputs)?;
+            ws.parts.push((index, first..ws.buffers.len()));
+        }
+        let Workspace {
+            reads,
+            read_ptrs,
+            buffers,
+            parts,
+            ..
+        } = ws;
+        let program = self.program;
+        let executor = self.executor;
+        let kernel_of = |index: usize| match &program.steps[index] {
+            Step::Kernel { kernel, .. } => Some(kernel),
+            Step::External { .. } => None,
+        };
+        with_reads(reads, 0, read_ptrs, steps.start, &mut |ptrs| {
+            for (ptr, (_, at)) in ptrs.iter().zip(reads.iter()) {
+                buffers[*at] = *ptr;
+            }
+            for (index, range) in parts.iter() {
+                let Some(kernel) = kernel_of(*index) else {
+                    continue;
+                };
+                for (b, param) in buffers[range.clone()].iter().zip(&kernel.buffers) {
+                    if b.ty != param.ty || b.len < param.len {
+                        return Err(KernelError::Backend {
+                            kernel: kernel.name.clone(),
+                            message: format!(
+                                "a {} buffer of {} elements for a {} parameter of {}",
+                                b.ty, b.len, param.ty, param.len
+                            ),
+                        });
+                    }
+                }
+                for s in &kernel.status_buffers() {
+                    // SAFETY: a status is an i64 scratch of `STATUS_LEN` elements in the arena
+                    // (`verify`, and the length check above), written by this kernel only.
+                    unsafe { clear_status(buffers[range.start + s.index()]) };
+                }
+            }
+            // SAFETY: tensor inputs are live storage under read locks, arena buffers lie in the
+            // workspace's arena (checked against the plan when the run started) and are
+            // disjoint from every buffer live at the same step (a launch group writes none,
+            // `check_launch_groups`), outputs are fresh vectors or the caller's write-locked
+            // storage; all were checked above against the parameters' types and lengths.
+            unsafe {
+                match parts.as_slice() {
+                    [(index, range)] => match kernel_of(*index) {
+                        Some(kernel) => executor.execute(*index, kernel, &buffers[range.clone()]),
+                        None => Ok(()),
+                    },
+                    _ => {
+                        let group: Vec<GroupPart<'_>> = parts
+                            .iter()
+                            .filter_map(|(index, range)| {
+                                Some(GroupPart {
+                                    step: *index,
+                                    kernel: kernel_of(*index)?,
+                                    buffers: &buffers[range.clone()],
+                                })
+                            })
+                            .collect();
+                        executor.execute_group(&group)
+                    }
+                }
+            }?;
+            for (index, range) in parts.iter() {
+                let Some(kernel) = kernel_of(*index) else {
+                    continue;
+                };
+                for s in &kernel.status_buffers() {
+                    // SAFETY: as above; the kernel has finished.
+                    let read = unsafe { read_status(buffers[range.start + s.index()]) };
+                    crate::gather::check_status(&kernel.name, &read)?;
+                }
+            }
+            Ok(())
+        })?;
+        ws.reads.clear();
+        for (vec, slot, len) in ws.fresh.drain(..) {
+            let shape = &self.program.slot(slot).meta.shape;
+            // The kernel stored every point of its nest into each output, whose elements are
+            // packed one per point (`Kernel::verify`'s bounds and the lowering's packed store
+            // index).
+            let t = vec.into_tensor(len, shape).map_err(|e| {
+                let name = &self.program.slot(slot).name;
+                step_error(steps.start, format!("the output %{name}"))(e)
+            })?;
+            ws.slots[slot.index()] = Some(t);
+        }
+        Ok(())
+    }
+
+    /// Appends kernel step `index`'s buffers to the workspace's: arena and target pointers,
+    /// a placeholder for each tensor input (read-locked later), a fresh vector for each
+    /// output leaving the arena.
+    fn gather_buffers(
         &self,
         ws: &mut Workspace,
         index: usize,
@@ -492,12 +644,10 @@ impl Run<'_> {
             kernel: kernel.name.clone(),
             message: "fewer buffers than parameters".into(),
         };
-        ws.buffers.clear();
-        ws.reads.clear();
-        ws.fresh.clear();
         let (mut ins, mut outs) = (inputs.iter(), outputs.iter());
         let mut scratch = self.plan.scratch[index].iter();
-        for (at, param) in kernel.buffers.iter().enumerate() {
+        for param in &kernel.buffers {
+            let at = ws.buffers.len();
             let b = match param.role {
                 BufferRole::Input => {
                     let s = *ins.next().ok_or_else(missing)?;
@@ -535,58 +685,6 @@ impl Run<'_> {
                 }
             };
             ws.buffers.push(b);
-        }
-        let Workspace {
-            reads,
-            read_ptrs,
-            buffers,
-            ..
-        } = ws;
-        let executor = self.executor;
-        with_reads(reads, 0, read_ptrs, index, &mut |ptrs| {
-            for (ptr, (_, at)) in ptrs.iter().zip(reads.iter()) {
-                buffers[*at] = *ptr;
-            }
-            for (b, param) in buffers.iter().zip(&kernel.buffers) {
-                if b.ty != param.ty || b.len < param.len {
-                    return Err(KernelError::Backend {
-                        kernel: kernel.name.clone(),
-                        message: format!(
-                            "a {} buffer of {} elements for a {} parameter of {}",
-                            b.ty, b.len, param.ty, param.len
-                        ),
-                    });
-                }
-            }
-            let status = kernel.status_buffers();
-            for s in &status {
-                // SAFETY: a status is an i64 scratch of `STATUS_LEN` elements in the arena
-                // (`verify`, and the length check above), written by this kernel only.
-                unsafe { clear_status(buffers[s.index()]) };
-            }
-            // SAFETY: tensor inputs are live storage under read locks, arena buffers lie in the
-            // workspace's arena (checked against the plan when the run started) and are
-            // disjoint from every buffer live at the same step, outputs are fresh vectors or
-            // the caller's write-locked storage; all were checked above against the
-            // parameters' types and lengths.
-            unsafe { executor.execute(index, kernel, buffers) }?;
-            for s in &status {
-                // SAFETY: as above; the kernel has finished.
-                let read = unsafe { read_status(buffers[s.index()]) };
-                crate::gather::check_status(&kernel.name, &read)?;
-            }
-            Ok(())
-        })?;
-        ws.reads.clear();
-        for (vec, slot, len) in ws.fresh.drain(..) {
-            let shape = &self.program.slot(slot).meta.shape;
-            // The kernel stored every point of its nest into each output, whose elements are
-            // packed one per point (`Kernel::verify`'s bounds and the lowering's packed store
-            // index).
-            let t = vec
-                .into_tensor(len, shape)
-                .map_err(|e| step_error(index, kernel.name.clone())(e))?;
-            ws.slots[slot.index()] = Some(t);
         }
         Ok(())
     }

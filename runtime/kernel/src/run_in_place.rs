@@ -7,7 +7,8 @@
 //! the last step reading any slot that holds `t`, every earlier reader is a kernel (an eager
 //! call would lock `t`'s storage, held for writing during the run), and that kernel reads `t`
 //! elementwise at the very index it stores `k` (so each element is read before it is
-//! overwritten, by the same point of the nest, whatever the split across threads). So that a
+//! overwritten, by the same point of the nest, whatever the split across threads), and no
+//! other kernel of its launch group reads `t` (the group's kernels run at once). So that a
 //! failed run leaves every updated tensor as it was, the steps from the first in-place write
 //! on must all be kernels writing only in place: nothing after it allocates or calls out (an
 //! update followed by a step that does is returned instead).
@@ -140,6 +141,7 @@ fn updating_step(program: &Program, out: SlotId, aliases: &[SlotId]) -> Option<u
     if program.outputs.iter().any(|v| aliases.contains(&v.slot)) {
         return None;
     }
+    let group = program.launch_group_of(writer);
     for (i, step) in program.steps.iter().enumerate() {
         let reads = match step {
             Step::Kernel { inputs, .. } => inputs.iter().any(|s| aliases.contains(s)),
@@ -150,7 +152,9 @@ fn updating_step(program: &Program, out: SlotId, aliases: &[SlotId]) -> Option<u
                 false
             }
         };
-        if reads && i > writer {
+        // A kernel launched with the writer may read while the writer writes.
+        if reads && (i > writer || (i != writer && group.as_ref().is_some_and(|g| g.contains(&i))))
+        {
             return None;
         }
     }

@@ -27,6 +27,9 @@ pub struct Workspace {
     pub(crate) read_ptrs: Vec<BufferPtr>,
     /// The current kernel's outputs that become tensors, with their slots and lengths.
     pub(crate) fresh: Vec<(OutVec, SlotId, usize)>,
+    /// The current launch's kernel steps (one, or a launch group's), each with its range of
+    /// `buffers`.
+    pub(crate) parts: Vec<(usize, std::ops::Range<usize>)>,
     /// Per slot, the value last derived for a derived slot, kept between runs.
     pub(crate) derived: Vec<Option<crate::derived::DerivedValue>>,
 }
@@ -41,15 +44,29 @@ impl Workspace {
     /// A workspace for `program` run under `plan`: the arena allocated at the plan's size and
     /// every table at the largest size a step needs.
     pub fn new(program: &Program, plan: &MemoryPlan) -> Workspace {
-        let params = program
-            .steps
+        let params_of = |s: &Step| match s {
+            Step::Kernel { kernel, .. } => kernel.buffers.len(),
+            Step::External { .. } => 0,
+        };
+        let one = program.steps.iter().map(params_of).max().unwrap_or(0);
+        let grouped = program
+            .launch_groups
             .iter()
-            .map(|s| match s {
-                Step::Kernel { kernel, .. } => kernel.buffers.len(),
-                Step::External { .. } => 0,
+            .map(|g| {
+                program
+                    .steps
+                    .get(g.clone())
+                    .map_or(0, |s| s.iter().map(params_of).sum())
             })
             .max()
             .unwrap_or(0);
+        let params = one.max(grouped);
+        let parts = program
+            .launch_groups
+            .iter()
+            .map(|g| g.len())
+            .max()
+            .unwrap_or(1);
         let blocks = plan.arena_bytes.div_ceil(crate::memory_plan::ARENA_ALIGN);
         let n = program.slots.len();
         Workspace {
@@ -60,6 +77,7 @@ impl Workspace {
             reads: Vec::with_capacity(params),
             read_ptrs: Vec::with_capacity(params),
             fresh: Vec::with_capacity(params),
+            parts: Vec::with_capacity(parts),
             derived: (0..n).map(|_| None).collect(),
         }
     }
@@ -99,5 +117,6 @@ impl Workspace {
         self.reads.clear();
         self.read_ptrs.clear();
         self.fresh.clear();
+        self.parts.clear();
     }
 }

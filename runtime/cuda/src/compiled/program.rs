@@ -162,8 +162,27 @@ impl CudaProgram {
             stats: Mutex::new(CudaRunStats::default()),
             running: Mutex::new(()),
         };
-        for (index, step) in program.steps.iter().enumerate() {
-            match prepared.launch_of(index, step, plan)? {
+        let mut index = 0;
+        while index < program.steps.len() {
+            // A launch group is one kernel, launched once; a group some part of which the
+            // renderer refuses runs as its steps would alone.
+            if let Some(group) = program.launch_group_at(index)
+                && let Some(launch) = prepared.group_launch(group.clone(), plan)?
+            {
+                match prepared.parts.last_mut() {
+                    Some(Part::Launches { launches, .. }) => launches.push(launch),
+                    _ => prepared.parts.push(Part::Launches {
+                        launches: vec![launch],
+                        graph: Mutex::new(None),
+                    }),
+                }
+                index = group.end;
+                continue;
+            }
+            let step = &program.steps[index];
+            let at = index;
+            index += 1;
+            match prepared.launch_of(at, step, plan)? {
                 Ok(launch) => match prepared.parts.last_mut() {
                     Some(Part::Launches { launches, .. }) => launches.push(launch),
                     _ => prepared.parts.push(Part::Launches {
@@ -172,11 +191,8 @@ impl CudaProgram {
                     }),
                 },
                 Err(reason) => {
-                    prepared.host_steps.push(HostStep {
-                        step: index,
-                        reason,
-                    });
-                    prepared.parts.push(Part::Host { step: index });
+                    prepared.host_steps.push(HostStep { step: at, reason });
+                    prepared.parts.push(Part::Host { step: at });
                 }
             }
         }
@@ -223,6 +239,69 @@ impl CudaProgram {
             }
             Err(e) => return Err(e),
         };
+        let params = self.params_of(index, kernel, inputs, outputs, plan)?;
+        let module = self.driver.load_module(self.state.ordinal, &rendered.ptx)?;
+        self.modules.push(module);
+        let function = self.driver.function(module, &rendered.name)?;
+        Ok(Ok(DeviceLaunch {
+            dims: LaunchDims::linear(
+                rendered.grid_for(self.state.properties.multiprocessors),
+                rendered.block,
+            ),
+            function,
+            params,
+        }))
+    }
+
+    /// The one launch of the launch group `group` ([`crate::render_group`], each part on the
+    /// blocks it would take alone), or `None` when the renderer refuses a part of it.
+    fn group_launch(
+        &mut self,
+        group: std::ops::Range<usize>,
+        plan: &MemoryPlan,
+    ) -> Result<Option<DeviceLaunch>> {
+        let mut kernels = Vec::with_capacity(group.len());
+        let mut params = Vec::new();
+        for index in group {
+            let Step::Kernel {
+                kernel,
+                inputs,
+                outputs,
+                ..
+            } = &self.program.steps[index]
+            else {
+                return Ok(None);
+            };
+            let (kernel, inputs, outputs) = (kernel.clone(), inputs.clone(), outputs.clone());
+            params.extend(self.params_of(index, &kernel, &inputs, &outputs, plan)?);
+            kernels.push(kernel);
+        }
+        let refs: Vec<&tessera_kernel::Kernel> = kernels.iter().collect();
+        let sm = self.state.properties.multiprocessors;
+        let rendered = match crate::render_group(&refs, &self.state.target, &|r| r.grid_for(sm)) {
+            Ok(r) => r,
+            Err(CudaError::Unsupported { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let module = self.driver.load_module(self.state.ordinal, &rendered.ptx)?;
+        self.modules.push(module);
+        let function = self.driver.function(module, &rendered.name)?;
+        Ok(Some(DeviceLaunch {
+            dims: LaunchDims::linear(rendered.grid, rendered.block),
+            function,
+            params,
+        }))
+    }
+
+    /// The memory each buffer parameter of `kernel`, the kernel of step `index`, is bound to.
+    fn params_of(
+        &mut self,
+        index: usize,
+        kernel: &tessera_kernel::Kernel,
+        inputs: &[SlotId],
+        outputs: &[SlotId],
+        plan: &MemoryPlan,
+    ) -> Result<Vec<Param>> {
         let (mut ins, mut outs) = (inputs.iter(), outputs.iter());
         let mut scratch = plan.scratch(index).iter();
         let mut params = Vec::with_capacity(kernel.buffers.len());
@@ -248,17 +327,7 @@ impl CudaProgram {
                 message: "has more buffer parameters than its step has slots".into(),
             })?);
         }
-        let module = self.driver.load_module(self.state.ordinal, &rendered.ptx)?;
-        self.modules.push(module);
-        let function = self.driver.function(module, &rendered.name)?;
-        Ok(Ok(DeviceLaunch {
-            dims: LaunchDims::linear(
-                rendered.grid_for(self.state.properties.multiprocessors),
-                rendered.block,
-            ),
-            function,
-            params,
-        }))
+        Ok(params)
     }
 
     /// The steps that run on the host, with why.
@@ -266,7 +335,7 @@ impl CudaProgram {
         &self.host_steps
     }
 
-    /// How many kernels run on the device per call.
+    /// How many kernels run on the device per call (a launch group is one).
     pub fn device_kernels(&self) -> usize {
         self.parts
             .iter()

@@ -47,6 +47,7 @@ impl Epilogue for KernelEpilogue<'_> {
             loops: vec![None; kernel.extents().len()],
             values: vec![None; kernel.values.len()],
             preloaded: vec![None; kernel.values.len()],
+            rebase: None,
         };
         let mut ix = Ints {
             e: &mut body.e,

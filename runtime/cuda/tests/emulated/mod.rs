@@ -1,11 +1,12 @@
 //! A [`KernelExecutor`] that renders each kernel to PTX and runs it in the PTX emulator, so a
 //! whole lowered program runs "on the GPU" on any machine and can be compared with the
-//! kernel-IR interpreter. A kernel that fails to render, parse or run panics with the error
-//! and the numbered PTX text.
+//! kernel-IR interpreter; a launch group runs as the one kernel `render_group` writes for it.
+//! A kernel that fails to render, parse or run panics with the error and the numbered PTX
+//! text.
 
 use super::emulator::{GlobalMemory, LaunchConfig, Module, ParamValue};
-use tessera_cuda::{PtxTarget, render};
-use tessera_kernel::{BufferPtr, BufferRole, Kernel, KernelExecutor, ScalarType};
+use tessera_cuda::{PtxTarget, render, render_group};
+use tessera_kernel::{BufferPtr, BufferRole, GroupPart, Kernel, KernelExecutor, ScalarType};
 
 /// Runs kernels in the emulator with at most `max_grid` blocks; elementwise kernels (whose
 /// code reads the block size from `%ntid.x`) run with `elementwise_block` threads per block,
@@ -55,20 +56,7 @@ impl KernelExecutor for EmulatedPtx {
         };
         let module = Module::parse(&rendered.ptx).unwrap_or_else(|e| fail("parsing", &e));
         let mut memory = GlobalMemory::default();
-        let mut params = Vec::with_capacity(buffers.len());
-        for (i, (param, buffer)) in kernel.buffers.iter().zip(buffers).enumerate() {
-            let bytes = buffer.len * element_bytes(buffer.ty);
-            let address = match param.role {
-                // SAFETY: the runner passes live buffers of the lengths and types given.
-                // Scratch too: a gather's status comes zeroed by the runner.
-                BufferRole::Input | BufferRole::Scratch => memory
-                    .upload_bytes(&format!("buf{i}"), unsafe {
-                        std::slice::from_raw_parts(buffer.ptr, bytes)
-                    }),
-                BufferRole::Output => memory.alloc(&format!("buf{i}"), bytes),
-            };
-            params.push(ParamValue::Ptr(address));
-        }
+        let params = upload(&mut memory, &[(kernel, buffers)], "");
         // Elementwise kernels read their block size from `%ntid.x`; reductions and GEMM or
         // convolution tiles are written for theirs.
         let external = kernel.gemm.is_some() || kernel.conv.is_some();
@@ -81,15 +69,91 @@ impl KernelExecutor for EmulatedPtx {
         module
             .launch(&rendered.name, config, &params, &mut memory)
             .unwrap_or_else(|e| fail("running", &e));
-        for (i, (param, buffer)) in kernel.buffers.iter().zip(buffers).enumerate() {
+        download(&memory, &[(kernel, buffers)], "").unwrap_or_else(|e| fail("reading back", &e));
+        Ok(())
+    }
+
+    /// The group as one kernel, each part on the blocks it would take alone.
+    unsafe fn execute_group(&self, parts: &[GroupPart<'_>]) -> tessera_kernel::Result<()> {
+        let kernels: Vec<&Kernel> = parts.iter().map(|p| p.kernel).collect();
+        let max_grid = self.max_grid;
+        let rendered = render_group(&kernels, &PtxTarget::SM80, &|r| {
+            r.blocks_needed.clamp(1, max_grid)
+        })
+        .unwrap_or_else(|e| panic!("rendering a group of {}: {e}", kernels[0].name));
+        let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
+            panic!(
+                "{what} {} failed: {e}\n{}",
+                rendered.name,
+                numbered(&rendered.ptx)
+            )
+        };
+        let module = Module::parse(&rendered.ptx).unwrap_or_else(|e| fail("parsing", &e));
+        let mut memory = GlobalMemory::default();
+        let pairs: Vec<(&Kernel, &[BufferPtr])> =
+            parts.iter().map(|p| (p.kernel, p.buffers)).collect();
+        let params = upload(&mut memory, &pairs, "p");
+        let config = LaunchConfig::new(rendered.grid, self.elementwise_block);
+        module
+            .launch(&rendered.name, config, &params, &mut memory)
+            .unwrap_or_else(|e| fail("running", &e));
+        download(&memory, &pairs, "p").unwrap_or_else(|e| fail("reading back", &e));
+        Ok(())
+    }
+}
+
+/// The emulator's name of buffer `i` of part `part` (of the one kernel when `prefix` is
+/// empty).
+fn buffer_name(prefix: &str, part: usize, i: usize) -> String {
+    if prefix.is_empty() {
+        format!("buf{i}")
+    } else {
+        format!("{prefix}{part}_buf{i}")
+    }
+}
+
+/// Copies every part's inputs (and scratch, which a gather's status needs zeroed) into
+/// `memory` and allocates its outputs; the kernel parameters, in order.
+fn upload(
+    memory: &mut GlobalMemory,
+    parts: &[(&Kernel, &[BufferPtr])],
+    prefix: &str,
+) -> Vec<ParamValue> {
+    let mut params = Vec::new();
+    for (part, (kernel, buffers)) in parts.iter().enumerate() {
+        for (i, (param, buffer)) in kernel.buffers.iter().zip(buffers.iter()).enumerate() {
+            let bytes = buffer.len * element_bytes(buffer.ty);
+            let name = buffer_name(prefix, part, i);
+            let address = match param.role {
+                // SAFETY: the runner passes live buffers of the lengths and types given.
+                BufferRole::Input | BufferRole::Scratch => memory.upload_bytes(&name, unsafe {
+                    std::slice::from_raw_parts(buffer.ptr, bytes)
+                }),
+                BufferRole::Output => memory.alloc(&name, bytes),
+            };
+            params.push(ParamValue::Ptr(address));
+        }
+    }
+    params
+}
+
+/// Copies every part's outputs and scratch back out of `memory`.
+fn download(
+    memory: &GlobalMemory,
+    parts: &[(&Kernel, &[BufferPtr])],
+    prefix: &str,
+) -> Result<(), String> {
+    for (part, (kernel, buffers)) in parts.iter().enumerate() {
+        for (i, (param, buffer)) in kernel.buffers.iter().zip(buffers.iter()).enumerate() {
             if param.role != BufferRole::Input {
                 let bytes = memory
-                    .read_bytes(&format!("buf{i}"))
-                    .unwrap_or_else(|e| fail("reading back", &e));
-                // SAFETY: outputs are writable and of `bytes.len()` bytes, as the runner promises.
+                    .read_bytes(&buffer_name(prefix, part, i))
+                    .map_err(|e| e.to_string())?;
+                // SAFETY: outputs are writable and of `bytes.len()` bytes, as the runner
+                // promises.
                 unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buffer.ptr, bytes.len()) };
             }
         }
-        Ok(())
     }
+    Ok(())
 }

@@ -1,0 +1,167 @@
+//! Launch groups: runs of consecutive kernel steps a backend launches as one (one JIT call and
+//! one parallel region on the CPU, one CUDA kernel on a device), as PyTorch's fused
+//! optimizers and Inductor's combo kernels launch once for all of a step's parameter updates.
+//!
+//! A step may join a group when its kernel is elementwise (no reduction, no GEMM or
+//! convolution call, no scratch or status buffer) and writes only program outputs. Program
+//! outputs never live in the arena ([`crate::MemoryPlan`]), so a group writes no arena byte
+//! and its members may run at once, in any order, whatever the memory plan reuses around
+//! them; no member reads another's output. [`group_launches`] moves every such kernel that
+//! no later step up to the last of them reads down to that last one (only steps that do not
+//! read their outputs are passed, and slots are written once, so every value is computed
+//! as before) and makes them one group: a training step's update kernels, which Adam
+//! interleaves with the kernels of its per-parameter step scalars. The criterion depends on
+//! no size, so programs lowered for two batches group alike. Nothing a kernel computes
+//! changes: each member stays its own [`Step::Kernel`] (planning, in-place updating,
+//! printing and fallbacks see it as before).
+
+use crate::{BufferRole, KernelError, Program, Result, SlotId, Step};
+use std::ops::Range;
+
+/// Reorders `program`'s steps so that the kernels that may join a group (module doc) come
+/// together after the last one's earlier steps, and records them as its launch group when
+/// there are at least two.
+pub fn group_launches(program: &mut Program) {
+    let joinable: Vec<usize> = (0..program.steps.len())
+        .filter(|&i| may_join(program, i))
+        .collect();
+    let Some(&last) = joinable.last() else {
+        return;
+    };
+    let mut members: Vec<usize> = joinable
+        .iter()
+        .copied()
+        .filter(|&c| c == last || !read_in(program, writes(program, c), c + 1..last + 1))
+        .collect();
+    members.sort_unstable();
+    if members.len() < 2 {
+        return;
+    }
+    let mut steps: Vec<Option<Step>> = std::mem::take(&mut program.steps)
+        .into_iter()
+        .map(Some)
+        .collect();
+    let mut order: Vec<Step> = Vec::with_capacity(steps.len());
+    let mut start = 0;
+    for i in 0..steps.len() {
+        if i == last {
+            start = order.len();
+            order.extend(members.iter().filter_map(|&m| steps[m].take()));
+        } else if !members.contains(&i)
+            && let Some(step) = steps[i].take()
+        {
+            order.push(step);
+        }
+    }
+    program.steps = order;
+    let group = start..start + members.len();
+    program.launch_groups = vec![group];
+}
+
+/// Whether step `i` may run in a launch group: an elementwise kernel with no scratch buffer
+/// (so no gather status either) writing program outputs only.
+fn may_join(program: &Program, i: usize) -> bool {
+    let Some(Step::Kernel {
+        kernel, outputs, ..
+    }) = program.steps.get(i)
+    else {
+        return false;
+    };
+    kernel.reduce.is_empty()
+        && kernel.gemm.is_none()
+        && kernel.conv.is_none()
+        && kernel.buffers.iter().all(|b| b.role != BufferRole::Scratch)
+        && outputs
+            .iter()
+            .all(|s| program.outputs.iter().any(|v| v.slot == *s))
+}
+
+/// The slots step `i` writes.
+fn writes(program: &Program, i: usize) -> &[SlotId] {
+    match &program.steps[i] {
+        Step::Kernel { outputs, .. } | Step::External { outputs, .. } => outputs,
+    }
+}
+
+/// Whether a step of `range` reads one of `slots`.
+fn read_in(program: &Program, slots: &[SlotId], range: Range<usize>) -> bool {
+    program.steps[range].iter().any(|step| match step {
+        Step::Kernel { inputs, .. } => inputs.iter().any(|s| slots.contains(s)),
+        Step::External { inputs, .. } => inputs.iter().any(|v| slots.contains(&v.slot)),
+    })
+}
+
+/// Checks `program`'s launch groups before a run trusts them: in step order, apart, of two
+/// steps at least, each step one that may join a group, none reading another's output.
+pub fn check_launch_groups(program: &Program) -> Result<()> {
+    let fail = |group: &Range<usize>, why: String| KernelError::Backend {
+        kernel: "(launch groups)".into(),
+        message: format!("steps {group:?}: {why}"),
+    };
+    let mut end = 0;
+    for group in &program.launch_groups {
+        if group.start < end || group.end > program.steps.len() || group.len() < 2 {
+            return Err(fail(
+                group,
+                format!(
+                    "not a group of two steps or more after step {end} of {}",
+                    program.steps.len()
+                ),
+            ));
+        }
+        end = group.end;
+        for i in group.clone() {
+            if !may_join(program, i) {
+                return Err(fail(
+                    group,
+                    format!("step {i} is not an elementwise kernel writing program outputs"),
+                ));
+            }
+            if read_in(program, writes(program, i), i + 1..group.end) {
+                return Err(fail(
+                    group,
+                    format!("a later step of the group reads what step {i} writes"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Program {
+    /// The launch group starting at step `index`, if one does.
+    pub fn launch_group_at(&self, index: usize) -> Option<Range<usize>> {
+        self.launch_groups
+            .iter()
+            .find(|g| g.start == index)
+            .cloned()
+    }
+
+    /// The launch group holding step `index`, if any.
+    pub fn launch_group_of(&self, index: usize) -> Option<Range<usize>> {
+        self.launch_groups
+            .iter()
+            .find(|g| g.contains(&index))
+            .cloned()
+    }
+
+    /// How many launches the steps `steps` take: one per launch group holding any of them,
+    /// one per other kernel step among them (external steps launch nothing).
+    pub fn launches(&self, steps: impl IntoIterator<Item = usize>) -> usize {
+        let mut groups: Vec<usize> = Vec::new();
+        let mut count = 0;
+        for i in steps {
+            match self.launch_groups.iter().position(|g| g.contains(&i)) {
+                Some(g) if !groups.contains(&g) => {
+                    groups.push(g);
+                    count += 1;
+                }
+                Some(_) => {}
+                None => {
+                    count += usize::from(matches!(self.steps.get(i), Some(Step::Kernel { .. })))
+                }
+            }
+        }
+        count
+    }
+}
