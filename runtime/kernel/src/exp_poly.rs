@@ -29,7 +29,8 @@ pub const EXP_F32_POLY: [f32; 6] = [
     8.333_452e-3,
     4.166_579_6e-2,
     1.666_666_5e-1,
-    5.000_000_1e-1,
+    // Cephes writes 5.000_000_1e-1, which rounds to 0.5 in f32.
+    5e-1,
 ];
 
 /// `e^x` of f32, computed as the CPU backend's inline code computes it.

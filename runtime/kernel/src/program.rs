@@ -51,7 +51,9 @@ pub struct SlotView {
     pub views: Vec<ViewOp>,
 }
 
-/// One step of a program.
+/// One step of a program. A kernel step is large and an external one small; programs have few
+/// steps, matched on every run, so the kernel is kept inline rather than boxed.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     /// A generated kernel; its input buffers are `inputs` (slots read in their compiled

@@ -30,6 +30,9 @@ struct Nll {
     label_smoothing: f64,
 }
 
+/// The operands' values, the output's meta and the type it computes in.
+type NllOperands = (Vec<super::Val>, TensorMeta, ScalarType);
+
 impl Nll {
     fn of(op: &LossOp) -> Option<(Nll, bool)> {
         match *op {
@@ -165,10 +168,7 @@ impl Lowering<'_> {
     }
 
     /// The operands' values and the output's meta and type, when the lowering covers them.
-    fn nll_operands(
-        &self,
-        id: &NodeId,
-    ) -> Result<std::result::Result<(Vec<super::Val>, TensorMeta, ScalarType), String>> {
+    fn nll_operands(&self, id: &NodeId) -> Result<std::result::Result<NllOperands, String>> {
         let operands = self
             .operands(id)?
             .iter()
