@@ -3,27 +3,38 @@
 //! optimizers and Inductor's combo kernels launch once for all of a step's parameter updates.
 //!
 //! A step may join a group when its kernel is elementwise (no reduction, no GEMM or
-//! convolution call, no scratch or status buffer) and writes only program outputs. Program
-//! outputs never live in the arena ([`crate::MemoryPlan`]), so a group writes no arena byte
-//! and its members may run at once, in any order, whatever the memory plan reuses around
-//! them; no member reads another's output. [`group_launches`] moves every such kernel that
-//! no later step up to the last of them reads down to that last one (only steps that do not
-//! read their outputs are passed, and slots are written once, so every value is computed
-//! as before) and makes them one group: a training step's update kernels, which Adam
-//! interleaves with the kernels of its per-parameter step scalars. The criterion depends on
-//! no size, so programs lowered for two batches group alike. Nothing a kernel computes
+//! convolution call, no scratch or status buffer) and reads no other member's output; the
+//! memory plan takes a group as one step ([`crate::MemoryPlan::new`]: what a member writes
+//! lives from the group's start, what it reads to its end), so no member's buffer shares bytes
+//! with another's and they may run at once, in any order. [`group_launches`] makes two kinds.
+//! The update group: it moves every elementwise kernel writing only program outputs that no
+//! later step up to the last of them reads down to that last one (only steps that do not read
+//! their outputs are passed, and slots are written once, so every value is computed as
+//! before) and makes them one group: a training step's update kernels, which Adam interleaves
+//! with the kernels of its per-parameter step scalars. Then each run of consecutive 0-d
+//! kernels left (those step scalars, side by side once the updates moved) is a group too.
+//! The criteria depend on no size, so programs lowered for two batches group alike. Nothing a kernel computes
 //! changes: each member stays its own [`Step::Kernel`] (planning, in-place updating,
 //! printing and fallbacks see it as before).
 
 use crate::{BufferRole, KernelError, Program, Result, SlotId, Step};
 use std::ops::Range;
 
-/// Reorders `program`'s steps so that the kernels that may join a group (module doc) come
-/// together after the last one's earlier steps, and records them as its launch group when
-/// there are at least two.
+/// Reorders `program`'s steps so that the kernels writing only program outputs come together
+/// after the last one's earlier steps, and records them as a launch group when there are at
+/// least two; then makes each run of two or more consecutive 0-d kernels outside it a group
+/// (Adam's per-parameter step scalars, which the update group leaves side by side).
 pub fn group_launches(program: &mut Program) {
+    updates_together(program);
+    let mut runs = scalar_runs(program);
+    program.launch_groups.append(&mut runs);
+    program.launch_groups.sort_by_key(|g| g.start);
+}
+
+/// The update group (module doc).
+fn updates_together(program: &mut Program) {
     let joinable: Vec<usize> = (0..program.steps.len())
-        .filter(|&i| may_join(program, i))
+        .filter(|&i| may_join(program, i) && writes_outputs_only(program, i))
         .collect();
     let Some(&last) = joinable.last() else {
         return;
@@ -58,22 +69,48 @@ pub fn group_launches(program: &mut Program) {
     program.launch_groups = vec![group];
 }
 
+/// Runs of two or more consecutive 0-d kernels in no group, none reading another's output.
+fn scalar_runs(program: &Program) -> Vec<Range<usize>> {
+    let scalar = |i: usize| {
+        may_join(program, i)
+            && program.launch_group_of(i).is_none()
+            && matches!(&program.steps[i], Step::Kernel { kernel, .. } if kernel.domain.is_empty())
+    };
+    let mut runs = Vec::new();
+    let mut start = 0;
+    while start < program.steps.len() {
+        let mut end = start;
+        while end < program.steps.len()
+            && scalar(end)
+            && !(start..end).any(|m| read_in(program, writes(program, m), end..end + 1))
+        {
+            end += 1;
+        }
+        if end - start >= 2 {
+            runs.push(start..end);
+        }
+        start = end.max(start + 1);
+    }
+    runs
+}
+
 /// Whether step `i` may run in a launch group: an elementwise kernel with no scratch buffer
-/// (so no gather status either) writing program outputs only.
+/// (so no gather status either).
 fn may_join(program: &Program, i: usize) -> bool {
-    let Some(Step::Kernel {
-        kernel, outputs, ..
-    }) = program.steps.get(i)
-    else {
+    let Some(Step::Kernel { kernel, .. }) = program.steps.get(i) else {
         return false;
     };
     kernel.reduce.is_empty()
         && kernel.gemm.is_none()
         && kernel.conv.is_none()
         && kernel.buffers.iter().all(|b| b.role != BufferRole::Scratch)
-        && outputs
-            .iter()
-            .all(|s| program.outputs.iter().any(|v| v.slot == *s))
+}
+
+/// Whether step `i` writes program outputs only (no value only kernels read).
+fn writes_outputs_only(program: &Program, i: usize) -> bool {
+    writes(program, i)
+        .iter()
+        .all(|s| program.outputs.iter().any(|v| v.slot == *s))
 }
 
 /// The slots step `i` writes.
@@ -114,7 +151,7 @@ pub fn check_launch_groups(program: &Program) -> Result<()> {
             if !may_join(program, i) {
                 return Err(fail(
                     group,
-                    format!("step {i} is not an elementwise kernel writing program outputs"),
+                    format!("step {i} is not an elementwise kernel"),
                 ));
             }
             if read_in(program, writes(program, i), i + 1..group.end) {

@@ -79,7 +79,10 @@ pub struct MemoryPlan {
 
 impl MemoryPlan {
     /// Plans `program`: liveness from its steps, then first-fit placement of the arena
-    /// buffers, largest first, each at the lowest aligned offset free for its whole life.
+    /// buffers, largest first, each at the lowest aligned offset free for its whole life. The
+    /// steps of a launch group run at once, so liveness takes the group as one step: what a
+    /// member writes lives from the group's first step, what it reads to the group's last
+    /// ([`group_span`]), and no member's buffer shares bytes with another member's.
     pub fn new(program: &Program) -> MemoryPlan {
         let n = program.slots.len();
         let mut last_read: Vec<Option<usize>> = vec![None; n];
@@ -93,15 +96,16 @@ impl MemoryPlan {
                     outputs,
                     ..
                 } => {
+                    let (first, last) = group_span(program, index);
                     inputs
                         .iter()
-                        .for_each(|s| last_read[s.index()] = Some(index));
+                        .for_each(|s| last_read[s.index()] = Some(last));
                     let params = kernel
                         .buffers
                         .iter()
                         .filter(|b| b.role == BufferRole::Output);
                     for (s, p) in outputs.iter().zip(params) {
-                        writer[s.index()] = Some((index, p.ty, p.len));
+                        writer[s.index()] = Some((first, p.ty, p.len));
                     }
                 }
                 Step::External { inputs, .. } => {
@@ -249,7 +253,8 @@ impl MemoryPlan {
         {
             return Err(fail("the plan was made for another program"));
         }
-        // A launch group's kernels may run at once: the group must write no arena byte.
+        // A launch group's kernels may run at once: checked as groups, and below each buffer
+        // against the group's span.
         crate::check_launch_groups(program)?;
         if self
             .arena_buffers()
@@ -279,10 +284,11 @@ impl MemoryPlan {
                     continue;
                 };
                 // A reader's parameter may be shorter than the buffer (it reaches less of it).
+                let (first, last) = group_span(program, index);
                 let fits = if written {
-                    b.first_step == index && b.len == p.len
+                    b.first_step == first && b.len == p.len
                 } else {
-                    b.first_step < index && index <= b.last_step && b.len >= p.len
+                    b.first_step < first && last <= b.last_step && b.len >= p.len
                 };
                 if !fits || b.ty != p.ty {
                     return Err(fail("an arena buffer does not fit the kernel that uses it"));
@@ -308,6 +314,16 @@ impl MemoryPlan {
     pub fn unshared_bytes(&self) -> usize {
         self.arena_buffers().map(|(_, b)| aligned(b.bytes())).sum()
     }
+}
+
+/// The steps step `index` runs with: its launch group's first and last, or itself twice (a
+/// group past the program's steps counts as none here; [`crate::check_launch_groups`] refuses
+/// it before a run).
+fn group_span(program: &Program, index: usize) -> (usize, usize) {
+    program
+        .launch_group_of(index)
+        .filter(|g| g.end <= program.steps.len())
+        .map_or((index, index), |g| (g.start, g.end - 1))
 }
 
 fn is_output(program: &Program, slot: usize) -> bool {
