@@ -578,8 +578,8 @@ impl Run<'_> {
             }
             // SAFETY: tensor inputs are live storage under read locks, arena buffers lie in the
             // workspace's arena (checked against the plan when the run started) and are
-            // disjoint from every buffer live at the same step (a launch group writes none,
-            // `check_launch_groups`), outputs are fresh vectors or the caller's write-locked
+            // disjoint from every buffer live at the same step (the plan takes a launch group
+            // as one step, `MemoryPlan::new`), outputs are fresh vectors or the caller's write-locked
             // storage; all were checked above against the parameters' types and lengths.
             unsafe {
                 match parts.as_slice() {
