@@ -1,0 +1,128 @@
+//! Cases for checking the int8 linear kernels against the eager ones: inputs of several
+//! ranks (one row of one feature, an empty batch), weight zero points zero and nonzero per
+//! channel, parameters of one element, with and without bias and fused ReLU, power-of-two
+//! scales whose requantized values tie at .5 steps and values that saturate both ends of u8.
+
+use crate::fake_quant_cases::integer_zero_points;
+use crate::quant_cases::{quantized_inputs, valid_scales};
+use tessera_tensor::op::QuantOp;
+use tessera_tensor::{DType, Op, Tensor};
+
+/// One static int8 linear: what it checks, the op and its inputs
+/// (`x, w, w_scale, w_zero_point[, bias]`).
+pub struct LinearCase {
+    pub what: String,
+    pub op: Op,
+    pub inputs: Vec<Tensor>,
+}
+
+/// How the weight parameters of a case are given.
+#[derive(Debug, Clone, Copy)]
+enum WeightParams {
+    /// Per-channel scales, every zero point 0 (symmetric weights, eager's fast path).
+    Symmetric,
+    /// Per-channel scales and zero points spread over i8.
+    PerChannel,
+    /// One scale and one nonzero zero point for every channel (`[1]` tensors).
+    Single,
+}
+
+/// `(x_scale, x_zero_point, out_scale, out_zero_point)`: powers of two giving ties at .5
+/// steps with odd and even zero points, tenths, and a small output scale that saturates.
+const STATIC_PARAMS: [(f64, i64, f64, i64); 4] = [
+    (0.5, 3, 0.5, 37),
+    (0.25, 128, 0.125, 100),
+    (0.1, 0, 0.3, 0),
+    (0.5, 255, 1.0e-3, 255),
+];
+
+/// Input shapes `[.., K]` and the number `N` of output channels.
+const SHAPES: [(&[usize], usize); 5] = [
+    (&[3, 5], 4),
+    (&[2, 3, 7], 6),
+    (&[4, 1], 3),
+    (&[9], 5),
+    (&[0, 5], 4),
+];
+
+/// Biases per channel: ties once scaled by a power of two, large ones that saturate.
+fn bias(n: usize, seed: usize) -> Tensor {
+    const BIAS: [f32; 6] = [0.25, -3.75, 40.5, -1.0e4, 2.0e4, 0.0];
+    let b = (0..n)
+        .map(|c| BIAS[(c + seed) % BIAS.len()])
+        .collect::<Vec<_>>();
+    Tensor::from_vec(b, &[n]).unwrap()
+}
+
+/// The weight scales of `n` channels: powers of two for the tie cases, else
+/// [`valid_scales`] (tenths, tiny and huge ones).
+fn weight_scales(n: usize, ties: bool, seed: usize) -> Tensor {
+    if ties {
+        let s = (0..n)
+            .map(|c| [0.5f32, 0.25, 1.0, 0.0625][(c + seed) % 4])
+            .collect::<Vec<_>>();
+        Tensor::from_vec(s, &[n]).unwrap()
+    } else {
+        valid_scales(n, seed)
+    }
+}
+
+/// The static int8 linear cases: every shape with every parameter form, bias and ReLU, and
+/// quantization parameters.
+pub fn static_linear_cases() -> Vec<LinearCase> {
+    let mut cases = Vec::new();
+    let forms = [
+        WeightParams::Symmetric,
+        WeightParams::PerChannel,
+        WeightParams::Single,
+    ];
+    for (s, &(x_shape, n)) in SHAPES.iter().enumerate() {
+        for (f, &form) in forms.iter().enumerate() {
+            for (p, &(x_scale, x_zero_point, out_scale, out_zero_point)) in
+                STATIC_PARAMS.iter().enumerate()
+            {
+                let seed = s * 7 + f * 3 + p;
+                let relu = seed % 2 == 1;
+                let with_bias = (seed / 2) % 2 == 0;
+                let k = *x_shape.last().unwrap();
+                let x = quantized_inputs(DType::U8, x_shape, seed);
+                let w = quantized_inputs(DType::I8, &[n, k], seed + 1);
+                let ties = x_scale.log2().fract() == 0.0;
+                let (scales, zero_points) = match form {
+                    WeightParams::Symmetric => (
+                        weight_scales(n, ties, seed),
+                        Tensor::from_vec(vec![0i64; n], &[n]).unwrap(),
+                    ),
+                    WeightParams::PerChannel => (
+                        weight_scales(n, ties, seed),
+                        integer_zero_points(n, (-128, 127), seed),
+                    ),
+                    WeightParams::Single => (
+                        weight_scales(1, ties, seed),
+                        Tensor::from_vec(vec![-5i64], &[1]).unwrap(),
+                    ),
+                };
+                let mut inputs = vec![x, w, scales, zero_points];
+                if with_bias {
+                    inputs.push(bias(n, seed));
+                }
+                cases.push(LinearCase {
+                    what: format!(
+                        "x {x_shape:?}, N {n}, {form:?} weights, x ({x_scale}, {x_zero_point}), \
+                         out ({out_scale}, {out_zero_point}), relu {relu}, bias {with_bias}"
+                    ),
+                    op: Op::Quant(QuantOp::Linear {
+                        x_scale,
+                        x_zero_point,
+                        out_scale,
+                        out_zero_point,
+                        relu,
+                        bias: with_bias,
+                    }),
+                    inputs,
+                });
+            }
+        }
+    }
+    cases
+}
