@@ -1,7 +1,8 @@
 //! Cases for checking the int8 linear kernels against the eager ones: inputs of several
 //! ranks (one row of one feature, an empty batch), weight zero points zero and nonzero per
-//! channel, parameters of one element, with and without bias and fused ReLU, power-of-two
-//! scales whose requantized values tie at .5 steps and values that saturate both ends of u8.
+//! channel, parameters of one element, with and without bias and fused ReLU, values near the
+//! zero points whose sums requantized with power-of-two scales tie at .5 steps, and values
+//! spread over u8 and i8 whose sums saturate both ends of u8 or land inside it.
 
 use crate::fake_quant_cases::integer_zero_points;
 use crate::quant_cases::{quantized_inputs, valid_scales};
@@ -28,11 +29,13 @@ enum WeightParams {
 }
 
 /// `(x_scale, x_zero_point, out_scale, out_zero_point)`: powers of two giving ties at .5
-/// steps with odd and even zero points, tenths, and a small output scale that saturates.
-const STATIC_PARAMS: [(f64, i64, f64, i64); 4] = [
+/// steps with odd and even zero points, tenths, a large output scale that brings spread sums
+/// inside u8 and a small one that saturates.
+const STATIC_PARAMS: [(f64, i64, f64, i64); 5] = [
     (0.5, 3, 0.5, 37),
     (0.25, 128, 0.125, 100),
     (0.1, 0, 0.3, 0),
+    (0.1, 7, 40.0, 64),
     (0.5, 255, 1.0e-3, 255),
 ];
 
@@ -52,6 +55,21 @@ fn bias(n: usize, seed: usize) -> Tensor {
         .map(|c| BIAS[(c + seed) % BIAS.len()])
         .collect::<Vec<_>>();
     Tensor::from_vec(b, &[n]).unwrap()
+}
+
+/// Values of `shape` within 3 of `center(i)` (`i` the flat index), clamped to `[lo, hi]`, as
+/// i64.
+fn near(
+    shape: &[usize],
+    (lo, hi): (i64, i64),
+    seed: usize,
+    center: impl Fn(usize) -> i64,
+) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v = (0..n)
+        .map(|i| (center(i) + ((i * 5 + seed) % 7) as i64 - 3).clamp(lo, hi))
+        .collect::<Vec<_>>();
+    Tensor::from_vec(v, shape).unwrap()
 }
 
 /// The weight scales of `n` channels: powers of two for the tie cases, else
@@ -76,40 +94,58 @@ pub fn static_linear_cases() -> Vec<LinearCase> {
         WeightParams::PerChannel,
         WeightParams::Single,
     ];
+    let cases_per_shape = forms.len() * STATIC_PARAMS.len() * 2;
     for (s, &(x_shape, n)) in SHAPES.iter().enumerate() {
         for (f, &form) in forms.iter().enumerate() {
             for (p, &(x_scale, x_zero_point, out_scale, out_zero_point)) in
                 STATIC_PARAMS.iter().enumerate()
             {
-                let seed = s * 7 + f * 3 + p;
-                let relu = seed % 2 == 1;
-                let with_bias = (seed / 2) % 2 == 0;
-                let k = *x_shape.last().unwrap();
-                let x = quantized_inputs(DType::U8, x_shape, seed);
-                let w = quantized_inputs(DType::I8, &[n, k], seed + 1);
-                let ties = x_scale.log2().fract() == 0.0;
-                let (scales, zero_points) = match form {
-                    WeightParams::Symmetric => (
-                        weight_scales(n, ties, seed),
-                        Tensor::from_vec(vec![0i64; n], &[n]).unwrap(),
-                    ),
-                    WeightParams::PerChannel => (
-                        weight_scales(n, ties, seed),
-                        integer_zero_points(n, (-128, 127), seed),
-                    ),
-                    WeightParams::Single => (
-                        weight_scales(1, ties, seed),
-                        Tensor::from_vec(vec![-5i64], &[1]).unwrap(),
-                    ),
-                };
-                let mut inputs = vec![x, w, scales, zero_points];
-                if with_bias {
-                    inputs.push(bias(n, seed));
-                }
-                cases.push(LinearCase {
+                for spread in [false, true] {
+                    let seed = s * cases_per_shape
+                        + (f * STATIC_PARAMS.len() + p) * 2
+                        + usize::from(spread);
+                    let relu = (f + p) % 2 == 1;
+                    let with_bias = (s + f) % 2 == 0;
+                    let k = *x_shape.last().unwrap();
+                    let ties = x_scale.log2().fract() == 0.0;
+                    let (scales, zero_points) = match form {
+                        WeightParams::Symmetric => (
+                            weight_scales(n, ties, seed),
+                            Tensor::from_vec(vec![0i64; n], &[n]).unwrap(),
+                        ),
+                        WeightParams::PerChannel => (
+                            weight_scales(n, ties, seed),
+                            integer_zero_points(n, (-128, 127), seed),
+                        ),
+                        WeightParams::Single => (
+                            weight_scales(1, ties, seed),
+                            Tensor::from_vec(vec![-5i64], &[1]).unwrap(),
+                        ),
+                    };
+                    let (x, w) = if spread {
+                        (
+                            quantized_inputs(DType::U8, x_shape, seed),
+                            quantized_inputs(DType::I8, &[n, k], seed + 1),
+                        )
+                    } else {
+                        // Small centred sums, which power-of-two scales requantize to ties.
+                        let zps = zero_points.to_vec::<i64>().unwrap();
+                        let x = near(x_shape, (0, 255), seed, |_| x_zero_point);
+                        let w = near(&[n, k], (-128, 127), seed + 1, |i| zps[(i / k) % zps.len()]);
+                        (
+                            x.to_dtype(DType::U8).unwrap(),
+                            w.to_dtype(DType::I8).unwrap(),
+                        )
+                    };
+                    let mut inputs = vec![x, w, scales, zero_points];
+                    if with_bias {
+                        inputs.push(bias(n, seed));
+                    }
+                    cases.push(LinearCase {
                     what: format!(
                         "x {x_shape:?}, N {n}, {form:?} weights, x ({x_scale}, {x_zero_point}), \
-                         out ({out_scale}, {out_zero_point}), relu {relu}, bias {with_bias}"
+                         out ({out_scale}, {out_zero_point}), relu {relu}, bias {with_bias}, \
+                         spread {spread}"
                     ),
                     op: Op::Quant(QuantOp::Linear {
                         x_scale,
@@ -121,6 +157,7 @@ pub fn static_linear_cases() -> Vec<LinearCase> {
                     }),
                     inputs,
                 });
+                }
             }
         }
     }
