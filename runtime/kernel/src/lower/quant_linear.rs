@@ -56,6 +56,13 @@ struct ProductOperands {
     bias: Option<ValueId>,
 }
 
+/// The kernel of an int8 product being built, over the output `shape`, and its operands.
+struct ProductFrame {
+    frame: Frame,
+    shape: Vec<usize>,
+    operands: ProductOperands,
+}
+
 impl Lowering<'_> {
     /// Lowers int8 linear node `id` to its kernel, or runs its eager kernel (reported as a
     /// fallback) when the kernel IR cannot express it.
@@ -93,7 +100,7 @@ impl Lowering<'_> {
         &mut self,
         id: &NodeId,
         bias: bool,
-    ) -> Result<std::result::Result<(Frame, Vec<usize>, ProductOperands), String>> {
+    ) -> Result<std::result::Result<ProductFrame, String>> {
         let Some(out) = self.meta(id)?.first().cloned() else {
             return Ok(Err("the op has no value".into()));
         };
@@ -167,7 +174,11 @@ impl Lowering<'_> {
             w_zero_point: loaded[3],
             bias: loaded.get(4).copied(),
         };
-        Ok(Ok((frame, shape, operands)))
+        Ok(Ok(ProductFrame {
+            frame,
+            shape,
+            operands,
+        }))
     }
 
     fn static_linear_kernel(
@@ -175,7 +186,11 @@ impl Lowering<'_> {
         id: &NodeId,
         p: &StaticParams,
     ) -> Result<std::result::Result<(), String>> {
-        let (mut frame, shape, o) = match self.product_frame(id, p.bias)? {
+        let ProductFrame {
+            mut frame,
+            shape,
+            operands: o,
+        } = match self.product_frame(id, p.bias)? {
             Ok(f) => f,
             Err(why) => return Ok(Err(why)),
         };
