@@ -2,9 +2,11 @@
 //! ranks (one row of one feature, an empty batch), weight zero points zero and nonzero per
 //! channel, parameters of one element, with and without bias and fused ReLU, values near the
 //! zero points whose sums requantized with power-of-two scales tie at .5 steps, and values
-//! spread over u8 and i8 whose sums saturate both ends of u8 or land inside it.
+//! spread over u8 and i8 whose sums saturate both ends of u8 or land inside it; for the
+//! dynamic linear, activations with NaN, infinities, constant, all negative, all zero and all
+//! NaN, with and without `reduce_range`.
 
-use crate::fake_quant_cases::integer_zero_points;
+use crate::fake_quant_cases::{integer_zero_points, x_values};
 use crate::quant_cases::{quantized_inputs, valid_scales};
 use tessera_tensor::op::QuantOp;
 use tessera_tensor::{DType, Op, Tensor};
@@ -159,6 +161,86 @@ pub fn static_linear_cases() -> Vec<LinearCase> {
                 });
                 }
             }
+        }
+    }
+    cases
+}
+
+/// The f32 activations of the dynamic linear cases, by name: values at ties with NaN,
+/// infinities and the ends of f32 ([`x_values`]), finite values spread over [-2.5, 2.5], a
+/// constant, all negative, all zero (scale 0: fbgemm's 0.1), all NaN (an empty range), and
+/// finite values with one infinity of each sign.
+fn activations(kind: usize, n: usize, seed: usize) -> (&'static str, Vec<f32>) {
+    let spread = |i: usize| ((i * 37 + seed * 11) % 101) as f32 * 0.05 - 2.5;
+    match kind % 7 {
+        0 => ("special", x_values(n, seed)),
+        1 => ("spread", (0..n).map(spread).collect()),
+        2 => ("constant", vec![1.5; n]),
+        3 => ("negative", (0..n).map(|i| -0.25 * (i + 1) as f32).collect()),
+        4 => ("zero", vec![0.0; n]),
+        5 => ("nan", vec![f32::NAN; n]),
+        _ => (
+            "infinite",
+            (0..n)
+                .map(|i| match i % 5 {
+                    1 => f32::INFINITY,
+                    3 => f32::NEG_INFINITY,
+                    _ => spread(i),
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// The dynamic int8 linear cases: every shape with every kind of activations, the weight
+/// parameter forms, `reduce_range` and bias alternating.
+pub fn dynamic_linear_cases() -> Vec<LinearCase> {
+    let forms = [
+        WeightParams::Symmetric,
+        WeightParams::PerChannel,
+        WeightParams::Single,
+    ];
+    let mut cases = Vec::new();
+    for (s, &(x_shape, n)) in SHAPES.iter().enumerate() {
+        for kind in 0..7 {
+            let seed = s * 7 + kind;
+            let form = forms[seed % forms.len()];
+            let reduce_range = seed % 2 == 0;
+            let with_bias = (seed / 2) % 2 == 0;
+            let k = *x_shape.last().unwrap();
+            let numel = x_shape.iter().product();
+            let (what, x) = activations(kind, numel, seed);
+            let x = Tensor::from_vec(x, x_shape).unwrap();
+            let w = quantized_inputs(DType::I8, &[n, k], seed + 1);
+            let (scales, zero_points) = match form {
+                WeightParams::Symmetric => (
+                    valid_scales(n, seed),
+                    Tensor::from_vec(vec![0i64; n], &[n]).unwrap(),
+                ),
+                WeightParams::PerChannel => (
+                    valid_scales(n, seed),
+                    integer_zero_points(n, (-128, 127), seed),
+                ),
+                WeightParams::Single => (
+                    valid_scales(1, seed),
+                    Tensor::from_vec(vec![3i64], &[1]).unwrap(),
+                ),
+            };
+            let mut inputs = vec![x, w, scales, zero_points];
+            if with_bias {
+                inputs.push(bias(n, seed));
+            }
+            cases.push(LinearCase {
+                what: format!(
+                    "{what} x {x_shape:?}, N {n}, {form:?} weights, reduce_range \
+                     {reduce_range}, bias {with_bias}"
+                ),
+                op: Op::Quant(QuantOp::LinearDynamic {
+                    bias: with_bias,
+                    reduce_range,
+                }),
+                inputs,
+            });
         }
     }
     cases

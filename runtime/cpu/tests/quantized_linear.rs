@@ -13,7 +13,7 @@ use tessera_tensor::op::QuantOp;
 use tessera_tensor::{DType, Op, Tensor};
 use tessera_testkit::exact_bits;
 use tessera_testkit::quant_cases::{quantized_inputs, valid_scales};
-use tessera_testkit::quant_linear_cases::static_linear_cases;
+use tessera_testkit::quant_linear_cases::{dynamic_linear_cases, static_linear_cases};
 
 /// `graph` lowered for the layouts of `inputs` with product kernels, as for a device.
 fn lowered_for_device(graph: &tessera_fx::Graph, inputs: &[Tensor]) -> Program {
@@ -28,10 +28,13 @@ fn lowered_for_device(graph: &tessera_fx::Graph, inputs: &[Tensor]) -> Program {
 /// `op` on `inputs` lowered with product kernels to one kernel with no fallback; interpreter,
 /// JIT and eager give the same dtype, shape and bits.
 fn agrees(what: &str, op: Op, inputs: &[Tensor]) {
+    let op_is_dynamic = matches!(op, Op::Quant(QuantOp::LinearDynamic { .. }));
     let graph = common::op_graph(op, inputs);
     let program = lowered_for_device(&graph, inputs);
     assert!(program.fallbacks.is_empty(), "{what}\n{program}");
-    assert_eq!(program.kernels().count(), 1, "{what}\n{program}");
+    // The dynamic linear: x's range, x quantized, the product.
+    let kernels = if op_is_dynamic { 3 } else { 1 };
+    assert_eq!(program.kernels().count(), kernels, "{what}\n{program}");
     let want = eager(&graph, inputs);
     let interpreted = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
     let jitted = jit_run(&program, inputs);
@@ -70,6 +73,15 @@ fn symmetric(n: usize) -> [Tensor; 2] {
 fn static_int8_linear_equals_eager_bit_for_bit() {
     let cases = static_linear_cases();
     assert!(cases.len() >= 150);
+    for case in cases {
+        agrees(&case.what, case.op, &case.inputs);
+    }
+}
+
+#[test]
+fn dynamic_int8_linear_equals_eager_bit_for_bit() {
+    let cases = dynamic_linear_cases();
+    assert!(cases.len() >= 35);
     for case in cases {
         agrees(&case.what, case.op, &case.inputs);
     }

@@ -19,6 +19,7 @@ mod avg_divisors;
 mod batch_norm_update;
 mod cat;
 mod conv;
+mod dynamic_quant;
 mod fake_quant;
 mod fake_quant_gradients;
 mod frame;

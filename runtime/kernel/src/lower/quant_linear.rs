@@ -13,14 +13,15 @@
 //! Per-channel parameters of one element are read with stride 0. A reduction long enough for
 //! eager's i32 GEMM to wrap (`K * 255 * 128 > i32::MAX`) runs the eager kernel.
 
-use super::Lowering;
+use super::dynamic_quant::x_qparams;
 use super::fake_quant::Steps;
 use super::frame::{Frame, FrameMap, Local};
+use super::{Lowering, Val};
 use crate::{BinaryFn, Expr, KernelBuilder, ReduceFn, Result, ScalarType, ValueId};
 use std::collections::HashSet;
 use tessera_fx::NodeId;
-use tessera_tensor::Op;
 use tessera_tensor::op::QuantOp;
+use tessera_tensor::{DType, Op};
 
 /// Whether `op` is one of the int8 linears this lowering generates.
 pub(super) fn is_quant_linear(op: &Op) -> bool {
@@ -86,7 +87,10 @@ impl Lowering<'_> {
                 };
                 self.static_linear_kernel(id, &params)?
             }
-            _ => Err("the dynamic int8 linear is not generated yet".into()),
+            Op::Quant(QuantOp::LinearDynamic { bias, reduce_range }) => {
+                self.dynamic_linear_kernels(id, *bias, *reduce_range)?
+            }
+            _ => Err("not an int8 linear".into()),
         };
         if let Err(why) = attempt {
             self.not_generated(id, op, &why)?;
@@ -94,13 +98,15 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// A reduction kernel over the output `[.., N]` and `[K]` for node `id` (x `[.., K]`, w
-    /// `[N, K]`), with the operands loaded; `Err` says why not.
-    fn product_frame(
+    /// Whether node `id`'s operands make an int8 product this lowering generates (x of
+    /// `x_dtype`, `[.., K]`, i8 weights `[N, K]`, f32 scales, i64 zero points, f32 bias, and a
+    /// sum eager's i32 GEMM cannot wrap): the input's and output's shapes, or why not.
+    fn product_check(
         &mut self,
         id: &NodeId,
         bias: bool,
-    ) -> Result<std::result::Result<ProductFrame, String>> {
+        x_dtype: DType,
+    ) -> Result<std::result::Result<(Vec<usize>, Vec<usize>), String>> {
         let Some(out) = self.meta(id)?.first().cloned() else {
             return Ok(Err("the op has no value".into()));
         };
@@ -108,13 +114,17 @@ impl Lowering<'_> {
         if operands.len() != 4 + usize::from(bias) {
             return Ok(Err(format!("{} operands", operands.len())));
         }
-        let x_shape = match self.meta(&operands[0])?.first() {
-            Some(m) => m.shape.clone(),
-            None => return Ok(Err("the input has no value".into())),
-        };
+        let want = [x_dtype, DType::I8, DType::F32, DType::I64, DType::F32];
+        for (i, (o, want)) in operands.iter().zip(want).enumerate() {
+            let dtype = self.program.slot(self.value(o)?.slot).meta.dtype;
+            if dtype != want {
+                return Ok(Err(format!("operand {i} is {dtype:?}, not {want:?}")));
+            }
+        }
+        let x_shape = self.value(&operands[0])?.layout.shape;
         let w_shape = self.value(&operands[1])?.layout.shape;
         let shape = out.shape.clone();
-        let (&[n, k], Some((&out_n, rows))) = (w_shape.as_slice(), shape.split_last()) else {
+        let (&[n, k], Some(&out_n)) = (w_shape.as_slice(), shape.last()) else {
             return Ok(Err(format!("weight {w_shape:?} for an output {shape:?}")));
         };
         if out_n != n || x_shape.last() != Some(&k) || x_shape.len() != shape.len() {
@@ -127,6 +137,25 @@ impl Lowering<'_> {
                 "{k} products per output, whose sum the eager i32 GEMM may wrap"
             )));
         }
+        Ok(Ok((x_shape, shape)))
+    }
+
+    /// A reduction kernel over the output `[.., N]` and `[K]` for node `id` (x `[.., K]`, w
+    /// `[N, K]`), with the operands loaded, the u8 x from `x` when given; `Err` says why not.
+    fn product_frame(
+        &mut self,
+        id: &NodeId,
+        bias: bool,
+        x: Option<Val>,
+    ) -> Result<std::result::Result<ProductFrame, String>> {
+        let x_dtype = if x.is_some() { DType::F32 } else { DType::U8 };
+        let (x_shape, shape) = match self.product_check(id, bias, x_dtype)? {
+            Ok(shapes) => shapes,
+            Err(why) => return Ok(Err(why)),
+        };
+        let operands = self.operands(id)?;
+        let (n, k) = (shape[shape.len() - 1], x_shape[x_shape.len() - 1]);
+        let rows = &shape[..shape.len() - 1];
         let r = rows.len();
         let reduce_loop = shape.len();
         let name = format!("k{}_{}", self.kernel_count(), out_op_name(self, id)?);
@@ -137,7 +166,10 @@ impl Lowering<'_> {
         let mut loaded = Vec::with_capacity(operands.len());
         for (i, o) in operands.iter().enumerate() {
             let v = match i {
-                0 => self.operand(&mut frame, o, &x_shape, &x_map)?,
+                0 => match &x {
+                    Some(v) => self.load(&mut frame, v.slot, &v.layout, &x_shape, &x_map)?,
+                    None => self.operand(&mut frame, o, &x_shape, &x_map)?,
+                },
                 1 => self.operand(&mut frame, o, &[n, k], &w_map)?,
                 _ => self.operand(&mut frame, o, &[n], &channel_map)?,
             };
@@ -153,16 +185,7 @@ impl Lowering<'_> {
             ScalarType::I64,
             ScalarType::F32,
         ];
-        let x_type = if matches!(
-            self.op_of(id)?,
-            Some(Op::Quant(QuantOp::LinearDynamic { .. }))
-        ) {
-            ScalarType::F32
-        } else {
-            ScalarType::U8
-        };
-        for (i, (&v, &ty)) in loaded.iter().zip(&want).enumerate() {
-            let ty = if i == 0 { x_type } else { ty };
+        for (i, (&v, ty)) in loaded.iter().zip(want).enumerate() {
             if frame.b.ty(v) != ty {
                 return Ok(Err(format!("operand {i} is {}, not {ty}", frame.b.ty(v))));
             }
@@ -190,7 +213,7 @@ impl Lowering<'_> {
             mut frame,
             shape,
             operands: o,
-        } = match self.product_frame(id, p.bias)? {
+        } = match self.product_frame(id, p.bias, None)? {
             Ok(f) => f,
             Err(why) => return Ok(Err(why)),
         };
@@ -218,6 +241,60 @@ impl Lowering<'_> {
         let rounded = e.not_nan_or_zero(rounded);
         let wide = e.cast(ScalarType::I64, rounded);
         let value = e.cast(ScalarType::U8, wide);
+        let map: FrameMap = (0..shape.len()).map(Some).collect();
+        frame.locals.insert(
+            *id,
+            vec![Local {
+                value,
+                shape,
+                map: Some(map),
+            }],
+        );
+        self.emit_frame(frame, &[*id], &HashSet::from([*id]))
+    }
+}
+
+impl Lowering<'_> {
+    /// The dynamic linear's three kernels: x's range, x quantized to u8 with the parameters
+    /// it gives, and the product with the f32 epilogue
+    /// `f32(acc) * (w_scale[n] * x_scale) + bias[n]`, as eager.
+    fn dynamic_linear_kernels(
+        &mut self,
+        id: &NodeId,
+        bias: bool,
+        reduce_range: bool,
+    ) -> Result<std::result::Result<(), String>> {
+        let x_shape = match self.product_check(id, bias, DType::F32)? {
+            Ok((x_shape, _)) => x_shape,
+            Err(why) => return Ok(Err(why)),
+        };
+        let x_node = self.operands(id)?[0];
+        let range = match self.x_range(id, &x_node, &x_shape)? {
+            Ok(r) => r,
+            Err(why) => return Ok(Err(why)),
+        };
+        let xq = match self.quantize_x(id, &x_node, &x_shape, &range, reduce_range)? {
+            Ok(v) => v,
+            Err(why) => return Ok(Err(why)),
+        };
+        let ProductFrame {
+            mut frame,
+            shape,
+            operands: o,
+        } = match self.product_frame(id, bias, Some(xq))? {
+            Ok(f) => f,
+            Err(why) => return Ok(Err(why)),
+        };
+        let (x_scale, x_zero_point) = x_qparams(&mut frame, &range, reduce_range);
+        let mut e = Steps { b: &mut frame.b };
+        let x_zero_point = e.cast(ScalarType::I64, x_zero_point);
+        let acc = centred_product_sum(&mut e, o.x, x_zero_point, o.w, o.w_zero_point);
+        let acc = e.cast(ScalarType::F32, acc);
+        let scale = e.bin(BinaryFn::Mul, o.w_scale, x_scale);
+        let mut value = e.bin(BinaryFn::Mul, acc, scale);
+        if let Some(bias) = o.bias {
+            value = e.bin(BinaryFn::Add, value, bias);
+        }
         let map: FrameMap = (0..shape.len()).map(Some).collect();
         frame.locals.insert(
             *id,
