@@ -57,6 +57,9 @@ struct ProductOperands {
     bias: Option<ValueId>,
 }
 
+/// An int8 product's input shape `[.., K]` and output shape `[.., N]`.
+type InOutShapes = (Vec<usize>, Vec<usize>);
+
 /// The kernel of an int8 product being built, over the output `shape`, and its operands.
 struct ProductFrame {
     frame: Frame,
@@ -106,7 +109,7 @@ impl Lowering<'_> {
         id: &NodeId,
         bias: bool,
         x_dtype: DType,
-    ) -> Result<std::result::Result<(Vec<usize>, Vec<usize>), String>> {
+    ) -> Result<std::result::Result<InOutShapes, String>> {
         let Some(out) = self.meta(id)?.first().cloned() else {
             return Ok(Err("the op has no value".into()));
         };
