@@ -251,6 +251,38 @@ fn dynamic_linear_is_within_the_rounding_bound_of_float() {
 }
 
 #[test]
+fn int8_linears_of_no_input_features_are_shape_errors() {
+    let x = Tensor::from_vec(Vec::<f32>::new(), &[2, 0]).unwrap();
+    let w = Tensor::from_vec(Vec::<i8>::new(), &[3, 0]).unwrap();
+    let scales = Tensor::from_vec(vec![0.5f32; 3], &[3]).unwrap();
+    let zero_points = Tensor::from_vec(vec![0i64; 3], &[3]).unwrap();
+    let dynamic = Op::Quant(QuantOp::LinearDynamic {
+        bias: false,
+        reduce_range: false,
+    });
+    let err = dynamic.apply(&[&x, &w, &scales, &zero_points]).unwrap_err();
+    assert!(matches!(err, TensorError::ShapeMismatch { .. }), "{err}");
+    assert!(
+        err.to_string().contains("at least one input feature"),
+        "{err}"
+    );
+    let xq = x.to_dtype(DType::U8).unwrap();
+    let fixed = Op::Quant(QuantOp::Linear {
+        x_scale: 0.5,
+        x_zero_point: 3,
+        out_scale: 0.5,
+        out_zero_point: 3,
+        relu: false,
+        bias: false,
+    });
+    let err = fixed.apply(&[&xq, &w, &scales, &zero_points]).unwrap_err();
+    assert!(
+        err.to_string().contains("at least one input feature"),
+        "{err}"
+    );
+}
+
+#[test]
 fn dynamic_linear_keeps_leading_dimensions() {
     let x = randn(&[2, 3, 8], 8);
     let qw = QuantizedWeight::symmetric(&randn(&[5, 8], 9), false).unwrap();

@@ -37,6 +37,7 @@ mod padded_pooling;
 mod pool_backward;
 mod pooling;
 mod quantized;
+mod quantized_linear;
 mod reductions;
 mod scalar_reductions;
 mod scatters;

@@ -1,6 +1,7 @@
 //! The fake-quantize forwards (learnable, and with integer zero points), the elementwise
 //! quantized ops (quantize and dequantize per tensor and per channel to and from u8, i8 and
-//! i32, the static int8 add) and the u8 average pools (windowed and adaptive) on the PTX
+//! i32, the static int8 add), the u8 average pools (windowed and adaptive) and the int8
+//! linears, static and dynamic (lowered with product kernels, as for a device), on the PTX
 //! backend: rendered to PTX, assembled by ptxas (sm_80 and sm_90) when it is installed, run in
 //! the emulator and checked bit for bit against the kernel-IR interpreter and the eager CPU
 //! kernel on ties at .5 steps, NaN and infinite inputs, scales and zero points, zero points
@@ -13,7 +14,7 @@ use crate::common;
 use crate::emulated;
 
 use emulated::EmulatedPtx;
-use tessera_kernel::{Interpreter, NoEnvironment, run_program};
+use tessera_kernel::{Interpreter, LowerOptions, NoEnvironment, run_program};
 use tessera_tensor::op::{FakeQuantOp, PoolOp, QuantOp};
 use tessera_tensor::{DType, Device, Op, Tensor};
 use tessera_testkit::exact_bits;
@@ -25,6 +26,7 @@ use tessera_testkit::quant_cases::{
     POOL_ZERO_POINTS, QUANTIZED_TYPES, U8_ADAPTIVE_BINS, float_inputs, pool_window,
     quantized_inputs, u8_pool_values, u8_pool_windows, valid_scales,
 };
+use tessera_testkit::quant_linear_cases::{dynamic_linear_cases, static_linear_cases};
 
 /// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit.
 fn agrees(op: Op, inputs: &[Tensor]) {
@@ -176,7 +178,12 @@ fn fake_quant_of_cuda_tensors_equals_the_cpu_and_reports_a_zero_point_outside_th
 /// A quantized `op` on `inputs`: emulated PTX, the interpreter and eager execution give the
 /// same dtype and bits.
 fn quant_agrees(op: Op, inputs: &[Tensor]) {
-    let program = common::lowered(op.clone(), inputs, 1);
+    quant_agrees_with(op, inputs, LowerOptions::default());
+}
+
+/// [`quant_agrees`] lowered with `options`.
+fn quant_agrees_with(op: Op, inputs: &[Tensor], options: LowerOptions) {
+    let program = common::lowered_with(op.clone(), inputs, 1, options);
     assert!(program.fallbacks.is_empty(), "{program}");
     let want = run_program(&program, &NoEnvironment, &Interpreter, inputs).unwrap();
     let got = run_program(&program, &NoEnvironment, &EmulatedPtx::default(), inputs).unwrap();
@@ -302,6 +309,97 @@ fn u8_average_pools_of_cuda_tensors_equal_the_cpu() {
         let back = got[0].to_device(Device::Cpu).unwrap();
         assert_eq!(back.dtype(), DType::U8);
         assert_eq!(exact_bits(&back), exact_bits(&want[0]), "{}", op.name());
+    }
+}
+
+#[test]
+fn the_static_int8_linear_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    let options = LowerOptions {
+        product_kernels: true,
+        ..LowerOptions::default()
+    };
+    let cases = static_linear_cases();
+    assert!(cases.len() >= 150);
+    for case in cases {
+        quant_agrees_with(case.op, &case.inputs, options);
+    }
+}
+
+#[test]
+fn the_dynamic_int8_linear_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    let options = LowerOptions {
+        product_kernels: true,
+        ..LowerOptions::default()
+    };
+    let cases = dynamic_linear_cases();
+    assert!(cases.len() >= 35);
+    for case in cases {
+        quant_agrees_with(case.op, &case.inputs, options);
+    }
+}
+
+#[test]
+fn dynamic_int8_linears_of_cuda_tensors_equal_the_cpu() {
+    crate::eager_common::backend();
+    let on = |t: &Tensor| t.to_device(Device::Cuda(0)).unwrap();
+    // A transposed input with NaN and infinities, per-channel weight zero points, bias.
+    let x = Tensor::from_vec(x_values(21, 4), &[7, 3])
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+    let w = quantized_inputs(DType::I8, &[5, 7], 2);
+    let scales = valid_scales(5, 1);
+    let zero_points = integer_zero_points(5, (-128, 127), 3);
+    let bias = Tensor::from_vec(vec![0.25f32, -3.75, 40.5, 1.0e4, 0.0], &[5]).unwrap();
+    for reduce_range in [false, true] {
+        let op = Op::Quant(QuantOp::LinearDynamic {
+            bias: true,
+            reduce_range,
+        });
+        let inputs = [&x, &w, &scales, &zero_points, &bias];
+        let want = op.apply(&inputs).unwrap();
+        let on_device: Vec<Tensor> = inputs.iter().map(|t| on(t)).collect();
+        let got = op.apply(&on_device.iter().collect::<Vec<_>>()).unwrap();
+        assert_eq!(got[0].device(), Device::Cuda(0));
+        let back = got[0].to_device(Device::Cpu).unwrap();
+        assert_eq!(back.dtype(), DType::F32);
+        assert_eq!(
+            exact_bits(&back),
+            exact_bits(&want[0]),
+            "reduce_range {reduce_range}"
+        );
+    }
+}
+
+#[test]
+fn static_int8_linears_of_cuda_tensors_equal_the_cpu() {
+    crate::eager_common::backend();
+    let on = |t: &Tensor| t.to_device(Device::Cuda(0)).unwrap();
+    // A transposed input, per-channel weight zero points, bias and ReLU.
+    let x = quantized_inputs(DType::U8, &[7, 3], 1)
+        .transpose(0, 1)
+        .unwrap();
+    let w = quantized_inputs(DType::I8, &[5, 7], 2);
+    let scales = valid_scales(5, 1);
+    let zero_points = integer_zero_points(5, (-128, 127), 3);
+    let bias = Tensor::from_vec(vec![0.25f32, -3.75, 40.5, 1.0e4, 0.0], &[5]).unwrap();
+    for relu in [false, true] {
+        let op = Op::Quant(QuantOp::Linear {
+            x_scale: 0.1,
+            x_zero_point: 7,
+            out_scale: 40.0,
+            out_zero_point: 64,
+            relu,
+            bias: true,
+        });
+        let inputs = [&x, &w, &scales, &zero_points, &bias];
+        let want = op.apply(&inputs).unwrap();
+        let on_device: Vec<Tensor> = inputs.iter().map(|t| on(t)).collect();
+        let got = op.apply(&on_device.iter().collect::<Vec<_>>()).unwrap();
+        assert_eq!(got[0].device(), Device::Cuda(0));
+        let back = got[0].to_device(Device::Cpu).unwrap();
+        assert_eq!(back.dtype(), DType::U8);
+        assert_eq!(exact_bits(&back), exact_bits(&want[0]), "relu {relu}");
     }
 }
 

@@ -445,6 +445,15 @@ fn linear_output(op: &str, x: &TensorMeta, w: &TensorMeta) -> Result<Vec<usize>>
             "expected input [.., in_features] and weight [out_features, in_features]",
         ));
     }
+    if k == Some(0) {
+        // The int8 GEMM and its zero-point corrections take whole rows of features.
+        return Err(TensorError::shapes(
+            op,
+            &x.shape,
+            &w.shape,
+            "an int8 linear needs at least one input feature",
+        ));
+    }
     let mut out = x.shape.clone();
     if let Some(last) = out.last_mut() {
         *last = w.shape[0];

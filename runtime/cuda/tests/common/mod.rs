@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use tessera_cuda::{PtxTarget, render};
 use tessera_fx::Graph;
-use tessera_kernel::{Kernel, Program, lower};
+use tessera_kernel::{Kernel, LowerOptions, Program, lower, lower_with};
 use tessera_tensor::op::{
     BinaryOp, CompareOp, NormOp, ReduceKind, ReduceOp, ScalarOp, UnaryOp, ViewOp,
 };
@@ -45,8 +45,14 @@ pub fn graph_on(op: Op, inputs: &[Tensor], outputs: usize) -> Graph {
 /// `op` on `inputs` lowered for their layouts, with no fallback; each kernel assembled by
 /// `ptxas` for sm_80 and sm_90 when `TESSERA_PTXAS` names it.
 pub fn lowered(op: Op, inputs: &[Tensor], outputs: usize) -> Program {
+    lowered_with(op, inputs, outputs, LowerOptions::default())
+}
+
+/// [`lowered`] with `options` (product kernels, as a device's compiled programs and the int8
+/// linears of CUDA tensors ask).
+pub fn lowered_with(op: Op, inputs: &[Tensor], outputs: usize, options: LowerOptions) -> Program {
     let layouts: Vec<_> = inputs.iter().map(|t| t.layout()).collect();
-    let program = lower(&graph_on(op, inputs, outputs), &layouts).unwrap();
+    let program = lower_with(&graph_on(op, inputs, outputs), &layouts, options).unwrap();
     assert!(program.fallbacks.is_empty(), "{program}");
     if let Some(ptxas) = ptxas() {
         for k in program.kernels() {

@@ -238,6 +238,52 @@ impl Lowering<'_> {
         Ok(Ok(()))
     }
 
+    /// Finishes `k` as a step of node `id` whose results are not the node's values: each of
+    /// `values` is stored packed over the output loops into a new slot of its `meta` (whose
+    /// shape has as many elements); the slots, in order.
+    pub(super) fn emit_values(
+        &mut self,
+        mut k: Frame,
+        id: &NodeId,
+        values: Vec<(ValueId, TensorMeta)>,
+    ) -> Result<Vec<super::Val>> {
+        let domain = k.b.domain().to_vec();
+        let loops = k.b.loop_count();
+        let mut strides = Layout::contiguous(&domain).strides;
+        strides.resize(loops, 0);
+        let numel: usize = domain.iter().product();
+        let mut metas = Vec::with_capacity(values.len());
+        for (value, meta) in values {
+            let ty = k.b.ty(value);
+            let buffer = k.b.buffer(BufferRole::Output, ty, numel);
+            let index = IndexExpr {
+                offset: 0,
+                strides: strides.clone(),
+            };
+            k.b.store(buffer, index, value);
+            metas.push(meta);
+        }
+        let mut kernel = k.b.finish();
+        for buffer in k.buffers.values() {
+            kernel.buffers[buffer.index()].len = kernel.buffer_reach(*buffer);
+        }
+        schedule(&mut kernel);
+        kernel.verify()?;
+        let mut vals = Vec::with_capacity(metas.len());
+        for meta in metas {
+            let layout = Layout::contiguous(&meta.shape);
+            vals.push(self.slot(id, meta, SlotSource::Step, layout));
+        }
+        let nodes = self.node_names(std::slice::from_ref(id))?;
+        self.program.steps.push(Step::Kernel {
+            kernel,
+            inputs: k.inputs,
+            outputs: vals.iter().map(|v| v.slot).collect(),
+            nodes,
+        });
+        Ok(vals)
+    }
+
     /// Lowers the elementwise node `id`, of shape `shape` with frame map `map`, into `k`.
     pub(super) fn elementwise_member(
         &mut self,
@@ -384,7 +430,7 @@ impl Lowering<'_> {
 
     /// A load of `slot`, seen with `layout`, broadcast to `shape` (through the frame's
     /// regrouping when `shape` is its frame shape) with frame map `map`.
-    fn load(
+    pub(super) fn load(
         &mut self,
         k: &mut Frame,
         slot: SlotId,

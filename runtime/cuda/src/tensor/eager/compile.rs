@@ -10,9 +10,10 @@ use crate::driver::{CudaDriver, FunctionId, LaunchDims, ModuleId};
 use crate::tensor::device_state::DeviceState;
 use crate::{CudaError, Result, render};
 use std::sync::Arc;
-use tessera_fx::Graph;
-use tessera_kernel::{BufferRole, ScalarType, SlotId, SlotSource, Step, lower};
+use tessera_fx::{Graph, NodeKind};
+use tessera_kernel::{BufferRole, LowerOptions, ScalarType, SlotId, SlotSource, Step, lower_with};
 use tessera_tensor::backend::DeviceOperand;
+use tessera_tensor::op::QuantOp;
 use tessera_tensor::{DType, Op, TensorMeta};
 
 /// Where a slot of the program lives when it runs.
@@ -84,6 +85,26 @@ pub(crate) fn compile(
     compile_graph(driver, state, &op_graph(op, inputs, outputs)?, inputs)
 }
 
+/// The lowering options of an eager graph: product kernels for the int8 linears (whose
+/// eager kernel is a host GEMM), the CPU's defaults otherwise (a float GEMM or convolution
+/// is a library call, [`compile_call`]).
+fn options_for(graph: &Graph) -> LowerOptions {
+    let int8_linear = graph.nodes().any(|id| {
+        graph.node(&id).is_ok_and(|n| {
+            matches!(
+                &n.kind,
+                NodeKind::CallFunction {
+                    op: Op::Quant(QuantOp::Linear { .. } | QuantOp::LinearDynamic { .. })
+                }
+            )
+        })
+    });
+    LowerOptions {
+        product_kernels: int8_linear,
+        ..LowerOptions::default()
+    }
+}
+
 /// Lowers, renders and loads `graph`, whose placeholders are `inputs`, for `state`'s device;
 /// `Ok(None)` when some step is not a kernel the renderer generates.
 pub(crate) fn compile_graph(
@@ -93,7 +114,7 @@ pub(crate) fn compile_graph(
     inputs: &[DeviceOperand<'_>],
 ) -> Result<Option<CompiledOp>> {
     let layouts: Vec<_> = inputs.iter().map(|x| x.layout.clone()).collect();
-    let program = lower(graph, &layouts)?;
+    let program = lower_with(graph, &layouts, options_for(graph))?;
     if program.steps.iter().any(|s| external_part(s).is_some()) {
         return Ok(None);
     }
