@@ -275,21 +275,18 @@ fn compiled_steps_equal_eager_steps_on_an_mlp_through_the_jit_and_the_interprete
     }
 }
 
-#[test]
-fn a_step_whose_weights_only_kernels_read_updates_every_parameter_in_place() {
-    // A batch of 1024 rows makes the last `linear` a GEMM kernel too (at 16 rows it is an
-    // eager call, which reads its weight and bias, so their updates are copied instead).
-    let (eager, compiled) = (mlp(5), mlp(5));
-    let options = SgdOptions {
-        lr: 0.05,
-        momentum: 0.9,
-        ..Default::default()
-    };
-    let mut eager_opt = SGD::new(parameters(&*eager), options.clone()).unwrap();
-    let mut g = Generator::new(12);
-    let (x, t) = batch(1024, &mut g);
-    let optimizer = SGD::new(parameters(&*compiled), options).unwrap();
-    let mut step = ce_step(compiled.clone(), optimizer, &x, &t);
+/// Three compiled steps of an MLP on batches of 1024 rows (the last `linear` a GEMM kernel
+/// too, so no eager call reads a weight) with the optimizer `make` gives, each following an
+/// eager twin; `check(step, report, params)` then looks at what the step wrote in place.
+fn in_place_steps<O: Optimizer>(
+    seed: u64,
+    make: impl Fn(Vec<Tensor>) -> O,
+    check: impl Fn(usize, &tessera::TrainStepReport, usize),
+) {
+    let (eager, compiled) = (mlp(seed), mlp(seed));
+    let mut eager_opt = make(parameters(&*eager));
+    let (x, t) = batch(1024, &mut Generator::new(seed + 7));
+    let mut step = ce_step(compiled.clone(), make(parameters(&*compiled)), &x, &t);
     let params = parameters(&*compiled).len();
     for s in 0..3 {
         let expected = eager_step(&eager, &mut eager_opt, &x, &t);
@@ -297,14 +294,32 @@ fn a_step_whose_weights_only_kernels_read_updates_every_parameter_in_place() {
         let what = format!("step {s}");
         assert!((loss - expected).abs() <= 1e-5 * expected.abs(), "{what}");
         assert_same_parameters(&*compiled, &*eager, 1e-5, &what);
-        // SGD's first step creates the momentum buffers (its own program); from the second
-        // on, each parameter and its buffer are written in place by its update kernel.
-        if s > 0 {
-            assert_eq!(step.report().in_place, 2 * params, "{what}");
-        }
-        // In place and in one launch.
-        assert_eq!(step.report().update_launches, 1, "{what}");
+        check(s, step.report(), params);
     }
+}
+
+#[test]
+fn a_step_whose_weights_only_kernels_read_updates_every_parameter_in_place() {
+    // At 16 rows the last `linear` is an eager call, which reads its weight and bias, so their
+    // updates would be copied instead.
+    let options = SgdOptions {
+        lr: 0.05,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    in_place_steps(
+        5,
+        |p| SGD::new(p, options.clone()).unwrap(),
+        |s, report, params| {
+            // SGD's first step creates the momentum buffers (its own program); from the second
+            // on, each parameter and its buffer are written in place by its update kernel.
+            if s > 0 {
+                assert_eq!(report.in_place, 2 * params, "step {s}");
+            }
+            // In place and in one launch.
+            assert_eq!(report.update_launches, 1, "step {s}");
+        },
+    );
 }
 
 #[test]
@@ -314,32 +329,20 @@ fn an_adam_step_writes_its_parameters_and_moments_in_place_in_one_launch() {
     // each writes its parameter and moments in place (the step counters, written by the
     // scalars' kernels before them, are copied); the scalars, then side by side, are one
     // launch group too.
-    let (eager, compiled) = (mlp(6), mlp(6));
     let options = AdamOptions {
         lr: 0.01,
         weight_decay: 1e-2,
         ..Default::default()
     };
-    let mut eager_opt = Adam::new(parameters(&*eager), options.clone()).unwrap();
-    let mut g = Generator::new(13);
-    let (x, t) = batch(1024, &mut g);
-    let optimizer = Adam::new(parameters(&*compiled), options).unwrap();
-    let mut step = ce_step(compiled.clone(), optimizer, &x, &t);
-    let params = parameters(&*compiled).len();
-    for s in 0..3 {
-        let expected = eager_step(&eager, &mut eager_opt, &x, &t);
-        let loss = step.step(&x, &t).unwrap().item::<f32>().unwrap();
-        let what = format!("step {s}");
-        assert!((loss - expected).abs() <= 1e-5 * expected.abs(), "{what}");
-        assert_same_parameters(&*compiled, &*eager, 1e-5, &what);
-        assert_eq!(step.report().in_place, 3 * params, "{what}");
-        assert_eq!(step.report().update_launches, 1, "{what}");
-        assert_eq!(
-            step.report().last.launch_groups,
-            vec![params, params],
-            "{what}"
-        );
-    }
+    in_place_steps(
+        6,
+        |p| Adam::new(p, options.clone()).unwrap(),
+        |s, report, params| {
+            assert_eq!(report.in_place, 3 * params, "step {s}");
+            assert_eq!(report.update_launches, 1, "step {s}");
+            assert_eq!(report.last.launch_groups, vec![params, params], "step {s}");
+        },
+    );
 }
 
 #[test]

@@ -312,30 +312,30 @@ fn u8_average_pools_of_cuda_tensors_equal_the_cpu() {
     }
 }
 
-#[test]
-fn the_static_int8_linear_on_emulated_ptx_equals_the_interpreter_and_eager() {
+/// Every case of an int8 linear (at least `at_least` of them) lowered with product kernels
+/// agrees on emulated PTX with the interpreter and eager.
+fn int8_linears_agree(
+    cases: Vec<tessera_testkit::quant_linear_cases::LinearCase>,
+    at_least: usize,
+) {
     let options = LowerOptions {
         product_kernels: true,
         ..LowerOptions::default()
     };
-    let cases = static_linear_cases();
-    assert!(cases.len() >= 150);
+    assert!(cases.len() >= at_least);
     for case in cases {
         quant_agrees_with(case.op, &case.inputs, options);
     }
 }
 
 #[test]
+fn the_static_int8_linear_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    int8_linears_agree(static_linear_cases(), 150);
+}
+
+#[test]
 fn the_dynamic_int8_linear_on_emulated_ptx_equals_the_interpreter_and_eager() {
-    let options = LowerOptions {
-        product_kernels: true,
-        ..LowerOptions::default()
-    };
-    let cases = dynamic_linear_cases();
-    assert!(cases.len() >= 35);
-    for case in cases {
-        quant_agrees_with(case.op, &case.inputs, options);
-    }
+    int8_linears_agree(dynamic_linear_cases(), 35);
 }
 
 #[test]
