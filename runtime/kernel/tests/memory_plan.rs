@@ -266,3 +266,48 @@ fn a_run_into_an_offset_view_writes_only_that_view() {
         assert!((g - w).abs() <= 1e-6, "{g} vs {w}");
     }
 }
+
+#[test]
+fn a_launch_group_is_one_step_for_liveness() {
+    // k0: a = softmax(x); k1: p = softmax(a), a's last read; k2: b = softmax(y); k3 reads p
+    // and b. Alone, b may take a's bytes (a is dead once k1 ran). Run at once as one launch
+    // group, k1 may still be reading a while k2 writes b: they must not share a byte.
+    let mut g = Graph::new();
+    let meta = TensorMeta::new([16, 256], DType::F32);
+    let x = g.placeholder("x", meta.clone());
+    let y = g.placeholder("y", meta);
+    let softmax = Op::Softmax { dim: 1, log: false };
+    let a = g.call_function(softmax.clone(), &[&x]).unwrap();
+    let p = g.call_function(softmax.clone(), &[&a]).unwrap();
+    let b = g.call_function(softmax.clone(), &[&y]).unwrap();
+    let sum = g.call_function(Op::Binary(tessera_tensor::op::BinaryOp::Add), &[&p, &b]);
+    let out = g.call_function(softmax, &[&sum.unwrap()]).unwrap();
+    g.output(&[&out]).unwrap();
+    let mut program = lower(&g, &[]).unwrap();
+    assert_eq!(program.kernels().count(), 4, "{program}");
+    // The arena buffers of a, p and b, in slot order.
+    let buffers = |plan: &MemoryPlan| -> Vec<tessera_kernel::memory_plan::ArenaBuffer> {
+        let mut slots: Vec<_> = plan
+            .arena_buffers()
+            .filter_map(|(s, b)| Some((s?, *b)))
+            .collect();
+        slots.sort_by_key(|(s, _)| s.index());
+        slots.into_iter().map(|(_, b)| b).collect()
+    };
+    let alone = MemoryPlan::new(&program);
+    let [a_alone, _, b_alone] = buffers(&alone)[..] else {
+        panic!("three arena buffers expected\n{alone}")
+    };
+    assert_eq!(
+        a_alone.offset, b_alone.offset,
+        "b reuses a's bytes when alone\n{alone}"
+    );
+    program.launch_groups = vec![1..3];
+    let grouped = MemoryPlan::new(&program);
+    assert_sound(&grouped);
+    let [a, _, b] = buffers(&grouped)[..] else {
+        panic!("three arena buffers expected\n{grouped}")
+    };
+    let apart = a.offset + a.bytes() <= b.offset || b.offset + b.bytes() <= a.offset;
+    assert!(apart, "b shares a's bytes inside the group\n{grouped}");
+}
