@@ -302,7 +302,7 @@ fn a_launch_group_is_one_step_for_liveness() {
         a_alone.offset, b_alone.offset,
         "b reuses a's bytes when alone\n{alone}"
     );
-    program.launch_groups = vec![1..3];
+    program.launch_groups = std::iter::once(1..3).collect();
     let grouped = MemoryPlan::new(&program);
     assert_sound(&grouped);
     let [a, _, b] = buffers(&grouped)[..] else {
