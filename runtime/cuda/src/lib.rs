@@ -92,6 +92,7 @@ mod math_accuracy;
 pub mod math_fns;
 pub mod math_ir;
 mod narrow;
+mod ptx_module;
 mod reduce;
 mod render;
 mod rendered;

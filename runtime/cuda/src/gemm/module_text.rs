@@ -18,26 +18,13 @@ pub(crate) fn module_text(
     e: Emitter,
 ) -> String {
     let mut ptx = String::new();
-    for line in about {
-        let _ = writeln!(ptx, "// {line}");
-    }
-    let _ = writeln!(ptx, ".version {}.{}", target.version.0, target.version.1);
-    let _ = writeln!(ptx, ".target sm_{}", target.sm);
-    let _ = writeln!(ptx, ".address_size 64\n");
+    crate::ptx_module::header(&mut ptx, about, target);
     let _ = writeln!(
         ptx,
         ".shared .align 16 .b8 {TILES_ARRAY}[{shared_bytes}];\n"
     );
-    let params: Vec<String> = (0..buffers)
-        .map(|i| format!("\t.param .u64 buf{i}"))
-        .collect();
-    let _ = writeln!(
-        ptx,
-        ".visible .entry {name}(\n{}\n)\n{{",
-        params.join(",\n")
-    );
-    ptx.push_str(&e.finish());
-    ptx.push_str("}\n");
+    let params: Vec<String> = (0..buffers).map(|i| format!("buf{i}")).collect();
+    crate::ptx_module::entry(&mut ptx, name, &params, &e.finish());
     ptx
 }
 
