@@ -33,6 +33,7 @@ use super::avg_divisors::Divisors;
 use super::gather::IndexKernel;
 use super::{Lowering, Val, graph_error};
 use crate::schedule::schedule;
+use crate::table::Emit;
 use crate::{
     BinaryFn, Bound, BufferRole, CompareFn, Expr, IndexExpr, KernelBuilder, LoopId, ReduceFn,
     Result, ScalarType, SlotSource, Step, ValueId,
@@ -79,16 +80,6 @@ pub(super) enum Taps<'a> {
     Argmax(&'a Val),
     /// The gradient divided by its window's divisor (average pooling).
     Share(&'a Divisors),
-}
-
-/// `v` converted to `ty` (a half value widened to f32 or an f32 sum rounded to half), or `v`
-/// itself when it has that type.
-pub(super) fn widened(b: &mut KernelBuilder, v: ValueId, ty: ScalarType) -> ValueId {
-    if b.ty(v) == ty {
-        v
-    } else {
-        b.push(ty, Expr::Cast(v))
-    }
 }
 
 /// [`Taps`] with the buffer of the saved indices the kernel reads.
@@ -267,7 +258,7 @@ impl Lowering<'_> {
                                 fill: 0.0,
                             },
                         );
-                        let grad = widened(&mut b, grad, ty);
+                        let grad = Emit { b: &mut b }.cast(grad, ty);
                         let picked = match pick {
                             Pick::Argmax(ix, ib) => {
                                 let saved = b.push(
@@ -308,7 +299,7 @@ impl Lowering<'_> {
                     offset: rh * packed[h] + rw * packed[w],
                     strides,
                 };
-                let sum = widened(&mut b, sum, storage);
+                let sum = Emit { b: &mut b }.cast(sum, storage);
                 b.store(ob, index, sum);
             }
         }
@@ -368,7 +359,7 @@ impl Lowering<'_> {
         let saved = k.load(ix, ScalarType::I64, &map);
         let storage = ScalarType::of_buffer(out.dtype).unwrap_or(ty);
         let grad = k.load(g, storage, &map);
-        let grad = widened(&mut k.b, grad, ty);
+        let grad = Emit { b: &mut k.b }.cast(grad, ty);
         let row =
             k.b.push(ScalarType::I64, Expr::LoopIndex(LoopId::from_index(h)));
         let col =
@@ -390,7 +381,7 @@ impl Lowering<'_> {
             },
         );
         let sum = k.b.push(ty, Expr::Reduce(ReduceFn::Sum, picked));
-        let sum = widened(&mut k.b, sum, storage);
+        let sum = Emit { b: &mut k.b }.cast(sum, storage);
         self.finish_index_kernel(id, k, sum, out.clone())
     }
 }

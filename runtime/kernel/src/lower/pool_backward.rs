@@ -14,8 +14,8 @@
 //! ([`super::avg_divisors`]: fewer taps at the border when padding does not count, a ceil-mode
 //! window cut short).
 
-use super::max_pool_backward::widened;
 use super::{Lowering, graph_error};
+use crate::table::Emit;
 use crate::{
     BufferId, BufferRole, CompareFn, Expr, IndexExpr, KernelBuilder, Result, ScalarType, SlotId,
     SlotSource, Step, ValueId, schedule::schedule,
@@ -243,7 +243,7 @@ impl Lowering<'_> {
                 },
             },
         );
-        let grad_value = widened(&mut b, grad_value, ty);
+        let grad_value = Emit { b: &mut b }.cast(grad_value, ty);
         let zero = b.push(ty, Expr::Const(0.0));
         // The value stored at each tap, row-major over the window.
         let per_tap: Vec<ValueId> = match spread {
@@ -281,7 +281,7 @@ impl Lowering<'_> {
                             },
                         },
                     );
-                    let v = widened(&mut b, v, ty);
+                    let v = Emit { b: &mut b }.cast(v, ty);
                     // The tap replaces the best so far when it is NaN or larger, as the eager
                     // selection (two float selects: no select of predicates, which not every
                     // backend has).
@@ -336,7 +336,7 @@ impl Lowering<'_> {
                 offset: (t / kw) * packed[nd - 2] + t % kw,
                 strides: strides.clone(),
             };
-            let value = widened(&mut b, value, storage);
+            let value = Emit { b: &mut b }.cast(value, storage);
             b.store(ob, index, value);
         }
         let mut kernel = b.finish();

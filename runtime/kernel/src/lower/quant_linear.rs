@@ -244,16 +244,7 @@ impl Lowering<'_> {
         let rounded = e.not_nan_or_zero(rounded);
         let wide = e.cast(ScalarType::I64, rounded);
         let value = e.cast(ScalarType::U8, wide);
-        let map: FrameMap = (0..shape.len()).map(Some).collect();
-        frame.locals.insert(
-            *id,
-            vec![Local {
-                value,
-                shape,
-                map: Some(map),
-            }],
-        );
-        self.emit_frame(frame, &[*id], &HashSet::from([*id]))
+        self.emit_product(id, frame, shape, value)
     }
 }
 
@@ -298,6 +289,20 @@ impl Lowering<'_> {
         if let Some(bias) = o.bias {
             value = e.bin(BinaryFn::Add, value, bias);
         }
+        self.emit_product(id, frame, shape, value)
+    }
+}
+
+impl Lowering<'_> {
+    /// Emits the product kernel of node `id`: `value` over the output loops `shape`, the
+    /// node's one result.
+    fn emit_product(
+        &mut self,
+        id: &NodeId,
+        mut frame: Frame,
+        shape: Vec<usize>,
+        value: ValueId,
+    ) -> Result<std::result::Result<(), String>> {
         let map: FrameMap = (0..shape.len()).map(Some).collect();
         frame.locals.insert(
             *id,
