@@ -7,8 +7,8 @@
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    AbiParam, FuncRef, Function, InstBuilder, MemFlagsData, Signature, Type, UserFuncName, Value,
-    types,
+    AbiParam, Endianness, FuncRef, Function, InstBuilder, MemFlagsData, Signature, Type,
+    UserFuncName, Value, types,
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -433,14 +433,8 @@ impl Renderer<'_> {
                 .map(|bd| bd.coord.strides.get(last).copied().unwrap_or(0) * bd.stride)
                 .sum::<usize>();
         let bytes = b.ins().imul_imm_s(first, 4);
-        let mut addr = b.ins().iadd(self.bases[buffer], bytes);
-        let x = b.ins().load(types::F32, self.flags, addr, 0);
-        let mut lanes = b.ins().splat(types::F32X4, x);
-        for lane in 1..4u8 {
-            addr = b.ins().iadd_imm_s(addr, (step * 4) as i64);
-            let x = b.ins().load(types::F32, self.flags, addr, 0);
-            lanes = b.ins().insertlane(lanes, x, lane);
-        }
+        let addr = b.ins().iadd(self.bases[buffer], bytes);
+        let lanes = self.strided_f32x4(b, addr, step);
         b.ins().jump(join, &[lanes.into()]);
         b.switch_to_block(border);
         let x = self.guarded_load(b, buffer, index, bounds, fill, ScalarType::F32, Some(j));
@@ -453,6 +447,39 @@ impl Renderer<'_> {
         b.ins().jump(join, &[lanes.into()]);
         b.switch_to_block(join);
         result
+    }
+
+    /// Four f32 lanes `step` elements apart from byte address `addr`, every lane's element
+    /// inside its buffer. A step of 2 (a stride-2 window: pooling, strided convolutions) is
+    /// two vector loads, of elements 0-3 and 3-6, and one `shufps` taking elements 0, 2, 4
+    /// and 6 (never reading past the last lane's element); another step gathers one load per
+    /// lane (the schedule keeps the lanes' byte offsets within an immediate).
+    fn strided_f32x4(&self, b: &mut FunctionBuilder, addr: Value, step: usize) -> Value {
+        if step == 2 {
+            let low = b.ins().load(types::F32X4, self.flags, addr, 0);
+            let high = b.ins().load(types::F32X4, self.flags, addr, 12);
+            let bytes = MemFlagsData::new().with_endianness(Endianness::Little);
+            let low = b.ins().bitcast(types::I8X16, bytes, low);
+            let high = b.ins().bitcast(types::I8X16, bytes, high);
+            // Lanes 0 and 2 of `low` (elements 0, 2), lanes 1 and 3 of `high` (4, 6).
+            let mask: Vec<u8> = [0u8, 2, 5, 7]
+                .iter()
+                .flat_map(|&lane| (0..4).map(move |byte| lane * 4 + byte))
+                .collect();
+            let mask = b.func.dfg.immediates.push(mask.into());
+            let even = b.ins().shuffle(low, high, mask);
+            return b.ins().bitcast(types::F32X4, bytes, even);
+        }
+        let step = (step * 4) as i32;
+        let first = b.ins().load(types::F32, self.flags, addr, 0);
+        let mut lanes = b.ins().splat(types::F32X4, first);
+        for lane in 1..4u8 {
+            let x = b
+                .ins()
+                .load(types::F32, self.flags, addr, step * i32::from(lane));
+            lanes = b.ins().insertlane(lanes, x, lane);
+        }
+        lanes
     }
 
     /// A guarded load's element position at innermost index `j` (meaningful where it is
@@ -637,18 +664,7 @@ impl Renderer<'_> {
                 if vector && inner_stride == 1 {
                     b.ins().load(types::F32X4, self.flags, addr, 0)
                 } else if vector && inner_stride > 1 {
-                    // A strided walk gathers its lanes one load each (the schedule keeps the
-                    // lanes' byte offsets within an immediate).
-                    let step = (inner_stride * size as usize) as i32;
-                    let first = b.ins().load(types::F32, self.flags, addr, 0);
-                    let mut lanes_value = b.ins().splat(types::F32X4, first);
-                    for lane in 1..4u8 {
-                        let s = b
-                            .ins()
-                            .load(types::F32, self.flags, addr, step * lane as i32);
-                        lanes_value = b.ins().insertlane(lanes_value, s, lane);
-                    }
-                    lanes_value
+                    self.strided_f32x4(b, addr, inner_stride)
                 } else {
                     let s = b.ins().load(clif_type(v.ty), self.flags, addr, 0);
                     if vector {
