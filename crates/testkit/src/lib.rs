@@ -7,6 +7,7 @@ mod formula;
 mod narrow_int_cases;
 pub mod op_cases;
 pub mod quant_cases;
+pub mod quant_conv_cases;
 pub mod quant_linear_cases;
 mod reduce_kinds;
 mod rounding;

@@ -11,8 +11,8 @@ use crate::quant_cases::{quantized_inputs, valid_scales};
 use tessera_tensor::op::QuantOp;
 use tessera_tensor::{DType, Op, Tensor};
 
-/// One static int8 linear: what it checks, the op and its inputs
-/// (`x, w, w_scale, w_zero_point[, bias]`).
+/// One int8 product case (a linear, or the conv2d of [`crate::quant_conv_cases`]): what it
+/// checks, the op and its inputs (`x, w, w_scale, w_zero_point[, bias]`).
 pub struct LinearCase {
     pub what: String,
     pub op: Op,
@@ -90,6 +90,51 @@ fn weight_scales(n: usize, ties: bool, seed: usize) -> Tensor {
 /// The static int8 linear cases: every shape with every parameter form, bias and ReLU, and
 /// quantization parameters.
 pub fn static_linear_cases() -> Vec<LinearCase> {
+    let shapes: Vec<ProductShapes> = SHAPES
+        .iter()
+        .map(|&(x, n)| ProductShapes {
+            x: x.to_vec(),
+            w: vec![n, *x.last().unwrap()],
+            x_permutation: None,
+        })
+        .collect();
+    static_product_cases(&shapes, |_, q| {
+        Op::Quant(QuantOp::Linear {
+            x_scale: q.x_scale,
+            x_zero_point: q.x_zero_point,
+            out_scale: q.out_scale,
+            out_zero_point: q.out_zero_point,
+            relu: q.relu,
+            bias: q.bias,
+        })
+    })
+}
+
+/// The operand shapes of a static int8 product case: x is made packed of shape `x`, then
+/// seen through `x_permutation` when given (a channels-last view); w is `[N, ..]`.
+pub(crate) struct ProductShapes {
+    pub(crate) x: Vec<usize>,
+    pub(crate) w: Vec<usize>,
+    pub(crate) x_permutation: Option<Vec<usize>>,
+}
+
+/// The quantization attributes of a static int8 product case.
+pub(crate) struct StaticQuant {
+    pub(crate) x_scale: f64,
+    pub(crate) x_zero_point: i64,
+    pub(crate) out_scale: f64,
+    pub(crate) out_zero_point: i64,
+    pub(crate) relu: bool,
+    pub(crate) bias: bool,
+}
+
+/// The static int8 product cases of `shapes`: each with every weight parameter form and
+/// [`STATIC_PARAMS`], values near the zero points (ties) and spread, ReLU and bias
+/// alternating; `op` makes the op of a case from the index of its shapes.
+pub(crate) fn static_product_cases(
+    shapes: &[ProductShapes],
+    op: impl Fn(usize, StaticQuant) -> Op,
+) -> Vec<LinearCase> {
     let mut cases = Vec::new();
     let forms = [
         WeightParams::Symmetric,
@@ -97,7 +142,9 @@ pub fn static_linear_cases() -> Vec<LinearCase> {
         WeightParams::Single,
     ];
     let cases_per_shape = forms.len() * STATIC_PARAMS.len() * 2;
-    for (s, &(x_shape, n)) in SHAPES.iter().enumerate() {
+    for (s, shape) in shapes.iter().enumerate() {
+        let n = shape.w[0];
+        let k = shape.w[1..].iter().product::<usize>();
         for (f, &form) in forms.iter().enumerate() {
             for (p, &(x_scale, x_zero_point, out_scale, out_zero_point)) in
                 STATIC_PARAMS.iter().enumerate()
@@ -108,7 +155,6 @@ pub fn static_linear_cases() -> Vec<LinearCase> {
                         + usize::from(spread);
                     let relu = (f + p) % 2 == 1;
                     let with_bias = (s + f) % 2 == 0;
-                    let k = *x_shape.last().unwrap();
                     let ties = x_scale.log2().fract() == 0.0;
                     let (scales, zero_points) = match form {
                         WeightParams::Symmetric => (
@@ -126,39 +172,51 @@ pub fn static_linear_cases() -> Vec<LinearCase> {
                     };
                     let (x, w) = if spread {
                         (
-                            quantized_inputs(DType::U8, x_shape, seed),
-                            quantized_inputs(DType::I8, &[n, k], seed + 1),
+                            quantized_inputs(DType::U8, &shape.x, seed),
+                            quantized_inputs(DType::I8, &shape.w, seed + 1),
                         )
                     } else {
                         // Small centred sums, which power-of-two scales requantize to ties.
                         let zps = zero_points.to_vec::<i64>().unwrap();
-                        let x = near(x_shape, (0, 255), seed, |_| x_zero_point);
-                        let w = near(&[n, k], (-128, 127), seed + 1, |i| zps[(i / k) % zps.len()]);
+                        let x = near(&shape.x, (0, 255), seed, |_| x_zero_point);
+                        let w = near(&shape.w, (-128, 127), seed + 1, |i| {
+                            zps[(i / k.max(1)) % zps.len()]
+                        });
                         (
                             x.to_dtype(DType::U8).unwrap(),
                             w.to_dtype(DType::I8).unwrap(),
                         )
                     };
+                    let x = match &shape.x_permutation {
+                        Some(order) => x.permute(order).unwrap(),
+                        None => x,
+                    };
+                    let what = format!(
+                        "x {:?} (made {:?}, permuted {:?}), w {:?}, {form:?} weights, \
+                         x ({x_scale}, {x_zero_point}), out ({out_scale}, {out_zero_point}), \
+                         relu {relu}, bias {with_bias}, spread {spread}",
+                        x.shape(),
+                        shape.x,
+                        shape.x_permutation,
+                        shape.w
+                    );
                     let mut inputs = vec![x, w, scales, zero_points];
                     if with_bias {
                         inputs.push(bias(n, seed));
                     }
-                    cases.push(LinearCase {
-                    what: format!(
-                        "x {x_shape:?}, N {n}, {form:?} weights, x ({x_scale}, {x_zero_point}), \
-                         out ({out_scale}, {out_zero_point}), relu {relu}, bias {with_bias}, \
-                         spread {spread}"
-                    ),
-                    op: Op::Quant(QuantOp::Linear {
+                    let quant = StaticQuant {
                         x_scale,
                         x_zero_point,
                         out_scale,
                         out_zero_point,
                         relu,
                         bias: with_bias,
-                    }),
-                    inputs,
-                });
+                    };
+                    cases.push(LinearCase {
+                        what,
+                        op: op(s, quant),
+                        inputs,
+                    });
                 }
             }
         }

@@ -245,6 +245,10 @@ fn the_int8_products_still_run_their_eager_kernels() {
     let graph = common::op_graph(op, &inputs);
     let program = lowered(&graph, &inputs);
     assert_eq!(program.fallbacks.len(), 1, "{program}");
+    assert!(
+        program.fallbacks[0].reason.contains("eager GEMM"),
+        "{program}"
+    );
     assert_eq!(
         exact_bits(&jit_run(&program, &inputs)[0]),
         exact_bits(&eager(&graph, &inputs)[0])

@@ -1,18 +1,21 @@
-//! The int8 linears lowered with product kernels (as for a device): one reduction kernel
-//! whose interpreted and JIT-compiled results equal the eager fbgemm-style kernel bit for
-//! bit, over inputs of several ranks (one feature, an empty batch, a transposed view), weight
-//! zero points zero and nonzero per channel, parameters of one element, bias and fused ReLU,
-//! ties at .5 steps and saturation at both ends of u8. Lowered for the CPU they keep the eager
-//! GEMM; a reduction whose eager i32 sum may wrap keeps it too.
+//! The int8 products (the linears and the static conv2d) lowered with product kernels (as for
+//! a device): one reduction kernel whose interpreted and JIT-compiled results equal the eager
+//! fbgemm-style kernel bit for bit, over inputs of several ranks (one feature, an empty batch,
+//! a transposed view), conv2d geometries (stride, padding wider than the kernel's reach,
+//! dilation, 1x1, channels-last inputs), weight zero points zero and nonzero per channel,
+//! parameters of one element, bias and fused ReLU, ties at .5 steps and saturation at both
+//! ends of u8. Lowered for the CPU they keep the eager GEMM; a reduction whose eager i32 sum
+//! may wrap keeps it too.
 
 use crate::common;
 
 use common::{eager, jit_run, lowered};
 use tessera_kernel::{Interpreter, LowerOptions, NoEnvironment, Program, run_program};
-use tessera_tensor::op::QuantOp;
+use tessera_tensor::op::{ConvParams, QuantOp};
 use tessera_tensor::{DType, Op, Tensor};
 use tessera_testkit::exact_bits;
 use tessera_testkit::quant_cases::{quantized_inputs, valid_scales};
+use tessera_testkit::quant_conv_cases::static_conv_cases;
 use tessera_testkit::quant_linear_cases::{dynamic_linear_cases, static_linear_cases};
 
 /// `graph` lowered for the layouts of `inputs` with product kernels, as for a device.
@@ -135,4 +138,50 @@ fn a_reduction_whose_eager_i32_sum_may_wrap_keeps_the_eager_kernel() {
         exact_bits(&jit_run(&program, &inputs)[0]),
         exact_bits(&eager(&graph, &inputs)[0])
     );
+}
+
+/// A static int8 conv2d (3x3, padding 1) with ReLU, without bias.
+fn static_conv() -> Op {
+    Op::Quant(QuantOp::Conv2d {
+        params: ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1),
+        x_scale: 0.5,
+        x_zero_point: 3,
+        out_scale: 0.25,
+        out_zero_point: 9,
+        relu: true,
+        bias: false,
+    })
+}
+
+#[test]
+fn static_int8_conv2d_equals_eager_bit_for_bit() {
+    let cases = static_conv_cases();
+    assert!(cases.len() >= 240);
+    for case in cases {
+        agrees(&case.what, case.op, &case.inputs);
+    }
+}
+
+#[test]
+fn an_int8_conv2d_whose_eager_i32_sum_may_wrap_keeps_the_eager_kernel() {
+    // 7311 * 3 * 3 = 65799 products per output, and 65799 * 255 * 128 > i32::MAX.
+    let x = quantized_inputs(DType::U8, &[1, 7311, 2, 2], 0);
+    let w = quantized_inputs(DType::I8, &[1, 7311, 3, 3], 1);
+    let [scales, zero_points] = symmetric(1);
+    let inputs = [x, w, scales, zero_points];
+    let graph = common::op_graph(static_conv(), &inputs);
+    let program = lowered_for_device(&graph, &inputs);
+    assert_eq!(program.fallbacks.len(), 1, "{program}");
+    assert!(program.fallbacks[0].reason.contains("wrap"), "{program}");
+    assert_eq!(
+        exact_bits(&jit_run(&program, &inputs)[0]),
+        exact_bits(&eager(&graph, &inputs)[0])
+    );
+    // 7310 * 3 * 3 = 65790 products fit: generated.
+    let w = quantized_inputs(DType::I8, &[1, 7310, 3, 3], 1);
+    let x = quantized_inputs(DType::U8, &[1, 7310, 2, 2], 0);
+    let inputs = [x, w, inputs[2].clone(), inputs[3].clone()];
+    let graph = common::op_graph(static_conv(), &inputs);
+    let program = lowered_for_device(&graph, &inputs);
+    assert!(program.fallbacks.is_empty(), "{program}");
 }

@@ -1,10 +1,11 @@
 //! The fake-quantize forwards (learnable, and with integer zero points), the elementwise
 //! quantized ops (quantize and dequantize per tensor and per channel to and from u8, i8 and
-//! i32, the static int8 add), the u8 average pools (windowed and adaptive) and the int8
-//! linears, static and dynamic (lowered with product kernels, as for a device), on the PTX
-//! backend: rendered to PTX, assembled by ptxas (sm_80 and sm_90) when it is installed, run in
-//! the emulator and checked bit for bit against the kernel-IR interpreter and the eager CPU
-//! kernel on ties at .5 steps, NaN and infinite inputs, scales and zero points, zero points
+//! i32, the static int8 add), the u8 average pools (windowed and adaptive), the int8
+//! linears, static and dynamic, and the static int8 conv2d (lowered with product kernels, as
+//! for a device; the conv2d with padding, stride, dilation and channels-last inputs), on the
+//! PTX backend: rendered to PTX, assembled by ptxas (sm_80 and sm_90) when it is installed,
+//! run in the emulator and checked bit for bit against the kernel-IR interpreter and the eager
+//! CPU kernel on ties at .5 steps, NaN and infinite inputs, scales and zero points, zero points
 //! outside the range, padded and ceil-mode windows, uneven bins, empty and 0-dim inputs; and
 //! as eager ops on CUDA tensors (the emulated driver) equal to the CPU. The learnable
 //! fake-quantize backward's `dX` likewise; its `dScale` and `dZeroPoint` sums (a tree on the
@@ -15,7 +16,7 @@ use crate::emulated;
 
 use emulated::EmulatedPtx;
 use tessera_kernel::{Interpreter, LowerOptions, NoEnvironment, run_program};
-use tessera_tensor::op::{FakeQuantOp, PoolOp, QuantOp};
+use tessera_tensor::op::{ConvParams, FakeQuantOp, PoolOp, QuantOp};
 use tessera_tensor::{DType, Device, Op, Tensor};
 use tessera_testkit::exact_bits;
 use tessera_testkit::exact_bits as bits;
@@ -26,6 +27,7 @@ use tessera_testkit::quant_cases::{
     POOL_ZERO_POINTS, QUANTIZED_TYPES, U8_ADAPTIVE_BINS, float_inputs, pool_window,
     quantized_inputs, u8_pool_values, u8_pool_windows, valid_scales,
 };
+use tessera_testkit::quant_conv_cases::static_conv_cases;
 use tessera_testkit::quant_linear_cases::{dynamic_linear_cases, static_linear_cases};
 
 /// `op` on `inputs`: emulated PTX, the interpreter and eager execution agree bit for bit.
@@ -312,9 +314,9 @@ fn u8_average_pools_of_cuda_tensors_equal_the_cpu() {
     }
 }
 
-/// Every case of an int8 linear (at least `at_least` of them) lowered with product kernels
+/// Every case of an int8 product (at least `at_least` of them) lowered with product kernels
 /// agrees on emulated PTX with the interpreter and eager.
-fn int8_linears_agree(
+fn int8_products_agree(
     cases: Vec<tessera_testkit::quant_linear_cases::LinearCase>,
     at_least: usize,
 ) {
@@ -330,12 +332,17 @@ fn int8_linears_agree(
 
 #[test]
 fn the_static_int8_linear_on_emulated_ptx_equals_the_interpreter_and_eager() {
-    int8_linears_agree(static_linear_cases(), 150);
+    int8_products_agree(static_linear_cases(), 150);
 }
 
 #[test]
 fn the_dynamic_int8_linear_on_emulated_ptx_equals_the_interpreter_and_eager() {
-    int8_linears_agree(dynamic_linear_cases(), 35);
+    int8_products_agree(dynamic_linear_cases(), 35);
+}
+
+#[test]
+fn the_static_int8_conv2d_on_emulated_ptx_equals_the_interpreter_and_eager() {
+    int8_products_agree(static_conv_cases(), 240);
 }
 
 #[test]
@@ -371,36 +378,80 @@ fn dynamic_int8_linears_of_cuda_tensors_equal_the_cpu() {
     }
 }
 
-#[test]
-fn static_int8_linears_of_cuda_tensors_equal_the_cpu() {
+/// The static int8 product `op(relu)` of `x` and `w` (of `n` output channels) with per-channel
+/// weight zero points and bias, without and with ReLU: on CUDA tensors equal to the CPU.
+fn static_products_of_cuda_tensors_equal_the_cpu(
+    op: impl Fn(bool) -> Op,
+    x: &Tensor,
+    w: &Tensor,
+    n: usize,
+) {
     crate::eager_common::backend();
     let on = |t: &Tensor| t.to_device(Device::Cuda(0)).unwrap();
-    // A transposed input, per-channel weight zero points, bias and ReLU.
-    let x = quantized_inputs(DType::U8, &[7, 3], 1)
-        .transpose(0, 1)
-        .unwrap();
-    let w = quantized_inputs(DType::I8, &[5, 7], 2);
-    let scales = valid_scales(5, 1);
-    let zero_points = integer_zero_points(5, (-128, 127), 3);
-    let bias = Tensor::from_vec(vec![0.25f32, -3.75, 40.5, 1.0e4, 0.0], &[5]).unwrap();
+    let scales = valid_scales(n, 1);
+    let zero_points = integer_zero_points(n, (-128, 127), 3);
+    const BIAS: [f32; 5] = [0.25, -3.75, 40.5, 1.0e4, 0.0];
+    let bias: Vec<f32> = (0..n).map(|c| BIAS[c % BIAS.len()]).collect();
+    let bias = Tensor::from_vec(bias, &[n]).unwrap();
     for relu in [false, true] {
-        let op = Op::Quant(QuantOp::Linear {
-            x_scale: 0.1,
-            x_zero_point: 7,
-            out_scale: 40.0,
-            out_zero_point: 64,
-            relu,
-            bias: true,
-        });
-        let inputs = [&x, &w, &scales, &zero_points, &bias];
+        let op = op(relu);
+        let inputs = [x, w, &scales, &zero_points, &bias];
         let want = op.apply(&inputs).unwrap();
         let on_device: Vec<Tensor> = inputs.iter().map(|t| on(t)).collect();
         let got = op.apply(&on_device.iter().collect::<Vec<_>>()).unwrap();
         assert_eq!(got[0].device(), Device::Cuda(0));
         let back = got[0].to_device(Device::Cpu).unwrap();
         assert_eq!(back.dtype(), DType::U8);
-        assert_eq!(exact_bits(&back), exact_bits(&want[0]), "relu {relu}");
+        assert_eq!(back.shape(), want[0].shape());
+        assert_eq!(
+            exact_bits(&back),
+            exact_bits(&want[0]),
+            "{} relu {relu}",
+            op.name()
+        );
     }
+}
+
+#[test]
+fn static_int8_linears_of_cuda_tensors_equal_the_cpu() {
+    // A transposed input.
+    let x = quantized_inputs(DType::U8, &[7, 3], 1)
+        .transpose(0, 1)
+        .unwrap();
+    let w = quantized_inputs(DType::I8, &[5, 7], 2);
+    let linear = |relu| {
+        Op::Quant(QuantOp::Linear {
+            x_scale: 0.1,
+            x_zero_point: 7,
+            out_scale: 40.0,
+            out_zero_point: 64,
+            relu,
+            bias: true,
+        })
+    };
+    static_products_of_cuda_tensors_equal_the_cpu(linear, &x, &w, 5);
+}
+
+#[test]
+fn static_int8_conv2ds_of_cuda_tensors_equal_the_cpu() {
+    // A channels-last input (as eager's quantized convolutions return), stride, padding and
+    // dilation differing per axis.
+    let x = quantized_inputs(DType::U8, &[2, 6, 5, 3], 1)
+        .permute(&[0, 3, 1, 2])
+        .unwrap();
+    let w = quantized_inputs(DType::I8, &[4, 3, 3, 2], 2);
+    let conv = |relu| {
+        Op::Quant(QuantOp::Conv2d {
+            params: ConvParams::conv2d([2, 1], [1, 2], [1, 2], 1),
+            x_scale: 0.1,
+            x_zero_point: 7,
+            out_scale: 0.5,
+            out_zero_point: 64,
+            relu,
+            bias: true,
+        })
+    };
+    static_products_of_cuda_tensors_equal_the_cpu(conv, &x, &w, 4);
 }
 
 #[test]

@@ -26,8 +26,8 @@ const CASES_PER_VARIANT: usize = 2;
 const DRAWS_PER_VARIANT: usize = 30000;
 const ELEMENT_LIMIT: usize = 256;
 
-/// The variants whose cases the CUDA backend refuses with `UnsupportedOnDevice`.
-const UNSUPPORTED_ON_CUDA: &[&str] = &["quant.conv2d"];
+/// The variants whose cases the CUDA backend refuses with `UnsupportedOnDevice` (none today).
+const UNSUPPORTED_ON_CUDA: &[&str] = &[];
 
 /// The variants no random draw made valid for the CPU within the draws (their shapes are too
 /// constrained for the shared shape pool); they are not checked here (`cuda_products.rs`

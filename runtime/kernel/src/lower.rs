@@ -8,7 +8,7 @@
 //! name each input element ([`max_pool_backward`]); adaptive pooling and its average's backward,
 //! whatever the bins, become one kernel over the bins' periodic blocks ([`adaptive_pool`]); the elementwise losses become one kernel each, reduced or not
 //! ([`loss`]); `cat` becomes one kernel of guarded loads ([`cat`]); batch norm's running-statistics update becomes a batch-count kernel
-//! and a per-channel blend ([`batch_norm_update`]); the elementwise quantized ops one kernel each ([`quant`]), the u8 average pools pooling kernels ([`quant_pool`]), the int8 linears reduction kernels when product kernels are requested ([`quant_linear`]); embedding, `index_select`, `gather`
+//! and a per-channel blend ([`batch_norm_update`]); the elementwise quantized ops one kernel each ([`quant`]), the u8 average pools pooling kernels ([`quant_pool`]), the int8 linears and conv2d reduction kernels when product kernels are requested ([`quant_linear`], [`quant_conv`]); embedding, `index_select`, `gather`
 //! ([`gather`]) and the negative log-likelihood with its gradient ([`nll`]) read through
 //! checked data-dependent loads; views become layouts, never steps; every
 //! other node runs its eager kernel as an external step and is reported as a fallback with
@@ -33,6 +33,7 @@ mod one_hot;
 mod pool;
 mod pool_backward;
 mod quant;
+mod quant_conv;
 mod quant_linear;
 mod quant_pool;
 mod reduce;
@@ -327,10 +328,11 @@ fn fallback_reason(op: &Op) -> String {
         OpKind::Pooling => "pooling is not lowered yet".into(),
         OpKind::Indexing => "indexing ops are not lowered yet".into(),
         OpKind::Loss => "losses are not lowered yet".into(),
-        OpKind::Quantized if quant_linear::is_quant_linear(op) => {
-            "an int8 linear runs its eager GEMM unless product kernels are requested".into()
+        OpKind::Quantized if quant_linear::is_int8_product(op) => {
+            "an int8 linear or conv2d runs its eager GEMM unless product kernels are requested"
+                .into()
         }
-        OpKind::Quantized => "the int8 conv2d is not lowered yet".into(),
+        OpKind::Quantized => "this quantized op is not lowered yet".into(),
         OpKind::Opaque => "a user-defined op runs its own kernel".into(),
         kind => format!("{kind:?} ops are not lowered yet"),
     }
@@ -570,10 +572,10 @@ impl Lowering<'_> {
                 return self.fake_quant(id, &op);
             }
             NodeKind::CallFunction { op }
-                if self.options.product_kernels && quant_linear::is_quant_linear(op) =>
+                if self.options.product_kernels && quant_linear::is_int8_product(op) =>
             {
                 let op = op.clone();
-                return self.quant_linear(id, &op);
+                return self.int8_product(id, &op);
             }
             NodeKind::CallFunction { op } if quant::lowered_quant(op) => {
                 let op = op.clone();

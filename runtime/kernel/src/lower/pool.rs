@@ -501,14 +501,14 @@ fn taps_inside(b: &mut KernelBuilder, axes: &[Axis], nd: usize) -> ValueId {
     product.unwrap_or_else(|| c(b, 0))
 }
 
-/// One axis of a pooling window over an input dim.
-struct Axis {
-    output: usize,
-    input: usize,
-    kernel: usize,
-    stride: usize,
-    pad: usize,
-    dilation: usize,
+/// One axis of a window (of a pooling, or a convolution's kernel) over an input dim.
+pub(super) struct Axis {
+    pub(super) output: usize,
+    pub(super) input: usize,
+    pub(super) kernel: usize,
+    pub(super) stride: usize,
+    pub(super) pad: usize,
+    pub(super) dilation: usize,
 }
 
 impl Axis {
@@ -516,16 +516,21 @@ impl Axis {
     /// empty or its arithmetic overflows (a graph compiled without verification may carry any
     /// window).
     fn of(p: &Pool2dParams, a: usize, output: usize, input: usize) -> Option<Axis> {
-        let axis = Axis {
+        Axis {
             output,
             input,
             kernel: p.kernel[a],
             stride: p.stride[a],
             pad: p.padding[a],
             dilation: p.dilation[a],
-        };
-        axis.last_tap()?;
-        (axis.kernel > 0).then_some(axis)
+        }
+        .checked()
+    }
+
+    /// The axis, or `None` when its window is empty or its arithmetic overflows.
+    pub(super) fn checked(self) -> Option<Axis> {
+        self.last_tap()?;
+        (self.kernel > 0).then_some(self)
     }
 
     /// The last window's last tap, in padded coordinates (`o * stride + k * dilation`).
@@ -537,7 +542,7 @@ impl Axis {
     }
 
     /// Whether some tap lies outside the input (in the padding, or past the end in ceil mode).
-    fn guarded(&self) -> bool {
+    pub(super) fn guarded(&self) -> bool {
         self.pad > 0 || self.last_tap().is_none_or(|t| t >= self.input)
     }
 

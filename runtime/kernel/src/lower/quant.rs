@@ -18,8 +18,8 @@
 //!   to u8 as above, clamped below at the output zero point under ReLU.
 //!
 //! The u8 average pools are window and adaptive pooling kernels ([`super::quant_pool`]); the
-//! int8 linears are reduction kernels when product kernels are requested
-//! ([`super::quant_linear`]), else, as the int8 conv2d, they run their eager kernels.
+//! int8 linears and conv2d are reduction kernels when product kernels are requested
+//! ([`super::quant_linear`], [`super::quant_conv`]), else they run their eager kernels.
 
 use super::Lowering;
 use super::fake_quant::{Steps, checked_load};

@@ -11,7 +11,8 @@
 //! fused), clamped to `[lo, 255]` (`lo = out_zp` under ReLU, else 0), rounded half to even,
 //! NaN to 0 (eager's scalar path; its SIMD path gives `lo`, which only a NaN bias reaches).
 //! Per-channel parameters of one element are read with stride 0. A reduction long enough for
-//! eager's i32 GEMM to wrap (`K * 255 * 128 > i32::MAX`) runs the eager kernel.
+//! eager's i32 GEMM to wrap (`K * 255 * 128 > i32::MAX`) runs the eager kernel. The static
+//! int8 conv2d ([`super::quant_conv`]) ends in the same epilogue ([`Lowering::static_product`]).
 
 use super::dynamic_quant::x_qparams;
 use super::fake_quant::Steps;
@@ -23,38 +24,82 @@ use tessera_fx::NodeId;
 use tessera_tensor::op::QuantOp;
 use tessera_tensor::{DType, Op};
 
-/// Whether `op` is one of the int8 linears this lowering generates.
-pub(super) fn is_quant_linear(op: &Op) -> bool {
+/// Whether `op` is one of the int8 products this lowering generates: the linears and the
+/// static conv2d.
+pub(super) fn is_int8_product(op: &Op) -> bool {
     matches!(
         op,
-        Op::Quant(QuantOp::Linear { .. } | QuantOp::LinearDynamic { .. })
+        Op::Quant(QuantOp::Linear { .. } | QuantOp::LinearDynamic { .. } | QuantOp::Conv2d { .. })
     )
 }
 
-/// The longest reduction whose eager i32 GEMM sum of u8 x i8 products cannot wrap.
-fn eager_sum_fits(k: usize) -> bool {
+/// Whether a reduction of `k` u8 x i8 products is short enough for eager's i32 GEMM sum not
+/// to wrap.
+pub(super) fn eager_sum_fits(k: usize) -> bool {
     (k as u128) * 255 * 128 <= i32::MAX as u128
 }
 
-/// The static linear's parameters, as the eager kernel converts them.
-struct StaticParams {
+/// A static int8 product's parameters, as the eager kernel converts them.
+pub(super) struct StaticParams {
     x_scale: f32,
-    x_zero_point: i64,
+    pub(super) x_zero_point: i64,
     out_scale: f32,
     out_zero_point: f32,
     relu: bool,
-    bias: bool,
+    pub(super) bias: bool,
 }
 
-/// The loaded operands of an int8 product, at the output point `[.., n]` and reduction
-/// index `k`: x (u8, walking k), w (i8, walking k), and the per-channel w_scale (f32),
-/// w_zero_point (i64) and bias (f32).
-struct ProductOperands {
-    x: ValueId,
-    w: ValueId,
-    w_scale: ValueId,
-    w_zero_point: ValueId,
-    bias: Option<ValueId>,
+impl StaticParams {
+    /// The parameters of a static int8 op's attributes (`relu` and `bias` as given).
+    fn new(x: (f64, i64), out: (f64, i64), relu: bool, bias: bool) -> StaticParams {
+        StaticParams {
+            x_scale: x.0 as f32,
+            x_zero_point: x.1,
+            out_scale: out.0 as f32,
+            out_zero_point: out.1.clamp(0, 255) as f32,
+            relu,
+            bias,
+        }
+    }
+}
+
+/// The loaded operands of an int8 product, at an output point and reduction index: x (u8),
+/// w (i8), and the per-output-channel w_scale (f32), w_zero_point (i64) and bias (f32).
+pub(super) struct ProductOperands {
+    pub(super) x: ValueId,
+    pub(super) w: ValueId,
+    pub(super) w_scale: ValueId,
+    pub(super) w_zero_point: ValueId,
+    pub(super) bias: Option<ValueId>,
+}
+
+/// The dtypes of an int8 product's graph operands: x, w, w_scale, w_zero_point, bias.
+const OPERAND_DTYPES: [DType; 5] = [DType::U8, DType::I8, DType::F32, DType::I64, DType::F32];
+
+impl ProductOperands {
+    /// The operands from their loaded values (x, w, w_scale, w_zero_point[, bias]), or why
+    /// their types are not those of an int8 product.
+    pub(super) fn of(
+        b: &KernelBuilder,
+        loaded: &[ValueId],
+    ) -> std::result::Result<ProductOperands, String> {
+        for (i, (&v, dtype)) in loaded.iter().zip(OPERAND_DTYPES).enumerate() {
+            let ty = ScalarType::of_buffer(dtype);
+            if Some(b.ty(v)) != ty {
+                return Err(format!("operand {i} is {}, not {dtype:?}", b.ty(v)));
+            }
+        }
+        let [x, w, w_scale, w_zero_point, rest @ ..] = loaded else {
+            return Err(format!("{} operands", loaded.len()));
+        };
+        Ok(ProductOperands {
+            x: *x,
+            w: *w,
+            w_scale: *w_scale,
+            w_zero_point: *w_zero_point,
+            bias: rest.first().copied(),
+        })
+    }
 }
 
 /// An int8 product's input shape `[.., K]` and output shape `[.., N]`.
@@ -68,9 +113,9 @@ struct ProductFrame {
 }
 
 impl Lowering<'_> {
-    /// Lowers int8 linear node `id` to its kernel, or runs its eager kernel (reported as a
-    /// fallback) when the kernel IR cannot express it.
-    pub(super) fn quant_linear(&mut self, id: &NodeId, op: &Op) -> Result<()> {
+    /// Lowers int8 product node `id` (a linear or the static conv2d) to its kernels, or runs
+    /// its eager kernel (reported as a fallback) when the kernel IR cannot express it.
+    pub(super) fn int8_product(&mut self, id: &NodeId, op: &Op) -> Result<()> {
         let attempt = match op {
             Op::Quant(QuantOp::Linear {
                 x_scale,
@@ -80,20 +125,27 @@ impl Lowering<'_> {
                 relu,
                 bias,
             }) => {
-                let params = StaticParams {
-                    x_scale: *x_scale as f32,
-                    x_zero_point: *x_zero_point,
-                    out_scale: *out_scale as f32,
-                    out_zero_point: (*out_zero_point).clamp(0, 255) as f32,
-                    relu: *relu,
-                    bias: *bias,
-                };
+                let x = (*x_scale, *x_zero_point);
+                let params = StaticParams::new(x, (*out_scale, *out_zero_point), *relu, *bias);
                 self.static_linear_kernel(id, &params)?
+            }
+            Op::Quant(QuantOp::Conv2d {
+                params,
+                x_scale,
+                x_zero_point,
+                out_scale,
+                out_zero_point,
+                relu,
+                bias,
+            }) => {
+                let x = (*x_scale, *x_zero_point);
+                let p = StaticParams::new(x, (*out_scale, *out_zero_point), *relu, *bias);
+                self.static_conv_kernel(id, params, &p)?
             }
             Op::Quant(QuantOp::LinearDynamic { bias, reduce_range }) => {
                 self.dynamic_linear_kernels(id, *bias, *reduce_range)?
             }
-            _ => Err("not an int8 linear".into()),
+            _ => Err("not an int8 product".into()),
         };
         if let Err(why) = attempt {
             self.not_generated(id, op, &why)?;
@@ -114,15 +166,8 @@ impl Lowering<'_> {
             return Ok(Err("the op has no value".into()));
         };
         let operands = self.operands(id)?;
-        if operands.len() != 4 + usize::from(bias) {
-            return Ok(Err(format!("{} operands", operands.len())));
-        }
-        let want = [x_dtype, DType::I8, DType::F32, DType::I64, DType::F32];
-        for (i, (o, want)) in operands.iter().zip(want).enumerate() {
-            let dtype = self.program.slot(self.value(o)?.slot).meta.dtype;
-            if dtype != want {
-                return Ok(Err(format!("operand {i} is {dtype:?}, not {want:?}")));
-            }
+        if let Err(why) = self.product_dtypes(&operands, bias, x_dtype)? {
+            return Ok(Err(why));
         }
         let x_shape = self.value(&operands[0])?.layout.shape;
         let w_shape = self.value(&operands[1])?.layout.shape;
@@ -141,6 +186,27 @@ impl Lowering<'_> {
             )));
         }
         Ok(Ok((x_shape, shape)))
+    }
+
+    /// Whether the graph `operands` of an int8 product are x of `x_dtype`, i8 weights, f32
+    /// scales, i64 zero points and, when `bias`, an f32 bias; `Err` says why not.
+    pub(super) fn product_dtypes(
+        &self,
+        operands: &[NodeId],
+        bias: bool,
+        x_dtype: DType,
+    ) -> Result<std::result::Result<(), String>> {
+        if operands.len() != 4 + usize::from(bias) {
+            return Ok(Err(format!("{} operands", operands.len())));
+        }
+        let want = std::iter::once(x_dtype).chain(OPERAND_DTYPES.into_iter().skip(1));
+        for (i, (o, want)) in operands.iter().zip(want).enumerate() {
+            let dtype = self.program.slot(self.value(o)?.slot).meta.dtype;
+            if dtype != want {
+                return Ok(Err(format!("operand {i} is {dtype:?}, not {want:?}")));
+            }
+        }
+        Ok(Ok(()))
     }
 
     /// A reduction kernel over the output `[.., N]` and `[K]` for node `id` (x `[.., K]`, w
@@ -181,24 +247,9 @@ impl Lowering<'_> {
                 Err(why) => return Ok(Err(why)),
             }
         }
-        let want = [
-            ScalarType::U8,
-            ScalarType::I8,
-            ScalarType::F32,
-            ScalarType::I64,
-            ScalarType::F32,
-        ];
-        for (i, (&v, ty)) in loaded.iter().zip(want).enumerate() {
-            if frame.b.ty(v) != ty {
-                return Ok(Err(format!("operand {i} is {}, not {ty}", frame.b.ty(v))));
-            }
-        }
-        let operands = ProductOperands {
-            x: loaded[0],
-            w: loaded[1],
-            w_scale: loaded[2],
-            w_zero_point: loaded[3],
-            bias: loaded.get(4).copied(),
+        let operands = match ProductOperands::of(&frame.b, &loaded) {
+            Ok(o) => o,
+            Err(why) => return Ok(Err(why)),
         };
         Ok(Ok(ProductFrame {
             frame,
@@ -213,13 +264,27 @@ impl Lowering<'_> {
         p: &StaticParams,
     ) -> Result<std::result::Result<(), String>> {
         let ProductFrame {
-            mut frame,
+            frame,
             shape,
-            operands: o,
+            operands,
         } = match self.product_frame(id, p.bias, None)? {
             Ok(f) => f,
             Err(why) => return Ok(Err(why)),
         };
+        self.static_product(id, frame, shape, &operands, p)
+    }
+
+    /// Emits the static int8 product of node `id` over the output loops `shape` of `frame`,
+    /// whose reduction loops walk the taps of `o`: the centred sum requantized to u8 as
+    /// eager's `Requantize` (see the module's doc).
+    pub(super) fn static_product(
+        &mut self,
+        id: &NodeId,
+        mut frame: Frame,
+        shape: Vec<usize>,
+        o: &ProductOperands,
+        p: &StaticParams,
+    ) -> Result<std::result::Result<(), String>> {
         let mut e = Steps { b: &mut frame.b };
         let x_zero_point = e.c(ScalarType::I64, p.x_zero_point as f64);
         let acc = centred_product_sum(&mut e, o.x, x_zero_point, o.w, o.w_zero_point);
@@ -317,7 +382,7 @@ impl Lowering<'_> {
 }
 
 /// The op name of node `id`, for its kernel's name.
-fn out_op_name(l: &Lowering<'_>, id: &NodeId) -> Result<String> {
+pub(super) fn out_op_name(l: &Lowering<'_>, id: &NodeId) -> Result<String> {
     Ok(l.op_of(id)?.map_or_else(|| "quant".into(), |op| op.name()))
 }
 

@@ -85,22 +85,26 @@ pub(crate) fn compile(
     compile_graph(driver, state, &op_graph(op, inputs, outputs)?, inputs)
 }
 
-/// The lowering options of an eager graph: product kernels for the int8 linears (whose
-/// eager kernel is a host GEMM), the CPU's defaults otherwise (a float GEMM or convolution
-/// is a library call, [`compile_call`]).
+/// The lowering options of an eager graph: product kernels for the int8 linears and conv2d
+/// (whose eager kernels are host GEMMs), the CPU's defaults otherwise (a float GEMM or
+/// convolution is a library call, [`compile_call`]).
 fn options_for(graph: &Graph) -> LowerOptions {
-    let int8_linear = graph.nodes().any(|id| {
+    let int8_product = graph.nodes().any(|id| {
         graph.node(&id).is_ok_and(|n| {
             matches!(
                 &n.kind,
                 NodeKind::CallFunction {
-                    op: Op::Quant(QuantOp::Linear { .. } | QuantOp::LinearDynamic { .. })
+                    op: Op::Quant(
+                        QuantOp::Linear { .. }
+                            | QuantOp::LinearDynamic { .. }
+                            | QuantOp::Conv2d { .. }
+                    )
                 }
             )
         })
     });
     LowerOptions {
-        product_kernels: int8_linear,
+        product_kernels: int8_product,
         ..LowerOptions::default()
     }
 }
