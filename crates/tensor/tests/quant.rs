@@ -283,6 +283,29 @@ fn int8_linears_of_no_input_features_are_shape_errors() {
 }
 
 #[test]
+fn int8_conv2ds_of_no_input_channels_are_shape_errors() {
+    let x = Tensor::from_vec(Vec::<u8>::new(), &[2, 0, 3, 3]).unwrap();
+    let w = Tensor::from_vec(Vec::<i8>::new(), &[3, 0, 2, 2]).unwrap();
+    let scales = Tensor::from_vec(vec![0.5f32; 3], &[3]).unwrap();
+    let zero_points = Tensor::from_vec(vec![0i64; 3], &[3]).unwrap();
+    let op = Op::Quant(QuantOp::Conv2d {
+        params: ConvParams::conv2d([1, 1], [1, 0], [1, 1], 1),
+        x_scale: 0.5,
+        x_zero_point: 3,
+        out_scale: 0.5,
+        out_zero_point: 3,
+        relu: false,
+        bias: false,
+    });
+    let err = op.apply(&[&x, &w, &scales, &zero_points]).unwrap_err();
+    assert!(matches!(err, TensorError::ShapeMismatch { .. }), "{err}");
+    assert!(
+        err.to_string().contains("at least one input channel"),
+        "{err}"
+    );
+}
+
+#[test]
 fn dynamic_linear_keeps_leading_dimensions() {
     let x = randn(&[2, 3, 8], 8);
     let qw = QuantizedWeight::symmetric(&randn(&[5, 8], 9), false).unwrap();

@@ -319,6 +319,15 @@ impl OpDef for QuantOp {
                     (*out_scale, *out_zero_point),
                 )?;
                 let g = conv::geometry(op, params, &inputs[0].shape, &inputs[1].shape)?;
+                if g.c_in == 0 {
+                    // The int8 GEMM and its zero-point corrections take whole patches.
+                    return Err(TensorError::shapes(
+                        op,
+                        &inputs[0].shape,
+                        &inputs[1].shape,
+                        "an int8 conv2d needs at least one input channel",
+                    ));
+                }
                 TensorMeta::new(g.output_shape(), DType::U8)
             }
             QuantOp::Add { .. } => {
