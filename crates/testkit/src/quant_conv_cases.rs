@@ -2,7 +2,8 @@
 //! stride, padding (on one axis, on both, and larger than the kernel's reach, so that whole
 //! windows lie in the padding), dilation, 1x1 kernels (eager's pointwise path), few input
 //! channels (eager's direct VNNI path, with symmetric weights), size-1 and odd sizes, an
-//! empty batch and channels-last inputs; each with the weight parameter forms, quantization
+//! empty batch, more taps per output than a device block has threads, and channels-last
+//! inputs; each with the weight parameter forms, quantization
 //! parameters, values and ReLU/bias of [`crate::quant_linear_cases`].
 
 use crate::quant_linear_cases::{LinearCase, ProductShapes, static_product_cases};
@@ -21,7 +22,7 @@ struct Geometry {
     channels_last: bool,
 }
 
-const GEOMETRIES: [Geometry; 8] = [
+const GEOMETRIES: [Geometry; 9] = [
     // One pixel, one channel, a 1x1 kernel.
     Geometry {
         x: [1, 1, 1, 1],
@@ -102,10 +103,20 @@ const GEOMETRIES: [Geometry; 8] = [
         dilation: [1, 1],
         channels_last: true,
     },
+    // More taps (360) than a device reduction block has threads: each strides over several.
+    Geometry {
+        x: [1, 40, 5, 4],
+        c_out: 3,
+        kernel: [3, 3],
+        stride: [1, 1],
+        padding: [1, 1],
+        dilation: [1, 1],
+        channels_last: true,
+    },
 ];
 
 /// The static int8 conv2d cases: every geometry with every parameter form, quantization
-/// parameters, ReLU and bias (8 geometries of 30 cases).
+/// parameters, ReLU and bias (9 geometries of 30 cases).
 pub fn static_conv_cases() -> Vec<LinearCase> {
     let shapes: Vec<ProductShapes> = GEOMETRIES
         .iter()
