@@ -455,6 +455,68 @@ fn static_int8_conv2ds_of_cuda_tensors_equal_the_cpu() {
 }
 
 #[test]
+fn a_quantized_conv_block_of_cuda_tensors_equals_the_cpu() {
+    crate::eager_common::backend();
+    // quantize -> 3x3 conv + ReLU -> strided 1x1 conv -> u8 average pool -> dequantize, each
+    // conv reading the previous op's output (channels last on the CPU, packed on the device).
+    let x = float_inputs(DType::F32, &[2, 3, 7, 6], 4);
+    let w1 = quantized_inputs(DType::I8, &[5, 3, 3, 3], 1);
+    let w2 = quantized_inputs(DType::I8, &[4, 5, 1, 1], 2);
+    let (s1, z1) = (valid_scales(5, 0), integer_zero_points(5, (-128, 127), 1));
+    let (s2, z2) = (
+        Tensor::from_vec(vec![0.02f32], &[1]).unwrap(),
+        Tensor::from_vec(vec![0i64], &[1]).unwrap(),
+    );
+    let conv = |params, x_zero_point, out_zero_point, relu| {
+        Op::Quant(QuantOp::Conv2d {
+            params,
+            x_scale: 0.05,
+            x_zero_point,
+            out_scale: 0.1,
+            out_zero_point,
+            relu,
+            bias: false,
+        })
+    };
+    let block = |place: &dyn Fn(&Tensor) -> Tensor| -> Tensor {
+        let one = |op: Op, inputs: &[&Tensor]| op.apply1(inputs).unwrap();
+        let q = Op::Quant(QuantOp::QuantizePerTensor {
+            scale: 0.05,
+            zero_point: 100,
+            dtype: DType::U8,
+        });
+        let y = one(q, &[&place(&x)]);
+        let first = conv(ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1), 100, 30, true);
+        let y = one(first, &[&y, &place(&w1), &place(&s1), &place(&z1)]);
+        let second = conv(
+            ConvParams::conv2d([2, 2], [0, 0], [1, 1], 1),
+            30,
+            128,
+            false,
+        );
+        let y = one(second, &[&y, &place(&w2), &place(&s2), &place(&z2)]);
+        let pool = Op::Quant(QuantOp::AvgPool {
+            pool: PoolOp::AdaptiveAvgPool2d {
+                output_size: [1, 1],
+            },
+            zero_point: 128,
+        });
+        let y = one(pool, &[&y]);
+        let dq = Op::Quant(QuantOp::DequantizePerTensor {
+            scale: 0.1,
+            zero_point: 128,
+        });
+        one(dq, &[&y])
+    };
+    let want = block(&|t: &Tensor| t.clone());
+    let got = block(&|t: &Tensor| t.to_device(Device::Cuda(0)).unwrap());
+    assert_eq!(got.device(), Device::Cuda(0));
+    let back = got.to_device(Device::Cpu).unwrap();
+    assert_eq!(back.shape(), [2, 4, 1, 1]);
+    assert_eq!(exact_bits(&back), exact_bits(&want));
+}
+
+#[test]
 fn quantized_ops_of_cuda_tensors_equal_the_cpu_and_report_bad_channel_parameters() {
     crate::eager_common::backend();
     let on = |t: &Tensor| t.to_device(Device::Cuda(0)).unwrap();
