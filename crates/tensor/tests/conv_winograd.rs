@@ -169,6 +169,26 @@ fn winograd_f32_error_stays_within_its_bound_over_many_channels() {
     }
 }
 
+/// Rows of more tiles than one step of the transforms (eight) and than one chunk of a row
+/// (sixteen), in both tiles and both types: whole steps, a chunk's last partial step, and a
+/// row split into chunks.
+#[test]
+fn winograd_rows_wider_than_a_chunk_of_tiles() {
+    for (w, pad) in [(70, 1), (37, 0), (66, 2)] {
+        let c = Case {
+            n: 2,
+            c_in: 3,
+            c_out: 4,
+            h: 9,
+            w,
+            pad,
+            seed: w as u64,
+        };
+        check(&c, DType::F64).unwrap();
+        check(&c, DType::F32).unwrap();
+    }
+}
+
 #[test]
 fn winograd_applies_only_to_3x3_stride_1_undilated_ungrouped_convolutions() {
     let same = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1);

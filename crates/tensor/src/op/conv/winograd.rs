@@ -10,11 +10,14 @@
 //! Accuracy: the transforms' constants (G holds 1/6, 1/12, 1/24 for F(4x4)) make the f32
 //! result differ from a direct convolution by more than rounding alone; the tests bound it.
 
+mod tiles;
+
 use super::{ConvParams, Geometry};
 use crate::buffer_cache::{recycle, try_uninit_buffer};
 use crate::op::matmul::{MatrixRef, gemm_into};
 use crate::{Float, Result, Tensor, TensorError};
 use rayon::prelude::*;
+use tiles::{F2, F4, Transform, input_tiles, output_tiles};
 
 /// The output tile of a Winograd convolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -175,260 +178,34 @@ pub fn winograd_weights(tile: WinogradTile, w: &Tensor) -> Result<Tensor> {
     Ok(t)
 }
 
-/// The input transform `B^T d` of one column of `(m+2)` values (and, applied to rows, `d B`).
-trait Transform: Copy + Send + Sync + 'static {
-    const M: usize;
-    const A: usize;
-    /// `B^T` applied to `d[0..A]`, into `t[0..A]`.
-    fn input<T: Float>(d: &[T], t: &mut [T]);
-    /// `A^T` applied to `s[0..A]`, into `y[0..M]`.
-    fn output<T: Float>(s: &[T], y: &mut [T]);
-}
-
-#[derive(Clone, Copy)]
-struct F2;
-#[derive(Clone, Copy)]
-struct F4;
-
-impl Transform for F2 {
-    const M: usize = 2;
-    const A: usize = 4;
-    #[inline(always)]
-    fn input<T: Float>(d: &[T], t: &mut [T]) {
-        let (d0, d1, d2, d3) = (d[0], d[1], d[2], d[3]);
-        t[0] = d0 - d2;
-        t[1] = d1 + d2;
-        t[2] = d2 - d1;
-        t[3] = d1 - d3;
-    }
-    #[inline(always)]
-    fn output<T: Float>(s: &[T], y: &mut [T]) {
-        let (s0, s1, s2, s3) = (s[0], s[1], s[2], s[3]);
-        y[0] = s0 + s1 + s2;
-        y[1] = s1 - s2 - s3;
-    }
-}
-
-impl Transform for F4 {
-    const M: usize = 4;
-    const A: usize = 6;
-    #[inline(always)]
-    fn input<T: Float>(d: &[T], t: &mut [T]) {
-        let (d0, d1, d2, d3, d4, d5) = (d[0], d[1], d[2], d[3], d[4], d[5]);
-        let four = T::from(4.0).unwrap_or_else(T::nan);
-        let five = T::from(5.0).unwrap_or_else(T::nan);
-        let two = T::from(2.0).unwrap_or_else(T::nan);
-        // Shared sums: rows 1-2 and 3-4 differ only in the sign of their odd terms.
-        let a = d4 - four * d2;
-        let b = d3 - four * d1;
-        let c = d4 - d2;
-        let e = two * (d3 - d1);
-        t[0] = four * d0 - five * d2 + d4;
-        t[1] = a + b;
-        t[2] = a - b;
-        t[3] = c + e;
-        t[4] = c - e;
-        t[5] = four * d1 - five * d3 + d5;
-    }
-    #[inline(always)]
-    fn output<T: Float>(s: &[T], y: &mut [T]) {
-        let (s0, s1, s2, s3, s4, s5) = (s[0], s[1], s[2], s[3], s[4], s[5]);
-        let two = T::from(2.0).unwrap_or_else(T::nan);
-        let four = T::from(4.0).unwrap_or_else(T::nan);
-        let eight = T::from(8.0).unwrap_or_else(T::nan);
-        let (p12, m12, p34, m34) = (s1 + s2, s1 - s2, s3 + s4, s3 - s4);
-        y[0] = s0 + p12 + p34;
-        y[1] = m12 + two * m34;
-        y[2] = p12 + four * p34;
-        y[3] = m12 + eight * m34 + s5;
-    }
-}
-
-/// Tiles of one row transformed together (the vector length of the transforms).
-const ROW_CHUNK: usize = 16;
-/// Room for `A` rows of `M` phases of `ROW_CHUNK + 1` columns (the largest transform's).
-const ROW_BUFFER: usize = 6 * 4 * (ROW_CHUNK + 1);
-
 /// The sizes of one call.
 #[derive(Debug, Clone, Copy)]
-struct Plan {
-    g: Geometry,
+pub(super) struct Plan {
+    pub(super) g: Geometry,
     /// Tile rows and columns per image.
-    tiles_y: usize,
-    tiles_x: usize,
+    pub(super) tiles_y: usize,
+    pub(super) tiles_x: usize,
     /// Tiles (GEMM columns) of the whole block of images.
-    columns: usize,
+    pub(super) columns: usize,
 }
 
 impl Plan {
-    fn tiles(&self) -> usize {
+    pub(super) fn tiles(&self) -> usize {
         self.tiles_y * self.tiles_x
     }
 }
 
 /// A raw pointer the tasks share; each task writes a region no other task touches.
 #[derive(Clone, Copy)]
-struct Shared<T>(*mut T);
+pub(super) struct Shared<T>(*mut T);
 // SAFETY: the tasks that receive it write disjoint regions (see each use).
 unsafe impl<T> Send for Shared<T> {}
 unsafe impl<T> Sync for Shared<T> {}
 
 impl<T> Shared<T> {
     /// The pointer (a method, so that closures capture the `Send` wrapper, not its field).
-    fn get(&self) -> *mut T {
+    pub(super) fn get(&self) -> *mut T {
         self.0
-    }
-}
-
-/// Transforms channel `c` of one image (`x` is that channel's `H x W` plane) into
-/// `v[points][C_in][columns]` at the columns `first..first + tiles`.
-///
-/// # Safety
-/// `v` holds `points * C_in * columns` elements; no other task writes this channel's columns
-/// of this image.
-#[inline(always)]
-unsafe fn input_tiles<F: Transform, T: Float>(
-    p: &Plan,
-    x: &[T],
-    c: usize,
-    first: usize,
-    v: Shared<T>,
-) {
-    let (m, a) = (F::M, F::A);
-    let g = &p.g;
-    let pad = [g.params.padding[0] as isize, g.params.padding[1] as isize];
-    // rows[r][phase][q]: input row r of the tile row, column q * m + phase (zero outside).
-    let mut rows = [T::zero(); ROW_BUFFER];
-    // cols[i][phase][q]: (B^T d)[i] at the same columns.
-    let mut cols = [T::zero(); ROW_BUFFER];
-    // out[k][tx]: one row i of B^T d B for the chunk's tiles.
-    let mut out = [T::zero(); 6 * ROW_CHUNK];
-    let mut d = [T::zero(); 6];
-    let mut t = [T::zero(); 6];
-    for ty in 0..p.tiles_y {
-        let mut tx0 = 0;
-        while tx0 < p.tiles_x {
-            let n = ROW_CHUNK.min(p.tiles_x - tx0);
-            // Phases of n + 1 columns: tile tx reads q = tx and, for j >= m, q = tx + 1.
-            let phase_len = n + 1;
-            let row_len = m * phase_len;
-            for r in 0..a {
-                let iy = (ty * m + r) as isize - pad[0];
-                let row = &mut rows[r * row_len..][..row_len];
-                if iy < 0 || iy >= g.h as isize {
-                    row.fill(T::zero());
-                    continue;
-                }
-                let src = &x[iy as usize * g.w..][..g.w];
-                for ph in 0..m {
-                    let dst = &mut row[ph * phase_len..][..phase_len];
-                    for (q, o) in dst.iter_mut().enumerate() {
-                        let ix = ((tx0 + q) * m + ph) as isize - pad[1];
-                        *o = if ix >= 0 && (ix as usize) < g.w {
-                            src[ix as usize]
-                        } else {
-                            T::zero()
-                        };
-                    }
-                }
-            }
-            // Down the columns: cols[i] = sum_r B^T[i][r] rows[r], elementwise.
-            let (rows_in, cols_out) = (&rows[..a * row_len], &mut cols[..a * row_len]);
-            for e in 0..row_len {
-                for r in 0..a {
-                    d[r] = rows_in[r * row_len + e];
-                }
-                F::input(&d[..a], &mut t[..a]);
-                for i in 0..a {
-                    cols_out[i * row_len + e] = t[i];
-                }
-            }
-            // Along the rows: tile tx reads column tx * m + j, at phase j % m, q = tx + j / m.
-            let column = first + ty * p.tiles_x + tx0;
-            for i in 0..a {
-                let ci = &cols[i * row_len..][..row_len];
-                for tx in 0..n {
-                    for j in 0..a {
-                        d[j] = ci[(j % m) * phase_len + tx + j / m];
-                    }
-                    F::input(&d[..a], &mut t[..a]);
-                    for k in 0..a {
-                        out[k * ROW_CHUNK + tx] = t[k];
-                    }
-                }
-                for k in 0..a {
-                    let point = i * a + k;
-                    // SAFETY: point < points, c < C_in, column + n <= columns: inside `v`, in
-                    // this task's channel and image.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            out[k * ROW_CHUNK..].as_ptr(),
-                            v.get().add((point * g.c_in + c) * p.columns + column),
-                            n,
-                        );
-                    }
-                }
-            }
-            tx0 += n;
-        }
-    }
-}
-
-/// The output transform of output channel `o` of one image, whose tiles start at column
-/// `first` of the products `mm[points][C_out][columns]`, into that channel's `oH x oW` plane.
-#[inline(always)]
-fn output_tiles<F: Transform, T: Float>(p: &Plan, mm: &[T], o: usize, first: usize, y: &mut [T]) {
-    let (m, a) = (F::M, F::A);
-    let g = &p.g;
-    let mut s = [T::zero(); 6];
-    let mut z = [T::zero(); 4];
-    // rows[r][k][tx] = sum_i A^T[r][i] mm[i][k] for the chunk's tiles.
-    let mut rows = [T::zero(); 4 * 6 * ROW_CHUNK];
-    // tiles[r][b][tx] = sum_k A^T[b][k] rows[r][k]: output row r, column b of each tile.
-    let mut tiles = [T::zero(); 4 * 4 * ROW_CHUNK];
-    let stride = g.c_out * p.columns;
-    for ty in 0..p.tiles_y {
-        let mut tx0 = 0;
-        while tx0 < p.tiles_x {
-            let n = ROW_CHUNK.min(p.tiles_x - tx0);
-            let column = o * p.columns + first + ty * p.tiles_x + tx0;
-            for k in 0..a {
-                for tx in 0..n {
-                    for i in 0..a {
-                        s[i] = mm[(i * a + k) * stride + column + tx];
-                    }
-                    F::output(&s[..a], &mut z[..m]);
-                    for r in 0..m {
-                        rows[(r * a + k) * ROW_CHUNK + tx] = z[r];
-                    }
-                }
-            }
-            for r in 0..m {
-                for tx in 0..n {
-                    for k in 0..a {
-                        s[k] = rows[(r * a + k) * ROW_CHUNK + tx];
-                    }
-                    F::output(&s[..a], &mut z[..m]);
-                    for b in 0..m {
-                        tiles[(r * m + b) * ROW_CHUNK + tx] = z[b];
-                    }
-                }
-            }
-            for r in 0..m {
-                let oy = ty * m + r;
-                if oy >= g.oh {
-                    break;
-                }
-                let row = &mut y[oy * g.ow..][..g.ow];
-                for tx in 0..n {
-                    let ox = (tx0 + tx) * m;
-                    for b in 0..m.min(g.ow - ox) {
-                        row[ox + b] = tiles[(r * m + b) * ROW_CHUNK + tx];
-                    }
-                }
-            }
-            tx0 += n;
-        }
     }
 }
 
