@@ -8,7 +8,9 @@ use rayon::prelude::*;
 use std::sync::Arc;
 use tessera::fx::GraphModule;
 use tessera::fx::trace::{LeafPolicy, trace};
-use tessera::nn::layers::{Linear, ReLU, TransformerEncoderLayer, TransformerOptions};
+use tessera::nn::layers::{
+    Conv2d, Conv2dOptions, Linear, ReLU, TransformerEncoderLayer, TransformerOptions,
+};
 use tessera::nn::models::{ResNet18, SmallCnn};
 use tessera::nn::{Call, Forward, Layer, Module, ModuleCore, ModuleExt, ModuleKind, Sequential};
 use tessera::{CompileOptions, CompiledModule, DType, Result, Tensor, compile, no_grad};
@@ -105,7 +107,7 @@ fn triad() -> Result<Box<dyn FnMut() -> Result<()>>> {
 /// Bytes the triad moves per call.
 pub const TRIAD_BYTES: f64 = 3.0 * (TRIAD_ELEMENTS * 4) as f64;
 
-pub const WORKLOADS: [Workload; 10] = [
+pub const WORKLOADS: [Workload; 11] = [
     ("mlp_infer_b256_compiled", |g| {
         run_compiled(mlp()?, Tensor::randn_with(&[256, 784], DType::F32, g)?)
     }),
@@ -119,6 +121,16 @@ pub const WORKLOADS: [Workload; 10] = [
         run_compiled(
             ResNet18::new(1000).map_err(nn_err)?,
             Tensor::randn_with(&[1, 3, 224, 224], DType::F32, g)?,
+        )
+    }),
+    ("winograd_conv_b1_64x56_compiled", |g| {
+        // ResNet-18's first stage convolution (64 channels, 56x56, 3x3, padding 1) and its
+        // ReLU: the cost rule picks Winograd F(4x4,3x3).
+        let conv =
+            Conv2d::with_options(64, 64, 3, Conv2dOptions::default().padding(1)).map_err(nn_err)?;
+        run_compiled(
+            Sequential::new().add(conv).add(ReLU::new()),
+            Tensor::randn_with(&[1, 64, 56, 56], DType::F32, g)?,
         )
     }),
     ("elementwise_16m_compiled", |g| {
