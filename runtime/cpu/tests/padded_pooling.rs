@@ -1,14 +1,16 @@
 //! Padded pooling as generated kernels: max pooling (padding read as -inf, with dilation and
 //! ceil mode) and average pooling (both `count_include_pad` settings, ceil mode's windows cut
-//! short) through guarded loads, run by the eager ops, the kernel-IR interpreter and the JIT,
-//! which agree bit for bit in f32 and f64 (NaN and infinities included) for odd shapes,
-//! transposed inputs and padding as large as pooling allows; large windows become reduction
-//! loops; and the snapshot of ResNet's padded stem max pooling.
+//! short, by the input or past the padding, 1-D pools as 2-D pools of one row) through
+//! guarded loads, run by the eager ops, the kernel-IR interpreter and the JIT, which agree bit
+//! for bit in f32 and f64 (NaN and infinities included) for odd shapes, transposed inputs and
+//! padding as large as pooling allows; divisors of many border windows counted per point;
+//! large windows become reduction loops; and the snapshot of ResNet's padded stem max
+//! pooling.
 
 use crate::common;
 
 use common::{Builder, check_backends, eager, kernels_text, lowered, snapshots};
-use tessera_kernel::{Expr, Program};
+use tessera_kernel::{Expr, Program, ScalarType};
 use tessera_tensor::op::{BinaryOp, PoolOp, UnaryOp};
 use tessera_tensor::{DType, Op, Tensor};
 
@@ -102,15 +104,7 @@ fn padded_average_pool_equals_eager_bit_for_bit_both_ways_of_counting() {
                     if eager_refuses(shape, &pool) {
                         continue;
                     }
-                    let b = pooled(dtype, shape, pool.clone(), true);
-                    let program = lowered(&b.graph, &b.inputs);
-                    if program.fallbacks.is_empty() {
-                        generated(&b, 0.0);
-                    } else {
-                        // Only a ceil-mode window past the padding, counted with it, falls back.
-                        assert!(ceil && count_include_pad, "{program}");
-                        check_backends(&program, &b.inputs, &eager(&b.graph, &b.inputs), 0.0);
-                    }
+                    generated(&pooled(dtype, shape, pool.clone(), true), 0.0);
                 }
             }
         }
@@ -121,6 +115,78 @@ fn padded_average_pool_equals_eager_bit_for_bit_both_ways_of_counting() {
 fn eager_refuses(shape: &[usize], pool: &PoolOp) -> bool {
     let meta = tessera_tensor::TensorMeta::new(shape.to_vec(), DType::F32);
     Op::Pool(pool.clone()).meta(&[meta]).is_err()
+}
+
+#[test]
+fn ceil_mode_windows_past_the_padding_counting_it_lower_and_equal_eager() {
+    // `(kernel, stride, padding, shape, tolerance)`: a last window past the right padding
+    // (its divisor its extent inside the padded input) along rows, columns or both; 1-D pools
+    // (a 2-D pool of one row, batched or not); unrolled taps (bit for bit) and reduction
+    // loops (their sums in another order).
+    let cases: [([usize; 2], [usize; 2], [usize; 2], &[usize], f64); 5] = [
+        ([3, 3], [2, 2], [1, 1], &[2, 3, 8, 8], 0.0),
+        ([1, 3], [1, 2], [0, 1], &[2, 3, 1, 8], 0.0),
+        ([1, 4], [1, 3], [0, 2], &[3, 1, 8], 0.0),
+        ([5, 2], [3, 2], [2, 1], &[1, 2, 9, 7], 0.0),
+        ([9, 9], [4, 4], [4, 4], &[1, 2, 21, 20], 1e-5),
+    ];
+    for (kernel, stride, padding, shape, tol) in cases {
+        let pool = PoolOp::avg_pool2d(kernel, stride, padding, true, true);
+        assert!(past_the_padding(shape, &pool), "{pool:?} on {shape:?}");
+        for dtype in [DType::F32, DType::F64] {
+            for strided in [false, true] {
+                generated_with_guards(&pooled(dtype, shape, pool.clone(), strided), tol);
+            }
+        }
+    }
+}
+
+/// Whether the last window of `pool` over `shape` passes the right padding along an axis.
+fn past_the_padding(shape: &[usize], pool: &PoolOp) -> bool {
+    let PoolOp::AvgPool2d { params: p, .. } = pool else {
+        return false;
+    };
+    let meta = tessera_tensor::TensorMeta::new(shape.to_vec(), DType::F32);
+    let out = Op::Pool(pool.clone()).meta(&[meta]).unwrap()[0]
+        .shape
+        .clone();
+    let nd = shape.len();
+    (0..2).any(|a| {
+        let last = (out[nd - 2 + a] - 1) * p.stride[a];
+        last + p.kernel[a] > shape[nd - 2 + a] + 2 * p.padding[a]
+    })
+}
+
+#[test]
+fn many_border_windows_count_their_divisors_per_point() {
+    // 7 taps with padding 3 over 8 rows: six border windows of five different sizes, more
+    // than the selects a divisor takes, so the kernel counts each window's taps (an i64 cast
+    // to the sum's type); as one row, and as the columns of a ceil-mode pool whose rows
+    // select their two border divisors.
+    for (pool, shape) in [
+        (
+            PoolOp::avg_pool2d([7, 3], [1, 2], [3, 1], false, false),
+            &[1, 2, 8, 6][..],
+        ),
+        (
+            PoolOp::avg_pool2d([1, 7], [1, 1], [0, 3], false, false),
+            &[2, 1, 9],
+        ),
+        (
+            PoolOp::avg_pool2d([3, 7], [2, 1], [1, 3], true, false),
+            &[1, 1, 7, 8],
+        ),
+    ] {
+        for dtype in [DType::F32, DType::F64] {
+            let program = generated_with_guards(&pooled(dtype, shape, pool.clone(), true), 0.0);
+            let pooling = program.kernels().last().unwrap();
+            let counted = pooling
+                .values
+                .iter()
+                .any(|v| matches!(v.expr, Expr::Cast(n) if pooling.value(n).ty == ScalarType::I64));
+            assert!(counted, "{program}");
+        }
+    }
 }
 
 #[test]
