@@ -117,13 +117,16 @@ fn eager_refuses(shape: &[usize], pool: &PoolOp) -> bool {
     Op::Pool(pool.clone()).meta(&[meta]).is_err()
 }
 
+/// `(kernel, stride, padding, shape, tolerance)` of a ceil-mode average pool.
+type PastThePadding = ([usize; 2], [usize; 2], [usize; 2], &'static [usize], f64);
+
 #[test]
 fn ceil_mode_windows_past_the_padding_counting_it_lower_and_equal_eager() {
     // `(kernel, stride, padding, shape, tolerance)`: a last window past the right padding
     // (its divisor its extent inside the padded input) along rows, columns or both; 1-D pools
     // (a 2-D pool of one row, batched or not); unrolled taps (bit for bit) and reduction
     // loops (their sums in another order).
-    let cases: [([usize; 2], [usize; 2], [usize; 2], &[usize], f64); 5] = [
+    let cases: [PastThePadding; 5] = [
         ([3, 3], [2, 2], [1, 1], &[2, 3, 8, 8], 0.0),
         ([1, 3], [1, 2], [0, 1], &[2, 3, 1, 8], 0.0),
         ([1, 4], [1, 3], [0, 2], &[3, 1, 8], 0.0),
