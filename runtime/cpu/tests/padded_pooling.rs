@@ -10,7 +10,7 @@
 use crate::common;
 
 use common::{Builder, check_backends, eager, kernels_text, lowered, snapshots};
-use tessera_kernel::{Expr, Program, ScalarType};
+use tessera_kernel::{Expr, Program};
 use tessera_tensor::op::{BinaryOp, PoolOp, UnaryOp};
 use tessera_tensor::{DType, Op, Tensor};
 
@@ -162,18 +162,20 @@ fn past_the_padding(shape: &[usize], pool: &PoolOp) -> bool {
 
 #[test]
 fn many_border_windows_count_their_divisors_per_point() {
-    // 7 taps with padding 3 over 8 rows: six border windows of five different sizes, more
-    // than the selects a divisor takes, so the kernel counts each window's taps (an i64 cast
-    // to the sum's type); as one row, and as the columns of a ceil-mode pool whose rows
-    // select their two border divisors.
+    // 7 taps with padding 3 over 8 rows: six border windows of three other sizes, more than
+    // the selects a divisor takes, so the kernel counts each window's taps (three selects: a
+    // min, a max and at least 1, where a select per border window would take six); as one
+    // row (37 long: the vector loop's 16 points per step run, then the tail), and as the
+    // columns of a ceil-mode pool whose rows select their two border divisors; vector code in
+    // f32.
     for (pool, shape) in [
         (
             PoolOp::avg_pool2d([7, 3], [1, 2], [3, 1], false, false),
-            &[1, 2, 8, 6][..],
+            &[1, 2, 8, 9][..],
         ),
         (
             PoolOp::avg_pool2d([1, 7], [1, 1], [0, 3], false, false),
-            &[2, 1, 9],
+            &[2, 1, 37],
         ),
         (
             PoolOp::avg_pool2d([3, 7], [2, 1], [1, 3], true, false),
@@ -183,11 +185,14 @@ fn many_border_windows_count_their_divisors_per_point() {
         for dtype in [DType::F32, DType::F64] {
             let program = generated_with_guards(&pooled(dtype, shape, pool.clone(), true), 0.0);
             let pooling = program.kernels().last().unwrap();
-            let counted = pooling
+            let selects = pooling
                 .values
                 .iter()
-                .any(|v| matches!(v.expr, Expr::Cast(n) if pooling.value(n).ty == ScalarType::I64));
-            assert!(counted, "{program}");
+                .filter(|v| matches!(v.expr, Expr::Select { .. }))
+                .count();
+            assert!(selects < 6, "{program}");
+            let vector = if dtype == DType::F32 { 4 } else { 1 };
+            assert_eq!(pooling.schedule.vector_width, vector, "{program}");
         }
     }
 }
@@ -240,6 +245,22 @@ fn padded_max_pool_alone_is_one_vectorised_kernel() {
         4,
         "{program}"
     );
+}
+
+#[test]
+fn padded_average_pools_of_border_divisors_alone_are_one_vectorised_kernel() {
+    // Padding not counted (a divisor per border window), and ceil mode's last window past the
+    // padding counted: the divisors read the loop indices as f32 lanes.
+    for pool in [
+        PoolOp::avg_pool2d([3, 3], [1, 1], [1, 1], false, false),
+        PoolOp::avg_pool2d([3, 3], [2, 2], [1, 1], true, true),
+    ] {
+        let b = pool_alone(DType::F32, &[1, 4, 16, 16], pool, false);
+        let program = generated_with_guards(&b, 0.0);
+        assert_eq!(program.kernels().count(), 1, "{program}");
+        let kernel = program.kernels().next().unwrap();
+        assert_eq!(kernel.schedule.vector_width, 4, "{program}");
+    }
 }
 
 #[test]

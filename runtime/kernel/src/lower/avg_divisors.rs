@@ -7,8 +7,10 @@
 //! the cheaper of two forms per axis: a constant for the common factor and a select for each
 //! coordinate whose factor differs (a few border windows), or, past [`MAX_SELECTS`] of them,
 //! the window's taps counted from the coordinate (one formula, whatever the border). Both
-//! compare or compute i64 coordinates, which vector code does not hold: an elementwise kernel
-//! whose divisor varies along its innermost loop is scalar.
+//! compute in the divisor's float type, on the coordinate cast to it (exact integers), so a
+//! forward kernel stays vector code (a loop index read as f32 is the lanes' indices); in i64
+//! where f32 would not hold every coordinate exactly (planes of millions), or for an i64
+//! divisor.
 
 use crate::{BinaryFn, CompareFn, Expr, KernelBuilder, ScalarType, ValueId};
 use tessera_tensor::op::Pool2dParams;
@@ -141,23 +143,45 @@ impl Factors {
         v.iter().all(|&n| n == v[0]).then_some(v[0])
     }
 
-    /// The factor of output coordinate `q + offset`, in `ty`.
+    /// The factor of output coordinate `q + offset` (`q` an i64), in `ty`.
     fn factor(&self, b: &mut KernelBuilder, ty: ScalarType, q: ValueId, offset: i64) -> ValueId {
         let common = most_common(&self.per_output);
         let differing = self.per_output.iter().filter(|&&f| f != common).count();
-        if differing <= MAX_SELECTS {
-            self.selected(b, ty, q, offset, common)
+        let exact = match ty {
+            ScalarType::F64 => true,
+            ScalarType::F32 => self.below(offset, 1 << 24),
+            _ => false,
+        };
+        let t = if exact { ty } else { ScalarType::I64 };
+        let q = if exact { b.push(t, Expr::Cast(q)) } else { q };
+        let n = if differing <= MAX_SELECTS {
+            self.selected(b, t, q, offset, common)
         } else {
-            let n = self.counted(b, q, offset);
-            if ty == ScalarType::I64 {
-                n
-            } else {
-                b.push(ty, Expr::Cast(n))
-            }
+            self.counted(b, t, q, offset)
+        };
+        if t == ty {
+            n
+        } else {
+            b.push(ty, Expr::Cast(n))
         }
     }
 
-    /// `common`, with a select for each coordinate whose factor differs.
+    /// Whether every integer [`Factors::counted`] computes for a coordinate `q + offset` (`q`
+    /// at most the output or the input's size) is below `bound` in magnitude.
+    fn below(&self, offset: i64, bound: i64) -> bool {
+        let n = i64::try_from(self.per_output.len()).unwrap_or(i64::MAX);
+        let reach = n
+            .max(self.limit)
+            .checked_add(offset.checked_abs().unwrap_or(i64::MAX))
+            .and_then(|o| o.checked_mul(self.stride))
+            .and_then(|at| at.checked_add(self.kernel))
+            .and_then(|at| at.checked_add(self.pad))
+            .and_then(|at| at.checked_add(self.limit));
+        reach.is_some_and(|r| r < bound)
+    }
+
+    /// `common`, with a select for each coordinate whose factor differs; `q` and the result
+    /// in `ty`.
     fn selected(
         &self,
         b: &mut KernelBuilder,
@@ -172,7 +196,7 @@ impl Factors {
             if f == common || at < 0 {
                 continue;
             }
-            let at = b.push(ScalarType::I64, Expr::Const(at as f64));
+            let at = b.push(ty, Expr::Const(at as f64));
             let hit = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Eq, q, at));
             let f = b.push(ty, Expr::Const(f as f64));
             n = b.push(
@@ -187,17 +211,18 @@ impl Factors {
         n
     }
 
-    /// The window's taps counted from its coordinate `o = q + offset`, an i64:
-    /// `max(min(start + kernel, limit) - first, 1)` of `start = o * stride - pad`, `first` the
-    /// start or, when padding does not count, `max(start, 0)`.
-    fn counted(&self, b: &mut KernelBuilder, q: ValueId, offset: i64) -> ValueId {
-        let c = |b: &mut KernelBuilder, v: i64| b.push(ScalarType::I64, Expr::Const(v as f64));
-        let bin = |b: &mut KernelBuilder, f, x, y| b.push(ScalarType::I64, Expr::Binary(f, x, y));
+    /// The window's taps counted from its coordinate `o = q + offset`, `q` and the result in
+    /// `ty` (integers, exact): `max(min(start + kernel, limit) - first, 1)` of
+    /// `start = o * stride - pad`, `first` the start or, when padding does not count,
+    /// `max(start, 0)`.
+    fn counted(&self, b: &mut KernelBuilder, ty: ScalarType, q: ValueId, offset: i64) -> ValueId {
+        let c = |b: &mut KernelBuilder, v: i64| b.push(ty, Expr::Const(v as f64));
+        let bin = |b: &mut KernelBuilder, f, x, y| b.push(ty, Expr::Binary(f, x, y));
         // `x` where `f(x, bound)`, else `bound`: the min (`Lt`) or max (`Gt`) of the two.
         let keep = |b: &mut KernelBuilder, f, x, bound| {
             let hit = b.push(ScalarType::Bool, Expr::Compare(f, x, bound));
             b.push(
-                ScalarType::I64,
+                ty,
                 Expr::Select {
                     cond: hit,
                     a: x,
@@ -285,18 +310,23 @@ mod tests {
             .collect()
     }
 
-    /// One axis's factor, picked by `form`, at `q + offset` for each `q` of `0..points`, by
-    /// the kernel-IR interpreter.
-    fn factors(
-        axis: &Factors,
-        form: fn(&Factors, &mut KernelBuilder, ValueId, i64) -> ValueId,
-        offset: i64,
-        points: usize,
-    ) -> Vec<i64> {
+    /// A form of an axis's factor: `(axis, builder, type, q, offset)`.
+    type Form = fn(&Factors, &mut KernelBuilder, ScalarType, ValueId, i64) -> ValueId;
+
+    /// One axis's factor, picked by `form` in `ty`, at `q + offset` for each `q` of
+    /// `0..points`, by the kernel-IR interpreter.
+    fn factors(axis: &Factors, form: Form, ty: ScalarType, offset: i64, points: usize) -> Vec<i64> {
         let mut b = KernelBuilder::new("factors", vec![points]);
         let out = b.buffer(BufferRole::Output, ScalarType::I64, points);
         let q = b.push(ScalarType::I64, Expr::LoopIndex(LoopId::from_index(0)));
-        let n = form(axis, &mut b, q, offset);
+        let float = ty != ScalarType::I64;
+        let q = if float { b.push(ty, Expr::Cast(q)) } else { q };
+        let n = form(axis, &mut b, ty, q, offset);
+        let n = if float {
+            b.push(ScalarType::I64, Expr::Cast(n))
+        } else {
+            n
+        };
         let index = IndexExpr {
             offset: 0,
             strides: vec![1],
@@ -316,13 +346,11 @@ mod tests {
 
     #[test]
     fn both_forms_give_eagers_divisor_of_every_window_and_at_least_1_outside() {
-        let selected: fn(&Factors, &mut KernelBuilder, ValueId, i64) -> ValueId =
-            |axis, b, q, offset| {
-                let common = most_common(&axis.per_output);
-                axis.selected(b, ScalarType::I64, q, offset, common)
-            };
-        let counted: fn(&Factors, &mut KernelBuilder, ValueId, i64) -> ValueId =
-            |axis, b, q, offset| axis.counted(b, q, offset);
+        let selected: Form = |axis, b, ty, q, offset| {
+            let common = most_common(&axis.per_output);
+            axis.selected(b, ty, q, offset, common)
+        };
+        let counted: Form = |axis, b, ty, q, offset| axis.counted(b, ty, q, offset);
         for [kernel, stride, padding, input] in AXES {
             for ceil_mode in [false, true] {
                 for count_include_pad in [false, true] {
@@ -340,13 +368,14 @@ mod tests {
                     let axis = &divisors.axes[1];
                     assert_eq!(axis.per_output, want, "{p:?} {count_include_pad}");
                     assert_eq!(divisors.axes[0].uniform(), Some(1));
-                    for offset in -2..=2 {
+                    let types = [ScalarType::I64, ScalarType::F32, ScalarType::F64];
+                    for (offset, ty) in (-2..=2).flat_map(|o| types.map(|t| (o, t))) {
                         for form in [selected, counted] {
-                            let got = factors(axis, form, offset, output + 3);
+                            let got = factors(axis, form, ty, offset, output + 3);
                             for (q, &n) in got.iter().enumerate() {
                                 let o = q as i64 + offset;
                                 match usize::try_from(o).ok().and_then(|o| want.get(o)) {
-                                    Some(&w) => assert_eq!(n as usize, w, "{p:?} at {o}"),
+                                    Some(&w) => assert_eq!(n as usize, w, "{p:?} {ty} at {o}"),
                                     None => assert!(n >= 1, "{p:?} outside, at {o}: {n}"),
                                 }
                             }
@@ -385,14 +414,20 @@ mod tests {
                 n,
             );
             let kernel = b.finish();
+            // In f32 but the loop indices read (vector code holds them as f32 lanes).
+            assert!(kernel.values.iter().all(|v| {
+                matches!(v.ty, ScalarType::F32 | ScalarType::Bool)
+                    || matches!(v.expr, Expr::LoopIndex(_))
+            }));
             let count = |f: fn(&Expr) -> bool| kernel.values.iter().filter(|v| f(&v.expr)).count();
             (
                 count(|e| matches!(e, Expr::Select { .. })),
-                count(|e| matches!(e, Expr::Cast(_))),
+                count(|e| matches!(e, Expr::Binary(BinaryFn::Mul, ..))),
             )
         };
         assert_eq!(forms(&p(3, 1), 56), (2, 0));
-        // 11 taps, padding 5: ten border windows, counted (three selects: min, max, at least 1).
+        // 11 taps, padding 5: ten border windows, counted (`o * stride`; three selects: min,
+        // max, at least 1).
         assert_eq!(forms(&p(11, 5), 56), (3, 1));
     }
 }
