@@ -19,10 +19,10 @@ use tessera::fx::trace::{LeafPolicy, trace};
 use tessera::fx::{Graph, GraphModule};
 use tessera::nn::models::SmallCnn;
 use tessera::nn::{Call, Linear, ModuleExt, ReLU, Sequential};
-use tessera::tensor::op::{BinaryOp, OptimOp, ReduceKind, ReduceOp, UnaryOp};
+use tessera::tensor::op::{BinaryOp, ReduceKind, ReduceOp, UnaryOp};
 use tessera::tensor::{DType, Device, Op, Tensor, TensorMeta};
 use tessera::{CompileError, CompileOptions, compile};
-use tessera_testkit::assert_close;
+use tessera_testkit::{assert_close, update_cases};
 
 /// The emulated driver and the backend registered on it, once for the binary. Each test
 /// uses a device of its own, so counters see no other test's work.
@@ -167,40 +167,11 @@ fn without_cuda_graphs_every_call_launches_its_kernels() {
     assert_eq!(stats.kernel_launches, 2 * kernels);
 }
 
-/// SGD with momentum over parameters of 5, 33 x 17 and 1031 elements (parameter, gradient
-/// and buffer each, then the learning rate): the new parameters and buffers.
+/// SGD with momentum over parameters of 5, 33 x 17 and 1031 elements (the learning rate,
+/// then parameter, gradient and buffer each): the new parameters and buffers.
 fn sgd_updates() -> (GraphModule, Vec<Tensor>) {
-    let op = Op::Optim(OptimOp::SgdUpdate {
-        momentum: 0.9,
-        dampening: 0.0,
-        weight_decay: 1e-3,
-        nesterov: true,
-        maximize: false,
-    });
-    let mut g = Graph::new();
-    let lr = g.placeholder("lr", TensorMeta::new([], DType::F64));
-    let mut inputs = vec![Tensor::scalar(0.05f64)];
-    let mut outs = Vec::new();
-    for (i, shape) in [&[5][..], &[33, 17], &[1031]].into_iter().enumerate() {
-        let meta = TensorMeta::new(shape.to_vec(), DType::F32);
-        let args: Vec<_> = ["p", "g", "b"]
-            .iter()
-            .map(|n| g.placeholder(&format!("{n}{i}"), meta.clone()))
-            .collect();
-        for k in 0..3 {
-            let n: usize = shape.iter().product();
-            let v: Vec<f32> = (0..n)
-                .map(|j| ((j * 7 + 3 * i + k) as f32 * 0.29).sin())
-                .collect();
-            inputs.push(Tensor::from_vec(v, shape).unwrap());
-        }
-        let update = g
-            .call_function(op.clone(), &[&args[0], &args[1], &args[2], &lr])
-            .unwrap();
-        outs.push(g.getitem(&update, 0).unwrap());
-        outs.push(g.getitem(&update, 1).unwrap());
-    }
-    g.output(&outs.iter().collect::<Vec<_>>()).unwrap();
+    let shapes: [&[usize]; 3] = [&[5], &[33, 17], &[1031]];
+    let (g, inputs) = update_cases::updates(&update_cases::sgd_momentum(), &shapes, 2);
     (GraphModule::from_graph(g), inputs)
 }
 

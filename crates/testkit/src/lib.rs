@@ -13,6 +13,7 @@ mod reduce_kinds;
 mod rounding;
 mod subcase;
 mod test_files;
+pub mod update_cases;
 
 pub use cast_cases::{cast_float_values, cast_input, cast_int_values, exact_bits};
 pub use formula::{formula_tensor, pseudo_random};

@@ -714,13 +714,23 @@ impl Renderer<'_> {
                     j,
                 )
             }
-            Expr::LoopIndex(l) => self
-                .indices
-                .iter()
-                .copied()
-                .chain(j)
-                .nth(l.index())
-                .unwrap_or_else(|| b.ins().iconst(types::I64, 0)),
+            Expr::LoopIndex(l) => {
+                let at = self
+                    .indices
+                    .iter()
+                    .copied()
+                    .chain(j)
+                    .nth(l.index())
+                    .unwrap_or_else(|| b.ins().iconst(types::I64, 0));
+                if vector {
+                    // Read only as f32 (the schedule's lane indices): the lanes' indices, exact
+                    // f32s, consecutive along the innermost loop.
+                    let inner = l.index() + 1 == kernel.domain.len();
+                    self.lane_indices(b, at, inner)
+                } else {
+                    at
+                }
+            }
             Expr::Const(c) => {
                 let s = match v.ty {
                     ScalarType::F64 => b.ins().f64const(*c),
@@ -786,6 +796,8 @@ impl Renderer<'_> {
                     select_bits(b, c, x, y, v.ty)
                 }
             }
+            // A vector loop index already holds its lanes as f32s.
+            Expr::Cast(a) if vector && kernel.value(*a).ty == ScalarType::I64 => get(b, a),
             Expr::Cast(a) => {
                 let from = kernel.value(*a).ty;
                 let x = get(b, a);
@@ -796,6 +808,23 @@ impl Renderer<'_> {
         };
         debug_assert_eq!(b.func.dfg.value_type(x), ty_of(v.ty));
         x
+    }
+
+    /// Four lanes of loop index `at` as f32s: `at, at + 1, at + 2, at + 3` along the innermost
+    /// loop (`inner`), `at` in every lane along another.
+    fn lane_indices(&self, b: &mut FunctionBuilder, at: Value, inner: bool) -> Value {
+        let first = b.ins().fcvt_from_sint(types::F32, at);
+        let mut lanes = b.ins().splat(types::F32X4, first);
+        if inner {
+            let zero = b.ins().f32const(0.0);
+            let mut steps = b.ins().splat(types::F32X4, zero);
+            for lane in 1..4u8 {
+                let step = b.ins().f32const(f32::from(lane));
+                steps = b.ins().insertlane(steps, step, lane);
+            }
+            lanes = b.ins().fadd(lanes, steps);
+        }
+        lanes
     }
 
     fn cast(

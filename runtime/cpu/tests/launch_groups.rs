@@ -17,15 +17,7 @@ use tessera_kernel::{
 };
 use tessera_tensor::op::OptimOp;
 use tessera_tensor::{DType, Op, Tensor, TensorMeta};
-
-/// Deterministic values in about [-2, 2].
-fn values(shape: &[usize], seed: u64) -> Tensor {
-    let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n)
-        .map(|i| ((i as u64 * 7919 + seed * 104_729) % 997) as f32 / 997.0 * 4.0 - 2.0)
-        .collect();
-    Tensor::from_vec(v, shape).unwrap()
-}
+use tessera_testkit::update_cases::{sgd_momentum, updates, values};
 
 /// The JIT, counting the calls the runner makes: kernels alone, and launch groups.
 struct Counting<'a> {
@@ -51,45 +43,6 @@ impl KernelExecutor for Counting<'_> {
         // SAFETY: forwarded from the runner.
         unsafe { self.jit.execute_group(parts) }
     }
-}
-
-/// SGD with nesterov momentum and weight decay over one parameter per shape of `shapes`
-/// (inputs: each parameter, its gradient and its momentum buffer, then one learning rate);
-/// the outputs are each new parameter and buffer.
-fn sgd_step(shapes: &[&[usize]]) -> (Graph, Vec<Tensor>) {
-    let op = OptimOp::SgdUpdate {
-        momentum: 0.9,
-        dampening: 0.0,
-        weight_decay: 1e-3,
-        nesterov: true,
-        maximize: false,
-    };
-    let mut g = Graph::new();
-    let mut inputs = Vec::new();
-    let mut state = Vec::new();
-    for (i, shape) in shapes.iter().enumerate() {
-        let meta = TensorMeta::new(shape.to_vec(), DType::F32);
-        let nodes: Vec<NodeId> = ["param", "grad", "buf"]
-            .iter()
-            .map(|n| g.placeholder(&format!("{n}{i}"), meta.clone()))
-            .collect();
-        state.push(nodes);
-        for k in 0..3 {
-            inputs.push(values(shape, (3 * i + k) as u64));
-        }
-    }
-    let lr = g.placeholder("lr", TensorMeta::new([], DType::F64));
-    inputs.push(Tensor::scalar(0.0371f64));
-    let mut outs = Vec::new();
-    for [p, grad, buf] in state.iter().map(|s| [&s[0], &s[1], &s[2]]) {
-        let update = g
-            .call_function(Op::Optim(op.clone()), &[p, grad, buf, &lr])
-            .unwrap();
-        outs.push(g.getitem(&update, 0).unwrap());
-        outs.push(g.getitem(&update, 1).unwrap());
-    }
-    g.output(&outs.iter().collect::<Vec<_>>()).unwrap();
-    (g, inputs)
 }
 
 /// Adam over one parameter per shape of `shapes`, each with its own step counter, as
@@ -208,7 +161,7 @@ fn sgd_updates_of_several_sizes_are_one_group_split_across_threads_with_the_inte
     // 5 and 1031 elements are not multiples of the 16-element vector step; 613 x 517 has work
     // enough for threads alone, the others have not.
     let shapes: [&[usize]; 4] = [&[5], &[33, 17], &[1031], &[613, 517]];
-    let (graph, inputs) = sgd_step(&shapes);
+    let (graph, inputs) = updates(&sgd_momentum(), &shapes, 2);
     let program = lowered(&graph, &inputs);
     assert!(program.fallbacks.is_empty(), "{program}");
     assert_eq!(grouped_kernels(&program).len(), 4, "{program}");
@@ -232,7 +185,7 @@ fn sgd_updates_of_several_sizes_are_one_group_split_across_threads_with_the_inte
 #[test]
 fn a_group_of_small_updates_runs_its_kernels_one_after_the_other_in_one_call() {
     let shapes: [&[usize]; 3] = [&[1], &[7, 3], &[100]];
-    let (graph, inputs) = sgd_step(&shapes);
+    let (graph, inputs) = updates(&sgd_momentum(), &shapes, 2);
     let program = lowered(&graph, &inputs);
     assert_eq!(grouped_kernels(&program).len(), 3, "{program}");
     on_three_threads(|| grouped_runs_agree(&graph, &program, &inputs));

@@ -1,9 +1,11 @@
 //! Padded pooling as generated kernels: max pooling (padding read as -inf, with dilation and
 //! ceil mode) and average pooling (both `count_include_pad` settings, ceil mode's windows cut
-//! short) through guarded loads, run by the eager ops, the kernel-IR interpreter and the JIT,
-//! which agree bit for bit in f32 and f64 (NaN and infinities included) for odd shapes,
-//! transposed inputs and padding as large as pooling allows; large windows become reduction
-//! loops; and the snapshot of ResNet's padded stem max pooling.
+//! short, by the input or past the padding, 1-D pools as 2-D pools of one row) through
+//! guarded loads, run by the eager ops, the kernel-IR interpreter and the JIT, which agree bit
+//! for bit in f32 and f64 (NaN and infinities included) for odd shapes, transposed inputs and
+//! padding as large as pooling allows; divisors of many border windows counted per point;
+//! large windows become reduction loops; and the snapshot of ResNet's padded stem max
+//! pooling.
 
 use crate::common;
 
@@ -102,15 +104,7 @@ fn padded_average_pool_equals_eager_bit_for_bit_both_ways_of_counting() {
                     if eager_refuses(shape, &pool) {
                         continue;
                     }
-                    let b = pooled(dtype, shape, pool.clone(), true);
-                    let program = lowered(&b.graph, &b.inputs);
-                    if program.fallbacks.is_empty() {
-                        generated(&b, 0.0);
-                    } else {
-                        // Only a ceil-mode window past the padding, counted with it, falls back.
-                        assert!(ceil && count_include_pad, "{program}");
-                        check_backends(&program, &b.inputs, &eager(&b.graph, &b.inputs), 0.0);
-                    }
+                    generated(&pooled(dtype, shape, pool.clone(), true), 0.0);
                 }
             }
         }
@@ -121,6 +115,86 @@ fn padded_average_pool_equals_eager_bit_for_bit_both_ways_of_counting() {
 fn eager_refuses(shape: &[usize], pool: &PoolOp) -> bool {
     let meta = tessera_tensor::TensorMeta::new(shape.to_vec(), DType::F32);
     Op::Pool(pool.clone()).meta(&[meta]).is_err()
+}
+
+/// `(kernel, stride, padding, shape, tolerance)` of a ceil-mode average pool.
+type PastThePadding = ([usize; 2], [usize; 2], [usize; 2], &'static [usize], f64);
+
+#[test]
+fn ceil_mode_windows_past_the_padding_counting_it_lower_and_equal_eager() {
+    // `(kernel, stride, padding, shape, tolerance)`: a last window past the right padding
+    // (its divisor its extent inside the padded input) along rows, columns or both; 1-D pools
+    // (a 2-D pool of one row, batched or not); unrolled taps (bit for bit) and reduction
+    // loops (their sums in another order).
+    let cases: [PastThePadding; 5] = [
+        ([3, 3], [2, 2], [1, 1], &[2, 3, 8, 8], 0.0),
+        ([1, 3], [1, 2], [0, 1], &[2, 3, 1, 8], 0.0),
+        ([1, 4], [1, 3], [0, 2], &[3, 1, 8], 0.0),
+        ([5, 2], [3, 2], [2, 1], &[1, 2, 9, 7], 0.0),
+        ([9, 9], [4, 4], [4, 4], &[1, 2, 21, 20], 1e-5),
+    ];
+    for (kernel, stride, padding, shape, tol) in cases {
+        let pool = PoolOp::avg_pool2d(kernel, stride, padding, true, true);
+        assert!(past_the_padding(shape, &pool), "{pool:?} on {shape:?}");
+        for dtype in [DType::F32, DType::F64] {
+            for strided in [false, true] {
+                generated_with_guards(&pooled(dtype, shape, pool.clone(), strided), tol);
+            }
+        }
+    }
+}
+
+/// Whether the last window of `pool` over `shape` passes the right padding along an axis.
+fn past_the_padding(shape: &[usize], pool: &PoolOp) -> bool {
+    let PoolOp::AvgPool2d { params: p, .. } = pool else {
+        return false;
+    };
+    let meta = tessera_tensor::TensorMeta::new(shape.to_vec(), DType::F32);
+    let out = Op::Pool(pool.clone()).meta(&[meta]).unwrap()[0]
+        .shape
+        .clone();
+    let nd = shape.len();
+    (0..2).any(|a| {
+        let last = (out[nd - 2 + a] - 1) * p.stride[a];
+        last + p.kernel[a] > shape[nd - 2 + a] + 2 * p.padding[a]
+    })
+}
+
+#[test]
+fn many_border_windows_count_their_divisors_per_point() {
+    // 7 taps with padding 3 over 8 rows: six border windows of three other sizes, more than
+    // the selects a divisor takes, so the kernel counts each window's taps (three selects: a
+    // min, a max and at least 1, where a select per border window would take six); as one
+    // row (37 long: the vector loop's 16 points per step run, then the tail), and as the
+    // columns of a ceil-mode pool whose rows select their two border divisors; vector code in
+    // f32.
+    for (pool, shape) in [
+        (
+            PoolOp::avg_pool2d([7, 3], [1, 2], [3, 1], false, false),
+            &[1, 2, 8, 9][..],
+        ),
+        (
+            PoolOp::avg_pool2d([1, 7], [1, 1], [0, 3], false, false),
+            &[2, 1, 37],
+        ),
+        (
+            PoolOp::avg_pool2d([3, 7], [2, 1], [1, 3], true, false),
+            &[1, 1, 7, 8],
+        ),
+    ] {
+        for dtype in [DType::F32, DType::F64] {
+            let program = generated_with_guards(&pooled(dtype, shape, pool.clone(), true), 0.0);
+            let pooling = program.kernels().last().unwrap();
+            let selects = pooling
+                .values
+                .iter()
+                .filter(|v| matches!(v.expr, Expr::Select { .. }))
+                .count();
+            assert!(selects < 6, "{program}");
+            let vector = if dtype == DType::F32 { 4 } else { 1 };
+            assert_eq!(pooling.schedule.vector_width, vector, "{program}");
+        }
+    }
 }
 
 #[test]
@@ -171,6 +245,22 @@ fn padded_max_pool_alone_is_one_vectorised_kernel() {
         4,
         "{program}"
     );
+}
+
+#[test]
+fn padded_average_pools_of_border_divisors_alone_are_one_vectorised_kernel() {
+    // Padding not counted (a divisor per border window), and ceil mode's last window past the
+    // padding counted: the divisors read the loop indices as f32 lanes.
+    for pool in [
+        PoolOp::avg_pool2d([3, 3], [1, 1], [1, 1], false, false),
+        PoolOp::avg_pool2d([3, 3], [2, 2], [1, 1], true, true),
+    ] {
+        let b = pool_alone(DType::F32, &[1, 4, 16, 16], pool, false);
+        let program = generated_with_guards(&b, 0.0);
+        assert_eq!(program.kernels().count(), 1, "{program}");
+        let kernel = program.kernels().next().unwrap();
+        assert_eq!(kernel.schedule.vector_width, 4, "{program}");
+    }
 }
 
 #[test]

@@ -6,8 +6,9 @@
 //! f32 and f64); max pooling's backward from those saved indices (the residue-grid kernel and
 //! its packing copy when the forward is in the graph, the sum over the plane when the indices
 //! are an input or come from adaptive max pooling), adaptive average pooling's backward and
-//! average pooling's backward of overlapping windows, likewise; and the same ops as eager ops
-//! on CUDA tensors of the emulated driver.
+//! average pooling's backward of overlapping windows, likewise; average pooling whose
+//! ceil-mode windows pass the padding, or whose border windows are counted per point; and
+//! the same ops as eager ops on CUDA tensors of the emulated driver.
 use crate::common;
 use crate::emulated;
 use crate::emulated_agreement::{agrees, bits};
@@ -222,6 +223,23 @@ fn overlapping_average_pool_backward_on_emulated_ptx_equals_the_interpreter_and_
                 input_size: [7, 9],
             });
             agrees(backward, &[tied(&out, dtype)], 1);
+        }
+    }
+}
+
+#[test]
+fn average_pools_of_border_divisors_on_emulated_ptx_equal_the_interpreter_and_eager() {
+    // `(kernel, stride, padding, count_include_pad, shape)`: ceil-mode windows past the
+    // padding divide by their extent inside the padded input (a 2-D pool, a 1-D one); 7 taps
+    // with padding 3 over 8 rows have more border divisors than selects and count them.
+    for dtype in [DType::F32, DType::F64] {
+        for (kernel, stride, padding, count_include_pad, shape) in [
+            ([3, 3], [2, 2], [1, 1], true, &[2, 2, 8, 8][..]),
+            ([1, 4], [1, 3], [0, 2], true, &[3, 1, 8]),
+            ([7, 3], [1, 2], [3, 1], false, &[1, 2, 8, 6]),
+        ] {
+            let pool = PoolOp::avg_pool2d(kernel, stride, padding, true, count_include_pad);
+            agrees(Op::Pool(pool), &[tied(shape, dtype)], 1);
         }
     }
 }

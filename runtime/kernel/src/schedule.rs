@@ -138,10 +138,38 @@ fn coalesce_group(
     group
 }
 
+/// Per value of `kernel`, whether it is a loop index that vector code may hold as f32 lanes
+/// (the innermost loop's consecutive indices, another loop's index in every lane): one read
+/// only by casts to f32, of a loop of at most 2^24 iterations (so every index is an exact
+/// f32).
+fn lane_indices(kernel: &Kernel) -> Vec<bool> {
+    let extents = kernel.extents();
+    let mut as_f32: Vec<bool> = kernel
+        .values
+        .iter()
+        .map(|v| match v.expr {
+            Expr::LoopIndex(l) => extents.get(l.index()).is_some_and(|&n| n <= 1 << 24),
+            _ => false,
+        })
+        .collect();
+    for v in &kernel.values {
+        if !(matches!(v.expr, Expr::Cast(_)) && v.ty == ScalarType::F32) {
+            for x in crate::operands(&v.expr) {
+                as_f32[x.index()] = false;
+            }
+        }
+    }
+    for s in &kernel.stores {
+        as_f32[s.value.index()] = false;
+    }
+    as_f32
+}
+
 /// F32X4 vectors unrolled 4 times along the innermost loop (the innermost reduction loop of a
 /// reduction kernel) when every value computed per point of it is f32 (or a comparison of
 /// f32s) and reads no f64 (an elementwise kernel's values computed once before the loop may
-/// be f64, see [`crate::hoisted_values`]), every load walks it
+/// be f64, see [`crate::hoisted_values`]; its loop indices may be read as f32, see
+/// [`lane_indices`]), every load walks it
 /// with a stride of at most [`MAX_GATHER_STRIDE`] (strided ones gathering their lanes) and
 /// every store inside it with stride 1; scalar code otherwise (always with an arg reduction,
 /// whose positions are counted point by point).
@@ -160,15 +188,23 @@ fn choose(kernel: &Kernel) -> Schedule {
     // Likewise an elementwise kernel's hoisted values (computed once per run of its innermost
     // loop): they may be f64 when every value computed per point is f32 (a hoisted operand is
     // splatted) and none is stored. Vector code holds f32 lanes and bool masks: other f64 and
-    // every i64 value stays scalar.
+    // every i64 value stays scalar, but a loop index read only as f32 (its casts), which is
+    // the lanes' indices as f32s ([`lane_indices`]).
     let hoisted = crate::hoisted_values(kernel);
+    let lanes = lane_indices(kernel);
     let wide = |v: &ValueId| {
         let ty = kernel.value(*v).ty;
         ty == ScalarType::F64 || ty.is_integer()
     };
     let all_f32 = kernel.values.iter().enumerate().all(|(i, v)| {
         let id = ValueId::from_index(i);
+        let lane_index = |v: &crate::Value| match v.expr {
+            Expr::LoopIndex(_) => lanes[i],
+            Expr::Cast(x) => v.ty == ScalarType::F32 && lanes[x.index()],
+            _ => false,
+        };
         (!kernel.reduce.is_empty() && !stages.is_inner(id))
+            || (kernel.reduce.is_empty() && lane_index(v))
             || (hoisted[i] && !v.ty.is_integer() && kernel.stores.iter().all(|s| s.value != id))
             || (!wide(&id) && !crate::operands(&v.expr).iter().any(wide))
     }) && kernel.buffers.iter().all(|b| {

@@ -47,16 +47,6 @@ impl KernelExecutor for EmulatedPtx {
     ) -> tessera_kernel::Result<()> {
         let rendered = render(kernel, &PtxTarget::SM80)
             .unwrap_or_else(|e| panic!("rendering {}: {e}", kernel.name));
-        let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
-            panic!(
-                "{what} {} failed: {e}\n{}",
-                rendered.name,
-                numbered(&rendered.ptx)
-            )
-        };
-        let module = Module::parse(&rendered.ptx).unwrap_or_else(|e| fail("parsing", &e));
-        let mut memory = GlobalMemory::default();
-        let params = upload(&mut memory, &[(kernel, buffers)], "");
         // Elementwise kernels read their block size from `%ntid.x`; reductions and GEMM or
         // convolution tiles are written for theirs.
         let external = kernel.gemm.is_some() || kernel.conv.is_some();
@@ -66,10 +56,8 @@ impl KernelExecutor for EmulatedPtx {
             rendered.block
         };
         let config = LaunchConfig::new(rendered.blocks_needed.clamp(1, self.max_grid), block);
-        module
-            .launch(&rendered.name, config, &params, &mut memory)
-            .unwrap_or_else(|e| fail("running", &e));
-        download(&memory, &[(kernel, buffers)], "").unwrap_or_else(|e| fail("reading back", &e));
+        let (name, ptx) = (&rendered.name, &rendered.ptx);
+        run_parsed(name, ptx, config, &[(kernel, buffers)], "");
         Ok(())
     }
 
@@ -81,25 +69,34 @@ impl KernelExecutor for EmulatedPtx {
             r.blocks_needed.clamp(1, max_grid)
         })
         .unwrap_or_else(|e| panic!("rendering a group of {}: {e}", kernels[0].name));
-        let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
-            panic!(
-                "{what} {} failed: {e}\n{}",
-                rendered.name,
-                numbered(&rendered.ptx)
-            )
-        };
-        let module = Module::parse(&rendered.ptx).unwrap_or_else(|e| fail("parsing", &e));
-        let mut memory = GlobalMemory::default();
         let pairs: Vec<(&Kernel, &[BufferPtr])> =
             parts.iter().map(|p| (p.kernel, p.buffers)).collect();
-        let params = upload(&mut memory, &pairs, "p");
         let config = LaunchConfig::new(rendered.grid, self.elementwise_block);
-        module
-            .launch(&rendered.name, config, &params, &mut memory)
-            .unwrap_or_else(|e| fail("running", &e));
-        download(&memory, &pairs, "p").unwrap_or_else(|e| fail("reading back", &e));
+        run_parsed(&rendered.name, &rendered.ptx, config, &pairs, "p");
         Ok(())
     }
+}
+
+/// Parses `ptx`, runs its entry `name` with `config` on the parts' buffers (named with
+/// `prefix`, see [`buffer_name`]) and copies their outputs back; a failure to parse, run or
+/// read back panics with the error and the numbered PTX text.
+fn run_parsed(
+    name: &str,
+    ptx: &str,
+    config: LaunchConfig,
+    parts: &[(&Kernel, &[BufferPtr])],
+    prefix: &str,
+) {
+    let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
+        panic!("{what} {name} failed: {e}\n{}", numbered(ptx))
+    };
+    let module = Module::parse(ptx).unwrap_or_else(|e| fail("parsing", &e));
+    let mut memory = GlobalMemory::default();
+    let params = upload(&mut memory, parts, prefix);
+    module
+        .launch(name, config, &params, &mut memory)
+        .unwrap_or_else(|e| fail("running", &e));
+    download(&memory, parts, prefix).unwrap_or_else(|e| fail("reading back", &e));
 }
 
 /// The emulator's name of buffer `i` of part `part` (of the one kernel when `prefix` is

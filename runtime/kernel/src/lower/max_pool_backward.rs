@@ -286,7 +286,7 @@ impl Lowering<'_> {
                             // `g / n`; a tap outside the gradient reads 0 and adds +0, which
                             // changes no sum from +0 (the sum is never -0).
                             Pick::Share(divisors) => {
-                                let n = divisors.at(&mut b, ty, [qh, qw], [oh, ow]);
+                                let n = divisors.at(&mut b, ty, &[qh, qw], &[oh, ow]);
                                 b.push(ty, Expr::Binary(BinaryFn::Div, grad, n))
                             }
                         };

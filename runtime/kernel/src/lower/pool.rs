@@ -7,13 +7,14 @@
 //! windows all lie inside the input the taps are plain strided loads; along one with padding
 //! or ceil mode's windows cut short they are guarded loads ([`crate::guard`]) that read -inf
 //! (max), -0.0 (the identity of the average's sum) or 0 (a u8 tap) outside the input. An
-//! average's divisor is the window's size, or, without `count_include_pad` (or for a window
-//! cut short), the number of taps inside the input, counted per point; a ceil-mode window past
-//! the padding with `count_include_pad` (its padded size) runs the eager kernel. A u8 average
-//! (`quantized_avg_pool2d`, or `avg_pool2d` of u8 values) sums its taps in i64 and divides by
-//! the taps inside the input, computed from the loop indices, as [`super::quant_pool`].
+//! average divides by eager's divisor of its window ([`super::avg_divisors`], picked by the
+//! output coordinates: the window's size, or, without `count_include_pad`, the taps inside the
+//! input, and for a ceil-mode window cut short its extent inside the padded input). A u8
+//! average (`quantized_avg_pool2d`, or `avg_pool2d` of u8 values) sums its taps in i64 and
+//! divides by the taps inside the input, as [`super::quant_pool`].
 
 use super::Lowering;
+use super::avg_divisors::Divisors;
 use super::frame::{Frame, Local};
 use super::quant_pool;
 use crate::{
@@ -122,27 +123,23 @@ impl Lowering<'_> {
                 None => return Ok(Err("an empty or overflowing window".into())),
             }
         }
-        let count_include_pad = reduce
-            == WindowReduce::Mean {
-                count_include_pad: true,
-            };
-        // The divisor of an average: the window's taps, or, where padding does not count or
-        // a ceil-mode window is cut short, the taps inside the input (counted per point).
-        let counted = average
-            && if count_include_pad {
-                match (axes[0].padded_past(), axes[1].padded_past()) {
-                    (false, false) => false,
-                    // Cut short by the input's end with no padding: the taps inside it count.
-                    _ if axes.iter().all(|a| a.pad == 0) => true,
-                    _ => {
-                        return Ok(Err(
-                            "a ceil-mode window past the padding with count_include_pad".into(),
-                        ));
-                    }
+        // Each average window's divisor, eager's (a u8 average never counts padding).
+        let count_include_pad = match reduce {
+            WindowReduce::Max { .. } => None,
+            WindowReduce::Mean { count_include_pad } => Some(count_include_pad),
+            WindowReduce::U8Mean { .. } => Some(false),
+        };
+        let divisors = match count_include_pad {
+            None => None,
+            Some(count_include_pad) => {
+                let input = [axes[0].input, axes[1].input];
+                let output = [axes[0].output, axes[1].output];
+                match Divisors::of(&p, count_include_pad, input, output) {
+                    Some(divisors) => Some(divisors),
+                    None => return Ok(Err("dilated average windows".into())),
                 }
-            } else {
-                axes.iter().any(|a| a.guarded())
-            };
+            }
+        };
         let plane = &layout.strides[nd - 2..];
         let mut outer: Vec<usize> = layout.strides[..nd - 2].to_vec();
         outer.extend([0, 0]);
@@ -173,7 +170,6 @@ impl Lowering<'_> {
                 let k = match at {
                     At::Tap(k) => Some(k),
                     At::Loop => None,
-                    At::Start => continue,
                 };
                 let axis = &axes[a];
                 // The position in the padded input: `o * stride + k * dilation`.
@@ -215,7 +211,17 @@ impl Lowering<'_> {
         };
         // Padding taps: -inf never wins a maximum, -0.0 is the identity of addition.
         let fill = if average { -0.0 } else { f64::NEG_INFINITY };
-        let taps = (p.kernel[0] * p.kernel[1]) as f64;
+        // The divisor, in `ty`, of the window at the output point (the plane's loop indices);
+        // max pooling divides by nothing.
+        let divisor = |b: &mut KernelBuilder, ty| {
+            let q: Vec<ValueId> = (nd - 2..nd)
+                .map(|l| b.push(ScalarType::I64, Expr::LoopIndex(LoopId::from_index(l))))
+                .collect();
+            match &divisors {
+                Some(divisors) => divisors.at(b, ty, &q, &[0, 0]),
+                None => b.push(ty, Expr::Const(1.0)),
+            }
+        };
         let mut indices = None;
         let value = if let WindowReduce::U8Mean { zero_point } = reduce {
             // Padding taps read 0 and the divisor counts the taps inside the input.
@@ -230,7 +236,7 @@ impl Lowering<'_> {
                 let wide = b.push(ScalarType::I64, Expr::Cast(element));
                 b.push(ScalarType::I64, Expr::Reduce(ReduceFn::Sum, wide))
             };
-            let n = taps_inside(b, &axes, nd);
+            let n = divisor(b, ScalarType::I64);
             quant_pool::requantize_mean(b, sum, n, zero_point)
         } else if unrolled {
             let rows: Vec<Vec<ValueId>> = (0..p.kernel[0])
@@ -244,32 +250,8 @@ impl Lowering<'_> {
                 // Eager: each row's sum, then the sum of the rows, divided by the divisor.
                 let sums: Vec<ValueId> = rows.iter().map(|row| fold_sum(b, ty, row)).collect();
                 let sum = fold_sum(b, ty, &sums);
-                let divisor = if counted {
-                    // Taps inside the input: the product of the rows and the columns inside,
-                    // each counted along its own axis (the other read at its start).
-                    let mut counts = Vec::new();
-                    for (a, axis) in axes.iter().enumerate() {
-                        let count = if axis.guarded() {
-                            let inside: Vec<ValueId> = (0..p.kernel[a])
-                                .map(|k| {
-                                    let at = match a {
-                                        0 => (At::Tap(k), At::Start),
-                                        _ => (At::Start, At::Tap(k)),
-                                    };
-                                    inside(b, ty, |b, fill| tap(b, at, fill))
-                                })
-                                .collect();
-                            fold_sum(b, ty, &inside)
-                        } else {
-                            b.push(ty, Expr::Const(p.kernel[a] as f64))
-                        };
-                        counts.push(count);
-                    }
-                    b.push(ty, Expr::Binary(BinaryFn::Mul, counts[0], counts[1]))
-                } else {
-                    b.push(ty, Expr::Const(taps))
-                };
-                b.push(ty, Expr::Binary(BinaryFn::Div, sum, divisor))
+                let n = divisor(b, ty);
+                b.push(ty, Expr::Binary(BinaryFn::Div, sum, n))
             } else if with_indices {
                 let (value, at) = max_with_index(b, ty, &axes, nd, &rows);
                 indices = Some(at);
@@ -294,13 +276,8 @@ impl Lowering<'_> {
             let element = tap(b, (At::Loop, At::Loop), fill);
             if average {
                 let sum = b.push(ty, Expr::Reduce(ReduceFn::Sum, element));
-                let divisor = if counted {
-                    let one = inside(b, ty, |b, fill| tap(b, (At::Loop, At::Loop), fill));
-                    b.push(ty, Expr::Reduce(ReduceFn::Sum, one))
-                } else {
-                    b.push(ty, Expr::Const(taps))
-                };
-                b.push(ty, Expr::Binary(BinaryFn::Div, sum, divisor))
+                let n = divisor(b, ty);
+                b.push(ty, Expr::Binary(BinaryFn::Div, sum, n))
             } else {
                 b.push(ty, Expr::Reduce(ReduceFn::Max, element))
             }
@@ -429,76 +406,6 @@ enum At {
     Tap(usize),
     /// The reduction loop's tap.
     Loop,
-    /// The input's first element along the axis, whatever the window (for a count along the
-    /// other axis).
-    Start,
-}
-
-/// 1 where a tap lies inside the input, 0 in the padding: its guarded loads with fills 0 and 1
-/// read one value inside, which is never less than itself (NaN included), and 0 < 1 outside.
-fn inside(
-    b: &mut KernelBuilder,
-    ty: ScalarType,
-    mut tap: impl FnMut(&mut KernelBuilder, f64) -> ValueId,
-) -> ValueId {
-    let (zero, one) = (tap(b, 0.0), tap(b, 1.0));
-    let outside = b.push(ScalarType::Bool, Expr::Compare(CompareFn::Lt, zero, one));
-    let (no, yes) = (b.push(ty, Expr::Const(0.0)), b.push(ty, Expr::Const(1.0)));
-    b.push(
-        ty,
-        Expr::Select {
-            cond: outside,
-            a: no,
-            b: yes,
-        },
-    )
-}
-
-/// The number of a window's taps inside the input, an i64 (a constant when no axis is
-/// guarded): per axis, `min(start + kernel, input) - max(start, 0)` (at least 0) of the
-/// window's `start = o * stride - pad` (dilation 1, as averages have).
-fn taps_inside(b: &mut KernelBuilder, axes: &[Axis], nd: usize) -> ValueId {
-    let c = |b: &mut KernelBuilder, v: usize| b.push(ScalarType::I64, Expr::Const(v as f64));
-    if !axes.iter().any(Axis::guarded) {
-        let taps = axes.iter().map(|a| a.kernel).product();
-        return c(b, taps);
-    }
-    let mut product = None;
-    for (a, axis) in axes.iter().enumerate() {
-        let count = if axis.guarded() {
-            let o = b.push(
-                ScalarType::I64,
-                Expr::LoopIndex(LoopId::from_index(nd - 2 + a)),
-            );
-            let (stride, pad) = (c(b, axis.stride), c(b, axis.pad));
-            let (kernel, input, zero) = (c(b, axis.kernel), c(b, axis.input), c(b, 0));
-            let at = b.push(ScalarType::I64, Expr::Binary(BinaryFn::Mul, o, stride));
-            let start = b.push(ScalarType::I64, Expr::Binary(BinaryFn::Sub, at, pad));
-            let end = b.push(ScalarType::I64, Expr::Binary(BinaryFn::Add, start, kernel));
-            let select = |b: &mut KernelBuilder, f, x, bound| {
-                let past = b.push(ScalarType::Bool, Expr::Compare(f, x, bound));
-                b.push(
-                    ScalarType::I64,
-                    Expr::Select {
-                        cond: past,
-                        a: bound,
-                        b: x,
-                    },
-                )
-            };
-            let first = select(b, CompareFn::Lt, start, zero);
-            let last = select(b, CompareFn::Gt, end, input);
-            let count = b.push(ScalarType::I64, Expr::Binary(BinaryFn::Sub, last, first));
-            select(b, CompareFn::Lt, count, zero)
-        } else {
-            c(b, axis.kernel)
-        };
-        product = Some(match product {
-            None => count,
-            Some(rows) => b.push(ScalarType::I64, Expr::Binary(BinaryFn::Mul, rows, count)),
-        });
-    }
-    product.unwrap_or_else(|| c(b, 0))
 }
 
 /// One axis of a window (of a pooling, or a convolution's kernel) over an input dim.
@@ -544,13 +451,6 @@ impl Axis {
     /// Whether some tap lies outside the input (in the padding, or past the end in ceil mode).
     pub(super) fn guarded(&self) -> bool {
         self.pad > 0 || self.last_tap().is_none_or(|t| t >= self.input)
-    }
-
-    /// Whether the last window passes the end of the right padding (ceil mode), so that its
-    /// padded size is smaller than the kernel.
-    fn padded_past(&self) -> bool {
-        let start = self.output.saturating_sub(1).saturating_mul(self.stride);
-        start.saturating_add(self.kernel) > self.input.saturating_add(2 * self.pad)
     }
 }
 
