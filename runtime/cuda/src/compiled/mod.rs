@@ -11,5 +11,6 @@ mod host;
 mod layout;
 mod program;
 mod run;
+mod update;
 
 pub use program::{CudaProgram, CudaRunStats, HostStep};
