@@ -5,10 +5,10 @@
 //! must be updated right too. Shared by the emulated test and the GPU one.
 
 use std::sync::Arc;
-use tessera::cuda::CudaStorage;
+use tessera::cuda::{CudaRunStats, CudaStorage};
 use tessera::functional as F;
 use tessera::nn::layers::{Linear, ReLU};
-use tessera::nn::optim::Optimizer;
+use tessera::nn::optim::{Adam, AdamOptions, Optimizer, SGD, SgdOptions};
 use tessera::nn::{Module, ModuleExt, Sequential};
 use tessera::tensor::{DType, Device, Generator, Tensor};
 use tessera::{CompileOptions, CompiledTrainStep, compile_train_step};
@@ -128,4 +128,123 @@ pub fn device_steps_agree<O: Optimizer>(
             }
         }
     }
+}
+
+/// The counters a device step must show after each step: from step `from` on, `per_param`
+/// outputs per parameter written in place (in the report and in the counters) and `copied`
+/// outputs copied out; with CUDA graphs, the second call of a program records nothing, and
+/// the step after a swap records a graph again.
+pub struct InPlaceCounts {
+    pub per_param: usize,
+    pub copied: u64,
+    pub from: usize,
+    pub graphs: bool,
+    /// The step after which a parameter is swapped.
+    pub swap_at: usize,
+    pub last: CudaRunStats,
+}
+
+/// The parameters of [`mlp`].
+pub const PARAMS: usize = 4;
+
+impl InPlaceCounts {
+    /// Checks step `s`; what changed in the counters since the last step.
+    pub fn check<O: Optimizer>(&mut self, s: usize, step: &DeviceStep<O>) -> CudaRunStats {
+        let stats = step.cuda_stats();
+        let d = delta(stats, self.last);
+        self.last = stats;
+        if s >= self.from {
+            let in_place = self.per_param * PARAMS;
+            assert_eq!(step.report().in_place, in_place, "step {s}");
+            assert_eq!(d.outputs_in_place, in_place as u64, "step {s}: {d:?}");
+            assert_eq!(d.outputs_copied, self.copied, "step {s}: {d:?}");
+        }
+        if !self.graphs {
+            assert_eq!((d.graphs_captured, d.graph_launches), (0, 0), "{d:?}");
+        } else if s == self.from + 1 && s <= self.swap_at {
+            assert_eq!(
+                (d.graphs_captured, d.graphs_recaptured),
+                (0, 0),
+                "step {s}: {d:?}"
+            );
+            assert!(d.graph_launches >= 1, "step {s}: {d:?}");
+        } else if s == self.swap_at + 1 {
+            assert!(d.graphs_recaptured >= 1, "step {s}: {d:?}");
+        } else if s == self.swap_at + 2 {
+            assert_eq!(
+                d.graphs_captured, 0,
+                "the new weight's graph replays: {d:?}"
+            );
+        }
+        d
+    }
+}
+
+/// What changed between two snapshots of the counters.
+pub fn delta(after: CudaRunStats, before: CudaRunStats) -> CudaRunStats {
+    CudaRunStats {
+        calls: after.calls - before.calls,
+        kernel_launches: after.kernel_launches - before.kernel_launches,
+        graphs_captured: after.graphs_captured - before.graphs_captured,
+        graph_launches: after.graph_launches - before.graph_launches,
+        graphs_recaptured: after.graphs_recaptured - before.graphs_recaptured,
+        host_steps: after.host_steps - before.host_steps,
+        outputs_in_place: after.outputs_in_place - before.outputs_in_place,
+        outputs_copied: after.outputs_copied - before.outputs_copied,
+    }
+}
+
+/// SGD with momentum and weight decay.
+pub fn sgd(params: Vec<Tensor>) -> SGD {
+    let options = SgdOptions {
+        lr: 0.1,
+        momentum: 0.9,
+        weight_decay: 1e-2,
+        ..Default::default()
+    };
+    SGD::new(params, options).unwrap()
+}
+
+/// Adam with weight decay.
+pub fn adam(params: Vec<Tensor>) -> Adam {
+    let options = AdamOptions {
+        lr: 0.01,
+        weight_decay: 1e-2,
+        ..Default::default()
+    };
+    Adam::new(params, options).unwrap()
+}
+
+/// SGD steps (the first makes the momentum buffers: a program of its own; from the second
+/// on each parameter and its buffer are written in place, only the loss copied out) and
+/// Adam steps (each parameter and its two moments in place; the step counts, kept on the CPU
+/// as PyTorch keeps them, come back with the loss), on `device`; `more(step, counters)` adds
+/// checks of its own after each SGD step.
+pub fn sgd_and_adam_update_in_place(
+    device: Device,
+    graphs: bool,
+    more: &mut dyn FnMut(usize, CudaRunStats),
+) {
+    let mut counts = InPlaceCounts {
+        per_param: 2,
+        copied: 1,
+        from: 1,
+        graphs,
+        swap_at: 2,
+        last: CudaRunStats::default(),
+    };
+    let mut check = |s: usize, step: &DeviceStep<SGD>| more(s, counts.check(s, step));
+    device_steps_agree(device, graphs, &sgd, 5, 2, &mut check);
+    let mut counts = InPlaceCounts {
+        per_param: 3,
+        copied: 1 + PARAMS as u64,
+        from: 0,
+        graphs,
+        swap_at: 2,
+        last: CudaRunStats::default(),
+    };
+    let mut check = |s: usize, step: &DeviceStep<Adam>| {
+        counts.check(s, step);
+    };
+    device_steps_agree(device, graphs, &adam, 4, 2, &mut check);
 }
