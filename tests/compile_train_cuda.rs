@@ -4,8 +4,10 @@
 //! state straight into the tensors' device memory (counted: written in place, nothing copied
 //! out or back for them; the parameters keep their memory); later calls replay the captured
 //! CUDA graphs; a parameter swapped for a tensor in other memory makes the graph be recorded
-//! again and is updated right; a step that fails (a class out of range) writes nothing.
-//! (Its own test binary: the backend registry is per process.)
+//! again and is updated right; a step that fails (a class out of range) writes nothing. A
+//! `CudaProgram` writes in place only targets that fit (packed CUDA tensors of its device,
+//! the inputs they update or new ones) and never one tensor for two outputs, and equals its
+//! copying run bit for bit. (Its own test binary: the backend registry is per process.)
 
 mod compile_train_cuda_steps;
 #[path = "../runtime/cuda/tests/emulated_driver/mod.rs"]
@@ -18,8 +20,12 @@ use compile_train_cuda_steps::{
 };
 use emulated_driver::EmulatedDriver;
 use std::sync::{Arc, OnceLock};
-use tessera::cuda::{CudaBackend, init_with_driver};
+use tessera::cuda::{CudaBackend, CudaProgram, init_with_driver};
+use tessera::fx::Graph;
+use tessera::kernel::Interpreter;
 use tessera::nn::ModuleExt;
+use tessera::tensor::op::{BinaryOp, OptimOp, ReduceKind, ReduceOp};
+use tessera::tensor::{DType, Op, TensorMeta};
 use tessera::tensor::{Device, Tensor};
 use tessera::{CompileOptions, compile_train_step};
 
@@ -136,4 +142,155 @@ fn ce(out: &Tensor, target: &Tensor) -> tessera::nn::Result<Tensor> {
         target,
         Default::default(),
     )?)
+}
+
+/// `s = sum(p * g)` (reading `p` before its update, as a forward does) and SGD with
+/// momentum's new `p` and `b`, over `[37]` vectors; inputs `lr, p, g, b`.
+fn sgd_program() -> (tessera::kernel::Program, Vec<Tensor>) {
+    let sgd = Op::Optim(OptimOp::SgdUpdate {
+        momentum: 0.9,
+        dampening: 0.0,
+        weight_decay: 1e-3,
+        nesterov: false,
+        maximize: false,
+    });
+    let mut g = Graph::new();
+    let lr = g.placeholder("lr", TensorMeta::new([], DType::F64));
+    let meta = TensorMeta::new([37], DType::F32);
+    let [p, grad, b] = ["p", "g", "b"].map(|n| g.placeholder(n, meta.clone()));
+    let pg = g
+        .call_function(Op::Binary(BinaryOp::Mul), &[&p, &grad])
+        .unwrap();
+    let sum = Op::Reduce(ReduceOp {
+        kind: ReduceKind::Sum,
+        dims: vec![0],
+        keepdim: false,
+    });
+    let s = g.call_function(sum, &[&pg]).unwrap();
+    let update = g.call_function(sgd, &[&p, &grad, &b, &lr]).unwrap();
+    let (p_new, b_new) = (
+        g.getitem(&update, 0).unwrap(),
+        g.getitem(&update, 1).unwrap(),
+    );
+    g.output(&[&s, &p_new, &b_new]).unwrap();
+    let program = tessera::kernel::lower(&g, &[]).unwrap();
+    let vector = |k: usize| {
+        let v: Vec<f32> = (0..37).map(|i| ((i * 5 + k) as f32 * 0.37).sin()).collect();
+        Tensor::from_vec(v, &[37]).unwrap()
+    };
+    let inputs = vec![Tensor::scalar(0.05f64), vector(0), vector(1), vector(2)];
+    (program, inputs)
+}
+
+fn host_values(t: &Tensor) -> Vec<f32> {
+    t.to_device(Device::Cpu).unwrap().to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn a_cuda_program_writes_in_place_only_the_targets_that_fit() {
+    let _serial = serial();
+    let (_, backend) = backend();
+    let device = Device::Cuda(2);
+    let (program, host) = sgd_program();
+    let plan = tessera::kernel::MemoryPlan::new(&program);
+    let no_attribute = |name: &str| Err(format!("no attribute {name}"));
+    let prepared = CudaProgram::new(backend, 2, &program, &plan, &no_attribute, true).unwrap();
+    let on = |ts: &[Tensor]| -> Vec<Tensor> {
+        ts.iter().map(|t| t.to_device(device).unwrap()).collect()
+    };
+    let want: Vec<Vec<f32>> = prepared
+        .run(&on(&host), &Interpreter)
+        .unwrap()
+        .iter()
+        .map(host_values)
+        .collect();
+    let zeros = || {
+        Tensor::zeros(&[37], DType::F32)
+            .unwrap()
+            .to_device(device)
+            .unwrap()
+    };
+    // Each case: the targets of outputs 1 and 2 (given the inputs), and which of them are
+    // written in place: packed CUDA tensors of the device, the inputs they update or not.
+    type Targets<'a> = dyn Fn(&[Tensor]) -> [Tensor; 2] + 'a;
+    let strided = || {
+        let t = Tensor::zeros(&[37, 2], DType::F32)
+            .unwrap()
+            .to_device(device)
+            .unwrap();
+        t.select(1, 0).unwrap()
+    };
+    let cases: [(&str, &Targets<'_>, [bool; 2]); 5] = [
+        (
+            "the inputs",
+            &|i| [i[1].clone(), i[3].clone()],
+            [true, true],
+        ),
+        ("new tensors", &|_| [zeros(), zeros()], [true, true]),
+        // One kernel writes both: a target that does not fit keeps both out of place.
+        (
+            "a CPU tensor",
+            &|i| [Tensor::zeros(&[37], DType::F32).unwrap(), i[3].clone()],
+            [false, false],
+        ),
+        (
+            "a strided view",
+            &|i| [i[1].clone(), strided()],
+            [false, false],
+        ),
+        // Two outputs never write one tensor; the second, returned, is written by the
+        // kernel writing the first, which then writes neither in place (nothing that could
+        // fail, on the CPU an allocation, may follow an in-place write).
+        (
+            "one tensor twice",
+            &|_| {
+                let t = zeros();
+                [t.clone(), t]
+            },
+            [false, false],
+        ),
+    ];
+    for (what, targets, in_place) in cases {
+        let inputs = on(&host);
+        let [p, b] = targets(&inputs);
+        let before = [host_values(&p), host_values(&b)];
+        let stats = prepared.stats();
+        let out = prepared
+            .run_updating(
+                &inputs,
+                &[None, Some(p.clone()), Some(b.clone())],
+                &Interpreter,
+            )
+            .unwrap();
+        assert_eq!(
+            host_values(out[0].as_ref().unwrap()),
+            want[0],
+            "{what}: the sum"
+        );
+        let written = (prepared.stats().outputs_in_place - stats.outputs_in_place) as usize;
+        assert_eq!(written, in_place.iter().filter(|b| **b).count(), "{what}");
+        for (k, target) in [&p, &b].into_iter().enumerate() {
+            let out = &out[k + 1];
+            assert_eq!(out.is_none(), in_place[k], "{what}: output {}", k + 1);
+            match out {
+                None => assert_eq!(host_values(target), want[k + 1], "{what}: {k}"),
+                Some(value) => {
+                    assert_eq!(host_values(value), want[k + 1], "{what}: {k}");
+                    assert_eq!(host_values(target), before[k], "{what}: {k} untouched");
+                }
+            }
+        }
+        let untouched = if what == "the inputs" { [2] } else { [1] };
+        for i in untouched {
+            assert_eq!(
+                host_values(&inputs[i]),
+                host_values(&host[i]),
+                "{what}: input {i}"
+            );
+        }
+    }
+    let err = prepared
+        .run_updating(&on(&host), &[None], &Interpreter)
+        .unwrap_err();
+    assert!(err.to_string().contains("1 update targets"), "{err}");
 }

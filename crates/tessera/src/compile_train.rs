@@ -5,7 +5,8 @@
 //!
 //! Parameters, buffers and optimizer state are the graph's inputs, read live on every call;
 //! the program returns the loss, and its update kernels (the last steps) write the new values
-//! over those tensors in place where that is safe (`tessera_kernel::run_planned_updating`);
+//! over those tensors in place where that is safe (`tessera_kernel::run_planned_updating`; on a
+//! CUDA device `tessera_cuda::CudaProgram::run_updating`, in the tensors' device memory);
 //! any other new value is returned and copied into its tensor after the call. So the module, the optimizer and its `state_dict` are the caller's own, and eager
 //! and compiled steps can be mixed on them. Learning rates are run-time inputs (schedulers
 //! work); a step whose update differs (SGD's first step with momentum, which has no buffer
