@@ -7,7 +7,8 @@
 //! again and is updated right; a step that fails (a class out of range) writes nothing. A
 //! `CudaProgram` writes in place only targets that fit (packed CUDA tensors of its device,
 //! the inputs they update or new ones) and never one tensor for two outputs, and equals its
-//! copying run bit for bit. (Its own test binary: the backend registry is per process.)
+//! copying run bit for bit. Eager Adam on the device makes its moments there, as
+//! `torch.zeros_like` does. (Its own test binary: the backend registry is per process.)
 
 mod compile_train_cuda_steps;
 #[path = "../runtime/cuda/tests/emulated_driver/mod.rs"]
@@ -23,7 +24,8 @@ use std::sync::{Arc, OnceLock};
 use tessera::cuda::{CudaBackend, CudaProgram, init_with_driver};
 use tessera::fx::Graph;
 use tessera::kernel::Interpreter;
-use tessera::nn::ModuleExt;
+use tessera::nn::optim::Optimizer;
+use tessera::nn::{Call, ModuleExt};
 use tessera::tensor::op::{BinaryOp, OptimOp, ReduceKind, ReduceOp};
 use tessera::tensor::{DType, Op, TensorMeta};
 use tessera::tensor::{Device, Tensor};
@@ -293,4 +295,50 @@ fn a_cuda_program_writes_in_place_only_the_targets_that_fit() {
         .run_updating(&on(&host), &[None], &Interpreter)
         .unwrap_err();
     assert!(err.to_string().contains("1 update targets"), "{err}");
+}
+
+#[test]
+fn eager_adam_on_the_device_makes_its_moments_there_and_equals_the_cpu() {
+    let _serial = serial();
+    backend();
+    let device = Device::Cuda(3);
+    let (on_cpu, on_device) = (mlp(8), mlp(8));
+    on_device.to_device(device).unwrap();
+    let mut cpu_opt = compile_train_cuda_steps::adam(parameters(&*on_cpu));
+    let mut device_opt = compile_train_cuda_steps::adam(parameters(&*on_device));
+    let (x, t) = batch(9);
+    let (xd, td) = (x.to_device(device).unwrap(), t.to_device(device).unwrap());
+    for s in 0..2 {
+        for (model, opt, x, t) in [
+            (&on_cpu, &mut cpu_opt, &x, &t),
+            (&on_device, &mut device_opt, &xd, &td),
+        ] {
+            opt.zero_grad(true);
+            ce(&model.call(x.clone()).unwrap(), t)
+                .unwrap()
+                .backward()
+                .unwrap();
+            opt.step().unwrap();
+        }
+        for (i, (d, c)) in parameters(&*on_device)
+            .iter()
+            .zip(parameters(&*on_cpu))
+            .enumerate()
+        {
+            let d = d.to_device(Device::Cpu).unwrap();
+            tessera_testkit::assert_close(&d, &c, 1e-5, 1e-5, &format!("step {s}: {i}"));
+        }
+    }
+    // The moments on the parameters' device, the step counts on the CPU (as PyTorch's).
+    let state = format!("{:?}", device_opt.state_dict());
+    let tensors: Vec<&str> = state.split("Tensor(shape=").skip(1).collect();
+    assert_eq!(tensors.len(), 3 * 4, "{state}");
+    for t in tensors {
+        let device = if t.starts_with("[]") {
+            "device=cpu"
+        } else {
+            "device=cuda:3"
+        };
+        assert!(t.contains(device), "{t}");
+    }
 }

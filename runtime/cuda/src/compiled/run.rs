@@ -19,19 +19,20 @@ impl CudaProgram {
     /// Runs the program on `inputs` (CUDA tensors of this device, one per program input),
     /// host steps with `executor`; returns the outputs as CUDA tensors.
     pub fn run(&self, inputs: &[Tensor], executor: &dyn KernelExecutor) -> Result<Vec<Tensor>> {
+        let _one_at_a_time = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let outputs = self.run_bound(inputs, &Binding::none(), executor)?;
         Ok(outputs.into_iter().flatten().collect())
     }
 
     /// Runs the program with the slots `bound` binds in their memory; the outputs it does not
-    /// write in place come back as new CUDA tensors, the others as `None`.
+    /// write in place come back as new CUDA tensors, the others as `None`. The caller holds
+    /// `running` (runs share the arena).
     pub(crate) fn run_bound(
         &self,
         inputs: &[Tensor],
         bound: &Binding,
         executor: &dyn KernelExecutor,
     ) -> Result<Vec<Option<Tensor>>> {
-        let _one_at_a_time = self.running.lock().unwrap_or_else(|e| e.into_inner());
         self.copy_inputs(inputs, bound)?;
         // Nothing allocates once a kernel may have written in place.
         let outputs = (self.program.outputs.iter().enumerate())

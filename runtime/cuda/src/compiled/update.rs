@@ -105,6 +105,8 @@ impl CudaProgram {
             .filter_map(|c| targets[c.output].as_ref())
             .collect();
         let slots = self.program.slots.len();
+        // The run's lock before the targets': a plain run holding it may be reading them.
+        let _one_at_a_time = self.running.lock().unwrap_or_else(|e| e.into_inner());
         with_locked(
             self.state.ordinal,
             &locked,
