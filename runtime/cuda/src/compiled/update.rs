@@ -14,11 +14,14 @@ use crate::{CudaError, Result};
 use tessera_kernel::{InPlaceOutput, KernelExecutor, SlotId, SlotSource, UpdateTarget};
 use tessera_tensor::{Device, Tensor};
 
+/// Device memory a slot is bound to: its address and bytes.
+pub(crate) type Memory = (DevicePtr, usize);
+
 /// The memory one call binds slots to instead of their places in the arena (the targets
 /// written in place, each with its slots), and which outputs that writes.
 #[derive(Debug, Default)]
 pub(crate) struct Binding {
-    slots: Vec<Option<(DevicePtr, usize)>>,
+    slots: Vec<Option<Memory>>,
     in_place: Vec<bool>,
     first_write: Option<usize>,
 }
@@ -30,7 +33,7 @@ impl Binding {
     }
 
     /// `chosen[i]`'s slots bound to `memory[i]` (its target's address and bytes).
-    fn new(slots: usize, chosen: &[InPlaceOutput], memory: &[(DevicePtr, usize)]) -> Binding {
+    fn new(slots: usize, chosen: &[InPlaceOutput], memory: &[Memory]) -> Binding {
         let mut bound = Binding {
             slots: vec![None; slots],
             in_place: Vec::new(),
@@ -49,7 +52,7 @@ impl Binding {
     }
 
     /// The memory `slot` is bound to, if any.
-    pub(crate) fn slot(&self, slot: SlotId) -> Option<(DevicePtr, usize)> {
+    pub(crate) fn slot(&self, slot: SlotId) -> Option<Memory> {
         self.slots.get(slot.index()).copied().flatten()
     }
 
@@ -171,8 +174,8 @@ impl CudaProgram {
 fn with_locked<R>(
     ordinal: usize,
     targets: &[&Tensor],
-    memory: &mut Vec<(DevicePtr, usize)>,
-    f: &mut dyn FnMut(&[(DevicePtr, usize)]) -> Result<R>,
+    memory: &mut Vec<Memory>,
+    f: &mut dyn FnMut(&[Memory]) -> Result<R>,
 ) -> Result<R> {
     let Some((first, rest)) = targets.split_first() else {
         return f(memory);
