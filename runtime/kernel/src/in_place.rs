@@ -10,10 +10,12 @@
 //! overwritten, by the same point of the nest, whatever the split across threads), and no
 //! other kernel of its launch group reads `t` (the group's kernels run at once). So that a
 //! failed run leaves every updated tensor as it was, the steps from the first in-place write
-//! on must all be kernels writing only in place: nothing after it allocates or calls out (an
-//! update followed by a step that does is returned instead).
+//! on must all be kernels writing only in place or into the arena: nothing after it allocates
+//! or calls out (an update followed by a step that does is returned instead). So Adam's step
+//! counts, written by kernels whose other outputs (the bias corrections) only the updates
+//! read, are written in place too.
 
-use crate::{BufferRole, Expr, MemoryPlan, Program, SlotId, Step};
+use crate::{BufferRole, Expr, MemoryPlan, Program, SlotHome, SlotId, Step};
 
 /// Output `k`'s target as a runner sees it, given only where the target fits the output (its
 /// shape, dtype and packed layout, in memory of the runner's device).
@@ -71,12 +73,14 @@ pub fn in_place_outputs(
         }
     }
     // Nothing after the first in-place write may fail: from it on, only kernels writing in
-    // place. A step that is not one (an eager call, a kernel allocating an output) drops
-    // every update before it, which may make more kernels allocate: until none changes.
+    // place or into the arena. A step that is not one (an eager call, a kernel allocating an
+    // output) drops every update before it, which may make more kernels allocate: until none
+    // changes.
     loop {
         let written: Vec<SlotId> = chosen.iter().map(|c| c.slots[0]).collect();
+        let quiet = |s: &SlotId| written.contains(s) || matches!(plan.home(*s), SlotHome::Arena(_));
         let loud = program.steps.iter().rposition(|step| match step {
-            Step::Kernel { outputs, .. } => !outputs.iter().all(|s| written.contains(s)),
+            Step::Kernel { outputs, .. } => !outputs.iter().all(quiet),
             Step::External { .. } => true,
         });
         let before = chosen.len();
