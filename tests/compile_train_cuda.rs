@@ -191,7 +191,7 @@ fn host_values(t: &Tensor) -> Vec<f32> {
 #[test]
 fn a_cuda_program_writes_in_place_only_the_targets_that_fit() {
     let _serial = serial();
-    let (_, backend) = backend();
+    let (driver, backend) = backend();
     let device = Device::Cuda(2);
     let (program, host) = sgd_program();
     let plan = tessera::kernel::MemoryPlan::new(&program);
@@ -256,7 +256,7 @@ fn a_cuda_program_writes_in_place_only_the_targets_that_fit() {
         let inputs = on(&host);
         let [p, b] = targets(&inputs);
         let before = [host_values(&p), host_values(&b)];
-        let stats = prepared.stats();
+        let (stats, copies) = (prepared.stats(), driver.counters().copies_on_device);
         let out = prepared
             .run_updating(
                 &inputs,
@@ -264,6 +264,15 @@ fn a_cuda_program_writes_in_place_only_the_targets_that_fit() {
                 &Interpreter,
             )
             .unwrap();
+        // Device copies: the four inputs in and the three outputs out, less the inputs read
+        // where they are and the outputs written in place.
+        let bound_inputs = if what == "the inputs" { 2 } else { 0 };
+        let in_place_outputs = in_place.iter().filter(|b| **b).count() as u64;
+        assert_eq!(
+            driver.counters().copies_on_device - copies,
+            (4 - bound_inputs) + (3 - in_place_outputs),
+            "{what}"
+        );
         assert_eq!(
             host_values(out[0].as_ref().unwrap()),
             want[0],
