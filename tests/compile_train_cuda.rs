@@ -214,7 +214,8 @@ fn a_cuda_program_writes_in_place_only_the_targets_that_fit() {
     };
     // Each case: the targets of outputs 1 and 2 (given the inputs), and which of them are
     // written in place: packed CUDA tensors of the device, the inputs they update or not.
-    type Targets<'a> = dyn Fn(&[Tensor]) -> [Tensor; 2] + 'a;
+    // A case may replace inputs.
+    type Targets<'a> = dyn Fn(&mut [Tensor]) -> [Tensor; 2] + 'a;
     let strided = || {
         let t = Tensor::zeros(&[37, 2], DType::F32)
             .unwrap()
@@ -222,7 +223,7 @@ fn a_cuda_program_writes_in_place_only_the_targets_that_fit() {
             .unwrap();
         t.select(1, 0).unwrap()
     };
-    let cases: [(&str, &Targets<'_>, [bool; 2]); 5] = [
+    let cases: [(&str, &Targets<'_>, [bool; 2]); 6] = [
         (
             "the inputs",
             &|i| [i[1].clone(), i[3].clone()],
@@ -240,6 +241,22 @@ fn a_cuda_program_writes_in_place_only_the_targets_that_fit() {
             &|i| [i[1].clone(), strided()],
             [false, false],
         ),
+        // `p` in the second half of a block whose first half is its target: not where the
+        // update kernel would read it.
+        (
+            "another part of an input's memory",
+            &|i| {
+                let block = Tensor::zeros(&[74], DType::F32)
+                    .unwrap()
+                    .to_device(device)
+                    .unwrap();
+                let p = block.narrow(0, 37, 37).unwrap();
+                p.copy_(&i[1]).unwrap();
+                i[1] = p;
+                [block.narrow(0, 0, 37).unwrap(), i[3].clone()]
+            },
+            [false, false],
+        ),
         // Two outputs never write one tensor; the second, returned, is written by the
         // kernel writing the first, which then writes neither in place (nothing that could
         // fail, on the CPU an allocation, may follow an in-place write).
@@ -253,8 +270,8 @@ fn a_cuda_program_writes_in_place_only_the_targets_that_fit() {
         ),
     ];
     for (what, targets, in_place) in cases {
-        let inputs = on(&host);
-        let [p, b] = targets(&inputs);
+        let mut inputs = on(&host);
+        let [p, b] = targets(&mut inputs);
         let before = [host_values(&p), host_values(&b)];
         let (stats, copies) = (prepared.stats(), driver.counters().copies_on_device);
         let out = prepared

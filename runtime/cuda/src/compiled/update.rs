@@ -11,6 +11,7 @@ use super::program::CudaProgram;
 use crate::driver::DevicePtr;
 use crate::tensor::storage::CudaStorage;
 use crate::{CudaError, Result};
+use std::collections::{HashMap, HashSet};
 use tessera_kernel::{InPlaceOutput, KernelExecutor, SlotId, SlotSource, UpdateTarget};
 use tessera_tensor::{Device, Tensor};
 
@@ -93,13 +94,13 @@ impl CudaProgram {
                 ),
             });
         }
-        let fitting: Vec<Option<UpdateTarget>> = targets
-            .iter()
-            .enumerate()
-            .map(|(k, t)| self.update_target(k, t.as_ref()?, inputs))
+        let holders = self.holders(inputs);
+        let places: Vec<Option<Place>> = targets.iter().map(|t| self.place(t.as_ref()?)).collect();
+        let fitting: Vec<Option<UpdateTarget>> = (targets.iter().zip(&places).enumerate())
+            .map(|(k, (t, place))| self.update_target(k, t.as_ref()?, (*place)?, &holders))
             .collect();
-        let shares = |k: usize, j: usize| match (&targets[k], &targets[j]) {
-            (Some(a), Some(b)) => a.shares_storage(b),
+        let shares = |k: usize, j: usize| match (places[k], places[j]) {
+            (Some(a), Some(b)) => a.block == b.block,
             _ => false,
         };
         let chosen = tessera_kernel::in_place_outputs(&self.program, &self.plan, &fitting, &shares);
@@ -121,52 +122,94 @@ impl CudaProgram {
         )
     }
 
-    /// Output `k`'s target `t` as the in-place rule takes it, when it fits: the input slots
-    /// holding it (each such input the same packed tensor of its slot's size), and no
-    /// uploaded attribute sharing its storage.
-    fn update_target(&self, k: usize, t: &Tensor, inputs: &[Tensor]) -> Option<UpdateTarget> {
+    /// Output `k`'s target `t`, at `place`, as the in-place rule takes it, when it fits: the
+    /// input slots holding it (each such input the same packed tensor, of the output's size),
+    /// and no uploaded attribute in its memory.
+    fn update_target(
+        &self,
+        k: usize,
+        t: &Tensor,
+        place: Place,
+        holders: &Holders,
+    ) -> Option<UpdateTarget> {
         let meta = self.plan.outputs().get(k)?;
         let fits = t
             .with_layout(|l, d| l.is_contiguous() && l.shape == meta.shape && d == meta.dtype)
             && t.device() == Device::Cuda(self.state.ordinal);
-        let address = self.address(t).filter(|_| fits)?;
+        if !fits || holders.attributes.contains(&place.block) {
+            return None;
+        }
         let mut aliases = Vec::new();
-        for (i, slot) in self.program.slots.iter().enumerate() {
-            match &slot.source {
-                SlotSource::Input(n) => {
-                    let input = inputs.get(*n)?;
-                    if !input.shares_storage(t) {
-                        continue;
-                    }
-                    let same = input.is_contiguous()
-                        && input.dtype() == slot.meta.dtype
-                        && input.numel() == slot.meta.numel()
-                        && input.numel() == meta.numel()
-                        && self.address(input) == Some(address);
-                    if !same {
-                        return None;
-                    }
-                    aliases.push(SlotId::from_index(i));
-                }
-                SlotSource::Attribute(_) if self.attributes.iter().any(|a| a.shares_storage(t)) => {
-                    return None;
-                }
-                _ => {}
+        for &(slot, first) in holders.inputs.get(&place.block).into_iter().flatten() {
+            let slot_meta = &self.program.slot(slot).meta;
+            let same = first == Some(place.first)
+                && slot_meta.dtype == meta.dtype
+                && slot_meta.numel() == meta.numel();
+            if !same {
+                return None;
             }
+            aliases.push(slot);
         }
         Some(UpdateTarget { aliases })
     }
 
-    /// The device address of `t`'s first element, when it is CUDA memory of this device.
-    fn address(&self, t: &Tensor) -> Option<DevicePtr> {
+    /// The input slots and attributes of a call with `inputs`, by the memory block they are in.
+    fn holders(&self, inputs: &[Tensor]) -> Holders {
+        let mut holders = Holders::default();
+        for (i, slot) in self.program.slots.iter().enumerate() {
+            let SlotSource::Input(n) = slot.source else {
+                continue;
+            };
+            let Some((input, place)) = inputs.get(n).and_then(|t| Some((t, self.place(t)?))) else {
+                continue;
+            };
+            let packed = input.is_contiguous()
+                && input.dtype() == slot.meta.dtype
+                && input.numel() == slot.meta.numel();
+            holders
+                .inputs
+                .entry(place.block)
+                .or_default()
+                .push((SlotId::from_index(i), packed.then_some(place.first)));
+        }
+        for a in &self.attributes {
+            if let Some(place) = self.place(a) {
+                holders.attributes.insert(place.block);
+            }
+        }
+        holders
+    }
+
+    /// Where `t` lives, when it is CUDA memory of this device.
+    fn place(&self, t: &Tensor) -> Option<Place> {
         t.with_device_memory(|m, layout| {
             (m as &dyn std::any::Any)
                 .downcast_ref::<CudaStorage>()
                 .filter(|s| s.ordinal() == self.state.ordinal)
-                .map(|s| s.ptr().add(layout.offset * s.element_bytes()))
+                .map(|s| Place {
+                    block: s.ptr(),
+                    first: s.ptr().add(layout.offset * s.element_bytes()),
+                })
         })
         .flatten()
     }
+}
+
+/// Where a tensor lives: the start of its storage's block (tensors sharing memory share it)
+/// and the address of its first element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Place {
+    block: DevicePtr,
+    first: DevicePtr,
+}
+
+/// The input slots and uploaded attributes of one call by the block of their memory: for
+/// each input slot, the address of its tensor's first element when that tensor is the
+/// slot's packed value (else `None`).
+#[derive(Debug, Default)]
+struct Holders {
+    inputs: HashMap<DevicePtr, Vec<(SlotId, Option<DevicePtr>)>>,
+    attributes: HashSet<DevicePtr>,
 }
 
 /// Write-locks the storage of each of `targets` in turn (bumping its version), collecting
