@@ -323,12 +323,12 @@ fn a_step_whose_weights_only_kernels_read_updates_every_parameter_in_place() {
 }
 
 #[test]
-fn an_adam_step_writes_its_parameters_and_moments_in_place_in_one_launch() {
+fn an_adam_step_writes_its_parameters_moments_and_step_counts_in_place_in_one_launch() {
     // Adam records each parameter's step scalars before its update: the updates move past
     // the later parameters' scalars into one launch group at the end of the step, where
-    // each writes its parameter and moments in place (the step counters, written by the
-    // scalars' kernels before them, are copied); the scalars, then side by side, are one
-    // launch group too.
+    // each writes its parameter and moments in place; the scalars, then side by side, are
+    // one launch group too, and write the step counts in place (their other outputs, the
+    // bias corrections, live in the arena: nothing after the first in-place write allocates).
     let options = AdamOptions {
         lr: 0.01,
         weight_decay: 1e-2,
@@ -338,7 +338,7 @@ fn an_adam_step_writes_its_parameters_and_moments_in_place_in_one_launch() {
         6,
         |p| Adam::new(p, options.clone()).unwrap(),
         |s, report, params| {
-            assert_eq!(report.in_place, 3 * params, "step {s}");
+            assert_eq!(report.in_place, 4 * params, "step {s}");
             assert_eq!(report.update_launches, 1, "step {s}");
             assert_eq!(report.last.launch_groups, vec![params, params], "step {s}");
         },

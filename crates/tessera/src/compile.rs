@@ -162,6 +162,15 @@ pub enum CompileError {
         #[source]
         source: Box<tessera_tensor::TensorError>,
     },
+    /// Moving an argument of a compiled training step (a learning rate, an optimizer state
+    /// tensor kept on the CPU, such as Adam's step count) to the device the step runs on failed.
+    #[error("training step: moving {what} to {device}: {source}")]
+    ArgumentDevice {
+        what: String,
+        device: Device,
+        #[source]
+        source: Box<tessera_tensor::TensorError>,
+    },
     /// Writing the kernels into a folder failed.
     #[error("writing the kernels into {dir}: {source}")]
     Dump {
@@ -685,17 +694,20 @@ impl CompiledModule {
     /// tensor in place when it is safe ([`tessera_kernel::run_planned_updating`]: the kernel
     /// reads the tensor last, elementwise at the index it writes, and nothing that could fail
     /// runs after the first such write), and it is then `None` in the result; every other
-    /// output is returned for the caller to copy. On a device every output is returned.
+    /// output is returned for the caller to copy. On a CUDA device the same rule binds the
+    /// updating kernels' outputs to the targets' device memory
+    /// ([`tessera_cuda::CudaProgram::run_updating`]).
     pub(crate) fn run_updating(
         &self,
         inputs: &[Tensor],
         targets: &[Option<Tensor>],
     ) -> Result<Vec<Option<Tensor>>, CompileError> {
-        if self.options.device != Device::Cpu {
-            return Ok(self.run(inputs)?.into_iter().map(Some).collect());
-        }
         self.check_hooks()?;
+        cuda::check_devices(self.options.device, inputs)?;
         let (compiled, gm) = self.program_for(inputs)?;
+        if let Some(device_program) = &compiled.cuda {
+            return Ok(device_program.run_updating(inputs, targets, compiled.executor())?);
+        }
         let env = Attributes(&gm);
         let (program, plan) = (&compiled.program, &compiled.plan);
         let outputs = compiled.with_workspace(|ws| {

@@ -5,7 +5,8 @@
 //!
 //! Parameters, buffers and optimizer state are the graph's inputs, read live on every call;
 //! the program returns the loss, and its update kernels (the last steps) write the new values
-//! over those tensors in place where that is safe (`tessera_kernel::run_planned_updating`);
+//! over those tensors in place where that is safe (`tessera_kernel::run_planned_updating`; on a
+//! CUDA device `tessera_cuda::CudaProgram::run_updating`, in the tensors' device memory);
 //! any other new value is returned and copied into its tensor after the call. So the module, the optimizer and its `state_dict` are the caller's own, and eager
 //! and compiled steps can be mixed on them. Learning rates are run-time inputs (schedulers
 //! work); a step whose update differs (SGD's first step with momentum, which has no buffer
@@ -27,7 +28,7 @@ use graph::{Feed, JointStep, joint_step};
 use record::{RecordedUpdate, UpdateRecord, UpdateShape};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_tensor::{Tensor, TensorId, TensorMeta, no_grad};
+use tessera_tensor::{Device, Tensor, TensorId, TensorMeta, no_grad};
 
 /// The loss of a training step: `loss(output, target)`.
 pub type LossFn = dyn Fn(&Tensor, &Tensor) -> crate::nn::Result<Tensor>;
@@ -56,14 +57,35 @@ struct TracedBatch {
 }
 
 /// A compiled step, what feeds its inputs, and its arguments, kept between calls: module
-/// state is bound once, the batch and optimizer state are rebound per call (handle clones),
-/// and each learning rate is a 0-d tensor refilled only when its value changes.
+/// state is bound once, the batch and optimizer state are rebound per call (handle clones;
+/// a copy on the step's device of optimizer state kept elsewhere, as Adam's step counts on
+/// the CPU), and each learning rate is a 0-d tensor on that device, refilled only when its
+/// value changes.
 struct StepProgram {
     compiled: CompiledModule,
     feeds: Vec<Feed>,
     args: Vec<Tensor>,
     /// The learning rates `args` hold, by run-time scalar.
     scalars: Vec<f64>,
+    /// The device the program runs on.
+    device: Device,
+}
+
+/// `t` on `device`: itself when it is there, else a copy (`what` names it in the error).
+fn on_device(
+    t: &Tensor,
+    device: Device,
+    what: &dyn Fn() -> String,
+) -> Result<Tensor, CompileError> {
+    if t.device() == device {
+        return Ok(t.clone());
+    }
+    t.to_device(device)
+        .map_err(|source| CompileError::ArgumentDevice {
+            what: what(),
+            device,
+            source: Box::new(source),
+        })
 }
 
 impl StepProgram {
@@ -73,7 +95,10 @@ impl StepProgram {
             match *feed {
                 Feed::Batch(i) => *arg = batch[i].clone(),
                 Feed::State(_) => {}
-                Feed::Live(i) => *arg = update.live[i].clone(),
+                Feed::Live(i) => {
+                    let what = || format!("optimizer state {i}");
+                    *arg = on_device(&update.live[i], self.device, &what)?;
+                }
                 Feed::Scalar(i) => {
                     let value = update.scalars[i];
                     if self.scalars[i].to_bits() != value.to_bits() {
@@ -235,15 +260,22 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
                 let start = Instant::now();
                 let (gm, feeds) = traced.joint.with_update(&update)?;
                 let state: Vec<&Tensor> = traced.joint.state().collect();
+                let device = self.options.compile.device;
                 let args: Vec<Tensor> = feeds
                     .iter()
                     .map(|f| match *f {
-                        Feed::Batch(i) => batch[i].clone(),
-                        Feed::State(i) => state[i].clone(),
-                        Feed::Live(i) => update.live[i].clone(),
-                        Feed::Scalar(i) => Tensor::scalar(update.scalars[i]),
+                        Feed::Batch(i) => Ok(batch[i].clone()),
+                        Feed::State(i) => Ok(state[i].clone()),
+                        Feed::Live(i) => {
+                            on_device(&update.live[i], device, &|| format!("optimizer state {i}"))
+                        }
+                        Feed::Scalar(i) => {
+                            on_device(&Tensor::scalar(update.scalars[i]), device, &|| {
+                                format!("learning rate {i}")
+                            })
+                        }
                     })
-                    .collect();
+                    .collect::<Result<_, _>>()?;
                 let compiled = compile(&gm, &args, self.options.compile.clone())?;
                 self.report.compile_time += start.elapsed();
                 self.report.programs += 1;
@@ -254,6 +286,7 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
                     feeds,
                     args,
                     scalars: update.scalars.clone(),
+                    device,
                 };
                 traced.programs.push((update.shape.clone(), program));
                 traced.programs.len() - 1
@@ -373,6 +406,17 @@ impl<M: Layer + 'static, O: Optimizer> CompiledTrainStep<M, O> {
     /// What tracing and compiling did so far.
     pub fn report(&self) -> &TrainStepReport {
         &self.report
+    }
+
+    /// On a CUDA device, the counters of the step programs' calls so far, summed (outputs
+    /// written in place and copied out, CUDA graphs captured, recaptured and replayed); all
+    /// zero on the CPU.
+    pub fn cuda_stats(&self) -> tessera_cuda::CudaRunStats {
+        let mut sum = tessera_cuda::CudaRunStats::default();
+        for (_, p) in self.joints.iter().flat_map(|j| &j.programs) {
+            sum += p.compiled.cuda_stats();
+        }
+        sum
     }
 
     /// The compiled step programs, as the op-level graphs they were lowered from.

@@ -99,6 +99,7 @@ pub mod gemm;
 pub mod guard;
 mod hoist;
 mod ids;
+pub mod in_place;
 mod interpret;
 mod kernel;
 pub mod launch_group;
@@ -128,6 +129,7 @@ pub use gemm::{GemmCall, MatrixIndex};
 pub use guard::Bound;
 pub use hoist::hoisted_values;
 pub use ids::{BufferId, LoopId, SlotId, ValueId};
+pub use in_place::{InPlaceOutput, UpdateTarget, in_place_outputs};
 pub use interpret::{Interpreter, interpret};
 pub use kernel::{
     BufferParam, BufferRole, IndexExpr, Kernel, KernelBuilder, Schedule, Store, operands,

@@ -5,7 +5,7 @@ use super::{GroupOptions, ParamGroup};
 use crate::{Key, NnError, Result, Value};
 use indexmap::IndexMap;
 use std::collections::HashMap;
-use tessera_tensor::{Tensor, TensorId, no_grad};
+use tessera_tensor::{Device, Tensor, TensorId, no_grad};
 
 /// A dict of plain values, as state entries and param groups are stored.
 pub(crate) type Dict = IndexMap<Key, Value>;
@@ -331,9 +331,13 @@ pub(crate) fn zero_step() -> Tensor {
     Tensor::scalar(0.0f32)
 }
 
-/// Zeros shaped and typed like `param` (`torch.zeros_like`).
+/// Zeros shaped and typed like `param`, on its device (`torch.zeros_like`).
 pub(crate) fn zeros_like(param: &Tensor) -> Result<Tensor> {
-    Ok(Tensor::zeros(&param.shape(), param.dtype())?)
+    let zeros = Tensor::zeros(&param.shape(), param.dtype())?;
+    match param.device() {
+        Device::Cpu => Ok(zeros),
+        device => Ok(zeros.to_device(device)?),
+    }
 }
 
 /// The buffer in `slot`, created as zeros like `param` when absent (an option such as

@@ -53,12 +53,7 @@ pub(super) fn check_devices(device: Device, inputs: &[Tensor]) -> Result<(), Com
 /// The counters of `programs`, summed.
 pub(super) fn sum_stats<'a>(programs: impl Iterator<Item = &'a CudaProgram>) -> CudaRunStats {
     programs.fold(CudaRunStats::default(), |mut sum, p| {
-        let s = p.stats();
-        sum.calls += s.calls;
-        sum.kernel_launches += s.kernel_launches;
-        sum.graphs_captured += s.graphs_captured;
-        sum.graph_launches += s.graph_launches;
-        sum.host_steps += s.host_steps;
+        sum += p.stats();
         sum
     })
 }

@@ -5,12 +5,18 @@
 //! kernels, else on the CPU (operands copied to the host and the results back).
 
 use super::program::CudaProgram;
+use super::update::Binding;
 use crate::{CudaError, Result};
 use tessera_kernel::{BufferPtr, BufferRole, ExternalCall, KernelExecutor, Step};
 use tessera_tensor::{Device, Tensor, TensorError};
 
 impl CudaProgram {
-    pub(crate) fn run_host(&self, step: usize, executor: &dyn KernelExecutor) -> Result<()> {
+    pub(crate) fn run_host(
+        &self,
+        step: usize,
+        executor: &dyn KernelExecutor,
+        bound: &Binding,
+    ) -> Result<()> {
         match &self.program.steps[step] {
             Step::Kernel {
                 kernel,
@@ -28,11 +34,11 @@ impl CudaProgram {
                     let (found, written) = match p.role {
                         BufferRole::Input => {
                             let s = ins.next().copied();
-                            (s.map(|s| self.slot_memory(s)).transpose()?, false)
+                            (s.map(|s| self.slot_memory(s, bound)).transpose()?, false)
                         }
                         BufferRole::Output => {
                             let s = outs.next().copied();
-                            (s.map(|s| self.slot_memory(s)).transpose()?, true)
+                            (s.map(|s| self.slot_memory(s, bound)).transpose()?, true)
                         }
                         BufferRole::Scratch => (
                             scratch
@@ -110,7 +116,7 @@ impl CudaProgram {
                 };
                 let args = inputs
                     .iter()
-                    .map(|v| self.output(v))
+                    .map(|v| self.output(v, bound))
                     .collect::<Result<Vec<_>>>()?;
                 let refs: Vec<&Tensor> = args.iter().collect();
                 let results = match op.apply(&refs) {
@@ -139,7 +145,7 @@ impl CudaProgram {
                 }
                 for (slot, t) in outputs.iter().zip(&results) {
                     let (_keep, src, bytes) = self.packed_memory(t)?;
-                    let (dst, place) = self.slot_memory(*slot)?;
+                    let (dst, place) = self.slot_memory(*slot, bound)?;
                     if bytes != place {
                         return Err(CudaError::InvalidUse {
                             call: "compiled program",

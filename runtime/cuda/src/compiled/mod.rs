@@ -5,11 +5,13 @@
 //! then fixed places for inputs, outputs and the values of host steps), the weights are
 //! uploaded once, and each run of consecutive launches is captured into a CUDA graph on the
 //! first call and replayed on later ones. Steps the renderer does not generate run on the
-//! host ([`HostStep`], each with why).
+//! host ([`HostStep`], each with why). An updating run (a training step's) writes the outputs
+//! it safely can straight into the tensors they update ([`CudaProgram::run_updating`]).
 
 mod host;
 mod layout;
 mod program;
 mod run;
+mod update;
 
 pub use program::{CudaProgram, CudaRunStats, HostStep};

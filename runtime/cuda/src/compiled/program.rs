@@ -7,7 +7,8 @@
 //! here, and the attributes are uploaded once.
 
 use super::layout::{ArenaLayout, SlotPlace};
-use crate::driver::{CudaDriver, FunctionId, GraphId, LaunchDims, ModuleId};
+use super::update::Binding;
+use crate::driver::{CudaDriver, FunctionId, GraphId, KernelArg, LaunchDims, ModuleId};
 use crate::tensor::device_state::DeviceState;
 use crate::tensor::storage::CudaStorage;
 use crate::{CudaBackend, CudaError, Result, render};
@@ -28,21 +29,33 @@ pub(crate) enum Param {
 /// One loaded kernel of the program.
 #[derive(Debug)]
 pub(crate) struct DeviceLaunch {
+    /// The program steps it runs (one, or a launch group's).
+    pub(crate) steps: std::ops::Range<usize>,
     pub(crate) function: FunctionId,
     pub(crate) dims: LaunchDims,
     pub(crate) params: Vec<Param>,
 }
 
-/// A run of consecutive launches (captured as one CUDA graph) or one host step.
+/// A run of consecutive launches (captured as CUDA graphs) or one host step.
 #[derive(Debug)]
 pub(crate) enum Part {
     Launches {
         launches: Vec<DeviceLaunch>,
-        graph: Mutex<Option<GraphId>>,
+        graphs: Mutex<Vec<Captured>>,
     },
     Host {
         step: usize,
     },
+}
+
+/// A CUDA graph recorded from a range of a part's launches, with the arguments it was
+/// recorded with: its kernel nodes keep those pointers, so a call binding other memory (an
+/// updating run's targets) records the range again.
+#[derive(Debug)]
+pub(crate) struct Captured {
+    pub(crate) range: std::ops::Range<usize>,
+    pub(crate) graph: GraphId,
+    pub(crate) args: Vec<Vec<KernelArg>>,
 }
 
 /// A step that does not run as a generated kernel on the device, and why.
@@ -63,8 +76,28 @@ pub struct CudaRunStats {
     /// CUDA graphs captured, and replays of them.
     pub graphs_captured: u64,
     pub graph_launches: u64,
+    /// Graphs captured again because a call bound other memory than the recorded graph's
+    /// (counted in `graphs_captured` too).
+    pub graphs_recaptured: u64,
     /// Host steps run.
     pub host_steps: u64,
+    /// Outputs written in place over the tensors they update ([`CudaProgram::run_updating`]),
+    /// and outputs copied out of the arena into new tensors, over all calls.
+    pub outputs_in_place: u64,
+    pub outputs_copied: u64,
+}
+
+impl std::ops::AddAssign for CudaRunStats {
+    fn add_assign(&mut self, other: CudaRunStats) {
+        self.calls += other.calls;
+        self.kernel_launches += other.kernel_launches;
+        self.graphs_captured += other.graphs_captured;
+        self.graph_launches += other.graph_launches;
+        self.graphs_recaptured += other.graphs_recaptured;
+        self.host_steps += other.host_steps;
+        self.outputs_in_place += other.outputs_in_place;
+        self.outputs_copied += other.outputs_copied;
+    }
 }
 
 /// A program on one CUDA device, ready to run ([`CudaProgram::run`]).
@@ -72,6 +105,8 @@ pub struct CudaProgram {
     pub(crate) driver: Arc<dyn CudaDriver>,
     pub(crate) state: Arc<DeviceState>,
     pub(crate) program: Program,
+    /// The program's memory plan (the in-place rule reads which outputs kernels write).
+    pub(crate) plan: MemoryPlan,
     pub(crate) parts: Vec<Part>,
     pub(crate) modules: Vec<ModuleId>,
     pub(crate) layout: ArenaLayout,
@@ -103,10 +138,10 @@ impl std::fmt::Debug for CudaProgram {
 impl Drop for CudaProgram {
     fn drop(&mut self) {
         for part in &self.parts {
-            if let Part::Launches { graph, .. } = part
-                && let Some(g) = *graph.lock().unwrap_or_else(|e| e.into_inner())
-            {
-                let _ = self.driver.destroy_graph(g);
+            if let Part::Launches { graphs, .. } = part {
+                for c in graphs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                    let _ = self.driver.destroy_graph(c.graph);
+                }
             }
         }
         for m in &self.modules {
@@ -148,6 +183,7 @@ impl CudaProgram {
             driver: Arc::clone(&driver),
             state,
             program: program.clone(),
+            plan: plan.clone(),
             parts: Vec::new(),
             modules: Vec::new(),
             layout,
@@ -173,7 +209,7 @@ impl CudaProgram {
                     Some(Part::Launches { launches, .. }) => launches.push(launch),
                     _ => prepared.parts.push(Part::Launches {
                         launches: vec![launch],
-                        graph: Mutex::new(None),
+                        graphs: Mutex::new(Vec::new()),
                     }),
                 }
                 index = group.end;
@@ -187,7 +223,7 @@ impl CudaProgram {
                     Some(Part::Launches { launches, .. }) => launches.push(launch),
                     _ => prepared.parts.push(Part::Launches {
                         launches: vec![launch],
-                        graph: Mutex::new(None),
+                        graphs: Mutex::new(Vec::new()),
                     }),
                 },
                 Err(reason) => {
@@ -244,6 +280,7 @@ impl CudaProgram {
         self.modules.push(module);
         let function = self.driver.function(module, &rendered.name)?;
         Ok(Ok(DeviceLaunch {
+            steps: index..index + 1,
             dims: LaunchDims::linear(
                 rendered.grid_for(self.state.properties.multiprocessors),
                 rendered.block,
@@ -260,6 +297,7 @@ impl CudaProgram {
         group: std::ops::Range<usize>,
         plan: &MemoryPlan,
     ) -> Result<Option<DeviceLaunch>> {
+        let steps = group.clone();
         let mut kernels = Vec::with_capacity(group.len());
         let mut params = Vec::new();
         for index in group {
@@ -287,6 +325,7 @@ impl CudaProgram {
         self.modules.push(module);
         let function = self.driver.function(module, &rendered.name)?;
         Ok(Some(DeviceLaunch {
+            steps,
             dims: LaunchDims::linear(rendered.grid, rendered.block),
             function,
             params,
@@ -373,8 +412,16 @@ impl CudaProgram {
         *self.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The device address and byte size of `slot`'s packed value.
-    pub(crate) fn slot_memory(&self, slot: SlotId) -> Result<(crate::driver::DevicePtr, usize)> {
+    /// The device address and byte size of `slot`'s packed value: the memory `bound` binds it
+    /// to, else its place.
+    pub(crate) fn slot_memory(
+        &self,
+        slot: SlotId,
+        bound: &Binding,
+    ) -> Result<(crate::driver::DevicePtr, usize)> {
+        if let Some(memory) = bound.slot(slot) {
+            return Ok(memory);
+        }
         match self.layout.places.get(slot.index()) {
             Some(SlotPlace::Arena { offset, bytes }) => Ok((self.arena.ptr().add(*offset), *bytes)),
             Some(SlotPlace::Attribute(n)) => {

@@ -1,10 +1,13 @@
 //! Running a [`CudaProgram`]: the inputs copied into their fixed places in the arena (packed),
 //! each part run in order (a run of launches captured into a CUDA graph on the first call and
-//! replayed afterwards, or launched one by one without graphs; a host step through
-//! [`super::host`]), and each output copied out of the arena into new CUDA storage, so the
-//! tensors a call returns never alias memory the next call writes.
+//! replayed afterwards, recorded again when a call binds other memory than the graph's; or
+//! launched one by one without graphs; a host step through [`super::host`]), and each output
+//! copied out of the arena into new CUDA storage, allocated before the first step, so the
+//! tensors a call returns never alias memory the next call writes. An updating run
+//! ([`super::update`]) binds some slots to its targets' memory instead.
 
-use super::program::{CudaProgram, DeviceLaunch, Param, Part};
+use super::program::{Captured, CudaProgram, DeviceLaunch, Param, Part};
+use super::update::Binding;
 use crate::driver::{DevicePtr, KernelArg};
 use crate::tensor::copies::alloc_storage;
 use crate::tensor::storage::CudaStorage;
@@ -17,13 +20,71 @@ impl CudaProgram {
     /// host steps with `executor`; returns the outputs as CUDA tensors.
     pub fn run(&self, inputs: &[Tensor], executor: &dyn KernelExecutor) -> Result<Vec<Tensor>> {
         let _one_at_a_time = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        self.copy_inputs(inputs)?;
+        let outputs = self.run_bound(inputs, &Binding::none(), executor)?;
+        Ok(outputs.into_iter().flatten().collect())
+    }
+
+    /// Runs the program with the slots `bound` binds in their memory; the outputs it does not
+    /// write in place come back as new CUDA tensors, the others as `None`. The caller holds
+    /// `running` (runs share the arena).
+    pub(crate) fn run_bound(
+        &self,
+        inputs: &[Tensor],
+        bound: &Binding,
+        executor: &dyn KernelExecutor,
+    ) -> Result<Vec<Option<Tensor>>> {
+        self.copy_inputs(inputs, bound)?;
+        // Nothing allocates once a kernel may have written in place.
+        let outputs = (self.program.outputs.iter().enumerate())
+            .map(|(k, v)| (!bound.in_place(k)).then(|| self.new_output(v)).transpose())
+            .collect::<Result<Vec<_>>>()?;
         self.clear_status()?;
+        self.run_parts(bound, executor)?;
+        self.check_status()?;
+        let mut copied = 0;
+        for (v, out) in self.program.outputs.iter().zip(&outputs) {
+            if let Some((_, dst, place)) = out {
+                self.copy_out(v, *dst, *place, bound)?;
+                copied += 1;
+            }
+        }
+        let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        stats.calls += 1;
+        stats.outputs_copied += copied;
+        stats.outputs_in_place += (outputs.len() as u64) - copied;
+        Ok(outputs.into_iter().map(|o| o.map(|(t, _, _)| t)).collect())
+    }
+
+    /// Runs the parts in order. When a kernel writes in place and gathers record faults, the
+    /// faults are checked before the first such kernel (a range of launches is then run as
+    /// two graphs), so that a fault fails the run before any target is written.
+    fn run_parts(&self, bound: &Binding, executor: &dyn KernelExecutor) -> Result<()> {
+        let check_at = bound.first_write().filter(|_| !self.status.is_empty());
+        let mut checked = check_at.is_none();
         for part in &self.parts {
             match part {
-                Part::Launches { launches, graph } => self.run_launches(launches, graph)?,
+                Part::Launches { launches, graphs } => {
+                    let all = 0..launches.len();
+                    let cut = check_at
+                        .filter(|_| !checked)
+                        .and_then(|at| launches.iter().position(|l| l.steps.end > at));
+                    let Some(cut) = cut else {
+                        self.run_launches(launches, graphs, all, bound)?;
+                        continue;
+                    };
+                    if cut > 0 {
+                        self.run_launches(launches, graphs, 0..cut, bound)?;
+                    }
+                    self.check_status()?;
+                    checked = true;
+                    self.run_launches(launches, graphs, cut..all.end, bound)?;
+                }
                 Part::Host { step } => {
-                    self.run_host(*step, executor)?;
+                    if check_at.is_some_and(|at| !checked && *step >= at) {
+                        self.check_status()?;
+                        checked = true;
+                    }
+                    self.run_host(*step, executor, bound)?;
                     self.stats
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -31,15 +92,7 @@ impl CudaProgram {
                 }
             }
         }
-        self.check_status()?;
-        let outputs = self
-            .program
-            .outputs
-            .iter()
-            .map(|v| self.output(v))
-            .collect::<Result<Vec<_>>>()?;
-        self.stats.lock().unwrap_or_else(|e| e.into_inner()).calls += 1;
-        Ok(outputs)
+        Ok(())
     }
 
     /// The device address of element 0 of `t`'s packed values (`t` is made packed when it
@@ -73,7 +126,8 @@ impl CudaProgram {
         Ok((t, ptr, bytes))
     }
 
-    fn copy_inputs(&self, inputs: &[Tensor]) -> Result<()> {
+    /// Copies each input into its place, except those `bound` binds (read where they are).
+    fn copy_inputs(&self, inputs: &[Tensor], bound: &Binding) -> Result<()> {
         for (i, slot) in self.program.slots.iter().enumerate() {
             let SlotSource::Input(n) = slot.source else {
                 continue;
@@ -82,19 +136,28 @@ impl CudaProgram {
                 call: "compiled program",
                 message: format!("input {n} missing: {} given", inputs.len()),
             })?;
+            let wrong = || CudaError::InvalidUse {
+                call: "compiled program",
+                message: format!(
+                    "input {n} is {:?} {}, the program was compiled for {:?} {}",
+                    input.shape(),
+                    input.dtype(),
+                    slot.meta.shape,
+                    slot.meta.dtype
+                ),
+            };
+            let id = tessera_kernel::SlotId::from_index(i);
+            if bound.slot(id).is_some() {
+                // Its storage is write-locked for the run: only its metadata is read.
+                if input.dtype() != slot.meta.dtype || input.numel() != slot.meta.numel() {
+                    return Err(wrong());
+                }
+                continue;
+            }
             let (_keep, src, bytes) = self.packed_memory(input)?;
-            let (dst, place) = self.slot_memory(tessera_kernel::SlotId::from_index(i))?;
+            let (dst, place) = self.slot_memory(id, bound)?;
             if bytes != place || input.dtype() != slot.meta.dtype {
-                return Err(CudaError::InvalidUse {
-                    call: "compiled program",
-                    message: format!(
-                        "input {n} is {:?} {}, the program was compiled for {:?} {}",
-                        input.shape(),
-                        input.dtype(),
-                        slot.meta.shape,
-                        slot.meta.dtype
-                    ),
-                });
+                return Err(wrong());
             }
             // SAFETY: both ranges lie in live allocations of this device (checked sizes).
             unsafe {
@@ -105,39 +168,59 @@ impl CudaProgram {
         Ok(())
     }
 
+    /// Runs `launches[range]`: launched one by one without CUDA graphs; else the range's
+    /// graph replayed, captured first when there is none or when its recorded arguments differ
+    /// from this call's (other memory bound).
     fn run_launches(
         &self,
         launches: &[DeviceLaunch],
-        graph: &std::sync::Mutex<Option<crate::driver::GraphId>>,
+        graphs: &std::sync::Mutex<Vec<Captured>>,
+        range: std::ops::Range<usize>,
+        bound: &Binding,
     ) -> Result<()> {
+        let launches = &launches[range.clone()];
+        let args = launches
+            .iter()
+            .map(|l| self.args_of(l, bound))
+            .collect::<Result<Vec<_>>>()?;
         if !self.graphs {
-            self.issue(launches)?;
+            self.issue(launches, &args)?;
             self.stats
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .kernel_launches += launches.len() as u64;
             return Ok(());
         }
-        let mut graph = graph.lock().unwrap_or_else(|e| e.into_inner());
-        let id = match *graph {
-            Some(id) => id,
-            None => {
+        let mut graphs = graphs.lock().unwrap_or_else(|e| e.into_inner());
+        let found = graphs.iter().position(|c| c.range == range);
+        let graph = match found {
+            Some(i) if graphs[i].args == args => graphs[i].graph,
+            _ => {
                 let device = self.state.ordinal;
                 self.driver.begin_capture(device)?;
-                let issued = self.issue(launches);
+                let issued = self.issue(launches, &args);
                 let ended = self.driver.end_capture(device);
                 issued?;
-                let id = ended?;
-                *graph = Some(id);
+                let graph = ended?;
+                let captured = Captured { range, graph, args };
                 let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
                 stats.graphs_captured += 1;
                 stats.kernel_launches += launches.len() as u64;
-                id
+                match found {
+                    Some(i) => {
+                        let old = std::mem::replace(&mut graphs[i], captured);
+                        stats.graphs_recaptured += 1;
+                        self.driver.destroy_graph(old.graph)?;
+                    }
+                    None => graphs.push(captured),
+                }
+                graph
             }
         };
-        // SAFETY: the recorded launches' pointers are the arena's and the attributes', which
-        // this program keeps alive, at the places the kernels were checked against.
-        unsafe { self.driver.launch_graph(id)? };
+        // SAFETY: the recorded launches' pointers are this call's: the arena's and the
+        // attributes', which this program keeps alive, and the bound targets', locked for the
+        // call; each at the place its kernel was checked against.
+        unsafe { self.driver.launch_graph(graph)? };
         self.stats
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -145,21 +228,29 @@ impl CudaProgram {
         Ok(())
     }
 
-    /// Queues `launches` in order.
-    fn issue(&self, launches: &[DeviceLaunch]) -> Result<()> {
-        for launch in launches {
-            let mut args = Vec::with_capacity(launch.params.len());
-            for param in &launch.params {
-                args.push(KernelArg::Ptr(match *param {
-                    Param::Slot(slot) => self.slot_memory(slot)?.0,
+    /// The arguments of `launch`: one pointer per buffer parameter, in order.
+    fn args_of(&self, launch: &DeviceLaunch, bound: &Binding) -> Result<Vec<KernelArg>> {
+        launch
+            .params
+            .iter()
+            .map(|param| {
+                Ok(KernelArg::Ptr(match *param {
+                    Param::Slot(slot) => self.slot_memory(slot, bound)?.0,
                     Param::Scratch(b) => self.arena.ptr().add(b.offset),
                     Param::Status(n) => self.status[n].1.ptr(),
-                }));
-            }
+                }))
+            })
+            .collect()
+    }
+
+    /// Queues `launches` in order, with their `args`.
+    fn issue(&self, launches: &[DeviceLaunch], args: &[Vec<KernelArg>]) -> Result<()> {
+        for (launch, args) in launches.iter().zip(args) {
             // SAFETY: one pointer per buffer parameter in order; each slot's place holds its
             // packed value (the memory plan checked every arena buffer against the kernels
-            // that use it; fixed places and attributes hold the slot's whole value).
-            unsafe { self.driver.launch(launch.function, launch.dims, &args)? };
+            // that use it; fixed places, attributes and bound targets hold the slot's whole
+            // value).
+            unsafe { self.driver.launch(launch.function, launch.dims, args)? };
         }
         Ok(())
     }
@@ -186,25 +277,34 @@ impl CudaProgram {
         Ok(())
     }
 
-    /// The value `v` names, copied out of the arena into a new CUDA tensor.
-    pub(crate) fn output(&self, v: &SlotView) -> Result<Tensor> {
+    /// A new CUDA tensor for the value `v` names (its views applied), with the address and
+    /// bytes of its storage, which [`CudaProgram::copy_out`] fills.
+    fn new_output(&self, v: &SlotView) -> Result<(Tensor, DevicePtr, usize)> {
         let meta = &self.program.slot(v.slot).meta;
-        let (src, bytes) = self.slot_memory(v.slot)?;
         let storage = alloc_storage(&self.state.allocator, meta.dtype, meta.numel())?;
-        // SAFETY: the new block holds `bytes`, the slot's packed value.
-        unsafe {
-            self.driver.copy_on_device(
-                self.state.ordinal,
-                storage.ptr(),
-                src,
-                bytes.min(storage.bytes()),
-            )?
-        };
+        let (ptr, bytes) = (storage.ptr(), storage.bytes());
         let mut t = Tensor::from_device_memory(Box::new(storage), &meta.shape)?;
         for view in &v.views {
             t = Op::View(view.clone()).apply1(&[&t])?;
         }
         debug_assert_eq!(t.device(), Device::Cuda(self.state.ordinal));
+        Ok((t, ptr, bytes))
+    }
+
+    /// Copies `v`'s slot into `bytes` of new storage at `dst`.
+    fn copy_out(&self, v: &SlotView, dst: DevicePtr, bytes: usize, bound: &Binding) -> Result<()> {
+        let (src, place) = self.slot_memory(v.slot, bound)?;
+        // SAFETY: the new block holds `bytes`, the slot's packed value.
+        unsafe {
+            self.driver
+                .copy_on_device(self.state.ordinal, dst, src, place.min(bytes))
+        }
+    }
+
+    /// The value `v` names, copied out of the arena into a new CUDA tensor.
+    pub(crate) fn output(&self, v: &SlotView, bound: &Binding) -> Result<Tensor> {
+        let (t, dst, bytes) = self.new_output(v)?;
+        self.copy_out(v, dst, bytes, bound)?;
         Ok(t)
     }
 }

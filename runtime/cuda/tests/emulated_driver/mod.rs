@@ -25,6 +25,8 @@ pub struct DriverCounters {
     pub modules_loaded: u64,
     pub copies_to_device: u64,
     pub copies_to_host: u64,
+    /// Copies from device memory to device memory (`cuMemcpyDtoD`).
+    pub copies_on_device: u64,
     /// Launches recorded while capturing (not run then).
     pub captured_launches: u64,
     /// Graphs instantiated by `end_capture`.
@@ -235,6 +237,7 @@ impl CudaDriver for EmulatedDriver {
             return Ok(());
         }
         let mut state = self.lock();
+        state.counters.copies_on_device += 1;
         let memory = state.memory(device)?;
         let data = memory
             .read_at(src.address(), bytes)
