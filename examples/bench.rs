@@ -1,13 +1,15 @@
 //! Benchmarks of the eager CPU path on the workloads of `../shared/reference/BASELINE.md`,
 //! and of the same models compiled (`bench_compiled`) and trained as compiled steps
 //! (`bench_train`); `--json` prints one object per line:
-//! `{"name", "median_ms", "min_ms", "threads"}` (and `"gbs"` for `memory_bandwidth_gbs`).
+//! `{"name", "median_ms", "min_ms", "threads"}` (and `"gbs"` for `memory_bandwidth_gbs`,
+//! `"gflops"` for `fma_peak_gflops`).
 //! The GPU rows (`bench_cuda`, names ending in `_cuda...`) add `"gbs"`, `"fraction_of_copy"`
 //! or `"us_per_kernel"`; without a GPU each is `{"name", "unavailable": reason}`.
 
 mod bench_compiled;
 mod bench_cuda;
 mod bench_train;
+mod fma_peak;
 #[path = "shapes_net.rs"]
 mod shapes_net;
 mod support;
@@ -211,7 +213,7 @@ type Workload = (
     fn(&mut Generator) -> Result<Box<dyn FnMut() -> Result<()>>>,
 );
 
-const WORKLOADS: [Workload; 13] = [
+const WORKLOADS: [Workload; 14] = [
     ("matmul_1024", |g| {
         let a = Tensor::randn_with(&[1024, 1024], DType::F32, g)?;
         let b = Tensor::randn_with(&[1024, 1024], DType::F32, g)?;
@@ -368,6 +370,7 @@ const WORKLOADS: [Workload; 13] = [
                 .map(drop)
         }))
     }),
+    ("fma_peak_gflops", |_| fma_peak::fma_peak()),
 ];
 
 fn run(args: &Args) -> Result<()> {
@@ -401,10 +404,20 @@ fn run(args: &Args) -> Result<()> {
         if let Some(gbs) = gbs {
             row["gbs"] = serde_json::json!(gbs);
         }
+        let gflops = (*name == "fma_peak_gflops").then(|| {
+            fma_peak::FLOPS_PER_THREAD * rayon::current_num_threads() as f64 / (median * 1e-3) / 1e9
+        });
+        if let Some(gflops) = gflops {
+            row["gflops"] = serde_json::json!(gflops);
+        }
         if args.json {
             println!("{row}");
         } else {
-            let extra = gbs.map_or(String::new(), |g| format!("  {g:.1} GB/s"));
+            let extra = match (gbs, gflops) {
+                (Some(g), _) => format!("  {g:.1} GB/s"),
+                (_, Some(f)) => format!("  {f:.0} GFLOP/s"),
+                _ => String::new(),
+            };
             println!(
                 "{name:<30} {median:>11.3} {min:>11.3} {:>8}{extra}",
                 args.threads
