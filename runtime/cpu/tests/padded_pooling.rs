@@ -247,6 +247,24 @@ fn padded_max_pool_alone_is_one_vectorised_kernel() {
     );
 }
 
+/// Rows whose last vector step (16 columns: 4 lanes unrolled 4 times) starts inside the input
+/// and ends at the right border: the step's guards must find its last columns' taps in the
+/// padding, which its first columns' do not reach.
+#[test]
+fn vector_steps_ending_at_the_right_border_read_its_padding() {
+    for (width, stride) in [(32, 1), (64, 2), (48, 1)] {
+        for pool in [
+            PoolOp::max_pool2d_values([3, 3], [stride, stride], [1, 1], [1, 1], false),
+            PoolOp::avg_pool2d([3, 3], [stride, stride], [1, 1], false, false),
+        ] {
+            let b = pool_alone(DType::F32, &[1, 2, 5, width], pool, false);
+            let program = generated_with_guards(&b, 0.0);
+            let kernel = program.kernels().next().unwrap();
+            assert_eq!(kernel.schedule.vector_width, 4, "{program}");
+        }
+    }
+}
+
 #[test]
 fn padded_average_pools_of_border_divisors_alone_are_one_vectorised_kernel() {
     // Padding not counted (a divisor per border window), and ceil mode's last window past the
