@@ -11,6 +11,7 @@
 mod host;
 mod layout;
 mod program;
+mod region;
 mod run;
 mod update;
 

@@ -7,10 +7,10 @@
 //! ([`super::update`]) binds some slots to its targets' memory instead.
 
 use super::program::{Captured, CudaProgram, DeviceLaunch, Param, Part};
+use super::region::Region;
 use super::update::Binding;
 use crate::driver::{DevicePtr, KernelArg};
 use crate::tensor::copies::alloc_storage;
-use crate::tensor::storage::CudaStorage;
 use crate::{CudaError, Result};
 use tessera_kernel::{KernelExecutor, SlotSource, SlotView};
 use tessera_tensor::{Device, Op, Tensor};
@@ -104,16 +104,7 @@ impl CudaProgram {
             t.contiguous()?
         };
         let found = t.with_device_memory(|m, layout| {
-            (m as &dyn std::any::Any)
-                .downcast_ref::<CudaStorage>()
-                .filter(|s| s.ordinal() == self.state.ordinal)
-                .map(|s| {
-                    let element = s.element_bytes();
-                    (
-                        s.ptr().add(layout.offset * element),
-                        layout.numel() * element,
-                    )
-                })
+            Region::of(m, layout, self.state.ordinal).map(|r| (r.first, r.bytes))
         });
         let (ptr, bytes) = found.flatten().ok_or_else(|| CudaError::InvalidUse {
             call: "compiled program",

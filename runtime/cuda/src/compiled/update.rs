@@ -8,8 +8,8 @@
 //! returned, as by [`CudaProgram::run`], for the caller to copy.
 
 use super::program::CudaProgram;
+use super::region::Region;
 use crate::driver::DevicePtr;
-use crate::tensor::storage::CudaStorage;
 use crate::{CudaError, Result};
 use std::collections::{HashMap, HashSet};
 use tessera_kernel::{InPlaceOutput, KernelExecutor, SlotId, SlotSource, UpdateTarget};
@@ -95,7 +95,7 @@ impl CudaProgram {
             });
         }
         let holders = self.holders(inputs);
-        let places: Vec<Option<Place>> = targets.iter().map(|t| self.place(t.as_ref()?)).collect();
+        let places: Vec<Option<Region>> = targets.iter().map(|t| self.place(t.as_ref()?)).collect();
         let fitting: Vec<Option<UpdateTarget>> = (targets.iter().zip(&places).enumerate())
             .map(|(k, (t, place))| self.update_target(k, t.as_ref()?, (*place)?, &holders))
             .collect();
@@ -129,7 +129,7 @@ impl CudaProgram {
         &self,
         k: usize,
         t: &Tensor,
-        place: Place,
+        place: Region,
         holders: &Holders,
     ) -> Option<UpdateTarget> {
         let meta = self.plan.outputs().get(k)?;
@@ -181,26 +181,10 @@ impl CudaProgram {
     }
 
     /// Where `t` lives, when it is CUDA memory of this device.
-    fn place(&self, t: &Tensor) -> Option<Place> {
-        t.with_device_memory(|m, layout| {
-            (m as &dyn std::any::Any)
-                .downcast_ref::<CudaStorage>()
-                .filter(|s| s.ordinal() == self.state.ordinal)
-                .map(|s| Place {
-                    block: s.ptr(),
-                    first: s.ptr().add(layout.offset * s.element_bytes()),
-                })
-        })
-        .flatten()
+    fn place(&self, t: &Tensor) -> Option<Region> {
+        t.with_device_memory(|m, layout| Region::of(m, layout, self.state.ordinal))
+            .flatten()
     }
-}
-
-/// Where a tensor lives: the start of its storage's block (tensors sharing memory share it)
-/// and the address of its first element.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Place {
-    block: DevicePtr,
-    first: DevicePtr,
 }
 
 /// The input slots and uploaded attributes of one call by the block of their memory: for
@@ -232,15 +216,8 @@ fn with_locked<R>(
     };
     first
         .with_device_storage(true, |m, layout| {
-            let s = (m as &dyn std::any::Any)
-                .downcast_ref::<CudaStorage>()
-                .filter(|s| s.ordinal() == ordinal)
-                .ok_or_else(not_cuda)?;
-            let element = s.element_bytes();
-            memory.push((
-                s.ptr().add(layout.offset * element),
-                layout.numel() * element,
-            ));
+            let r = Region::of(m, layout, ordinal).ok_or_else(not_cuda)?;
+            memory.push((r.first, r.bytes));
             let r = with_locked(ordinal, rest, memory, f);
             memory.pop();
             r
