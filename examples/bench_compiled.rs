@@ -107,7 +107,7 @@ fn triad() -> Result<Box<dyn FnMut() -> Result<()>>> {
 /// Bytes the triad moves per call.
 pub const TRIAD_BYTES: f64 = 3.0 * (TRIAD_ELEMENTS * 4) as f64;
 
-pub const WORKLOADS: [Workload; 11] = [
+pub const WORKLOADS: [Workload; 12] = [
     ("mlp_infer_b256_compiled", |g| {
         run_compiled(mlp()?, Tensor::randn_with(&[256, 784], DType::F32, g)?)
     }),
@@ -175,4 +175,14 @@ pub const WORKLOADS: [Workload; 11] = [
         )
     }),
     ("memory_bandwidth_gbs", |_| triad()),
+    ("resnet18_stem_conv_b1_compiled", |g| {
+        // ResNet-18's first convolution (3 to 64 channels, 7x7, stride 2, padding 3, 224x224)
+        // and its ReLU: the direct convolution, 118 M multiply-adds.
+        let options = Conv2dOptions::default().stride(2).padding(3).bias(false);
+        let conv = Conv2d::with_options(3, 64, 7, options).map_err(nn_err)?;
+        run_compiled(
+            Sequential::new().add(conv).add(ReLU::new()),
+            Tensor::randn_with(&[1, 3, 224, 224], DType::F32, g)?,
+        )
+    }),
 ];

@@ -62,7 +62,9 @@ fn isa() -> Isa {
 fn choose(g: &Geometry, isa: Isa) -> Option<Choice> {
     let (lanes, nv, ocbs): (usize, usize, &[usize]) = match isa {
         Isa::Avx512 if g.ow <= 8 => (8, 1, &[24, 16, 8]),
-        Isa::Avx512 if g.ow <= 16 => (16, 1, &[24, 16, 8]),
+        // One vector per row where two would compute more padded columns (a 112-wide row is
+        // 7 tiles of 16 but 4 of 32, an eighth of them wasted): 24 channels fit the registers.
+        Isa::Avx512 if g.ow.div_ceil(16) * 16 < g.ow.div_ceil(32) * 32 => (16, 1, &[24, 16, 8]),
         Isa::Avx512 => (16, 2, &[12, 8]),
         Isa::Avx2 if g.ow <= 8 => (8, 1, &[12, 8]),
         Isa::Avx2 => (8, 2, &[6, 4]),
@@ -545,7 +547,7 @@ mod tests {
         usize,
         [usize; 2],
         [usize; 2],
-    ); 12] = [
+    ); 14] = [
         (3, 16, 32, 32, 3, 3, [1, 1], [1, 1]),
         (16, 32, 16, 16, 3, 3, [2, 2], [1, 1]),
         (1, 7, 9, 5, 3, 3, [1, 1], [2, 2]),
@@ -558,6 +560,8 @@ mod tests {
         (32, 20, 14, 14, 3, 3, [1, 1], [1, 1]),
         (2, 3, 4, 60, 3, 5, [3, 2], [1, 2]),
         (8, 24, 3, 3, 3, 3, [1, 1], [0, 0]),
+        (3, 20, 9, 40, 3, 3, [1, 1], [1, 1]),
+        (3, 16, 12, 90, 7, 7, [2, 2], [3, 3]),
     ];
 
     /// The direct kernel against the im2col + GEMM path in f64, images `1..3` of 3, with and
@@ -640,6 +644,9 @@ mod tests {
         assert_eq!((c.lanes, c.nv, c.ocb), (8, 1, 16));
         let c = choose(&geo(48, 14), Isa::Avx512).unwrap();
         assert_eq!((c.lanes, c.nv, c.ocb), (16, 1, 24));
+        // ResNet's stem: 112 output columns are 7 vectors, not 4 pairs wasting 16 columns.
+        let c = choose(&geo(64, 112), Isa::Avx512).unwrap();
+        assert_eq!((c.lanes, c.nv, c.ocb), (16, 1, 16));
         let c = choose(&geo(64, 56), Isa::Avx2).unwrap();
         assert_eq!((c.lanes, c.nv, c.ocb), (8, 2, 4));
         assert_eq!(choose(&geo(64, 56), Isa::None), None);
