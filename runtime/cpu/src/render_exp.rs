@@ -2,6 +2,7 @@
 //! `tessera_kernel::exp_poly::exp_f32` (the interpreter's), so both agree bit for bit, and a
 //! vectorised softmax or sigmoid runs four lanes at once instead of four calls.
 
+use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
 use cranelift_frontend::FunctionBuilder;
 use tessera_kernel::exp_poly::{
@@ -28,8 +29,8 @@ pub(crate) fn exp_f32(b: &mut FunctionBuilder, x: Value, lanes: usize) -> Value 
         if lanes > 1 { b.ins().splat(int, s) } else { s }
     };
     let (low, high) = (constant(b, EXP_F32_LOW), constant(b, EXP_F32_HIGH));
-    let c = b.ins().fmax(x, low);
-    let c = b.ins().fmin(c, high);
+    let c = pick_if(b, FloatCC::LessThan, x, low, lanes);
+    let c = pick_if(b, FloatCC::GreaterThan, c, high, lanes);
     let log2e = constant(b, LOG2_E);
     let scaled = b.ins().fmul(c, log2e);
     // Rounding by adding 1.5 * 2^23: `n` as a float, and as an integer from the sum's bits.
@@ -69,4 +70,18 @@ pub(crate) fn exp_f32(b: &mut FunctionBuilder, x: Value, lanes: usize) -> Value 
     let (p1, p2) = (power(b, half), power(b, rest));
     let y = b.ins().fmul(y, p1);
     b.ins().fmul(y, p2)
+}
+
+/// `bound` where `x cc bound` holds, else `x`: one half of the clamp. A NaN `x` compares false
+/// and stays NaN, as `fmax`/`fmin` would keep it, but in a compare and a blend per vector rather
+/// than the longer sequence x86 needs for `fmax`/`fmin`'s signed-zero and NaN rules (the bounds
+/// are neither zero nor NaN, so those rules never apply here).
+fn pick_if(b: &mut FunctionBuilder, cc: FloatCC, x: Value, bound: Value, lanes: usize) -> Value {
+    let past = b.ins().fcmp(cc, x, bound);
+    if lanes > 1 {
+        let mask = b.ins().bitcast(types::F32X4, MemFlagsData::new(), past);
+        b.ins().bitselect(mask, bound, x)
+    } else {
+        b.ins().select(past, bound, x)
+    }
 }
