@@ -138,7 +138,7 @@ impl Kernel {
 mod tests {
     use super::*;
     use crate::guard::guarded_index;
-    use crate::{BufferRole, KernelBuilder, ScalarType};
+    use crate::{BufferRole, Expr, KernelBuilder, ScalarType};
 
     /// A bound `offset + 3 * i + step * j - pad in 0..len` over an outer loop `i` and the
     /// innermost loop `j`.
@@ -263,6 +263,29 @@ mod tests {
             }
         }
         assert!(inside > 6, "the case reads inside at {inside} points");
+    }
+
+    #[test]
+    fn points_recompute_safely_unless_a_load_reads_at_a_store_index() {
+        let k = kernel_of(vec![bound(0, 1, 1, 4)], 2, 8);
+        assert!(k.recomputes_safely());
+        // `y[i, j] = x[i, j] + ...`: an update the runner may write over `x` in place.
+        let mut b = KernelBuilder::new("update", vec![2, 8]);
+        let x = b.buffer(BufferRole::Input, ScalarType::F32, 16);
+        let y = b.buffer(BufferRole::Output, ScalarType::F32, 16);
+        let at = IndexExpr {
+            offset: 0,
+            strides: vec![8, 1],
+        };
+        let v = b.push(
+            ScalarType::F32,
+            Expr::Load {
+                buffer: x,
+                index: at.clone(),
+            },
+        );
+        b.store(y, at, v);
+        assert!(!b.finish().recomputes_safely());
     }
 
     #[test]
