@@ -9,7 +9,8 @@ use std::sync::Arc;
 use tessera::fx::GraphModule;
 use tessera::fx::trace::{LeafPolicy, trace};
 use tessera::nn::layers::{
-    Conv2d, Conv2dOptions, Linear, ReLU, TransformerEncoderLayer, TransformerOptions,
+    Conv2d, Conv2dOptions, Linear, MaxPool2d, MaxPool2dOptions, ReLU, TransformerEncoderLayer,
+    TransformerOptions,
 };
 use tessera::nn::models::{ResNet18, SmallCnn};
 use tessera::nn::{Call, Forward, Layer, Module, ModuleCore, ModuleExt, ModuleKind, Sequential};
@@ -107,7 +108,7 @@ fn triad() -> Result<Box<dyn FnMut() -> Result<()>>> {
 /// Bytes the triad moves per call.
 pub const TRIAD_BYTES: f64 = 3.0 * (TRIAD_ELEMENTS * 4) as f64;
 
-pub const WORKLOADS: [Workload; 12] = [
+pub const WORKLOADS: [Workload; 13] = [
     ("mlp_infer_b256_compiled", |g| {
         run_compiled(mlp()?, Tensor::randn_with(&[256, 784], DType::F32, g)?)
     }),
@@ -184,5 +185,11 @@ pub const WORKLOADS: [Workload; 12] = [
             Sequential::new().add(conv).add(ReLU::new()),
             Tensor::randn_with(&[1, 3, 224, 224], DType::F32, g)?,
         )
+    }),
+    ("resnet18_stem_pool_b1_compiled", |g| {
+        // ResNet-18's stem max pooling alone (3x3, stride 2, padding 1 on its 112x112 planes):
+        // one kernel of guarded loads, mostly inside the input.
+        let pool = MaxPool2d::with_options(3, MaxPool2dOptions::default().stride(2).padding(1));
+        run_compiled(pool, Tensor::randn_with(&[1, 64, 112, 112], DType::F32, g)?)
     }),
 ];

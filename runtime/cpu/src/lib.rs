@@ -11,6 +11,7 @@ mod render_columns;
 mod render_exp;
 mod render_gemm;
 mod render_half;
+mod render_interior;
 mod render_reduce;
 
 pub use error::{CpuError, Result};

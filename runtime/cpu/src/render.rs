@@ -167,6 +167,7 @@ pub fn render(
         bases,
         flags,
         indices: Vec::new(),
+        interior: Vec::new(),
     };
     if let Some(g) = &kernel.gemm {
         r.gemm_call(&mut b, g, begin, end);
@@ -195,9 +196,12 @@ pub(crate) struct Renderer<'k> {
     pub(crate) kernel: &'k Kernel,
     pub(crate) imports: Imports,
     pub(crate) bases: Vec<Value>,
-    flags: MemFlagsData,
+    pub(crate) flags: MemFlagsData,
     /// The index value of each enclosing loop.
     pub(crate) indices: Vec<Value>,
+    /// While the interior of a row is rendered: per value, a guarded load's row address
+    /// ([`Renderer::interior_rows`]), read with no guard; empty elsewhere.
+    pub(crate) interior: Vec<Option<Value>>,
 }
 
 impl Renderer<'_> {
@@ -263,24 +267,49 @@ impl Renderer<'_> {
             }
             done
         });
-        let tail_start = if s.vector_width == 4 {
-            let step = (s.vector_width * s.unroll) as i64;
-            self.counted(b, start, end, step, &mut |r, b, i| {
-                for u in 0..s.unroll {
-                    let j = b.ins().iadd_imm_s(i, (u * s.vector_width) as i64);
-                    r.point(b, Some(j), 4, &outer);
-                }
-            })
+        let bounds = self.kernel.row_bounds();
+        if bounds.is_empty() {
+            let unrolled: &[usize] = if s.vector_width == 4 {
+                &[s.unroll]
+            } else {
+                &[]
+            };
+            self.span(b, start, end, &outer, unrolled, false);
         } else {
-            start
-        };
-        self.counted(b, tail_start, end, 1, &mut |r, b, j| {
-            r.point(b, Some(j), 1, &outer)
-        });
+            self.split_row(b, &bounds, start, end, &outer);
+        }
         if let Some(done) = done {
             b.ins().jump(done, &[]);
             b.switch_to_block(done);
         }
+    }
+
+    /// The innermost loop over `start..end`: for each entry of `unrolled`, steps of that many
+    /// F32X4 vectors while they fit; then, when `overlap` and the span holds a vector, one
+    /// vector ending at `end` (recomputing points the steps computed); otherwise one point at
+    /// a time.
+    pub(crate) fn span(
+        &mut self,
+        b: &mut FunctionBuilder,
+        start: Value,
+        end: Value,
+        outer: &[Option<Value>],
+        unrolled: &[usize],
+        overlap: bool,
+    ) {
+        let mut at = start;
+        for &unroll in unrolled {
+            at = self.counted(b, at, end, (4 * unroll) as i64, &mut |r, b, i| {
+                for u in 0..unroll {
+                    let j = b.ins().iadd_imm_s(i, (u * 4) as i64);
+                    r.point(b, Some(j), 4, outer);
+                }
+            });
+        }
+        if overlap {
+            at = self.last_vector(b, start, at, end, outer);
+        }
+        self.counted(b, at, end, 1, &mut |r, b, j| r.point(b, Some(j), 1, outer));
     }
 
     /// The byte address of `index` in buffer `buffer` at innermost index `j`.
@@ -298,7 +327,12 @@ impl Renderer<'_> {
     }
 
     /// The value of `index` (an i64 element position) at innermost index `j`.
-    fn elements(&self, b: &mut FunctionBuilder, index: &IndexExpr, j: Option<Value>) -> Value {
+    pub(crate) fn elements(
+        &self,
+        b: &mut FunctionBuilder,
+        index: &IndexExpr,
+        j: Option<Value>,
+    ) -> Value {
         let mut at: Option<Value> = None;
         let loops = self.indices.iter().copied().chain(j);
         for (stride, i) in index.strides.iter().zip(loops) {
@@ -454,7 +488,7 @@ impl Renderer<'_> {
     /// two vector loads, of elements 0-3 and 3-6, and one `shufps` taking elements 0, 2, 4
     /// and 6 (never reading past the last lane's element); another step gathers one load per
     /// lane (the schedule keeps the lanes' byte offsets within an immediate).
-    fn strided_f32x4(&self, b: &mut FunctionBuilder, addr: Value, step: usize) -> Value {
+    pub(crate) fn strided_f32x4(&self, b: &mut FunctionBuilder, addr: Value, step: usize) -> Value {
         if step == 2 {
             let low = b.ins().load(types::F32X4, self.flags, addr, 0);
             let high = b.ins().load(types::F32X4, self.flags, addr, 12);
@@ -545,7 +579,7 @@ impl Renderer<'_> {
 
     /// Evaluates the DAG at one point (`lanes` consecutive points of the innermost loop when
     /// 4) and stores the results; the values in `outer` were computed before the loop.
-    fn point(
+    pub(crate) fn point(
         &mut self,
         b: &mut FunctionBuilder,
         j: Option<Value>,
@@ -683,13 +717,19 @@ impl Renderer<'_> {
                 let load = |b: &mut FunctionBuilder, j: Option<Value>| {
                     self.guarded_load(b, buffer.index(), index, bounds, *fill, v.ty, j)
                 };
-                match j.filter(|_| vector) {
-                    Some(j) => self.guarded_vector(b, buffer.index(), index, bounds, *fill, j),
-                    None if vector => {
-                        let s = load(b, None);
-                        b.ins().splat(types::F32X4, s)
+                let row = self.interior.get(id.index()).copied().flatten();
+                match (row, j) {
+                    (Some(row), Some(j)) => {
+                        self.interior_load(b, index, bounds, v.ty, row, j, lanes)
                     }
-                    None => load(b, j),
+                    _ => match j.filter(|_| vector) {
+                        Some(j) => self.guarded_vector(b, buffer.index(), index, bounds, *fill, j),
+                        None if vector => {
+                            let s = load(b, None);
+                            b.ins().splat(types::F32X4, s)
+                        }
+                        None => load(b, j),
+                    },
                 }
             }
             // Kernels with gathers and loop indices are scalar (the schedule keeps every kernel

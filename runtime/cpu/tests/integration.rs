@@ -23,6 +23,7 @@ mod gemm;
 mod half;
 mod in_place;
 mod integer_reductions;
+mod interior_split;
 mod joint_conformance;
 mod joint_graphs;
 mod joint_graphs_random;

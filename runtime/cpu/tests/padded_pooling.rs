@@ -27,7 +27,7 @@ fn pooled(dtype: DType, shape: &[usize], pool: PoolOp, strided: bool) -> Builder
 }
 
 /// `pool(x)` alone.
-fn pool_alone(dtype: DType, shape: &[usize], pool: PoolOp, strided: bool) -> Builder {
+pub(crate) fn pool_alone(dtype: DType, shape: &[usize], pool: PoolOp, strided: bool) -> Builder {
     let mut b = Builder::new(dtype, strided);
     let x = b.input(shape, strided);
     let p = b.call(Op::Pool(pool), &[&x]);
@@ -44,7 +44,7 @@ fn generated(b: &Builder, tol: f64) -> Program {
 }
 
 /// [`generated`], with guarded loads in its pooling kernel.
-fn generated_with_guards(b: &Builder, tol: f64) -> Program {
+pub(crate) fn generated_with_guards(b: &Builder, tol: f64) -> Program {
     let program = generated(b, tol);
     let pooling = program.kernels().last().unwrap();
     assert!(
@@ -112,7 +112,7 @@ fn padded_average_pool_equals_eager_bit_for_bit_both_ways_of_counting() {
 }
 
 /// Whether eager pooling refuses `pool` on `shape` (an output smaller than 1).
-fn eager_refuses(shape: &[usize], pool: &PoolOp) -> bool {
+pub(crate) fn eager_refuses(shape: &[usize], pool: &PoolOp) -> bool {
     let meta = tessera_tensor::TensorMeta::new(shape.to_vec(), DType::F32);
     Op::Pool(pool.clone()).meta(&[meta]).is_err()
 }

@@ -100,6 +100,7 @@ pub mod guard;
 mod hoist;
 mod ids;
 pub mod in_place;
+pub mod interior;
 mod interpret;
 mod kernel;
 pub mod launch_group;
@@ -130,6 +131,7 @@ pub use guard::Bound;
 pub use hoist::hoisted_values;
 pub use ids::{BufferId, LoopId, SlotId, ValueId};
 pub use in_place::{InPlaceOutput, UpdateTarget, in_place_outputs};
+pub use interior::{RowBound, Unguarded, unguarded_index};
 pub use interpret::{Interpreter, interpret};
 pub use kernel::{
     BufferParam, BufferRole, IndexExpr, Kernel, KernelBuilder, Schedule, Store, operands,
