@@ -252,9 +252,9 @@ fn bands(p: &Plan) -> impl Iterator<Item = Band> {
     })
 }
 
-/// A band buffer of up to 36 values per tile, left uninitialised: zeroing it would cost as
-/// much as a small channel's transform, and every pass reads only what the step before it
-/// wrote.
+/// A band buffer of up to 36 values per tile. The band buffers are left uninitialised:
+/// zeroing them would cost as much as a small channel's transform, and every pass reads only
+/// what the step before it wrote.
 type Scratch<T> = [MaybeUninit<T>; 6 * 6 * BAND];
 
 /// Transforms channel `c` of one image (`x` is that channel's `H x W` plane) into
@@ -363,9 +363,10 @@ pub(super) fn output_tiles<F: Transform, T: Float>(
         mm.len()
     );
     // rows[r][k][tile] = sum_i A^T[r][i] mm[i][k] for the band's tiles, then tiles[r][b][tile]
-    // = sum_k A^T[b][k] rows[r][k]: output row r, column b of each tile; rows of `len` tiles.
-    let mut rows: Scratch<T> = [const { MaybeUninit::uninit() }; 6 * 6 * BAND];
-    let mut tiles: Scratch<T> = [const { MaybeUninit::uninit() }; 6 * 6 * BAND];
+    // = sum_k A^T[b][k] rows[r][k]: output row r, column b of each tile; rows of `len` tiles,
+    // uninitialised as [`Scratch`].
+    let mut rows = [const { MaybeUninit::<T>::uninit() }; 4 * 6 * BAND];
+    let mut tiles = [const { MaybeUninit::<T>::uninit() }; 4 * 4 * BAND];
     let (rows, tiles) = (
         rows.as_mut_ptr().cast::<T>(),
         tiles.as_mut_ptr().cast::<T>(),
