@@ -108,7 +108,7 @@ fn triad() -> Result<Box<dyn FnMut() -> Result<()>>> {
 /// Bytes the triad moves per call.
 pub const TRIAD_BYTES: f64 = 3.0 * (TRIAD_ELEMENTS * 4) as f64;
 
-pub const WORKLOADS: [Workload; 13] = [
+pub const WORKLOADS: [Workload; 14] = [
     ("mlp_infer_b256_compiled", |g| {
         run_compiled(mlp()?, Tensor::randn_with(&[256, 784], DType::F32, g)?)
     }),
@@ -191,5 +191,15 @@ pub const WORKLOADS: [Workload; 13] = [
         // one kernel of guarded loads, mostly inside the input.
         let pool = MaxPool2d::with_options(3, MaxPool2dOptions::default().stride(2).padding(1));
         run_compiled(pool, Tensor::randn_with(&[1, 64, 112, 112], DType::F32, g)?)
+    }),
+    ("winograd_conv_b1_128x28_compiled", |g| {
+        // ResNet-18's second stage convolution (128 channels, 28x28, 3x3, padding 1) and its
+        // ReLU: rows of seven F(4x4,3x3) tiles, fewer than one transform step of eight.
+        let conv = Conv2d::with_options(128, 128, 3, Conv2dOptions::default().padding(1))
+            .map_err(nn_err)?;
+        run_compiled(
+            Sequential::new().add(conv).add(ReLU::new()),
+            Tensor::randn_with(&[1, 128, 28, 28], DType::F32, g)?,
+        )
     }),
 ];

@@ -103,6 +103,11 @@ fn case() -> impl Strategy<Value = Case> {
 /// Checks both tiles on `c` in `dtype` against the f64 eager convolution, for the whole batch
 /// and for the images after the first (a block that does not start at image 0).
 fn check(c: &Case, dtype: DType) -> Result<(), TestCaseError> {
+    check_tiles(c, dtype, &[WinogradTile::F2x2, WinogradTile::F4x4])
+}
+
+/// [`check`] with the tiles `tiles`.
+fn check_tiles(c: &Case, dtype: DType, tiles: &[WinogradTile]) -> Result<(), TestCaseError> {
     let x = random(&[c.n, c.c_in, c.h, c.w], dtype, c.seed);
     let w = random(&[c.c_out, c.c_in, 3, 3], dtype, c.seed ^ 0x5eed);
     let (x64, w64) = (
@@ -113,7 +118,7 @@ fn check(c: &Case, dtype: DType) -> Result<(), TestCaseError> {
     let scale = eager_conv(&x64.abs().unwrap(), &w64.abs().unwrap(), c.pad);
     let out_shape = expected.shape();
     let image_len: usize = out_shape[1..].iter().product();
-    for tile in [WinogradTile::F2x2, WinogradTile::F4x4] {
+    for &tile in tiles {
         let tol = match (dtype, tile) {
             (DType::F64, _) => F64_TOLERANCE,
             (_, WinogradTile::F4x4) => F4_F32_TOLERANCE,
@@ -186,6 +191,48 @@ fn winograd_rows_wider_than_a_chunk_of_tiles() {
         };
         check(&c, DType::F64).unwrap();
         check(&c, DType::F32).unwrap();
+    }
+}
+
+/// Tiles the transforms take together in one band of whole tile rows (the transforms' band
+/// capacity): an image of rows of up to sixteen tiles is cut into bands of `256 / tiles_x`
+/// rows.
+const BAND_TILES: usize = 256;
+
+/// Images whose tile rows exactly fill one band and images with one row more (a second band
+/// of one row), for every row width up to one past a chunk (1..=17 tiles, the widest a
+/// chunk of one row), both tiles, paddings 0 and 1, and odd sizes (a partial last tile
+/// column or row): each band's tiles, its last partial step of eight and the next band's
+/// first tile land in their own outputs.
+#[test]
+fn winograd_bands_of_tile_rows_fill_and_overflow() {
+    for tile in [WinogradTile::F2x2, WinogradTile::F4x4] {
+        let m = tile.output();
+        for tiles_x in 1..=17 {
+            let band_rows = if tiles_x > 16 {
+                1
+            } else {
+                BAND_TILES / tiles_x
+            };
+            for (pad, tiles_y) in [0, 1]
+                .into_iter()
+                .flat_map(|pad| [(pad, band_rows), (pad, band_rows + 1)])
+            {
+                // Odd widths and heights where the tile counts allow: the last tile is partial.
+                let (ow, oh) = (tiles_x * m - tiles_x % 2, tiles_y * m - (tiles_y + 1) % 2);
+                let c = Case {
+                    n: 2,
+                    c_in: 2,
+                    c_out: 3,
+                    h: oh + 2 - 2 * pad,
+                    w: ow + 2 - 2 * pad,
+                    pad,
+                    seed: (tiles_x * 100 + tiles_y) as u64,
+                };
+                check_tiles(&c, DType::F64, &[tile]).unwrap();
+                check_tiles(&c, DType::F32, &[tile]).unwrap();
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! elementwise products is one matrix product per transform point (`(m+2)^2` GEMMs of
 //! `[C_out, C_in] x [C_in, tiles]` through the `gemm` crate), so a tile costs `(m+2)^2`
 //! multiplies per channel pair instead of `9 m^2`: 2.25x fewer for F(2x2), 4x for F(4x4).
-//! Transforms run along rows of tiles, vectorised across the tiles of a row.
+//! Transforms run over bands of consecutive tile rows, vectorised across the band's tiles.
 //!
 //! Accuracy: the transforms' constants (G holds 1/6, 1/12, 1/24 for F(4x4)) make the f32
 //! result differ from a direct convolution by more than rounding alone; the tests bound it.

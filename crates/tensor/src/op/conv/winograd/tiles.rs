@@ -1,12 +1,14 @@
-//! The Winograd input and output transforms of whole rows of tiles, eight tiles at a time:
-//! each step reads its values for eight consecutive tiles as plain arrays ([`Lanes`]), which
-//! the compiler turns into vector instructions, and applies the same arithmetic as one tile
-//! alone (the same operations in the same order, so every lane rounds as a scalar would). A
-//! row's last tiles past a multiple of eight run as one more step whose missing lanes are
-//! zeros, read and written element by element.
+//! The Winograd input and output transforms of bands of tiles (consecutive whole tile rows,
+//! or chunks of one wide row), eight tiles at a time: each step reads its values for eight
+//! consecutive tiles as plain arrays ([`Lanes`]), which the compiler turns into vector
+//! instructions, and applies the same arithmetic as one tile alone (the same operations in
+//! the same order, so every lane rounds as a scalar would). A band's last tiles past a
+//! multiple of eight run as one more step whose missing lanes are zeros, read and written
+//! element by element.
 
 use super::{Plan, Shared};
 use crate::Float;
+use std::mem::MaybeUninit;
 use std::ops::{Add, Mul, Sub};
 
 /// The arithmetic a transform needs, of one value or of [`Lanes`].
@@ -203,13 +205,63 @@ unsafe fn lanewise<F: Transform, T: Float>(
     }
 }
 
-/// Tiles of one row transformed together.
+/// Tiles of one row transformed together when a row holds more than [`ROW_CHUNK`] tiles.
 const ROW_CHUNK: usize = 16;
-/// Room for `A` rows of `M` phases of `ROW_CHUNK + 1` columns (the largest transform's).
-const ROW_BUFFER: usize = 6 * 4 * (ROW_CHUNK + 1);
+/// Tiles a band of whole tile rows holds at most: every image of ResNet-18 (up to 14 x 14
+/// tiles) is one band. A band buffer holds up to 36 values per tile (144 KiB for the input
+/// transform's two in f64), well inside a thread's stack.
+const BAND: usize = 256;
+
+/// Consecutive tiles transformed together, whose columns of `v` and `mm` are consecutive:
+/// `rows` whole tile rows from row `ty` (`tx0 == 0`, `n == tiles_x`), or, when a row holds
+/// more than [`ROW_CHUNK`] tiles, the `n` tiles of row `ty` from `tx0` on (`rows == 1`).
+#[derive(Debug, Clone, Copy)]
+struct Band {
+    ty: usize,
+    rows: usize,
+    tx0: usize,
+    n: usize,
+}
+
+impl Band {
+    fn tiles(&self) -> usize {
+        self.rows * self.n
+    }
+}
+
+/// The bands covering an image's tiles, in order.
+fn bands(p: &Plan) -> impl Iterator<Item = Band> {
+    let (tiles_y, tiles_x) = (p.tiles_y, p.tiles_x);
+    let wide = tiles_x > ROW_CHUNK;
+    let rows = if wide { 1 } else { BAND / tiles_x.max(1) };
+    let chunks = if wide { tiles_x.div_ceil(ROW_CHUNK) } else { 1 };
+    (0..tiles_y).step_by(rows).flat_map(move |ty| {
+        (0..chunks).map(move |chunk| {
+            let tx0 = chunk * ROW_CHUNK;
+            Band {
+                ty,
+                rows: rows.min(tiles_y - ty),
+                tx0,
+                n: if wide {
+                    ROW_CHUNK.min(tiles_x - tx0)
+                } else {
+                    tiles_x
+                },
+            }
+        })
+    })
+}
+
+/// A band buffer of up to 36 values per tile. The band buffers are left uninitialised:
+/// zeroing them would cost as much as a small channel's transform, and every pass reads only
+/// what the step before it wrote.
+type Scratch<T> = [MaybeUninit<T>; 6 * 6 * BAND];
 
 /// Transforms channel `c` of one image (`x` is that channel's `H x W` plane) into
-/// `v[points][C_in][columns]` at the columns `first..first + tiles`.
+/// `v[points][C_in][columns]` at the columns `first..first + tiles`, a band of tiles at a
+/// time: the band's input tiles are gathered into `d[r][j][tile]` (row r, column j of each
+/// tile; the columns neighbouring tiles share are copied into both), then both passes run
+/// over all the band's tiles: `B^T d` down the columns, then `(B^T d) B` along the rows.
 ///
 /// # Safety
 /// `v` holds `points * C_in * columns` elements; no other task writes this channel's columns
@@ -225,81 +277,75 @@ pub(super) unsafe fn input_tiles<F: Transform, T: Float>(
     let (m, a) = (F::M, F::A);
     let g = &p.g;
     let pad = [g.params.padding[0] as isize, g.params.padding[1] as isize];
-    // line: one input row's columns from the chunk's first tile on (zero outside the input).
-    let mut line = [T::zero(); 4 * (ROW_CHUNK + 1)];
-    // rows[r][phase][q]: input row r of the tile row, column q * m + phase.
-    let mut rows = [T::zero(); ROW_BUFFER];
-    // cols[i][phase][q]: (B^T d)[i] at the same columns.
-    let mut cols = [T::zero(); ROW_BUFFER];
-    for ty in 0..p.tiles_y {
-        let mut tx0 = 0;
-        while tx0 < p.tiles_x {
-            let n = ROW_CHUNK.min(p.tiles_x - tx0);
-            // Phases of n + 1 columns: tile tx reads q = tx and, for j >= m, q = tx + 1.
-            let phase_len = n + 1;
-            let row_len = m * phase_len;
-            let x0 = (tx0 * m) as isize - pad[1];
-            // The line's columns inside the input: lo..hi.
-            let lo = (-x0).clamp(0, row_len as isize) as usize;
-            let hi = (g.w as isize - x0).clamp(lo as isize, row_len as isize) as usize;
+    // line: one input row's columns from the band's first tile on (zero outside the input).
+    let mut line = [T::zero(); 4 * ROW_CHUNK + 2];
+    // d[r][j][tile], then t[i][j][tile] = sum_r B^T[i][r] d[r][j]: rows of `len` tiles.
+    let mut d: Scratch<T> = [const { MaybeUninit::uninit() }; 6 * 6 * BAND];
+    let mut t: Scratch<T> = [const { MaybeUninit::uninit() }; 6 * 6 * BAND];
+    let (d, t) = (d.as_mut_ptr().cast::<T>(), t.as_mut_ptr().cast::<T>());
+    for b in bands(p) {
+        let (n, len) = (b.n, b.tiles());
+        // The columns the band's tiles read: tile tx reads tx * m .. tx * m + a.
+        let line_len = (n - 1) * m + a;
+        let x0 = (b.tx0 * m) as isize - pad[1];
+        // The line's columns inside the input: lo..hi.
+        let lo = (-x0).clamp(0, line_len as isize) as usize;
+        let hi = (g.w as isize - x0).clamp(lo as isize, line_len as isize) as usize;
+        for band_row in 0..b.rows {
+            let ty = b.ty + band_row;
             for r in 0..a {
                 let iy = (ty * m + r) as isize - pad[0];
-                let row = &mut rows[r * row_len..][..row_len];
+                let line = &mut line[..line_len];
                 if iy < 0 || iy >= g.h as isize {
-                    row.fill(T::zero());
-                    continue;
+                    line.fill(T::zero());
+                } else {
+                    line[..lo].fill(T::zero());
+                    if lo < hi {
+                        let start = iy as usize * g.w + (x0 + lo as isize) as usize;
+                        line[lo..hi].copy_from_slice(&x[start..][..hi - lo]);
+                    }
+                    line[hi..].fill(T::zero());
                 }
-                let line = &mut line[..row_len];
-                line[..lo].fill(T::zero());
-                if lo < hi {
-                    let start = iy as usize * g.w + (x0 + lo as isize) as usize;
-                    line[lo..hi].copy_from_slice(&x[start..][..hi - lo]);
-                }
-                line[hi..].fill(T::zero());
-                for (ph, phase) in row.chunks_exact_mut(phase_len).enumerate() {
-                    for (q, o) in phase.iter_mut().enumerate() {
-                        *o = line[q * m + ph];
+                for j in 0..a {
+                    let row = (r * a + j) * len + band_row * n;
+                    for tx in 0..n {
+                        // SAFETY: row + tx < (r * a + j + 1) * len <= 36 * BAND, inside `d`.
+                        unsafe { d.add(row + tx).write(line[tx * m + j]) };
                     }
                 }
             }
-            // Down the columns: cols[i] = sum_r B^T[i][r] rows[r], elementwise.
-            let at: [usize; 6] = std::array::from_fn(|r| r * row_len);
-            // SAFETY: rows r < A of `row_len` elements, inside both buffers (A * row_len <=
-            // ROW_BUFFER); `rows` and `cols` are distinct.
+        }
+        // Down the columns: t[i] = sum_r B^T[i][r] d[r], elementwise over a * len values.
+        let at: [usize; 6] = std::array::from_fn(|r| r * a * len);
+        // SAFETY: rows r < A of a * len values, inside both buffers (a * a * len <= 36 *
+        // BAND), all of `d`'s written above; `d` and `t` are distinct.
+        unsafe { lanewise::<F, T>(Direction::Input, (d, &at), (t, &at), a * len) };
+        // Along the rows: tile e of the band reads t[i][j][e] and writes point i * a + k of
+        // its column.
+        let column = first + b.ty * p.tiles_x + b.tx0;
+        for i in 0..a {
+            let from: [usize; 6] = std::array::from_fn(|j| (i * a + j) * len);
+            let to: [usize; 6] =
+                std::array::from_fn(|k| ((i * a + k) * g.c_in + c) * p.columns + column);
+            // SAFETY: reads inside `t`, written by the pass above; writes: point < points,
+            // c < C_in, column + len <= columns, inside `v`, in this task's channel and
+            // image (the caller).
             unsafe {
                 lanewise::<F, T>(
                     Direction::Input,
-                    (rows.as_ptr(), &at),
-                    (cols.as_mut_ptr(), &at),
-                    row_len,
+                    (t.cast_const(), &from),
+                    (v.get(), &to),
+                    len,
                 )
             };
-            // Along the rows: tile tx reads column tx * m + j, at phase j % m, q = tx + j / m,
-            // and writes point i * a + k of its column.
-            let column = first + ty * p.tiles_x + tx0;
-            let from: [usize; 6] = std::array::from_fn(|j| (j % m) * phase_len + j / m);
-            for i in 0..a {
-                let to: [usize; 6] =
-                    std::array::from_fn(|k| ((i * a + k) * g.c_in + c) * p.columns + column);
-                // SAFETY: reads end at phase m - 1, q <= n, inside row i of `cols`; writes:
-                // point < points, c < C_in, column + n <= columns, inside `v`, in this task's
-                // channel and image (the caller).
-                unsafe {
-                    lanewise::<F, T>(
-                        Direction::Input,
-                        (cols[i * row_len..].as_ptr(), &from),
-                        (v.get(), &to),
-                        n,
-                    )
-                };
-            }
-            tx0 += n;
         }
     }
 }
 
 /// The output transform of output channel `o` of one image, whose tiles start at column
-/// `first` of the products `mm[points][C_out][columns]`, into that channel's `oH x oW` plane.
+/// `first` of the products `mm[points][C_out][columns]`, into that channel's `oH x oW` plane,
+/// a band of tiles at a time: both passes run over all the band's tiles, whose columns of
+/// `mm` are consecutive, and the results are scattered to the band's output rows.
 #[inline(always)]
 pub(super) fn output_tiles<F: Transform, T: Float>(
     p: &Plan,
@@ -316,56 +362,56 @@ pub(super) fn output_tiles<F: Transform, T: Float>(
         "output_tiles: channel {o}, tiles from {first} outside products of {} elements",
         mm.len()
     );
-    // rows[r][k][tx] = sum_i A^T[r][i] mm[i][k] for the chunk's tiles.
-    let mut rows = [T::zero(); 4 * 6 * ROW_CHUNK];
-    // tiles[r][b][tx] = sum_k A^T[b][k] rows[r][k]: output row r, column b of each tile.
-    let mut tiles = [T::zero(); 4 * 4 * ROW_CHUNK];
-    for ty in 0..p.tiles_y {
-        let mut tx0 = 0;
-        while tx0 < p.tiles_x {
-            let n = ROW_CHUNK.min(p.tiles_x - tx0);
-            let column = o * p.columns + first + ty * p.tiles_x + tx0;
-            for k in 0..a {
-                let from: [usize; 6] = std::array::from_fn(|i| (i * a + k) * stride + column);
-                let to: [usize; 6] = std::array::from_fn(|r| (r * a + k) * ROW_CHUNK);
-                // SAFETY: point i * a + k < points, channel o, columns `column..column + n`:
-                // inside `mm` (asserted above); rows r < M of `rows`, n <= ROW_CHUNK.
-                unsafe {
-                    lanewise::<F, T>(
-                        Direction::Output,
-                        (mm.as_ptr(), &from),
-                        (rows.as_mut_ptr(), &to),
-                        n,
-                    )
-                };
-            }
-            for r in 0..m {
-                let from: [usize; 6] = std::array::from_fn(|k| (r * a + k) * ROW_CHUNK);
-                let to: [usize; 6] = std::array::from_fn(|b| (r * m + b) * ROW_CHUNK);
-                // SAFETY: inside `rows` and `tiles`, n <= ROW_CHUNK; distinct buffers.
-                unsafe {
-                    lanewise::<F, T>(
-                        Direction::Output,
-                        (rows.as_ptr(), &from),
-                        (tiles.as_mut_ptr(), &to),
-                        n,
-                    )
-                };
-            }
+    // rows[r][k][tile] = sum_i A^T[r][i] mm[i][k] for the band's tiles, then tiles[r][b][tile]
+    // = sum_k A^T[b][k] rows[r][k]: output row r, column b of each tile; rows of `len` tiles,
+    // uninitialised as [`Scratch`].
+    let mut rows = [const { MaybeUninit::<T>::uninit() }; 4 * 6 * BAND];
+    let mut tiles = [const { MaybeUninit::<T>::uninit() }; 4 * 4 * BAND];
+    let (rows, tiles) = (
+        rows.as_mut_ptr().cast::<T>(),
+        tiles.as_mut_ptr().cast::<T>(),
+    );
+    for band in bands(p) {
+        let (n, len) = (band.n, band.tiles());
+        let column = o * p.columns + first + band.ty * p.tiles_x + band.tx0;
+        for k in 0..a {
+            let from: [usize; 6] = std::array::from_fn(|i| (i * a + k) * stride + column);
+            let to: [usize; 6] = std::array::from_fn(|r| (r * a + k) * len);
+            // SAFETY: point i * a + k < points, channel o, columns `column..column + len`:
+            // inside `mm` (asserted above); rows r < M of `rows`, len <= BAND.
+            unsafe { lanewise::<F, T>(Direction::Output, (mm.as_ptr(), &from), (rows, &to), len) };
+        }
+        for r in 0..m {
+            let from: [usize; 6] = std::array::from_fn(|k| (r * a + k) * len);
+            let to: [usize; 6] = std::array::from_fn(|b| (r * m + b) * len);
+            // SAFETY: inside `rows` (all written by the pass above) and `tiles`, len <= BAND;
+            // distinct buffers.
+            unsafe {
+                lanewise::<F, T>(
+                    Direction::Output,
+                    (rows.cast_const(), &from),
+                    (tiles, &to),
+                    len,
+                )
+            };
+        }
+        for row in 0..band.rows {
+            let ty = band.ty + row;
             for r in 0..m {
                 let oy = ty * m + r;
                 if oy >= g.oh {
                     break;
                 }
-                let row = &mut y[oy * g.ow..][..g.ow];
+                let out = &mut y[oy * g.ow..][..g.ow];
                 for tx in 0..n {
-                    let ox = (tx0 + tx) * m;
+                    let ox = (band.tx0 + tx) * m;
                     for b in 0..m.min(g.ow - ox) {
-                        row[ox + b] = tiles[(r * m + b) * ROW_CHUNK + tx];
+                        // SAFETY: tile row * n + tx < len of output row r * m + b < M * M,
+                        // written by the second pass.
+                        out[ox + b] = unsafe { *tiles.add((r * m + b) * len + row * n + tx) };
                     }
                 }
             }
-            tx0 += n;
         }
     }
 }
