@@ -72,7 +72,8 @@ fn updates_together(program: &mut Program) {
     }
     program.steps = order;
     if members.len() >= 2 {
-        program.launch_groups = vec![start..start + members.len()];
+        let group = start..start + members.len();
+        program.launch_groups = vec![group];
     }
 }
 
