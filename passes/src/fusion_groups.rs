@@ -2,7 +2,10 @@
 //! nodes of one output shape that a backend can emit as one kernel, together with a GEMM or
 //! convolution whose epilogue they form and a reduction they feed. The pass only records each
 //! member's group in its metadata (`fusion_group = "g0"`); it never changes what the graph
-//! computes, and leaves views, module calls, multi-output ops and everything else ungrouped.
+//! computes, and leaves views, module calls, multi-output ops and everything else ungrouped,
+//! but for elementwise ops whose outputs share one shape (an optimizer update: new parameter
+//! and state), which end a group: their users (the `getitem`s) never join one, so the update
+//! takes the elementwise ops or the GEMM computing its gradient as its kernel's start.
 //!
 //! Groups grow from their output backwards: a node joins the group of its users only when all
 //! of its users are in that one group. So every member but the group's output is used only
@@ -97,11 +100,19 @@ impl fmt::Display for FusionGrouping {
 }
 
 /// What a node can be in a group: the op's fusion role from the op table; nodes other than
-/// single-output call_function nodes run alone.
+/// call_function nodes with one output, or with several of one shape computed elementwise
+/// (an optimizer update), run alone.
 fn role(graph: &Graph, id: &NodeId) -> Result<Role> {
     let node = graph.node(id)?;
+    let one_shape = node.meta.windows(2).all(|w| w[0].shape == w[1].shape);
     Ok(match &node.kind {
         NodeKind::CallFunction { op } if node.meta.len() == 1 => op.fusion_role(),
+        NodeKind::CallFunction { op } if !node.meta.is_empty() && one_shape => {
+            match op.fusion_role() {
+                Role::Elementwise => Role::Elementwise,
+                _ => Role::Alone,
+            }
+        }
         _ => Role::Alone,
     })
 }

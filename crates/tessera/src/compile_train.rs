@@ -172,10 +172,11 @@ pub struct TrainStepReport {
     /// last, how many its kernels wrote in place; the others were copied in after the call.
     pub in_place: usize,
     /// Kernel launches that apply the optimizer's updates (new parameters and their state)
-    /// in the program compiled last: 1 when every update kernel is in one launch group, as
-    /// PyTorch's fused optimizers launch once. Adam's per-parameter step counters are 0-d
-    /// kernels of their own, not counted; an update that runs its eager kernel (a half
-    /// parameter) launches nothing here.
+    /// in the program compiled last: 1 for the launch group of the update kernels, as
+    /// PyTorch's fused optimizers launch once, plus 1 for each GEMM kernel whose epilogue is
+    /// an update (a weight's, fused into the GEMM computing its gradient). Adam's
+    /// per-parameter step counters are 0-d kernels of their own, not counted; an update that
+    /// runs its eager kernel (a half parameter) launches nothing here.
     pub update_launches: usize,
 }
 

@@ -52,17 +52,21 @@ fn update_step(n: usize, eager_reader: bool) -> Builder {
     b
 }
 
+/// A copy of the f32 or f64 tensor `t` with storage of its own.
 fn copy_of(t: &Tensor) -> Tensor {
-    Tensor::from_vec(t.to_vec::<f32>().unwrap(), &t.shape()).unwrap()
+    match t.dtype() {
+        DType::F64 => Tensor::from_vec(t.to_vec::<f64>().unwrap(), &t.shape()).unwrap(),
+        _ => Tensor::from_vec(t.to_vec::<f32>().unwrap(), &t.shape()).unwrap(),
+    }
 }
 
-fn values(t: &Tensor) -> Vec<f32> {
+pub(crate) fn values(t: &Tensor) -> Vec<f32> {
     t.to_vec::<f32>().unwrap()
 }
 
 /// Runs `program` updating `targets` (given as positions of inputs, per output), on fresh
 /// copies of `inputs`: the outputs and the inputs after the run.
-fn run_updating(
+pub(crate) fn run_updating(
     program: &Program,
     executor: &dyn KernelExecutor,
     inputs: &[Tensor],

@@ -18,6 +18,7 @@ mod differential;
 mod exp;
 mod fake_quant;
 mod fake_quant_gradients;
+mod fused_updates;
 mod gathers;
 mod gemm;
 mod half;

@@ -32,7 +32,7 @@ fn bits(t: &Tensor) -> Vec<u64> {
 
 /// The graph run eagerly, by the interpreter and by the JIT: the same bits everywhere, and
 /// every node generated (no fallback).
-fn check_bit_exact(graph: &Graph, inputs: &[Tensor], what: &str) -> Program {
+pub(crate) fn check_bit_exact(graph: &Graph, inputs: &[Tensor], what: &str) -> Program {
     let program = lowered(graph, inputs);
     assert!(
         program.fallbacks.is_empty(),

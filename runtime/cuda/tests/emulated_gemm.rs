@@ -175,6 +175,22 @@ fn matmul_of_transposed_operands_with_a_residual_add_agrees() {
 }
 
 /// `relu(conv2d(x, w) + b)`.
+#[test]
+fn updates_fused_into_the_gemm_of_their_gradient_agree() {
+    for dtype in [DType::F32, DType::F64] {
+        for (what, graph, inputs) in crate::common::fused_update_graphs(dtype) {
+            let program = lower(&graph, &[]).unwrap();
+            let fused = program.kernels().filter(|k| k.gemm.is_some()).count();
+            assert_eq!(
+                program.kernels().count(),
+                fused,
+                "{what}: one GEMM kernel\n{program}"
+            );
+            check(&format!("{what} {dtype:?}"), &graph, &inputs);
+        }
+    }
+}
+
 fn conv_graph(
     dtype: DType,
     x_shape: [usize; 4],

@@ -8,7 +8,9 @@
 //! call would lock `t`'s storage, held for writing during the run), and that kernel reads `t`
 //! elementwise at the very index it stores `k` (so each element is read before it is
 //! overwritten, by the same point of the nest, whatever the split across threads), and no
-//! other kernel of its launch group reads `t` (the group's kernels run at once). So that a
+//! other kernel of its launch group reads `t` (the group's kernels run at once). A kernel
+//! starting with a GEMM or convolution call qualifies when the call does not read `t` (the
+//! call reads its operands whole); a reduction kernel never does. So that a
 //! failed run leaves every updated tensor as it was, the steps from the first in-place write
 //! on must all be kernels writing only in place or into the arena: nothing after it allocates
 //! or calls out (an update followed by a step that does is returned instead). So Adam's step
@@ -131,7 +133,7 @@ fn updating_step(program: &Program, out: SlotId, aliases: &[SlotId]) -> Option<u
             return None;
         }
     }
-    if kernel.gemm.is_some() || kernel.conv.is_some() || !kernel.reduce.is_empty() {
+    if !kernel.reduce.is_empty() {
         return None;
     }
     let param = |role: BufferRole, slots: &[SlotId], pick: &dyn Fn(SlotId) -> bool| {
@@ -155,6 +157,22 @@ fn updating_step(program: &Program, out: SlotId, aliases: &[SlotId]) -> Option<u
         return None;
     };
     let aliased = param(BufferRole::Input, inputs, &|s| aliases.contains(&s));
+    // An external call reads its operands whole, also where other points already wrote: its
+    // epilogue (an optimizer update fused into the GEMM computing the gradient) may write in
+    // place only a tensor the call does not read.
+    let called = [
+        kernel.gemm.as_ref().map(|g| g.a),
+        kernel.gemm.as_ref().map(|g| g.b),
+        kernel.conv.as_ref().map(|c| c.input),
+        kernel.conv.as_ref().map(|c| c.weight),
+    ];
+    if called
+        .iter()
+        .flatten()
+        .any(|b| aliased.contains(&b.index()))
+    {
+        return None;
+    }
     let elementwise = kernel.values.iter().all(|v| match &v.expr {
         Expr::Load { buffer, index } => !aliased.contains(&buffer.index()) || *index == store.index,
         Expr::LoadIf { buffer, .. } => !aliased.contains(&buffer.index()),

@@ -7,13 +7,17 @@
 //! memory plan takes a group as one step ([`crate::MemoryPlan::new`]: what a member writes
 //! lives from the group's start, what it reads to its end), so no member's buffer shares bytes
 //! with another's and they may run at once, in any order. [`group_launches`] makes two kinds.
-//! The update group: it moves every elementwise kernel writing only program outputs that no
-//! later step up to the last of them reads down to that last one (only steps that do not read
-//! their outputs are passed, and slots are written once, so every value is computed as
-//! before) and makes them one group: a training step's update kernels, which Adam interleaves
-//! with the kernels of its per-parameter step scalars. Then each run of consecutive 0-d
-//! kernels left (those step scalars, side by side once the updates moved) is a group too.
-//! The criteria depend on no size, so programs lowered for two batches group alike. Nothing a kernel computes
+//! The update group: it moves every elementwise kernel (or elementwise epilogue of a GEMM or
+//! convolution call) writing only program outputs that no later step up to the last of them
+//! reads down to that last one (only steps that do not read their outputs are passed, and
+//! slots are written once, so every value is computed as before), and makes the elementwise
+//! ones one group: a training step's update kernels, which Adam interleaves with the kernels
+//! of its per-parameter step scalars. The others (an update fused into the GEMM computing its
+//! gradient, which cannot join a group) run just before the group, after the step scalars too,
+//! which a device may not write in place (the in-place rule, [`crate::in_place_outputs`],
+//! writes in place only after the last step that does not). Then each run of consecutive 0-d
+//! kernels left (those step scalars, side by side once the updates moved) is a group too. The
+//! criteria depend on no size, so programs lowered for two batches group alike. Nothing a kernel computes
 //! changes: each member stays its own [`Step::Kernel`] (planning, in-place updating,
 //! printing and fallbacks see it as before).
 
@@ -21,8 +25,8 @@ use crate::{BufferRole, KernelError, Program, Result, SlotId, Step};
 use std::ops::Range;
 
 /// Reorders `program`'s steps so that the kernels writing only program outputs come together
-/// after the last one's earlier steps, and records them as a launch group when there are at
-/// least two; then makes each run of two or more consecutive 0-d kernels outside it a group
+/// after the last one's earlier steps (when there are at least two), and records the
+/// elementwise ones as a launch group when there are at least two; then makes each run of two or more consecutive 0-d kernels outside it a group
 /// (Adam's per-parameter step scalars, which the update group leaves side by side).
 pub fn group_launches(program: &mut Program) {
     updates_together(program);
@@ -33,19 +37,20 @@ pub fn group_launches(program: &mut Program) {
 
 /// The update group (module doc).
 fn updates_together(program: &mut Program) {
-    let joinable: Vec<usize> = (0..program.steps.len())
-        .filter(|&i| may_join(program, i) && writes_outputs_only(program, i))
+    let candidates: Vec<usize> = (0..program.steps.len())
+        .filter(|&i| may_move(program, i) && writes_outputs_only(program, i))
         .collect();
-    let Some(&last) = joinable.last() else {
+    let Some(&last) = candidates.last() else {
         return;
     };
-    let mut members: Vec<usize> = joinable
+    let moved: Vec<usize> = candidates
         .iter()
         .copied()
         .filter(|&c| c == last || !read_in(program, writes(program, c), c + 1..last + 1))
         .collect();
-    members.sort_unstable();
-    if members.len() < 2 {
+    let (members, apart): (Vec<usize>, Vec<usize>) =
+        moved.iter().partition(|&&c| may_join(program, c));
+    if moved.len() < 2 {
         return;
     }
     let mut steps: Vec<Option<Step>> = std::mem::take(&mut program.steps)
@@ -56,17 +61,20 @@ fn updates_together(program: &mut Program) {
     let mut start = 0;
     for i in 0..steps.len() {
         if i == last {
+            order.extend(apart.iter().filter_map(|&m| steps[m].take()));
             start = order.len();
             order.extend(members.iter().filter_map(|&m| steps[m].take()));
-        } else if !members.contains(&i)
+        } else if !moved.contains(&i)
             && let Some(step) = steps[i].take()
         {
             order.push(step);
         }
     }
     program.steps = order;
-    let group = start..start + members.len();
-    program.launch_groups = vec![group];
+    if members.len() >= 2 {
+        let group = start..start + members.len();
+        program.launch_groups = vec![group];
+    }
 }
 
 /// Runs of two or more consecutive 0-d kernels in no group, none reading another's output.
@@ -104,6 +112,23 @@ fn may_join(program: &Program, i: usize) -> bool {
         && kernel.gemm.is_none()
         && kernel.conv.is_none()
         && kernel.buffers.iter().all(|b| b.role != BufferRole::Scratch)
+}
+
+/// Whether step `i` may move down to the update group: a kernel that may join a group, or
+/// one that is the elementwise epilogue of a GEMM or convolution call (no reduction, no
+/// scratch but the call's result, so no gather status: it cannot fail).
+fn may_move(program: &Program, i: usize) -> bool {
+    let Some(Step::Kernel { kernel, .. }) = program.steps.get(i) else {
+        return false;
+    };
+    let call = [
+        kernel.gemm.as_ref().map(|g| g.out),
+        kernel.conv.as_ref().map(|c| c.out),
+    ];
+    kernel.reduce.is_empty()
+        && kernel.buffers.iter().enumerate().all(|(b, p)| {
+            p.role != BufferRole::Scratch || call.iter().flatten().any(|o| o.index() == b)
+        })
 }
 
 /// Whether step `i` writes program outputs only (no value only kernels read).

@@ -299,14 +299,23 @@ fn sole_reduction_user(graph: &Graph, id: &NodeId) -> Option<NodeId> {
     }
 }
 
-/// Whether `id` is a single-output elementwise call_function node.
+/// Whether `id` is an elementwise call_function node: one output, or several of one shape
+/// (an optimizer update, which fusion grouping lets end a group: see [`has_outputs`]).
 fn is_elementwise(graph: &Graph, id: &NodeId) -> bool {
     graph.node(id).is_ok_and(|n| match &n.kind {
         NodeKind::CallFunction { op } => {
-            n.meta.len() == 1 && op.fusion_role() == FusionRole::Elementwise
+            !n.meta.is_empty()
+                && n.meta.windows(2).all(|w| w[0].shape == w[1].shape)
+                && op.fusion_role() == FusionRole::Elementwise
         }
         _ => false,
     })
+}
+
+/// Whether node `id` has more than one output (a multi-output elementwise member is lowered
+/// through a frame, [`Lowering::frame_partition`], and is no reduction's epilogue).
+fn has_outputs(graph: &Graph, id: &NodeId) -> bool {
+    graph.node(id).is_ok_and(|n| n.meta.len() > 1)
 }
 
 fn graph_error(graph: &Graph, id: &NodeId, e: tessera_fx::FxError) -> KernelError {
@@ -484,11 +493,8 @@ impl Lowering<'_> {
                 let update = *update;
                 return self.batch_norm_update(id, &update);
             }
-            NodeKind::CallFunction {
-                op: Op::Optim(update),
-            } => {
-                let update = update.clone();
-                return self.update(id, &update);
+            NodeKind::CallFunction { op: Op::Optim(_) } => {
+                return self.partition(std::slice::from_ref(id));
             }
             NodeKind::CallFunction {
                 op: Op::Pool(PoolOp::MaxPool2d(p)),
@@ -785,7 +791,12 @@ impl Lowering<'_> {
     /// Lowers the elementwise members of one fusion group into one kernel, or, when the
     /// kernel IR cannot express them yet, runs each through its eager kernel.
     fn partition(&mut self, members: &[NodeId]) -> Result<()> {
-        match self.try_kernel(members)? {
+        let attempt = if members.iter().any(|m| has_outputs(self.graph, m)) {
+            self.frame_partition(members)?
+        } else {
+            self.try_kernel(members)?
+        };
+        match attempt {
             Ok(()) => Ok(()),
             Err(reason) => {
                 for id in members {

@@ -349,11 +349,15 @@ pub fn layout_graphs() -> Vec<(String, Graph)> {
 }
 
 /// Graphs whose lowering calls the GEMM or the convolution with a fused epilogue: linear with
-/// bias and relu (2-D and 3-D input), a matmul of transposed operands plus a residual, and
-/// convolutions (3x3 padded, 1x1, 7x7 stride 2, dilated, grouped), named.
+/// bias and relu (2-D and 3-D input), a matmul of transposed operands plus a residual, SGD
+/// and Adam updates of the parameter whose gradient the matmul computes (multi-output
+/// epilogues), and convolutions (3x3 padded, 1x1, 7x7 stride 2, dilated, grouped), named.
 pub fn gemm_graphs(dtype: DType) -> Vec<(String, Graph)> {
     use tessera_tensor::op::{ConvOp, ConvParams};
-    let mut out = Vec::new();
+    let mut out: Vec<(String, Graph)> = fused_update_graphs(dtype)
+        .into_iter()
+        .map(|(what, g, _)| (what, g))
+        .collect();
     for x_shape in [vec![33, 20], vec![2, 5, 20]] {
         let mut g = Graph::new();
         let x = g.placeholder("x", TensorMeta::new(x_shape.clone(), dtype));
@@ -427,4 +431,32 @@ pub fn gemm_graphs(dtype: DType) -> Vec<(String, Graph)> {
         out.push((format!("conv {what} relu"), g));
     }
     out
+}
+
+/// An SGD (nesterov momentum, weight decay) and an Adam (AMSGrad, decoupled weight decay)
+/// update of a `[9, 7]` parameter of `dtype` whose gradient is `a^T @ x` over 11 rows: the
+/// update is the GEMM kernel's epilogue. Named, with inputs (the second moments
+/// non-negative).
+pub fn fused_update_graphs(dtype: DType) -> Vec<(String, Graph, Vec<tessera_tensor::Tensor>)> {
+    use tessera_testkit::update_cases::{GemmUpdate, gemm_update, sgd_momentum};
+    let shape = GemmUpdate {
+        rows: 9,
+        cols: 7,
+        k: 11,
+    };
+    let adam = tessera_tensor::op::OptimOp::AdamUpdate {
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.01,
+        amsgrad: true,
+        maximize: false,
+        decoupled_weight_decay: true,
+    };
+    let (sgd, sgd_inputs) = gemm_update(&sgd_momentum(), shape, dtype, (1, 1), false);
+    let (adam, adam_inputs) = gemm_update(&adam, shape, dtype, (3, 3), false);
+    vec![
+        ("sgd of a^T @ x".into(), sgd, sgd_inputs),
+        ("adam of a^T @ x".into(), adam, adam_inputs),
+    ]
 }

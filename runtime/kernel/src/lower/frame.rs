@@ -8,7 +8,7 @@
 use super::{Lowering, graph_error, is_elementwise};
 use crate::{
     BufferId, BufferRole, Expr, IndexExpr, KernelBuilder, Result, ScalarType, SlotId, SlotSource,
-    Step, ValueId, lower_elementwise, schedule::schedule,
+    Step, ValueId, schedule::schedule,
 };
 use std::collections::{HashMap, HashSet};
 use tessera_fx::{NodeId, NodeKind};
@@ -295,15 +295,13 @@ impl Lowering<'_> {
         if !is_elementwise(self.graph, id) {
             return Ok(Err("a fused member is not elementwise".into()));
         }
-        let Some(out) = self.meta(id)?.first().cloned() else {
+        let outputs = self.meta(id)?;
+        let Some(out) = outputs.first() else {
             return Ok(Err("the node has no value".into()));
         };
         if out.shape != k.graph_shape(shape) {
             return Ok(Err(format!("{:?} differs from {shape:?}", out.shape)));
         }
-        let Some(out_ty) = ScalarType::of_value(out.dtype) else {
-            return Ok(Err(format!("{:?} values are not lowered", out.dtype)));
-        };
         let mut operands = Vec::new();
         for o in self.operands(id)? {
             match self.operand(k, &o, shape, map)? {
@@ -314,16 +312,17 @@ impl Lowering<'_> {
         let Some(op) = self.op_of(id)? else {
             return Ok(Err("not an op".into()));
         };
-        match lower_elementwise(&op, &mut k.b, &operands, out_ty) {
-            Ok(v) => {
-                k.locals.insert(
-                    *id,
-                    vec![Local {
-                        value: v,
+        match super::update::member_values(&op, &mut k.b, &operands, &outputs) {
+            Ok(values) => {
+                let locals = values
+                    .into_iter()
+                    .map(|value| Local {
+                        value,
                         shape: shape.to_vec(),
                         map: Some(map.clone()),
-                    }],
-                );
+                    })
+                    .collect();
+                k.locals.insert(*id, locals);
                 Ok(Ok(()))
             }
             Err(why) => Ok(Err(format!("{}: {why}", op.name()))),

@@ -234,6 +234,14 @@ impl Lowering<'_> {
         let Some((p, shape)) = self.users_partition(&target, partition_of, partitions)? else {
             return Ok(None);
         };
+        // An optimizer update stays out of a reduction's kernel (a bias's gradient is a sum),
+        // whose outputs are never written in place ([`crate::in_place_outputs`]).
+        if partitions[p]
+            .iter()
+            .any(|m| super::has_outputs(self.graph, m))
+        {
+            return Ok(None);
+        }
         let out_shape = self.meta(&target)?.first().map(|m| m.shape.clone());
         let shape = Some(shape);
         let fits = shape.is_some() && (shape == Some(input_shape) || shape == out_shape);

@@ -1,80 +1,90 @@
-//! Lowering of the optimizer update ops ([`OptimOp`]): one kernel over the parameter's shape
-//! that loads the parameter, gradient and state, reads the run-time scalars (learning rate,
-//! step size) as zero-stride loads, and stores every output (new parameter and state), or,
-//! for Adam's step scalars, one kernel over no dimensions. The formulas are the op table's
-//! ([`crate::lower_update`]); what the kernel IR cannot express (half parameters) runs the
-//! eager kernel.
+//! Lowering of the multi-output elementwise ops, the optimizer updates ([`OptimOp`]): each
+//! output (new parameter and state) is a value of the kernel over the parameter's shape, which
+//! loads the parameter, gradient and state, reads the run-time scalars (learning rate, step
+//! size) as zero-stride loads and stores every output; Adam's step scalars are a kernel over
+//! no dimensions. Fusion grouping lets an update end a group, so its kernel may start with the
+//! elementwise ops computing its gradient ([`Lowering::frame_partition`]) or with the GEMM
+//! computing it (the GEMM's epilogue, [`super::gemm`]): the gradient is then never stored. The
+//! formulas are the op table's ([`crate::lower_update`]); what the kernel IR cannot express
+//! (half parameters) runs the eager kernel.
 
 use super::Lowering;
-use super::frame::{Frame, FrameMap, Local};
-use crate::{ExternalCall, KernelBuilder, Result, ScalarType, lower_update};
+use super::frame::{Frame, FrameMap};
+use crate::{KernelBuilder, Result, ScalarType, ValueId, lower_elementwise, lower_update};
 use std::collections::HashSet;
-use tessera_fx::NodeId;
-use tessera_tensor::Op;
+use tessera_fx::{NodeId, NodeKind};
 use tessera_tensor::op::OptimOp;
+use tessera_tensor::{Op, TensorMeta};
+
+/// The values of the elementwise `op` on `operands`, one per output of `outputs`: the one
+/// value of a single-output op, each output of an optimizer update; or why the kernel IR
+/// cannot express it.
+pub(super) fn member_values(
+    op: &Op,
+    b: &mut KernelBuilder,
+    operands: &[ValueId],
+    outputs: &[TensorMeta],
+) -> std::result::Result<Vec<ValueId>, String> {
+    let Some(first) = outputs.first() else {
+        return Err("the node has no value".into());
+    };
+    let values = match op {
+        Op::Optim(update) => {
+            // The type the parameter computes in (Adam's step scalars have no parameter).
+            let ty = match update {
+                OptimOp::AdamStepScalars { .. } => ScalarType::F64,
+                _ => ScalarType::of_buffer(first.dtype)
+                    .ok_or_else(|| format!("{:?} parameters are not lowered", first.dtype))?,
+            };
+            lower_update(update, b, operands, ty)?
+        }
+        _ => {
+            let ty = ScalarType::of_value(first.dtype)
+                .ok_or_else(|| format!("{:?} values are not lowered", first.dtype))?;
+            vec![lower_elementwise(op, b, operands, ty)?]
+        }
+    };
+    if values.len() != outputs.len() {
+        return Err(format!(
+            "{} values for {} outputs",
+            values.len(),
+            outputs.len()
+        ));
+    }
+    Ok(values)
+}
 
 impl Lowering<'_> {
-    /// Lowers the update node `id` to one kernel, or runs its eager kernel (reported as a
-    /// fallback) when the kernel IR cannot express it.
-    pub(super) fn update(&mut self, id: &NodeId, op: &OptimOp) -> Result<()> {
-        if let Err(why) = self.update_kernel(id, op)? {
-            self.external(
-                id,
-                ExternalCall::Op(Op::Optim(op.clone())),
-                Some(format!("not generated: {why}")),
-            )?;
-        }
-        Ok(())
-    }
-
-    fn update_kernel(
+    /// The elementwise `members` of one partition, the last a multi-output node (an update,
+    /// alone or after the ops computing its gradient), as one kernel over its shape; the inner
+    /// error says why the kernel IR cannot express it (nothing was emitted then).
+    pub(super) fn frame_partition(
         &mut self,
-        id: &NodeId,
-        op: &OptimOp,
+        members: &[NodeId],
     ) -> Result<std::result::Result<(), String>> {
-        let metas = self.meta(id)?;
-        let Some(first) = metas.first() else {
+        let Some(last) = members.last() else {
+            return Ok(Ok(()));
+        };
+        let Some(domain) = self.meta(last)?.first().map(|m| m.shape.clone()) else {
             return Ok(Err("the node has no value".into()));
         };
-        let domain = first.shape.clone();
-        // The type the parameter computes in (Adam's step scalars have no parameter).
-        let ty = match op {
-            OptimOp::AdamStepScalars { .. } => ScalarType::F64,
-            _ => match ScalarType::of_buffer(first.dtype) {
-                Some(ty) => ty,
-                None => return Ok(Err(format!("{:?} parameters are not lowered", first.dtype))),
-            },
-        };
-        let name = format!("k{}_{}", self.kernel_count(), Op::Optim(op.clone()).name());
-        let mut k = Frame::new(KernelBuilder::new(name, domain.clone()));
-        let map: FrameMap = (0..domain.len()).map(Some).collect();
-        let mut operands = Vec::new();
-        for o in self.operands(id)? {
-            match self.operand(&mut k, &o, &domain, &map)? {
-                Ok(v) => operands.push(v),
-                Err(why) => return Ok(Err(why)),
-            }
-        }
-        let values = match lower_update(op, &mut k.b, &operands, ty) {
-            Ok(values) => values,
-            Err(why) => return Ok(Err(why)),
-        };
-        if values.len() != metas.len() {
-            return Ok(Err(format!(
-                "{} values for {} outputs",
-                values.len(),
-                metas.len()
-            )));
-        }
-        let locals = values
-            .into_iter()
-            .map(|value| Local {
-                value,
-                shape: domain.clone(),
-                map: Some(map.clone()),
+        let names: Vec<String> = members
+            .iter()
+            .take(4)
+            .filter_map(|m| match &self.graph.node(m).ok()?.kind {
+                NodeKind::CallFunction { op } => Some(op.name()),
+                _ => None,
             })
             .collect();
-        k.locals.insert(*id, locals);
-        self.emit_frame(k, std::slice::from_ref(id), &HashSet::new())
+        let name = format!("k{}_{}", self.kernel_count(), names.join("_"));
+        let mut k = Frame::new(KernelBuilder::new(name, domain.clone()));
+        let map: FrameMap = (0..domain.len()).map(Some).collect();
+        for m in members {
+            if let Err(why) = self.elementwise_member(&mut k, m, &domain, &map)? {
+                return Ok(Err(why));
+            }
+        }
+        let fused: HashSet<NodeId> = members.iter().copied().collect();
+        self.emit_frame(k, members, &fused)
     }
 }
