@@ -270,6 +270,34 @@ fn one_kernel_program(kernel: Kernel, dtype: DType, inputs: usize, outputs: usiz
 /// Elements of sentinel written on each side of an output.
 const GUARD: usize = 16;
 
+/// Runs `kernel` on input `xs` and the `outputs` elements of `ys` after its first [`GUARD`]
+/// (both of the kernel's element type).
+fn execute_into<T>(
+    executor: &dyn KernelExecutor,
+    kernel: &tessera_kernel::Kernel,
+    xs: &mut [T],
+    ys: &mut [T],
+    outputs: usize,
+) {
+    let ty = kernel.buffers[0].ty;
+    assert!(ys.len() >= GUARD + outputs);
+    let buffers = [
+        BufferPtr {
+            ptr: xs.as_mut_ptr().cast(),
+            len: xs.len(),
+            ty,
+        },
+        BufferPtr {
+            // SAFETY: `GUARD` elements into `ys`, which has `outputs` more after them.
+            ptr: unsafe { ys.as_mut_ptr().add(GUARD) }.cast(),
+            len: outputs,
+            ty,
+        },
+    ];
+    // SAFETY: the buffers are live, of the kernel's types and lengths, and disjoint.
+    unsafe { executor.execute(0, kernel, &buffers) }.unwrap();
+}
+
 /// Runs step 0 of `program` (its one kernel) with `executor` on the elements `x` (as f64s,
 /// stored as the kernel's type), its output written between sentinels, which must be left as
 /// they were; the output's bits, as f64.
@@ -288,39 +316,10 @@ fn run_between_sentinels(
     if ty == ScalarType::F32 {
         let mut xs: Vec<f32> = x.iter().map(|&v| v as f32).collect();
         let mut ys: Vec<f32> = out.iter().map(|&v| v as f32).collect();
-        let buffers = [
-            BufferPtr {
-                ptr: xs.as_mut_ptr().cast(),
-                len: xs.len(),
-                ty,
-            },
-            BufferPtr {
-                // SAFETY: `GUARD` elements into `ys`, which has `outputs` more after them.
-                ptr: unsafe { ys.as_mut_ptr().add(GUARD) }.cast(),
-                len: outputs,
-                ty,
-            },
-        ];
-        // SAFETY: the buffers are live, of the kernel's types and lengths, and disjoint.
-        unsafe { executor.execute(0, kernel, &buffers) }.unwrap();
+        execute_into(executor, kernel, &mut xs, &mut ys, outputs);
         out = ys.iter().map(|&v| f64::from(v)).collect();
     } else {
-        let mut xs = x.to_vec();
-        let buffers = [
-            BufferPtr {
-                ptr: xs.as_mut_ptr().cast(),
-                len: xs.len(),
-                ty,
-            },
-            BufferPtr {
-                // SAFETY: as above.
-                ptr: unsafe { out.as_mut_ptr().add(GUARD) }.cast(),
-                len: outputs,
-                ty,
-            },
-        ];
-        // SAFETY: as above.
-        unsafe { executor.execute(0, kernel, &buffers) }.unwrap();
+        execute_into(executor, kernel, &mut x.to_vec(), &mut out, outputs);
     }
     let (before, rest) = out.split_at(GUARD);
     let (values, after) = rest.split_at(outputs);

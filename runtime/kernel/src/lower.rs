@@ -728,6 +728,16 @@ impl Lowering<'_> {
         self.program.kernels().count()
     }
 
+    /// The name of the next kernel: `k<index>_` and the ops of its first four members.
+    fn kernel_name<'m>(&self, members: impl IntoIterator<Item = &'m NodeId>) -> String {
+        let names: Vec<String> = members
+            .into_iter()
+            .take(4)
+            .filter_map(|m| self.op_of(m).ok().flatten().map(|o| o.name()))
+            .collect();
+        format!("k{}_{}", self.kernel_count(), names.join("_"))
+    }
+
     /// Runs node `id`'s eager kernel as an external call, reported as a fallback that says
     /// why its kernel was not generated.
     fn not_generated(&mut self, id: &NodeId, op: &Op, why: &str) -> Result<()> {
@@ -821,15 +831,7 @@ impl Lowering<'_> {
             Some(m) => m.shape.clone(),
             None => return Ok(Err("the node has no value".into())),
         };
-        let names: Vec<String> = members
-            .iter()
-            .take(4)
-            .filter_map(|m| match &self.graph.node(m).ok()?.kind {
-                NodeKind::CallFunction { op } => Some(op.name()),
-                _ => None,
-            })
-            .collect();
-        let name = format!("k{}_{}", self.kernel_count(), names.join("_"));
+        let name = self.kernel_name(members);
         let mut b = KernelBuilder::new(name, domain.clone());
         let mut local: HashMap<NodeId, ValueId> = HashMap::new();
         let mut buffers: HashMap<SlotId, BufferId> = HashMap::new();

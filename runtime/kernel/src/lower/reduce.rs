@@ -268,15 +268,8 @@ impl Lowering<'_> {
             .collect();
         let domain: Vec<usize> = kept.iter().map(|&d| frame_shape[d]).collect();
         let reduce: Vec<usize> = spec.reduced.iter().map(|&d| frame_shape[d]).collect();
-        let names: Vec<String> = group
-            .prologue
-            .iter()
-            .chain(std::iter::once(&r))
-            .chain(group.epilogue)
-            .take(4)
-            .filter_map(|m| self.op_of(m).ok().flatten().map(|o| o.name()))
-            .collect();
-        let name = format!("k{}_{}", self.kernel_count(), names.join("_"));
+        let members = group.prologue.iter().chain(std::iter::once(&r));
+        let name = self.kernel_name(members.chain(group.epilogue));
         let mut k = Frame::new(KernelBuilder::reduction(
             name,
             domain.clone(),

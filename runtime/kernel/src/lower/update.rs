@@ -12,7 +12,7 @@ use super::Lowering;
 use super::frame::{Frame, FrameMap};
 use crate::{KernelBuilder, Result, ScalarType, ValueId, lower_elementwise, lower_update};
 use std::collections::HashSet;
-use tessera_fx::{NodeId, NodeKind};
+use tessera_fx::NodeId;
 use tessera_tensor::op::OptimOp;
 use tessera_tensor::{Op, TensorMeta};
 
@@ -68,15 +68,7 @@ impl Lowering<'_> {
         let Some(domain) = self.meta(last)?.first().map(|m| m.shape.clone()) else {
             return Ok(Err("the node has no value".into()));
         };
-        let names: Vec<String> = members
-            .iter()
-            .take(4)
-            .filter_map(|m| match &self.graph.node(m).ok()?.kind {
-                NodeKind::CallFunction { op } => Some(op.name()),
-                _ => None,
-            })
-            .collect();
-        let name = format!("k{}_{}", self.kernel_count(), names.join("_"));
+        let name = self.kernel_name(members);
         let mut k = Frame::new(KernelBuilder::new(name, domain.clone()));
         let map: FrameMap = (0..domain.len()).map(Some).collect();
         for m in members {
