@@ -54,7 +54,7 @@ fn fixtures() -> tempfile::TempDir {
     cnn.eval();
     let traced = trace(
         &cnn,
-        TensorMeta::new(&[2, 3, 16, 16], DType::F32),
+        TensorMeta::new([2, 3, 16, 16], DType::F32),
         LeafPolicy::default(),
     )
     .unwrap();

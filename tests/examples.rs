@@ -22,13 +22,15 @@ mod modules_training;
 #[allow(dead_code)]
 #[path = "../examples/optimize.rs"]
 mod optimize;
-#[allow(dead_code)]
+#[allow(dead_code, clippy::duplicate_mod)]
 #[path = "../examples/qat.rs"]
 mod qat;
 #[allow(dead_code)]
 #[path = "../examples/trace.rs"]
 mod trace;
-#[allow(dead_code)]
+// `qat` and `train_shapes` each include `examples/shapes_net.rs` as their own module, as
+// standalone examples must.
+#[allow(dead_code, clippy::duplicate_mod)]
 #[path = "../examples/train_shapes.rs"]
 mod train_shapes;
 

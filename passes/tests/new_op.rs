@@ -76,7 +76,7 @@ fn call(g: &mut Graph, op: Op, operands: &[&NodeId]) -> NodeId {
 /// `relu(cube(x)) + cube(x)`, with a dead `cube(x)` beside it.
 fn graph() -> Graph {
     let mut g = Graph::new();
-    let x = g.placeholder("x", TensorMeta::new(&[2, 3], DType::F32));
+    let x = g.placeholder("x", TensorMeta::new([2, 3], DType::F32));
     let a = call(&mut g, cube(), &[&x]);
     let r = call(&mut g, Op::Unary(UnaryOp::Relu), &[&a]);
     let b = call(&mut g, cube(), &[&x]);
@@ -193,7 +193,7 @@ fn an_op_with_unknown_effects_is_kept_and_not_grouped() {
     assert_eq!(op.kind(), OpKind::Opaque);
     assert!(!op.is_pure());
     let mut g = Graph::new();
-    let x = g.placeholder("x", TensorMeta::new(&[2], DType::F32));
+    let x = g.placeholder("x", TensorMeta::new([2], DType::F32));
     let _dead = call(&mut g, op, &[&x]);
     g.output(&[&x]).unwrap();
     let mut gm = GraphModule::from_graph(g);

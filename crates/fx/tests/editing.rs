@@ -84,17 +84,17 @@ fn precedes_and_users_follow_the_order_through_many_inserts_and_erases() -> Resu
     let (mut g, x, r) = relu_graph()?;
     // Hundreds of nodes squeezed in at the same two places use up the gaps between the order's
     // keys again and again; the order, `precedes` and the order of users must stay right.
-    let mut expected = vec![x.clone()];
+    let mut expected = vec![x];
     let mut before_relu = Vec::new();
     let mut after_x = Vec::new();
     for _ in 0..150 {
         before_relu.push(g.insert_before(&r, |g| g.call_function(relu(), &[&x]))?);
-        let anchor = after_x.last().unwrap_or(&x).clone();
+        let anchor = *after_x.last().unwrap_or(&x);
         after_x.push(g.insert_after(&anchor, |g| g.call_function(relu(), &[&x]))?);
     }
     expected.extend(after_x.iter().cloned());
     expected.extend(before_relu.iter().cloned());
-    expected.push(r.clone());
+    expected.push(r);
     for id in after_x.iter().step_by(7) {
         g.erase(id)?;
         expected.retain(|e| e != id);
@@ -140,7 +140,7 @@ fn replace_all_uses_with_keeps_operand_positions_of_parallel_uses() -> Result<()
     let sq = g.call_function(Op::Binary(BinaryOp::Mul), &[&x, &x])?;
     g.output(&[&sq])?;
     g.replace_all_uses_with(&x, &y)?;
-    assert_eq!(g.operands(&sq)?, [y.clone(), y]);
+    assert_eq!(g.operands(&sq)?, [y, y]);
     Ok(())
 }
 
@@ -189,7 +189,7 @@ fn copy_subgraph_duplicates_nodes_with_fresh_names_and_metadata() -> Result<()> 
         g.copy_subgraph(std::slice::from_ref(&r), &mut map)
     });
     assert!(matches!(copies, Err(FxError::UnmappedOperand { .. })));
-    map.insert(x.clone(), r.clone());
+    map.insert(x, r);
     let copies = g.insert_after(&r, |g| g.copy_subgraph(std::slice::from_ref(&r), &mut map))?;
     assert_eq!(copies.len(), 1);
     let copy = &copies[0];
@@ -206,11 +206,11 @@ fn append_graph_inlines_another_graph_and_returns_its_outputs() -> Result<()> {
     let mut g = Graph::new();
     let input = g.placeholder("input", f32s(&[2, 8, 8, 8]));
     let mut map = ValueMap::new();
-    map.insert(block.placeholders()[0].clone(), input);
+    map.insert(block.placeholders()[0], input);
     let outs = g.append_graph(&block, &mut map)?;
     let second = g.append_graph(&block, &mut {
         let mut m = ValueMap::new();
-        m.insert(block.placeholders()[0].clone(), outs[0].clone());
+        m.insert(block.placeholders()[0], outs[0]);
         m
     })?;
     g.output(&[&second[0]])?;

@@ -61,7 +61,8 @@ fn attention_key_and_query_widths_must_agree() {
 #[test]
 fn attention_matches_pytorch_for_every_sdpa_subcase() {
     let case = Case::load("n_attention");
-    let cases: [(&str, fn(&Tensor) -> AttentionOptions); 6] = [
+    type Options = fn(&Tensor) -> AttentionOptions;
+    let cases: [(&str, Options); 6] = [
         ("sdpa_plain", |_| AttentionOptions::default()),
         ("sdpa_causal", |_| AttentionOptions {
             is_causal: true,

@@ -167,7 +167,7 @@ fn learnable_grads(
         (
             0.0,
             dy * (end - zp) as f32 * grad_factor,
-            dy * -1.0 * scale * grad_factor,
+            -dy * scale * grad_factor,
         )
     } else {
         let fq = (q - zp) as f32 * scale;

@@ -46,7 +46,7 @@ fn an_allocation_the_machine_cannot_provide_is_an_error() {
 #[test]
 fn meta_functions_refuse_outputs_that_overflow() {
     // The crafted graph of the report: expand to [2^62, 3, 16, 16].
-    let x = TensorMeta::new(&[1, 3, 16, 16], DType::F32);
+    let x = TensorMeta::new([1, 3, 16, 16], DType::F32);
     let expand = Op::View(ViewOp::Expand(vec![1 << 62, 3, 16, 16]));
     let e = expand.meta(&[x]).unwrap_err();
     assert!(is_overflow(&e), "{e}");
@@ -56,7 +56,7 @@ fn meta_functions_refuse_outputs_that_overflow() {
     let e = huge.relu().unwrap_err();
     assert!(is_overflow(&e), "{e}");
     assert_eq!(
-        TensorMeta::new(&[1 << 62, 4], DType::F32).numel(),
+        TensorMeta::new([1 << 62, 4], DType::F32).numel(),
         usize::MAX
     );
 }
@@ -83,7 +83,7 @@ fn pooling_meta_costs_nothing_per_element() {
         dilation: [1, 1],
         ceil_mode: false,
     };
-    let x = TensorMeta::new(&[1, 1, 1 << 32, 1 << 32], DType::F32);
+    let x = TensorMeta::new([1, 1, 1 << 32, 1 << 32], DType::F32);
     let out = Op::Pool(PoolOp::MaxPool2d(params)).meta(std::slice::from_ref(&x));
     assert!(is_overflow(&out.unwrap_err()));
     let adaptive = Op::Pool(PoolOp::AdaptiveAvgPool2d {
@@ -92,7 +92,7 @@ fn pooling_meta_costs_nothing_per_element() {
     let out = adaptive.meta(&[x]).unwrap();
     assert_eq!(out[0].shape, vec![1, 1, 1, 1]);
     // Sizes past any real plane are refused before arithmetic can overflow.
-    let big = TensorMeta::new(&[1, 1, usize::MAX, 4], DType::F32);
+    let big = TensorMeta::new([1, 1, usize::MAX, 4], DType::F32);
     let e = Op::Pool(PoolOp::MaxPool2d(params))
         .meta(&[big])
         .unwrap_err();
@@ -176,7 +176,7 @@ fn reshape_to_a_shape_whose_product_overflows_is_an_error() {
 #[test]
 fn narrow_whose_end_overflows_is_an_error() {
     // Found by the op_shapes_property test: `start + len` overflowed and panicked.
-    let x = TensorMeta::new(&[1], DType::F32);
+    let x = TensorMeta::new([1], DType::F32);
     let narrow = Op::View(ViewOp::Narrow {
         dim: 0,
         start: usize::MAX,

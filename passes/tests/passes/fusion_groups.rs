@@ -210,10 +210,10 @@ fn fuse_groups_records_groups_in_metadata_and_keeps_results() {
 /// Every node reachable from `from` along uses.
 fn reachable(g: &Graph, from: &NodeId) -> HashSet<NodeId> {
     let mut seen = HashSet::new();
-    let mut stack = vec![from.clone()];
+    let mut stack = vec![*from];
     while let Some(n) = stack.pop() {
         for u in g.users(&n).unwrap() {
-            if seen.insert(u.clone()) {
+            if seen.insert(u) {
                 stack.push(u);
             }
         }
@@ -228,8 +228,8 @@ fn random_dag(steps: &[(u8, usize, usize)]) -> Graph {
     let x = g.placeholder("x", f32s(&[4, 4]));
     let mut values = vec![x];
     for &(kind, i, j) in steps {
-        let a = values[i % values.len()].clone();
-        let b = values[j % values.len()].clone();
+        let a = values[i % values.len()];
+        let b = values[j % values.len()];
         let op = match kind % 5 {
             0 => relu(),
             1 => Op::Unary(UnaryOp::Neg),
@@ -283,7 +283,7 @@ proptest! {
                         !group.nodes.iter().any(|m| back.contains(m)),
                         "{} is not convex: {} leaves it and comes back\n{}",
                         group.id,
-                        g.display(&outside),
+                        g.display(outside),
                         grouping
                     );
                 }

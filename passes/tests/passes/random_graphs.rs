@@ -35,10 +35,7 @@ fn random_graph(steps: &[Step], extra: usize) -> GraphModule {
         g.get_attr("c1", f32s(&SHAPE)).unwrap(),
     ];
     for &(kind, a, b) in steps {
-        let (a, b) = (
-            values[a % values.len()].clone(),
-            values[b % values.len()].clone(),
-        );
+        let (a, b) = (values[a % values.len()], values[b % values.len()]);
         let unary = |op| Op::Unary(op);
         let binary = |op| Op::Binary(op);
         let node = match kind % 9 {
@@ -71,8 +68,8 @@ fn random_graph(steps: &[Step], extra: usize) -> GraphModule {
         .unwrap();
         values.push(node);
     }
-    let last = values.last().unwrap().clone();
-    let picked = values[extra % values.len()].clone();
+    let last = *values.last().unwrap();
+    let picked = values[extra % values.len()];
     g.output(&[&last, &picked]).unwrap();
     let mut gm = module_of(g);
     gm.constants.insert("c0".into(), constant(1));

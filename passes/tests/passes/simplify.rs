@@ -356,7 +356,7 @@ fn chain_graph(steps: &[Step], extra_output: usize) -> Graph {
     let x = g.placeholder("x", f32s(&[3, 4]));
     let mut values = vec![x];
     for s in steps {
-        let v = values.last().unwrap().clone();
+        let v = *values.last().unwrap();
         let shape = g.node(&v).unwrap().meta[0].shape.clone();
         let op = match s {
             Step::Relu => unary(UnaryOp::Relu),
@@ -369,7 +369,7 @@ fn chain_graph(steps: &[Step], extra_output: usize) -> Graph {
             Step::Transpose => continue,
             Step::Reshape(i) => reshape(SHAPES[*i]),
             Step::AddEarlier(i) => {
-                let earlier = values[i % values.len()].clone();
+                let earlier = values[i % values.len()];
                 if g.node(&earlier).unwrap().meta[0].shape != shape {
                     continue;
                 }
@@ -381,8 +381,8 @@ fn chain_graph(steps: &[Step], extra_output: usize) -> Graph {
         let next = call(&mut g, op, &[&v]);
         values.push(next);
     }
-    let last = values.last().unwrap().clone();
-    let extra = values[extra_output % values.len()].clone();
+    let last = *values.last().unwrap();
+    let extra = values[extra_output % values.len()];
     g.output(&[&last, &extra]).unwrap();
     g
 }

@@ -57,9 +57,12 @@ pub(crate) fn generated_with_guards(b: &Builder, tol: f64) -> Program {
     program
 }
 
+/// One size per pooled axis.
+type Pair = [usize; 2];
+
 /// Pooling params whose windows overlap the padding: `(kernel, stride, padding, dilation,
 /// ceil mode)`, padding up to half the (dilated) window, the most pooling allows.
-const WINDOWS: [([usize; 2], [usize; 2], [usize; 2], [usize; 2], bool); 8] = [
+const WINDOWS: [(Pair, Pair, Pair, Pair, bool); 8] = [
     ([3, 3], [2, 2], [1, 1], [1, 1], false),
     ([3, 3], [1, 1], [1, 1], [1, 1], false),
     ([2, 2], [2, 2], [1, 1], [1, 1], false),

@@ -91,8 +91,11 @@ fn same_on_device(what: &str, op: &Op, inputs: &[Tensor]) {
     }
 }
 
+/// A value range `(low, high)`.
+type Range = (f64, f64);
+
 /// Every elementwise loss with `reduction`, and the value ranges of its input and target.
-fn losses(reduction: Reduction) -> Vec<(Op, (f64, f64), (f64, f64))> {
+fn losses(reduction: Reduction) -> Vec<(Op, Range, Range)> {
     let any = (-4.0, 4.0);
     let probability = (0.0, 1.0);
     vec![

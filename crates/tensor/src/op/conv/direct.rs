@@ -535,19 +535,22 @@ mod tests {
     use super::*;
     use crate::op::ConvParams;
 
+    /// `(C_in, C_out, H, W, kH, kW, stride, padding)`.
+    type Case = (
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        [usize; 2],
+        [usize; 2],
+    );
+
     /// `(C_in, C_out, H, W, kH, kW, stride, padding)` cases: row tails and whole tiles, output
     /// channel tails, several channel passes, strides 1 to 3, padding wider than the kernel's
     /// reach, non-square kernels.
-    const CASES: [(
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        [usize; 2],
-        [usize; 2],
-    ); 14] = [
+    const CASES: [Case; 14] = [
         (3, 16, 32, 32, 3, 3, [1, 1], [1, 1]),
         (16, 32, 16, 16, 3, 3, [2, 2], [1, 1]),
         (1, 7, 9, 5, 3, 3, [1, 1], [2, 2]),

@@ -54,7 +54,7 @@ pub fn run(args: &Args) -> Result<()> {
     let compiled = compile(&graph_module(traced.clone()), &inputs, options)
         .map_err(|e| Failure::failed("compiling the graph", e))?;
     print!("{}", compiled.report());
-    let expected = Runner::Interp(traced).run(&inputs)?;
+    let expected = Runner::Interp(Box::new(traced)).run(&inputs)?;
     let got = compiled
         .run(&inputs)
         .map_err(|e| Failure::failed("running the compiled graph", e))?;

@@ -36,7 +36,7 @@ impl Backend {
 /// A graph ready to run on one backend: the graph itself for the interpreter, or its
 /// compiled module.
 pub enum Runner {
-    Interp(TracedGraph),
+    Interp(Box<TracedGraph>),
     Compiled(Box<CompiledModule>),
 }
 
@@ -45,7 +45,7 @@ impl Runner {
     /// CPU backend).
     pub fn new(traced: &TracedGraph, inputs: &[Tensor], backend: Backend) -> Result<Runner> {
         match backend {
-            Backend::Interp => Ok(Runner::Interp(traced.clone())),
+            Backend::Interp => Ok(Runner::Interp(Box::new(traced.clone()))),
             Backend::Cpu => {
                 let gm = graph_module(traced.clone());
                 let compiled = compile(&gm, inputs, CompileOptions::default())
