@@ -16,7 +16,7 @@ use tessera_tensor::{DType, Op, Tensor};
 use tessera_testkit::exact_bits;
 use tessera_testkit::quant_cases::{quantized_inputs, valid_scales};
 use tessera_testkit::quant_conv_cases::static_conv_cases;
-use tessera_testkit::quant_linear_cases::{dynamic_linear_cases, static_linear_cases};
+use tessera_testkit::quant_linear_cases::{LinearCase, dynamic_linear_cases, static_linear_cases};
 
 /// `graph` lowered for the layouts of `inputs` with product kernels, as for a device.
 fn lowered_for_device(graph: &tessera_fx::Graph, inputs: &[Tensor]) -> Program {
@@ -26,6 +26,14 @@ fn lowered_for_device(graph: &tessera_fx::Graph, inputs: &[Tensor]) -> Program {
         ..LowerOptions::default()
     };
     tessera_kernel::lower_with(graph, &layouts, options).unwrap()
+}
+
+/// Every case [`agrees`]; there are at least `at_least` of them.
+fn all_agree(cases: Vec<LinearCase>, at_least: usize) {
+    assert!(cases.len() >= at_least, "{} cases", cases.len());
+    for case in cases {
+        agrees(&case.what, case.op, &case.inputs);
+    }
 }
 
 /// `op` on `inputs` lowered with product kernels to one kernel with no fallback; interpreter,
@@ -74,20 +82,12 @@ fn symmetric(n: usize) -> [Tensor; 2] {
 
 #[test]
 fn static_int8_linear_equals_eager_bit_for_bit() {
-    let cases = static_linear_cases();
-    assert!(cases.len() >= 150);
-    for case in cases {
-        agrees(&case.what, case.op, &case.inputs);
-    }
+    all_agree(static_linear_cases(), 150);
 }
 
 #[test]
 fn dynamic_int8_linear_equals_eager_bit_for_bit() {
-    let cases = dynamic_linear_cases();
-    assert!(cases.len() >= 35);
-    for case in cases {
-        agrees(&case.what, case.op, &case.inputs);
-    }
+    all_agree(dynamic_linear_cases(), 35);
 }
 
 #[test]
@@ -155,11 +155,7 @@ fn static_conv() -> Op {
 
 #[test]
 fn static_int8_conv2d_equals_eager_bit_for_bit() {
-    let cases = static_conv_cases();
-    assert!(cases.len() >= 270);
-    for case in cases {
-        agrees(&case.what, case.op, &case.inputs);
-    }
+    all_agree(static_conv_cases(), 270);
 }
 
 #[test]
