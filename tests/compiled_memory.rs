@@ -105,7 +105,8 @@ fn mlp(width: usize, out: usize, batch: usize) -> (CompiledModule, Tensor) {
 }
 
 /// Allocations (all, large) per call the `gemm` crate makes by itself for
-/// `x[m x k] @ w[n x k]^T`, as a compiled `Linear` calls it.
+/// `x[m x k] @ w^T`, `w^T` the packed `[k, n]` transpose a compiled `Linear` derives once from
+/// its `[n, k]` weight and multiplies by.
 fn gemm_crate_allocations(m: usize, n: usize, k: usize) -> (f64, f64) {
     let (a, w, mut c) = (
         vec![1.0f32; m * k],
@@ -114,8 +115,8 @@ fn gemm_crate_allocations(m: usize, n: usize, k: usize) -> (f64, f64) {
     );
     let (m, n, k) = (m as i64, n as i64, k as i64);
     let per_call = allocations_per_call(5, || {
-        // SAFETY: `a`, `w` and `c` hold the `m x k`, `k x n` (strided as `w^T`) and `m x n`
-        // matrices the strides describe, and `c` aliases neither operand.
+        // SAFETY: `a`, `w` and `c` hold the `m x k`, `k x n` and `m x n` matrices the strides
+        // describe, and `c` aliases neither operand.
         unsafe {
             tessera::kernel::gemm::tessera_gemm_f32(
                 m,
@@ -125,8 +126,8 @@ fn gemm_crate_allocations(m: usize, n: usize, k: usize) -> (f64, f64) {
                 k,
                 1,
                 w.as_ptr(),
+                n,
                 1,
-                k,
                 c.as_mut_ptr(),
             )
         }

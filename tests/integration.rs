@@ -17,6 +17,7 @@ mod compile_dynamic_batch;
 mod compile_norms_pools;
 mod compile_train;
 mod compile_train_remat;
+mod compile_transposed_weights;
 mod compile_winograd;
 mod compiled_module;
 mod conformance_traced;

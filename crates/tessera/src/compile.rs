@@ -845,6 +845,7 @@ fn lower_options(options: &CompileOptions) -> LowerOptions {
         } else {
             options.winograd
         },
+        weights_as_stored: device,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Derived constants: slots a program computes from another slot (a weight) rather than
-//! reads, such as a convolution's Winograd-transformed weights. Each workspace keeps the last
+//! reads, such as a convolution's Winograd-transformed weights or a linear's transposed
+//! weight. Each workspace keeps the last
 //! value it derived with a detached handle on the source's storage and that storage's
 //! version, so the derivation runs once, on the first call, and again only when the source
 //! changed (written in place, given new storage by `set_data` or `load_state_dict`, or a
@@ -16,6 +17,9 @@ pub enum Derivation {
     /// The Winograd transform `G g G^T` of a `[C_out, C_in, 3, 3]` weight, as `[points,
     /// C_out, C_in]` ([`tessera_tensor::op::winograd_weights`]).
     WinogradWeights(WinogradTile),
+    /// The transpose of a 2-D tensor, packed: a linear's `[out, in]` weight as the `[in, out]`
+    /// matrix its GEMM reads row by row.
+    Transposed,
 }
 
 impl Derivation {
@@ -23,6 +27,7 @@ impl Derivation {
     pub fn apply(&self, source: &Tensor) -> tessera_tensor::Result<Tensor> {
         match self {
             Derivation::WinogradWeights(tile) => winograd_weights(*tile, source),
+            Derivation::Transposed => source.detach().transpose(0, 1)?.contiguous(),
         }
     }
 }
@@ -31,6 +36,7 @@ impl fmt::Display for Derivation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Derivation::WinogradWeights(tile) => write!(f, "winograd {tile} weights"),
+            Derivation::Transposed => write!(f, "transpose"),
         }
     }
 }

@@ -25,6 +25,7 @@ mod fake_quant_gradients;
 mod frame;
 mod gather;
 mod gemm;
+mod gemm_weight;
 mod index_check;
 mod loss;
 mod max_pool_backward;
@@ -84,6 +85,9 @@ pub struct LowerOptions {
     /// Whether 3x3 stride-1 convolutions may run as Winograd convolutions
     /// ([`crate::conv_choice`]); off by default.
     pub winograd: crate::WinogradPolicy,
+    /// GEMMs read linear weights as stored instead of from a packed transposed copy derived
+    /// once per weight ([`gemm_weight`]); on for a device, whose GEMM reads either layout.
+    pub weights_as_stored: bool,
 }
 
 /// Lowers `graph`, whose inputs have the layouts `input_layouts` (packed where not given),

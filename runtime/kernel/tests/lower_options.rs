@@ -14,6 +14,7 @@ use tessera_tensor::{DType, Op, Tensor, TensorMeta};
 const KERNELS: LowerOptions = LowerOptions {
     product_kernels: true,
     winograd: tessera_kernel::WinogradPolicy::Off,
+    weights_as_stored: false,
 };
 
 /// Values in [-1, 1], deterministic per `seed`.

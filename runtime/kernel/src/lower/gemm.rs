@@ -138,6 +138,7 @@ impl Lowering<'_> {
             }
         }
         let (xl, wl) = (&x.layout, &w.layout);
+        let mut b_slot = w.slot;
         let (k, a_index, b_index, bias) = match op {
             Op::Linear { bias } if wl.shape.len() == 2 => {
                 let k = wl.shape[1];
@@ -151,11 +152,22 @@ impl Lowering<'_> {
                         row_stride: st[0],
                         col_stride: st[1],
                     },
-                    // `w^T`: element `(k, n)` is `w[n, k]`.
-                    MatrixIndex {
-                        offset: wl.offset,
-                        row_stride: wl.strides[1],
-                        col_stride: wl.strides[0],
+                    match self.transposed_weight(&operands[1], &w)? {
+                        // The packed `[k, n]` transpose.
+                        Some(slot) => {
+                            b_slot = slot;
+                            MatrixIndex {
+                                offset: 0,
+                                row_stride: wl.shape[0],
+                                col_stride: 1,
+                            }
+                        }
+                        // `w^T`: element `(k, n)` is `w[n, k]`.
+                        None => MatrixIndex {
+                            offset: wl.offset,
+                            row_stride: wl.strides[1],
+                            col_stride: wl.strides[0],
+                        },
                     },
                     operands.get(2).copied().filter(|_| bias),
                 )
@@ -177,7 +189,7 @@ impl Lowering<'_> {
             _ => return Ok(Err("only linear and 2-D matmul call the GEMM".into())),
         };
         let (mut frame, scratch, [a, b]) =
-            self.call_frame(&op.name(), &shape, ty, [x.slot, w.slot]);
+            self.call_frame(&op.name(), &shape, ty, [x.slot, b_slot]);
         frame.b.gemm(GemmCall {
             a,
             a_index,

@@ -105,6 +105,7 @@ fn options_for(graph: &Graph) -> LowerOptions {
     });
     LowerOptions {
         product_kernels: int8_product,
+        weights_as_stored: true,
         ..LowerOptions::default()
     }
 }
