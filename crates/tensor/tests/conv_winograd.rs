@@ -253,16 +253,46 @@ fn winograd_applies_only_to_3x3_stride_1_undilated_ungrouped_convolutions() {
     ));
 }
 
+/// Output channels in two blocks of the transformed weights (64 and a padded 6), on calls of
+/// few tiles (whose products are computed transposed, along the channels: up to 32 columns)
+/// and of many (along the tiles): 7x7 images (4 F(4x4) tiles, 16 F(2x2) ones) and 14x14 (16
+/// and 49), one image and several.
 #[test]
-fn transformed_weights_have_one_matrix_per_point() {
-    let w = random(&[5, 3, 3, 3], DType::F32, 1);
+fn winograd_blocks_of_output_channels_on_few_and_many_tiles() {
+    for (hw, n) in [(7, 1), (7, 5), (14, 1), (14, 3)] {
+        let c = Case {
+            n,
+            c_in: 33,
+            c_out: 70,
+            h: hw,
+            w: hw,
+            pad: 1,
+            seed: (hw * 10 + n) as u64,
+        };
+        check(&c, DType::F64).unwrap();
+        check(&c, DType::F32).unwrap();
+    }
+}
+
+#[test]
+fn transformed_weights_are_one_matrix_per_point_in_blocks_of_64_output_channels() {
+    let (co, ci) = (70, 3);
+    let w = random(&[co, ci, 3, 3], DType::F32, 1);
     let u = winograd_weights(WinogradTile::F4x4, &w).unwrap();
-    assert_eq!(u.shape(), [36, 5, 3]);
+    assert_eq!(u.shape(), [36, 2, ci, 64]);
     let u = winograd_weights(WinogradTile::F2x2, &w.to_dtype(DType::F64).unwrap()).unwrap();
-    assert_eq!((u.shape(), u.dtype()), (vec![16, 5, 3], DType::F64));
-    // The F(2x2) transform's corner point is the kernel's corner: G's first row is (1, 0, 0).
+    assert_eq!((u.shape(), u.dtype()), (vec![16, 2, ci, 64], DType::F64));
+    // The F(2x2) transform's corner point is the kernel's corner (G's first row is (1, 0, 0)):
+    // point 0 holds w[o, c, 0, 0] at row c, column o % 64 of block o / 64, and zeros past
+    // the last channel.
     let (wv, uv) = (w.to_vec_f64().unwrap(), u.to_vec_f64().unwrap());
-    assert_eq!(uv[0], wv[0]);
+    for o in 0..128 {
+        for c in 0..ci {
+            let at = ((o / 64) * ci + c) * 64 + o % 64;
+            let expected = if o < co { wv[(o * ci + c) * 9] } else { 0.0 };
+            assert_eq!(uv[at], expected, "channel {o}, input {c}");
+        }
+    }
 }
 
 #[test]

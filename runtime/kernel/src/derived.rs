@@ -15,7 +15,7 @@ use tessera_tensor::{Layout, Tensor};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Derivation {
     /// The Winograd transform `G g G^T` of a `[C_out, C_in, 3, 3]` weight, as `[points,
-    /// C_out, C_in]` ([`tessera_tensor::op::winograd_weights`]).
+    /// blocks, C_in, 64]` ([`tessera_tensor::op::winograd_weights`]).
     WinogradWeights(WinogradTile),
     /// The transpose of a 2-D tensor, packed: a linear's `[out, in]` weight as the `[in, out]`
     /// matrix its GEMM reads row by row.

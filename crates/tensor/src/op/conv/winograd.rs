@@ -3,9 +3,19 @@
 //! `A^T [U ⊙ (B^T d B)] A` for its `(m+2) x (m+2)` input tile `d`, where `U = G g G^T` is the
 //! kernel `g` transformed once ([`winograd_weights_into`]). The sum over input channels of the
 //! elementwise products is one matrix product per transform point (`(m+2)^2` GEMMs of
-//! `[C_out, C_in] x [C_in, tiles]` through the `gemm` crate), so a tile costs `(m+2)^2`
-//! multiplies per channel pair instead of `9 m^2`: 2.25x fewer for F(2x2), 4x for F(4x4).
-//! Transforms run over bands of consecutive tile rows, vectorised across the band's tiles.
+//! `[C_out, C_in] x [C_in, tiles]` through the `gemm` crate, by blocks of 64 output channels),
+//! so a tile costs `(m+2)^2` multiplies per channel pair instead of `9 m^2`: 2.25x fewer for
+//! F(2x2), 4x for F(4x4). Transforms run over bands of consecutive tile rows, vectorised across
+//! the band's tiles.
+//!
+//! The transformed weights are stored by blocks of [`CHANNEL_BLOCK`] output channels, each
+//! block a packed `[C_in, 64]` matrix: read whole by the GEMM, a block is one contiguous
+//! stream. When a call has few tiles (up to [`NARROW_COLUMNS`], the deep layers of a network at
+//! batch 1, whose weights are streamed from memory once per call and multiply only a few
+//! tiles each), each block's product is computed transposed, `[tiles, 64]`, so that the GEMM's
+//! register tile runs along the 64 channels instead of the few tiles: 1.1-1.3x faster on
+//! ResNet-18's 14x14 and 7x7 layers (BENCHMARKS.md). The output transform reads those products
+//! with a stride between tiles.
 //!
 //! Accuracy: the transforms' constants (G holds 1/6, 1/12, 1/24 for F(4x4)) make the f32
 //! result differ from a direct convolution by more than rounding alone; the tests bound it.
@@ -79,14 +89,23 @@ pub fn winograd_applies(params: &ConvParams, w_shape: &[usize]) -> bool {
         && params.groups == 1
 }
 
-/// The shape of the transformed weights of a `[C_out, C_in, 3, 3]` weight: `[points, C_out,
-/// C_in]`, one `C_out x C_in` matrix per transform point.
-pub fn winograd_weight_shape(tile: WinogradTile, w_shape: &[usize]) -> [usize; 3] {
+/// Output channels per block of the transformed weights.
+pub const CHANNEL_BLOCK: usize = 64;
+
+/// Tiles a call holds at most (images times tiles per image) for its products to be computed
+/// transposed, along the output channels (module documentation).
+const NARROW_COLUMNS: usize = 32;
+
+/// The shape of the transformed weights of a `[C_out, C_in, 3, 3]` weight: `[points, blocks,
+/// C_in, 64]`: per transform point, the transposed `C_in x C_out` matrix in blocks of
+/// [`CHANNEL_BLOCK`] output channels (`blocks = ceil(C_out / 64)`), each block packed and the
+/// last one padded with zeros.
+pub fn winograd_weight_shape(tile: WinogradTile, w_shape: &[usize]) -> [usize; 4] {
     let (co, ci) = (
         w_shape.first().copied().unwrap_or(0),
         w_shape.get(1).copied().unwrap_or(0),
     );
-    [tile.points(), co, ci]
+    [tile.points(), co.div_ceil(CHANNEL_BLOCK), ci, CHANNEL_BLOCK]
 }
 
 /// The kernel transform `G g G^T` for one 3x3 kernel `g` (computed in f64), point `i * (m+2)
@@ -125,19 +144,24 @@ fn transform_kernel(tile: WinogradTile, g: [f64; 9], u: &mut [f64; 36]) {
     }
 }
 
-/// `u[points, C_out, C_in]` = the transform of every 3x3 kernel of `w[C_out, C_in, 3, 3]`.
+/// `u[points, blocks, C_in, 64]` = the transform of every 3x3 kernel of `w[C_out, C_in, 3,
+/// 3]`, output channel `o` at column `o % 64` of block `o / 64` ([`winograd_weight_shape`]).
 pub fn winograd_weights_into<T: Float>(
     tile: WinogradTile,
     w_shape: &[usize],
     w: &[T],
     u: &mut [T],
 ) -> Result<()> {
-    let [points, co, ci] = winograd_weight_shape(tile, w_shape);
+    let [points, blocks, ci, block] = winograd_weight_shape(tile, w_shape);
+    let co = w_shape.first().copied().unwrap_or(0);
     let pairs = co.checked_mul(ci);
+    let u_len = [points, blocks, ci, block]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d));
     let fits = w_shape.len() == 4
         && w_shape[2..] == [3, 3]
         && pairs.and_then(|p| p.checked_mul(9)) == Some(w.len())
-        && pairs.and_then(|p| p.checked_mul(points)) == Some(u.len());
+        && u_len == Some(u.len());
     if !fits {
         return Err(TensorError::invalid(
             "winograd_weights",
@@ -149,16 +173,20 @@ pub fn winograd_weights_into<T: Float>(
             ),
         ));
     }
-    let plane = co * ci;
+    let plane = blocks * ci * block;
+    // The padding of the last block multiplies to zeros.
+    u.fill(T::zero());
     let mut kernel = [0.0f64; 9];
     let mut out = [0.0f64; 36];
     for (pair, g) in w.chunks_exact(9).enumerate() {
+        let (o, c) = (pair / ci.max(1), pair % ci.max(1));
         for (k, &v) in kernel.iter_mut().zip(g) {
             *k = v.to_f64().unwrap_or(f64::NAN);
         }
         transform_kernel(tile, kernel, &mut out);
+        let at = ((o / block) * ci + c) * block + o % block;
         for (p, &v) in out[..points].iter().enumerate() {
-            u[p * plane + pair] = T::from(v).unwrap_or_else(T::nan);
+            u[p * plane + at] = T::from(v).unwrap_or_else(T::nan);
         }
     }
     Ok(())
@@ -187,11 +215,42 @@ pub(super) struct Plan {
     pub(super) tiles_x: usize,
     /// Tiles (GEMM columns) of the whole block of images.
     pub(super) columns: usize,
+    /// Whether the products are computed transposed, `[points][blocks][columns][64]`, rather
+    /// than `[points][C_out][columns]` (at most [`NARROW_COLUMNS`] columns).
+    pub(super) narrow: bool,
 }
 
 impl Plan {
     pub(super) fn tiles(&self) -> usize {
         self.tiles_y * self.tiles_x
+    }
+
+    /// Output channel blocks of the transformed weights.
+    fn blocks(&self) -> usize {
+        self.g.c_out.div_ceil(CHANNEL_BLOCK)
+    }
+
+    /// Elements of one transform point's products.
+    pub(super) fn point_len(&self) -> usize {
+        if self.narrow {
+            self.blocks() * CHANNEL_BLOCK * self.columns
+        } else {
+            self.g.c_out * self.columns
+        }
+    }
+
+    /// Where point 0's product of output channel `o` and column `column` lies.
+    pub(super) fn product_at(&self, o: usize, column: usize) -> usize {
+        if self.narrow {
+            ((o / CHANNEL_BLOCK) * self.columns + column) * CHANNEL_BLOCK + o % CHANNEL_BLOCK
+        } else {
+            o * self.columns + column
+        }
+    }
+
+    /// The distance between the products of consecutive columns.
+    pub(super) fn column_step(&self) -> usize {
+        if self.narrow { CHANNEL_BLOCK } else { 1 }
     }
 }
 
@@ -255,6 +314,7 @@ pub fn conv2d_winograd_images_into<T: Float>(
         tiles_y: g.oh.div_ceil(tile.output()),
         tiles_x: g.ow.div_ceil(tile.output()),
         columns: images.len() * tiles,
+        narrow: images.len() * tiles <= NARROW_COLUMNS,
     };
     debug_assert_eq!(plan.tiles(), tiles);
     match tile {
@@ -321,7 +381,7 @@ fn convolve<F: Transform, T: Float>(
     let points = F::A * F::A;
     let images = p.columns / p.tiles();
     let mut v = try_uninit_buffer::<T>("conv2d_winograd", points * g.c_in * p.columns)?;
-    let mut mm = try_uninit_buffer::<T>("conv2d_winograd", points * g.c_out * p.columns)?;
+    let mut mm = try_uninit_buffer::<T>("conv2d_winograd", points * p.point_len())?;
     let plane = g.h * g.w;
     let avx2 = has_avx2();
     let vs = Shared(v.as_mut_ptr());
@@ -339,21 +399,52 @@ fn convolve<F: Transform, T: Float>(
             input_tiles::<F, T>(p, xc, c, image * p.tiles(), vs)
         };
     });
-    let (co, ci, n) = (g.c_out, g.c_in, p.columns);
-    mm.par_chunks_mut(co * n)
+    let (co, ci, n, block) = (g.c_out, g.c_in, p.columns, CHANNEL_BLOCK);
+    mm.par_chunks_mut(p.point_len())
         .enumerate()
         .for_each(|(point, dst)| {
-            let lhs = MatrixRef {
-                offset: point * co * ci,
-                row_stride: ci,
-                col_stride: 1,
-            };
-            let rhs = MatrixRef {
+            let columns = MatrixRef {
                 offset: point * ci * n,
                 row_stride: n,
                 col_stride: 1,
             };
-            gemm_into(dst, u, lhs, &v, rhs, (co, n, ci), false, false);
+            for b in 0..p.blocks() {
+                // Block b of the point's weights: `[C_in, 64]`, packed.
+                let weights = MatrixRef {
+                    offset: (point * p.blocks() + b) * ci * block,
+                    row_stride: block,
+                    col_stride: 1,
+                };
+                if p.narrow {
+                    // `[columns, 64] = V^T [columns, C_in] @ U_b [C_in, 64]`.
+                    let transposed = MatrixRef {
+                        row_stride: 1,
+                        col_stride: n,
+                        ..columns
+                    };
+                    let out = &mut dst[b * n * block..][..n * block];
+                    gemm_into(
+                        out,
+                        &v,
+                        transposed,
+                        u,
+                        weights,
+                        (n, block, ci),
+                        false,
+                        false,
+                    );
+                } else {
+                    // Rows `64 b..` of `[C_out, columns] = U_b^T [C_out, C_in] @ V`.
+                    let rows = block.min(co - b * block);
+                    let transposed = MatrixRef {
+                        row_stride: 1,
+                        col_stride: block,
+                        ..weights
+                    };
+                    let out = &mut dst[b * block * n..][..rows * n];
+                    gemm_into(out, u, transposed, &v, columns, (rows, n, ci), false, false);
+                }
+            }
         });
     let out_plane = g.oh * g.ow;
     out.par_chunks_mut(out_plane)

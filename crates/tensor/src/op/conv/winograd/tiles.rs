@@ -146,15 +146,16 @@ enum Direction {
 }
 
 /// Applies `F`'s transform in `direction` to `len` consecutive tiles: value `r` of tile `e`
-/// is `src[from[r] + e]` and result `k` goes to `dst[to[k] + e]`.
+/// is `src[from[r] + e * step]` and result `k` goes to `dst[to[k] + e]`.
 ///
 /// # Safety
-/// Every `from[r] + e` (`r < A`, `e < len`) is inside the allocation `src` points into and
-/// every `to[k] + e` inside the one `dst` points into, and no written element is read.
+/// Every `from[r] + e * step` (`r < A`, `e < len`) is inside the allocation `src` points
+/// into and every `to[k] + e` inside the one `dst` points into, and no written element is
+/// read.
 #[inline(always)]
 unsafe fn lanewise<F: Transform, T: Float>(
     direction: Direction,
-    (src, from): (*const T, &[usize; 6]),
+    (src, from, step): (*const T, &[usize; 6], usize),
     (dst, to): (*mut T, &[usize; 6]),
     len: usize,
 ) {
@@ -171,8 +172,15 @@ unsafe fn lanewise<F: Transform, T: Float>(
     let mut e = 0;
     while e + LANES <= len {
         for (r, value) in d.iter_mut().enumerate().take(F::A) {
-            // SAFETY: `from[r] + e + LANES <= from[r] + len`, inside `src` (the caller).
-            *value = Lanes(unsafe { src.add(from[r] + e).cast::<[T; LANES]>().read_unaligned() });
+            *value = if step == 1 {
+                // SAFETY: `from[r] + e + LANES <= from[r] + len`, inside `src` (the caller).
+                Lanes(unsafe { src.add(from[r] + e).cast::<[T; LANES]>().read_unaligned() })
+            } else {
+                // SAFETY: `e + lane < len`, inside `src` (the caller).
+                Lanes(std::array::from_fn(|lane| unsafe {
+                    *src.add(from[r] + (e + lane) * step)
+                }))
+            };
         }
         apply(&d[..F::A], &mut t[..outs]);
         for (k, value) in t.iter().enumerate().take(outs) {
@@ -193,7 +201,7 @@ unsafe fn lanewise<F: Transform, T: Float>(
         *value = zeros;
         for (lane, v) in value.0.iter_mut().enumerate().take(rest) {
             // SAFETY: `e + lane < len`.
-            *v = unsafe { *src.add(from[r] + e + lane) };
+            *v = unsafe { *src.add(from[r] + (e + lane) * step) };
         }
     }
     apply(&d[..F::A], &mut t[..outs]);
@@ -319,7 +327,7 @@ pub(super) unsafe fn input_tiles<F: Transform, T: Float>(
         let at: [usize; 6] = std::array::from_fn(|r| r * a * len);
         // SAFETY: rows r < A of a * len values, inside both buffers (a * a * len <= 36 *
         // BAND), all of `d`'s written above; `d` and `t` are distinct.
-        unsafe { lanewise::<F, T>(Direction::Input, (d, &at), (t, &at), a * len) };
+        unsafe { lanewise::<F, T>(Direction::Input, (d, &at, 1), (t, &at), a * len) };
         // Along the rows: tile e of the band reads t[i][j][e] and writes point i * a + k of
         // its column.
         let column = first + b.ty * p.tiles_x + b.tx0;
@@ -333,7 +341,7 @@ pub(super) unsafe fn input_tiles<F: Transform, T: Float>(
             unsafe {
                 lanewise::<F, T>(
                     Direction::Input,
-                    (t.cast_const(), &from),
+                    (t.cast_const(), &from, 1),
                     (v.get(), &to),
                     len,
                 )
@@ -343,9 +351,10 @@ pub(super) unsafe fn input_tiles<F: Transform, T: Float>(
 }
 
 /// The output transform of output channel `o` of one image, whose tiles start at column
-/// `first` of the products `mm[points][C_out][columns]`, into that channel's `oH x oW` plane,
-/// a band of tiles at a time: both passes run over all the band's tiles, whose columns of
-/// `mm` are consecutive, and the results are scattered to the band's output rows.
+/// `first` of the products `mm` (laid out as [`Plan::product_at`] says), into that channel's
+/// `oH x oW` plane, a band of tiles at a time: both passes run over all the band's tiles,
+/// whose columns of `mm` are consecutive, and the results are scattered to the band's output
+/// rows.
 #[inline(always)]
 pub(super) fn output_tiles<F: Transform, T: Float>(
     p: &Plan,
@@ -356,7 +365,7 @@ pub(super) fn output_tiles<F: Transform, T: Float>(
 ) {
     let (m, a) = (F::M, F::A);
     let g = &p.g;
-    let stride = g.c_out * p.columns;
+    let (stride, step) = (p.point_len(), p.column_step());
     assert!(
         mm.len() >= a * a * stride && o < g.c_out && first + p.tiles() <= p.columns,
         "output_tiles: channel {o}, tiles from {first} outside products of {} elements",
@@ -373,13 +382,25 @@ pub(super) fn output_tiles<F: Transform, T: Float>(
     );
     for band in bands(p) {
         let (n, len) = (band.n, band.tiles());
-        let column = o * p.columns + first + band.ty * p.tiles_x + band.tx0;
+        let column = p.product_at(o, first + band.ty * p.tiles_x + band.tx0);
         for k in 0..a {
             let from: [usize; 6] = std::array::from_fn(|i| (i * a + k) * stride + column);
             let to: [usize; 6] = std::array::from_fn(|r| (r * a + k) * len);
-            // SAFETY: point i * a + k < points, channel o, columns `column..column + len`:
-            // inside `mm` (asserted above); rows r < M of `rows`, len <= BAND.
-            unsafe { lanewise::<F, T>(Direction::Output, (mm.as_ptr(), &from), (rows, &to), len) };
+            // SAFETY: point i * a + k < points, channel o, columns `first..first + tiles` a
+            // step apart: inside `mm` (asserted above); rows r < M of `rows`, len <= BAND.
+            // Consecutive columns are a separate call, so that it reads whole vectors.
+            unsafe {
+                if step == 1 {
+                    lanewise::<F, T>(Direction::Output, (mm.as_ptr(), &from, 1), (rows, &to), len)
+                } else {
+                    lanewise::<F, T>(
+                        Direction::Output,
+                        (mm.as_ptr(), &from, step),
+                        (rows, &to),
+                        len,
+                    )
+                }
+            };
         }
         for r in 0..m {
             let from: [usize; 6] = std::array::from_fn(|k| (r * a + k) * len);
@@ -389,7 +410,7 @@ pub(super) fn output_tiles<F: Transform, T: Float>(
             unsafe {
                 lanewise::<F, T>(
                     Direction::Output,
-                    (rows.cast_const(), &from),
+                    (rows.cast_const(), &from, 1),
                     (tiles, &to),
                     len,
                 )
