@@ -88,6 +88,52 @@ fn conv1d_slides_along_the_last_dimension() -> Result<()> {
     Ok(())
 }
 
+/// `conv2d(x, w)` with stride 2 and padding `pad`, by its definition, in f64.
+fn strided_conv_by_definition(x: &Tensor, w: &Tensor, pad: usize) -> Vec<f64> {
+    let (xs, ws) = (x.shape(), w.shape());
+    let (xv, wv) = (values(x), values(w));
+    let (n, ci, h, wd, co, k) = (xs[0], xs[1], xs[2], xs[3], ws[0], ws[2]);
+    let (oh, ow) = ((h + 2 * pad - k) / 2 + 1, (wd + 2 * pad - k) / 2 + 1);
+    let mut out = vec![0.0; n * co * oh * ow];
+    for (i, o) in out.iter_mut().enumerate() {
+        let (b, c_o, oy, ox) = (i / (co * oh * ow), i / (oh * ow) % co, i / ow % oh, i % ow);
+        for c in 0..ci {
+            for ky in 0..k {
+                for kx in 0..k {
+                    let (iy, ix) = (
+                        (oy * 2 + ky) as isize - pad as isize,
+                        (ox * 2 + kx) as isize - pad as isize,
+                    );
+                    if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < wd {
+                        let xi = ((b * ci + c) * h + iy as usize) * wd + ix as usize;
+                        *o += xv[xi] * wv[((c_o * ci + c) * k + ky) * k + kx];
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn strided_convolutions_match_their_definition_in_both_types() -> Result<()> {
+    // ResNet's downsampling shapes at batch 1 (the im2col patches of one image filled channel
+    // by channel on the thread pool), and at batch 3 (images in parallel): a 3x3 and a 1x1
+    // convolution of stride 2, the 1x1 one a GEMM on every second pixel.
+    for (n, k, pad) in [(1, 3, 1), (1, 1, 0), (3, 3, 1), (3, 1, 0)] {
+        let x = leaf(&[n, 48, 15, 13], 4).detach();
+        let w = leaf(&[40, 48, k, k], 5).detach();
+        let want = Tensor::from_vec(strided_conv_by_definition(&x, &w, pad), &[n, 40, 8, 7])?;
+        let conv = |x: &Tensor, w: &Tensor| F::conv2d(x, w, None, [2, 2], [pad, pad], [1, 1], 1);
+        for dtype in [DType::F64, DType::F32] {
+            let got = conv(&x.to_dtype(dtype)?, &w.to_dtype(dtype)?)?;
+            let what = format!("batch {n}, {k}x{k} kernel, {dtype:?}");
+            assert_close(&got.to_dtype(DType::F64)?, &want, 1e-5, 1e-5, &what);
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn conv_large_batch_matches_per_image_results() -> Result<()> {
     // The batch runs in parallel with serial GEMMs; each image alone uses a parallel GEMM.

@@ -86,13 +86,15 @@ fn choose(g: &Geometry, isa: Isa) -> Option<Choice> {
 const MAX_DIRECT_PATCH: usize = 320;
 
 /// Whether the direct kernel computes `g`: one group, no dilation, a short patch, a CPU with
-/// FMA. Pointwise convolutions stay GEMMs (they need no patches).
+/// FMA. 1x1 convolutions stay GEMMs: their patches are the input itself, or every
+/// `stride`-th pixel of it (a strided 1x1 convolution of ResNet's downsampling ran 3x faster
+/// as a GEMM than direct, BENCHMARKS.md).
 pub(super) fn applies(g: &Geometry) -> bool {
     let p = &g.params;
     g.patch_len() <= MAX_DIRECT_PATCH
         && p.groups == 1
         && p.dilation == [1, 1]
-        && !g.is_pointwise()
+        && (g.kh, g.kw) != (1, 1)
         && p.stride[1] <= 4
         && g.kw <= MAX_KW
         && choose(g, isa()).is_some()

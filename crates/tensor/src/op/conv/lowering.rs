@@ -53,11 +53,25 @@ fn for_each_patch_row(
     g: &Geometry,
     mut visit: impl FnMut(usize, usize, (usize, usize), usize, usize),
 ) {
-    let p = &g.params;
     for c in 0..g.cin_g() {
+        for_each_channel_patch_row(g, c, |row, oy, range, ix0, src_row| {
+            visit(c * g.kh * g.kw + row, oy, range, ix0, src_row)
+        });
+    }
+}
+
+/// [`for_each_patch_row`] for the rows of input channel `c` alone, `row` counted from that
+/// channel's first (`kH * kW` rows).
+fn for_each_channel_patch_row(
+    g: &Geometry,
+    c: usize,
+    mut visit: impl FnMut(usize, usize, (usize, usize), usize, usize),
+) {
+    let p = &g.params;
+    {
         for i in 0..g.kh {
             for j in 0..g.kw {
-                let row = (c * g.kh + i) * g.kw + j;
+                let row = i * g.kw + j;
                 let (x_lo, x_hi) =
                     valid_outputs(g.ow, g.w, p.stride[1], p.padding[1], j * p.dilation[1]);
                 if x_lo == x_hi {
@@ -75,22 +89,37 @@ fn for_each_patch_row(
     }
 }
 
-/// Fills `cols[C_in/g*kH*kW, oH*oW]` with the patches of one image group `x[C_in/g, H, W]`.
-fn im2col<T: Float>(g: &Geometry, x: &[T], cols: &mut [T]) {
+/// Fills `cols[C_in/g*kH*kW, oH*oW]` with the patches of one image group `x[C_in/g, H, W]`,
+/// its channels shared out across the thread pool when `parallel` (a single image, whose
+/// GEMM is parallel too).
+fn im2col<T: Float>(g: &Geometry, x: &[T], cols: &mut [T], parallel: bool) {
     let (ow, s) = (g.ow, g.params.stride[1]);
     let plane = g.oh * ow;
-    cols.fill(T::zero());
-    for_each_patch_row(g, |row, oy, (lo, hi), ix0, src_row| {
-        let dst = &mut cols[row * plane + oy * ow..][lo..hi];
-        let src = &x[src_row + ix0..];
-        if s == 1 {
-            dst.copy_from_slice(&src[..hi - lo]);
-        } else {
-            for (d, &v) in dst.iter_mut().zip(src.iter().step_by(s)) {
-                *d = v;
+    let per_channel = g.kh * g.kw * plane;
+    if per_channel == 0 {
+        return;
+    }
+    let channel = |(c, rows): (usize, &mut [T])| {
+        rows.fill(T::zero());
+        for_each_channel_patch_row(g, c, |row, oy, (lo, hi), ix0, src_row| {
+            let dst = &mut rows[row * plane + oy * ow..][lo..hi];
+            let src = &x[src_row + ix0..];
+            if s == 1 {
+                dst.copy_from_slice(&src[..hi - lo]);
+            } else {
+                for (d, &v) in dst.iter_mut().zip(src.iter().step_by(s)) {
+                    *d = v;
+                }
             }
-        }
-    });
+        });
+    };
+    if parallel {
+        cols.par_chunks_mut(per_channel)
+            .enumerate()
+            .for_each(channel);
+    } else {
+        cols.chunks_mut(per_channel).enumerate().for_each(channel);
+    }
 }
 
 /// Adds every patch entry of `cols` back to its input position in `dx[C_in/g, H, W]`.
@@ -128,6 +157,54 @@ fn per_image<T: Float>(out: &mut [T], n: usize, f: impl Fn(usize, &mut [T], bool
     }
 }
 
+/// The im2col buffers of one convolution call, from the buffer cache (a fresh allocation of
+/// this size would map new pages, each zeroed by a page fault): one per image computed at
+/// once, taken and given back by each image, all returned to the cache at the end.
+struct Patches<T: Float> {
+    free: std::sync::Mutex<Vec<Vec<T>>>,
+    len: usize,
+}
+
+impl<T: Float> Patches<T> {
+    /// Buffers of `len` elements for `images` images computed on the thread pool.
+    fn new(len: usize, images: usize) -> crate::Result<Self> {
+        let count = if len == 0 {
+            0
+        } else {
+            images.min(rayon::current_num_threads()).max(1)
+        };
+        let free = (0..count)
+            .map(|_| crate::buffer_cache::try_uninit_buffer::<T>("conv", len))
+            .collect::<crate::Result<Vec<_>>>()?;
+        Ok(Patches {
+            free: std::sync::Mutex::new(free),
+            len,
+        })
+    }
+
+    /// A buffer (a new one only if every buffer is taken, which the pool's size prevents).
+    fn take(&self) -> Vec<T> {
+        let taken = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        taken.unwrap_or_else(|| vec![T::zero(); self.len])
+    }
+
+    fn give_back(&self, buffer: Vec<T>) {
+        self.free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(buffer);
+    }
+}
+
+impl<T: Float> Drop for Patches<T> {
+    fn drop(&mut self) {
+        let free = self.free.get_mut().unwrap_or_else(|e| e.into_inner());
+        for buffer in free.drain(..) {
+            crate::buffer_cache::recycle(buffer);
+        }
+    }
+}
+
 /// `y[N, C_out, oH, oW] = conv(x, w) + bias`.
 pub(super) fn forward<T: Float>(
     g: &Geometry,
@@ -158,16 +235,17 @@ pub(super) fn forward_into<T: Float>(
     let (groups, cin_g, cout_g, k) = (g.params.groups, g.cin_g(), g.cout_g(), g.patch_len());
     let (in_plane, out_plane) = (g.h * g.w, g.oh * g.ow);
     let images = out.len().checked_div(g.c_out * out_plane).unwrap_or(0);
+    let patches = Patches::new(if g.is_pointwise() { 0 } else { k * out_plane }, images)?;
     per_image(out, images, |image, y, parallel| {
         let n = first + image;
-        let mut cols = vec![T::zero(); if g.is_pointwise() { 0 } else { k * out_plane }];
+        let mut cols = patches.take();
         for grp in 0..groups {
             let x_offset = (n * g.c_in + grp * cin_g) * in_plane;
             let dst = &mut y[grp * cout_g * out_plane..][..cout_g * out_plane];
             let (rhs, rhs_ref) = if g.is_pointwise() {
                 (x, row_major(x_offset, out_plane))
             } else {
-                im2col(g, &x[x_offset..][..cin_g * in_plane], &mut cols);
+                im2col(g, &x[x_offset..][..cin_g * in_plane], &mut cols, parallel);
                 (&cols[..], row_major(0, out_plane))
             };
             let lhs = row_major(grp * cout_g * k, k);
@@ -180,6 +258,7 @@ pub(super) fn forward_into<T: Float>(
                 }
             }
         }
+        patches.give_back(cols);
     });
     Ok(())
 }
@@ -244,7 +323,7 @@ pub(super) fn backward_weight<T: Float>(g: &Geometry, x: &[T], grad_out: &[T]) -
                 (x, transposed(x_offset, out_plane))
             } else {
                 cols.resize(k * out_plane, T::zero());
-                im2col(g, &x[x_offset..][..cin_g * in_plane], cols);
+                im2col(g, &x[x_offset..][..cin_g * in_plane], cols, parallel);
                 (&cols[..], transposed(0, out_plane))
             };
             let go = row_major((n * g.c_out + grp * cout_g) * out_plane, out_plane);
