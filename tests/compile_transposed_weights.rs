@@ -33,7 +33,8 @@ fn transposes(compiled: &CompiledModule) -> usize {
     compiled.kernels().matches("(transpose of %").count()
 }
 
-/// `Linear(64, 48) -> ReLU -> Linear(48, 32) -> ReLU -> Linear(32, 1)`.
+/// `Linear(64, 48) -> ReLU -> Linear(48, 32) -> ReLU -> Linear(32, 1) -> ReLU`: every linear
+/// has an epilogue, so each is a GEMM kernel (a lone small one would run its eager kernel).
 fn mlp() -> Arc<Sequential> {
     Arc::new(
         Sequential::new()
@@ -41,7 +42,8 @@ fn mlp() -> Arc<Sequential> {
             .add(ReLU::new())
             .add(Linear::new(48, 32).unwrap())
             .add(ReLU::new())
-            .add(Linear::new(32, 1).unwrap()),
+            .add(Linear::new(32, 1).unwrap())
+            .add(ReLU::new()),
     )
 }
 
@@ -51,6 +53,11 @@ fn each_linear_weight_but_a_single_row_is_transposed_and_the_output_matches_eage
     let x = Tensor::randn(&[40, 64], DType::F32).unwrap();
     let (compiled, expected) = compiled(model, &x);
     let kernels = compiled.kernels();
+    assert_eq!(
+        kernels.matches("_linear_epilogue(%").count(),
+        3,
+        "{kernels}"
+    );
     assert_eq!(transposes(&compiled), 2, "{kernels}");
     assert!(kernels.contains("F32[64, 48] (transpose of %"), "{kernels}");
     assert!(kernels.contains("F32[48, 32] (transpose of %"), "{kernels}");

@@ -88,12 +88,12 @@ fn conv1d_slides_along_the_last_dimension() -> Result<()> {
     Ok(())
 }
 
-/// `conv2d(x, w)` with stride 2 and padding `pad`, by its definition, in f64.
-fn strided_conv_by_definition(x: &Tensor, w: &Tensor, pad: usize) -> Vec<f64> {
+/// `conv2d(x, w)` with stride `s` and padding `pad`, by its definition, in f64.
+fn conv_by_definition(x: &Tensor, w: &Tensor, s: usize, pad: usize) -> Vec<f64> {
     let (xs, ws) = (x.shape(), w.shape());
     let (xv, wv) = (values(x), values(w));
     let (n, ci, h, wd, co, k) = (xs[0], xs[1], xs[2], xs[3], ws[0], ws[2]);
-    let (oh, ow) = ((h + 2 * pad - k) / 2 + 1, (wd + 2 * pad - k) / 2 + 1);
+    let (oh, ow) = ((h + 2 * pad - k) / s + 1, (wd + 2 * pad - k) / s + 1);
     let mut out = vec![0.0; n * co * oh * ow];
     for (i, o) in out.iter_mut().enumerate() {
         let (b, c_o, oy, ox) = (i / (co * oh * ow), i / (oh * ow) % co, i / ow % oh, i % ow);
@@ -101,8 +101,8 @@ fn strided_conv_by_definition(x: &Tensor, w: &Tensor, pad: usize) -> Vec<f64> {
             for ky in 0..k {
                 for kx in 0..k {
                     let (iy, ix) = (
-                        (oy * 2 + ky) as isize - pad as isize,
-                        (ox * 2 + kx) as isize - pad as isize,
+                        (oy * s + ky) as isize - pad as isize,
+                        (ox * s + kx) as isize - pad as isize,
                     );
                     if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < wd {
                         let xi = ((b * ci + c) * h + iy as usize) * wd + ix as usize;
@@ -116,18 +116,26 @@ fn strided_conv_by_definition(x: &Tensor, w: &Tensor, pad: usize) -> Vec<f64> {
 }
 
 #[test]
-fn strided_convolutions_match_their_definition_in_both_types() -> Result<()> {
+fn strided_and_padded_pointwise_convolutions_match_their_definition_in_both_types() -> Result<()> {
     // ResNet's downsampling shapes at batch 1 (the im2col patches of one image filled channel
-    // by channel on the thread pool), and at batch 3 (images in parallel): a 3x3 and a 1x1
-    // convolution of stride 2, the 1x1 one a GEMM on every second pixel.
-    for (n, k, pad) in [(1, 3, 1), (1, 1, 0), (3, 3, 1), (3, 1, 0)] {
+    // by channel on the thread pool) and at batch 3 (images in parallel): 3x3 and 1x1
+    // convolutions of stride 2 (the 1x1 one a GEMM on every second pixel), and a padded 1x1
+    // convolution of stride 1 (a GEMM on its padded patches, not the direct kernel).
+    for (n, k, s, pad) in [
+        (1, 3, 2, 1),
+        (1, 1, 2, 0),
+        (3, 3, 2, 1),
+        (3, 1, 2, 0),
+        (1, 1, 1, 1),
+    ] {
         let x = leaf(&[n, 48, 15, 13], 4).detach();
         let w = leaf(&[40, 48, k, k], 5).detach();
-        let want = Tensor::from_vec(strided_conv_by_definition(&x, &w, pad), &[n, 40, 8, 7])?;
-        let conv = |x: &Tensor, w: &Tensor| F::conv2d(x, w, None, [2, 2], [pad, pad], [1, 1], 1);
+        let want = conv_by_definition(&x, &w, s, pad);
+        let conv = |x: &Tensor, w: &Tensor| F::conv2d(x, w, None, [s, s], [pad, pad], [1, 1], 1);
         for dtype in [DType::F64, DType::F32] {
             let got = conv(&x.to_dtype(dtype)?, &w.to_dtype(dtype)?)?;
-            let what = format!("batch {n}, {k}x{k} kernel, {dtype:?}");
+            let want = Tensor::from_vec(want.clone(), &got.shape())?;
+            let what = format!("batch {n}, {k}x{k} kernel, stride {s}, {dtype:?}");
             assert_close(&got.to_dtype(DType::F64)?, &want, 1e-5, 1e-5, &what);
         }
     }

@@ -299,9 +299,10 @@ fn transformed_weights_are_one_matrix_per_point_in_blocks_of_64_output_channels(
 fn mismatched_buffers_are_errors_naming_the_shapes() {
     let params = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1);
     let x = vec![0.0f32; 2 * 3 * 5 * 5];
-    let u = vec![0.0f32; 36 * 4 * 3];
-    let mut out = vec![0.0f32; 4 * 5 * 5];
     let tile = WinogradTile::F4x4;
+    // Weights of the right size, so that each refusal below is for its own reason.
+    let u = vec![0.0f32; winograd_weight_shape(tile, &[4, 3, 3, 3]).iter().product()];
+    let mut out = vec![0.0f32; 4 * 5 * 5];
     // Two images' outputs do not fit one image's buffer.
     let e = conv2d_winograd_images_into(
         tile,

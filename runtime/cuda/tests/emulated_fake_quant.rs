@@ -322,6 +322,7 @@ fn int8_products_agree(
 ) {
     let options = LowerOptions {
         product_kernels: true,
+        weights_as_stored: true,
         ..LowerOptions::default()
     };
     assert!(cases.len() >= at_least);

@@ -20,7 +20,7 @@ pub enum ConvAlgorithm {
     /// the `[C_out, C_in/groups, kH, kW]` weight.
     Gemm,
     /// Winograd with this output tile; the weight buffer holds the transformed weights
-    /// (`[points, C_out, C_in]`, a derived slot of the program).
+    /// (`[points, blocks, C_in, 64]`, a derived slot of the program).
     Winograd(WinogradTile),
 }
 

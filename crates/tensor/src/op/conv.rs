@@ -4,6 +4,7 @@
 mod direct;
 mod direct_tile;
 mod lowering;
+mod patches;
 mod winograd;
 
 use super::{BackwardCtx, Op, OpDef, OpKind, expect_float};

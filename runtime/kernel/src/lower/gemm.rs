@@ -86,12 +86,24 @@ impl Lowering<'_> {
     /// cannot express them together.
     pub(super) fn gemm(&mut self, id: &NodeId, epilogue: &[NodeId]) -> Result<()> {
         let convolution = self.op_of(id)?.is_some_and(|op| super::conv::is_conv(&op));
+        let slots = self.program.slots.len();
         let attempt = if convolution {
             self.conv_kernel(id, epilogue)?
         } else {
             self.gemm_kernel(id, epilogue)?
         };
         if let Err(why) = attempt {
+            // A derived weight the attempt made (a transpose, a Winograd transform) would be
+            // computed for nothing: the eager kernel reads the weight as stored.
+            while self.program.slots.len() > slots
+                && self
+                    .program
+                    .slots
+                    .last()
+                    .is_some_and(|s| matches!(s.source, crate::SlotSource::Derived { .. }))
+            {
+                self.program.slots.pop();
+            }
             let op = self
                 .op_of(id)?
                 .ok_or_else(|| crate::KernelError::Undefined {

@@ -68,22 +68,20 @@ fn for_each_channel_patch_row(
     mut visit: impl FnMut(usize, usize, (usize, usize), usize, usize),
 ) {
     let p = &g.params;
-    {
-        for i in 0..g.kh {
-            for j in 0..g.kw {
-                let row = i * g.kw + j;
-                let (x_lo, x_hi) =
-                    valid_outputs(g.ow, g.w, p.stride[1], p.padding[1], j * p.dilation[1]);
-                if x_lo == x_hi {
-                    continue;
-                }
-                let (y_lo, y_hi) =
-                    valid_outputs(g.oh, g.h, p.stride[0], p.padding[0], i * p.dilation[0]);
-                for oy in y_lo..y_hi {
-                    let iy = oy * p.stride[0] + i * p.dilation[0] - p.padding[0];
-                    let ix0 = (x_lo * p.stride[1] + j * p.dilation[1]) - p.padding[1];
-                    visit(row, oy, (x_lo, x_hi), ix0, (c * g.h + iy) * g.w);
-                }
+    for i in 0..g.kh {
+        for j in 0..g.kw {
+            let row = i * g.kw + j;
+            let (x_lo, x_hi) =
+                valid_outputs(g.ow, g.w, p.stride[1], p.padding[1], j * p.dilation[1]);
+            if x_lo == x_hi {
+                continue;
+            }
+            let (y_lo, y_hi) =
+                valid_outputs(g.oh, g.h, p.stride[0], p.padding[0], i * p.dilation[0]);
+            for oy in y_lo..y_hi {
+                let iy = oy * p.stride[0] + i * p.dilation[0] - p.padding[0];
+                let ix0 = (x_lo * p.stride[1] + j * p.dilation[1]) - p.padding[1];
+                visit(row, oy, (x_lo, x_hi), ix0, (c * g.h + iy) * g.w);
             }
         }
     }
@@ -157,54 +155,6 @@ fn per_image<T: Float>(out: &mut [T], n: usize, f: impl Fn(usize, &mut [T], bool
     }
 }
 
-/// The im2col buffers of one convolution call, from the buffer cache (a fresh allocation of
-/// this size would map new pages, each zeroed by a page fault): one per image computed at
-/// once, taken and given back by each image, all returned to the cache at the end.
-struct Patches<T: Float> {
-    free: std::sync::Mutex<Vec<Vec<T>>>,
-    len: usize,
-}
-
-impl<T: Float> Patches<T> {
-    /// Buffers of `len` elements for `images` images computed on the thread pool.
-    fn new(len: usize, images: usize) -> crate::Result<Self> {
-        let count = if len == 0 {
-            0
-        } else {
-            images.min(rayon::current_num_threads()).max(1)
-        };
-        let free = (0..count)
-            .map(|_| crate::buffer_cache::try_uninit_buffer::<T>("conv", len))
-            .collect::<crate::Result<Vec<_>>>()?;
-        Ok(Patches {
-            free: std::sync::Mutex::new(free),
-            len,
-        })
-    }
-
-    /// A buffer (a new one only if every buffer is taken, which the pool's size prevents).
-    fn take(&self) -> Vec<T> {
-        let taken = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        taken.unwrap_or_else(|| vec![T::zero(); self.len])
-    }
-
-    fn give_back(&self, buffer: Vec<T>) {
-        self.free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(buffer);
-    }
-}
-
-impl<T: Float> Drop for Patches<T> {
-    fn drop(&mut self) {
-        let free = self.free.get_mut().unwrap_or_else(|e| e.into_inner());
-        for buffer in free.drain(..) {
-            crate::buffer_cache::recycle(buffer);
-        }
-    }
-}
-
 /// `y[N, C_out, oH, oW] = conv(x, w) + bias`.
 pub(super) fn forward<T: Float>(
     g: &Geometry,
@@ -235,7 +185,8 @@ pub(super) fn forward_into<T: Float>(
     let (groups, cin_g, cout_g, k) = (g.params.groups, g.cin_g(), g.cout_g(), g.patch_len());
     let (in_plane, out_plane) = (g.h * g.w, g.oh * g.ow);
     let images = out.len().checked_div(g.c_out * out_plane).unwrap_or(0);
-    let patches = Patches::new(if g.is_pointwise() { 0 } else { k * out_plane }, images)?;
+    let patches =
+        super::patches::Patches::new(if g.is_pointwise() { 0 } else { k * out_plane }, images)?;
     per_image(out, images, |image, y, parallel| {
         let n = first + image;
         let mut cols = patches.take();

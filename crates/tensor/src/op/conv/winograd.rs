@@ -215,8 +215,9 @@ pub(super) struct Plan {
     pub(super) tiles_x: usize,
     /// Tiles (GEMM columns) of the whole block of images.
     pub(super) columns: usize,
-    /// Whether the products are computed transposed, `[points][blocks][columns][64]`, rather
-    /// than `[points][C_out][columns]` (at most [`NARROW_COLUMNS`] columns).
+    /// Whether the products are computed transposed, per point and block of output channels
+    /// `[columns, block width]`, rather than `[C_out, columns]` (at most [`NARROW_COLUMNS`]
+    /// columns).
     pub(super) narrow: bool,
 }
 
@@ -230,27 +231,33 @@ impl Plan {
         self.g.c_out.div_ceil(CHANNEL_BLOCK)
     }
 
-    /// Elements of one transform point's products.
+    /// Output channels of block `b`: 64 but in the last block.
+    fn block_width(&self, b: usize) -> usize {
+        CHANNEL_BLOCK.min(self.g.c_out - b * CHANNEL_BLOCK)
+    }
+
+    /// Elements of one transform point's products (both layouts hold `C_out x columns`).
     pub(super) fn point_len(&self) -> usize {
-        if self.narrow {
-            self.blocks() * CHANNEL_BLOCK * self.columns
-        } else {
-            self.g.c_out * self.columns
-        }
+        self.g.c_out * self.columns
     }
 
     /// Where point 0's product of output channel `o` and column `column` lies.
     pub(super) fn product_at(&self, o: usize, column: usize) -> usize {
         if self.narrow {
-            ((o / CHANNEL_BLOCK) * self.columns + column) * CHANNEL_BLOCK + o % CHANNEL_BLOCK
+            let b = o / CHANNEL_BLOCK;
+            b * CHANNEL_BLOCK * self.columns + column * self.block_width(b) + o % CHANNEL_BLOCK
         } else {
             o * self.columns + column
         }
     }
 
-    /// The distance between the products of consecutive columns.
-    pub(super) fn column_step(&self) -> usize {
-        if self.narrow { CHANNEL_BLOCK } else { 1 }
+    /// The distance between the products of output channel `o` at consecutive columns.
+    pub(super) fn column_step(&self, o: usize) -> usize {
+        if self.narrow {
+            self.block_width(o / CHANNEL_BLOCK)
+        } else {
+            1
+        }
     }
 }
 
@@ -305,7 +312,7 @@ pub fn conv2d_winograd_images_into<T: Float>(
             ),
         ));
     }
-    if image_len == 0 {
+    if image_len == 0 || images.is_empty() {
         return Ok(());
     }
     let tiles = tile.tiles(g.oh, g.ow);
@@ -399,7 +406,7 @@ fn convolve<F: Transform, T: Float>(
             input_tiles::<F, T>(p, xc, c, image * p.tiles(), vs)
         };
     });
-    let (co, ci, n, block) = (g.c_out, g.c_in, p.columns, CHANNEL_BLOCK);
+    let (ci, n, block) = (g.c_in, p.columns, CHANNEL_BLOCK);
     mm.par_chunks_mut(p.point_len())
         .enumerate()
         .for_each(|(point, dst)| {
@@ -415,34 +422,35 @@ fn convolve<F: Transform, T: Float>(
                     row_stride: block,
                     col_stride: 1,
                 };
+                // The block's channels (the last block's padding is never multiplied).
+                let width = p.block_width(b);
+                let out = &mut dst[b * block * n..][..width * n];
                 if p.narrow {
-                    // `[columns, 64] = V^T [columns, C_in] @ U_b [C_in, 64]`.
+                    // `[columns, width] = V^T [columns, C_in] @ U_b [C_in, width]`.
                     let transposed = MatrixRef {
                         row_stride: 1,
                         col_stride: n,
                         ..columns
                     };
-                    let out = &mut dst[b * n * block..][..n * block];
-                    gemm_into(
-                        out,
-                        &v,
-                        transposed,
-                        u,
-                        weights,
-                        (n, block, ci),
-                        false,
-                        false,
-                    );
+                    let dims = (n, width, ci);
+                    gemm_into(out, &v, transposed, u, weights, dims, false, false);
                 } else {
                     // Rows `64 b..` of `[C_out, columns] = U_b^T [C_out, C_in] @ V`.
-                    let rows = block.min(co - b * block);
                     let transposed = MatrixRef {
                         row_stride: 1,
                         col_stride: block,
                         ..weights
                     };
-                    let out = &mut dst[b * block * n..][..rows * n];
-                    gemm_into(out, u, transposed, &v, columns, (rows, n, ci), false, false);
+                    gemm_into(
+                        out,
+                        u,
+                        transposed,
+                        &v,
+                        columns,
+                        (width, n, ci),
+                        false,
+                        false,
+                    );
                 }
             }
         });

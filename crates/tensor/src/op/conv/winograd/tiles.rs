@@ -352,9 +352,9 @@ pub(super) unsafe fn input_tiles<F: Transform, T: Float>(
 
 /// The output transform of output channel `o` of one image, whose tiles start at column
 /// `first` of the products `mm` (laid out as [`Plan::product_at`] says), into that channel's
-/// `oH x oW` plane, a band of tiles at a time: both passes run over all the band's tiles,
-/// whose columns of `mm` are consecutive, and the results are scattered to the band's output
-/// rows.
+/// `oH x oW` plane, a band of tiles at a time: both passes run over all the band's tiles
+/// (consecutive columns of `mm`, [`Plan::column_step`] apart), and the results are scattered
+/// to the band's output rows.
 #[inline(always)]
 pub(super) fn output_tiles<F: Transform, T: Float>(
     p: &Plan,
@@ -365,7 +365,7 @@ pub(super) fn output_tiles<F: Transform, T: Float>(
 ) {
     let (m, a) = (F::M, F::A);
     let g = &p.g;
-    let (stride, step) = (p.point_len(), p.column_step());
+    let (stride, step) = (p.point_len(), p.column_step(o));
     assert!(
         mm.len() >= a * a * stride && o < g.c_out && first + p.tiles() <= p.columns,
         "output_tiles: channel {o}, tiles from {first} outside products of {} elements",
@@ -388,7 +388,8 @@ pub(super) fn output_tiles<F: Transform, T: Float>(
             let to: [usize; 6] = std::array::from_fn(|r| (r * a + k) * len);
             // SAFETY: point i * a + k < points, channel o, columns `first..first + tiles` a
             // step apart: inside `mm` (asserted above); rows r < M of `rows`, len <= BAND.
-            // Consecutive columns are a separate call, so that it reads whole vectors.
+            // The step-1 case is its own call, so that `lanewise` inlines with a constant
+            // step and reads whole vectors.
             unsafe {
                 if step == 1 {
                     lanewise::<F, T>(Direction::Output, (mm.as_ptr(), &from, 1), (rows, &to), len)
