@@ -108,7 +108,7 @@ fn triad() -> Result<Box<dyn FnMut() -> Result<()>>> {
 /// Bytes the triad moves per call.
 pub const TRIAD_BYTES: f64 = 3.0 * (TRIAD_ELEMENTS * 4) as f64;
 
-pub const WORKLOADS: [Workload; 14] = [
+pub const WORKLOADS: [Workload; 17] = [
     ("mlp_infer_b256_compiled", |g| {
         run_compiled(mlp()?, Tensor::randn_with(&[256, 784], DType::F32, g)?)
     }),
@@ -201,5 +201,34 @@ pub const WORKLOADS: [Workload; 14] = [
             Sequential::new().add(conv).add(ReLU::new()),
             Tensor::randn_with(&[1, 128, 28, 28], DType::F32, g)?,
         )
+    }),
+    ("winograd_conv_b1_256x14_compiled", |g| {
+        // ResNet-18's third stage convolution (256 channels, 14x14, 3x3, padding 1) and its
+        // ReLU: 16 F(4x4,3x3) tiles, products computed along the output channels, its 9.4 MB
+        // of transformed weights streamed from memory when the other layers' have evicted
+        // them.
+        let conv = Conv2d::with_options(256, 256, 3, Conv2dOptions::default().padding(1))
+            .map_err(nn_err)?;
+        run_compiled(
+            Sequential::new().add(conv).add(ReLU::new()),
+            Tensor::randn_with(&[1, 256, 14, 14], DType::F32, g)?,
+        )
+    }),
+    ("strided_conv_b1_64x56_compiled", |g| {
+        // ResNet-18's first stride-2 convolution (64 to 128 channels, 3x3, padding 1, 56x56)
+        // and its ReLU: im2col of the one image on the threads, then the GEMM.
+        let options = Conv2dOptions::default().stride(2).padding(1);
+        let conv = Conv2d::with_options(64, 128, 3, options).map_err(nn_err)?;
+        run_compiled(
+            Sequential::new().add(conv).add(ReLU::new()),
+            Tensor::randn_with(&[1, 64, 56, 56], DType::F32, g)?,
+        )
+    }),
+    ("downsample_conv_b1_64x56_compiled", |g| {
+        // ResNet-18's first downsampling convolution (64 to 128 channels, 1x1, stride 2, 56x56):
+        // a GEMM on every second pixel, an eager call in the program (nothing to fuse).
+        let options = Conv2dOptions::default().stride(2).bias(false);
+        let conv = Conv2d::with_options(64, 128, 1, options).map_err(nn_err)?;
+        run_compiled(conv, Tensor::randn_with(&[1, 64, 56, 56], DType::F32, g)?)
     }),
 ];
