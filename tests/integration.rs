@@ -20,6 +20,7 @@ mod compile_train_remat;
 mod compile_transposed_weights;
 mod compile_winograd;
 mod compiled_module;
+mod compiled_reload;
 mod conformance_traced;
 mod examples;
 
