@@ -78,10 +78,11 @@ pub(super) struct TileArgs {
     pub x_channel: usize,
     /// Floats between padded rows.
     pub x_row: usize,
-    /// Weights of the tile's first output channel at the block's first channel
-    /// (`[C_out, C_in, kH, kW]` as given); output channel `o` at `w + o * w_row`.
+    /// The tile's packed weights at the block's first channel: each kernel tap's `OCB`
+    /// output channels side by side (`[taps, OCB]`), taps in the loop's order (channel, row,
+    /// column), so that every weight the tile broadcasts is one base register and an
+    /// immediate offset away.
     pub w: *const f32,
-    pub w_row: usize,
     pub channels: usize,
     pub kh: usize,
     /// Per kernel column, its offset in the padded input (phase and column).
@@ -124,12 +125,12 @@ pub(super) unsafe fn tile<L: Lanes, const NV: usize, const OCB: usize>(a: &TileA
                         *x = L::load(src.add(v * L::LANES));
                     }
                     for (o, row) in acc.iter_mut().enumerate() {
-                        let wv = L::splat(*w.add(o * a.w_row));
+                        let wv = L::splat(*w.add(o));
                         for (lane, &x) in row.iter_mut().zip(&xv) {
                             *lane = L::fma(x, wv, *lane);
                         }
                     }
-                    w = w.add(1);
+                    w = w.add(OCB);
                 }
             }
         }
