@@ -1,10 +1,10 @@
 //! Derived constants: slots a program computes from another slot (a weight) rather than
 //! reads, such as a convolution's Winograd-transformed weights or a linear's transposed
-//! weight. Each workspace keeps the last
-//! value it derived with a detached handle on the source's storage and that storage's
-//! version, so the derivation runs once, on the first call, and again only when the source
-//! changed (written in place, given new storage by `set_data` or `load_state_dict`, or a
-//! different tensor passed): the derived value always follows the weights it came from.
+//! weight. Each workspace keeps the last value it derived with a detached handle on the
+//! source's storage and that storage's version, so the derivation runs once, on the first
+//! call, and again only when the source changed (written in place, given new storage by
+//! `set_data` or `load_state_dict`, or a different tensor passed): the derived value always
+//! follows the weights it came from.
 
 use crate::{KernelError, Program, Result, SlotId, SlotSource};
 use std::fmt;

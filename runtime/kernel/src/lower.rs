@@ -395,6 +395,25 @@ impl Lowering<'_> {
         }
     }
 
+    /// A new packed slot named `name` of shape `shape` (and the source's dtype) that the
+    /// program derives from slot `from` ([`crate::derived`]).
+    fn derived_slot(
+        &mut self,
+        from: SlotId,
+        derivation: crate::Derivation,
+        name: String,
+        shape: Vec<usize>,
+    ) -> SlotId {
+        let meta = TensorMeta::new(shape.clone(), self.program.slot(from).meta.dtype);
+        self.program.slots.push(Slot {
+            name,
+            meta,
+            source: SlotSource::Derived { from, derivation },
+            layout: Layout::contiguous(&shape),
+        });
+        SlotId::from_index(self.program.slots.len() - 1)
+    }
+
     fn value(&self, id: &NodeId) -> Result<Val> {
         self.values
             .get(id)

@@ -13,7 +13,7 @@ use super::{Lowering, Val};
 use crate::conv_choice::{ImageSizes, choose};
 use crate::{
     BinaryFn, ConvAlgorithm, ConvCall, ConvChoice, Derivation, Expr, IndexExpr, Result, ScalarType,
-    Slot, SlotId, SlotSource,
+    SlotId, SlotSource,
 };
 use tessera_fx::NodeId;
 use tessera_tensor::Op;
@@ -177,18 +177,8 @@ impl Lowering<'_> {
         tile: tessera_tensor::op::WinogradTile,
         node: &str,
     ) -> SlotId {
-        let from = self.program.slot(w.slot);
         let shape = tessera_tensor::op::winograd_weight_shape(tile, &w.layout.shape).to_vec();
-        let meta = tessera_tensor::TensorMeta::new(shape.clone(), from.meta.dtype);
-        self.program.slots.push(Slot {
-            name: format!("{node}_winograd_weights"),
-            meta,
-            source: SlotSource::Derived {
-                from: w.slot,
-                derivation: Derivation::WinogradWeights(tile),
-            },
-            layout: Layout::contiguous(&shape),
-        });
-        SlotId::from_index(self.program.slots.len() - 1)
+        let name = format!("{node}_winograd_weights");
+        self.derived_slot(w.slot, Derivation::WinogradWeights(tile), name, shape)
     }
 }

@@ -150,8 +150,7 @@ impl Lowering<'_> {
             }
         }
         let (xl, wl) = (&x.layout, &w.layout);
-        let mut b_slot = w.slot;
-        let (k, a_index, b_index, bias) = match op {
+        let (k, a_index, (b_slot, b_index), bias) = match op {
             Op::Linear { bias } if wl.shape.len() == 2 => {
                 let k = wl.shape[1];
                 let Some(st) = view_strides(xl, &[rows, k]) else {
@@ -166,20 +165,23 @@ impl Lowering<'_> {
                     },
                     match self.transposed_weight(&operands[1], &w)? {
                         // The packed `[k, n]` transpose.
-                        Some(slot) => {
-                            b_slot = slot;
+                        Some(slot) => (
+                            slot,
                             MatrixIndex {
                                 offset: 0,
                                 row_stride: wl.shape[0],
                                 col_stride: 1,
-                            }
-                        }
+                            },
+                        ),
                         // `w^T`: element `(k, n)` is `w[n, k]`.
-                        None => MatrixIndex {
-                            offset: wl.offset,
-                            row_stride: wl.strides[1],
-                            col_stride: wl.strides[0],
-                        },
+                        None => (
+                            w.slot,
+                            MatrixIndex {
+                                offset: wl.offset,
+                                row_stride: wl.strides[1],
+                                col_stride: wl.strides[0],
+                            },
+                        ),
                     },
                     operands.get(2).copied().filter(|_| bias),
                 )
@@ -191,11 +193,14 @@ impl Lowering<'_> {
                     row_stride: xl.strides[0],
                     col_stride: xl.strides[1],
                 },
-                MatrixIndex {
-                    offset: wl.offset,
-                    row_stride: wl.strides[0],
-                    col_stride: wl.strides[1],
-                },
+                (
+                    w.slot,
+                    MatrixIndex {
+                        offset: wl.offset,
+                        row_stride: wl.strides[0],
+                        col_stride: wl.strides[1],
+                    },
+                ),
                 None,
             ),
             _ => return Ok(Err("only linear and 2-D matmul call the GEMM".into())),

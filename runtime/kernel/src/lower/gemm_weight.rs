@@ -7,10 +7,9 @@
 
 use super::{Lowering, Val};
 use crate::derived::Derivation;
-use crate::{Result, Slot, SlotId, SlotSource};
+use crate::{Result, SlotId, SlotSource};
 use tessera_fx::NodeId;
-use tessera_tensor::layout::Layout;
-use tessera_tensor::{Op, TensorMeta};
+use tessera_tensor::Op;
 
 impl Lowering<'_> {
     /// The derived `[in, out]` copy of the weight `w` (node `weight`) of a linear, or `None`
@@ -52,16 +51,6 @@ impl Lowering<'_> {
         }
         let shape = vec![w.layout.shape[1], w.layout.shape[0]];
         let name = format!("{}_transposed", slot.name);
-        let meta = TensorMeta::new(shape.clone(), slot.meta.dtype);
-        self.program.slots.push(Slot {
-            name,
-            meta,
-            source: SlotSource::Derived {
-                from: w.slot,
-                derivation,
-            },
-            layout: Layout::contiguous(&shape),
-        });
-        Ok(Some(SlotId::from_index(self.program.slots.len() - 1)))
+        Ok(Some(self.derived_slot(w.slot, derivation, name, shape)))
     }
 }

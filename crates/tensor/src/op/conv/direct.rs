@@ -225,7 +225,7 @@ fn pack_weights(g: &Geometry, ocb: usize, w: &[f32]) -> crate::Result<Vec<f32>> 
         for o in 0..ocb {
             let channel = block * ocb + o;
             match w.get(channel * k..(channel + 1) * k) {
-                Some(row) if channel < g.c_out => {
+                Some(row) => {
                     for (tap, &v) in row.iter().enumerate() {
                         dst[tap * ocb + o] = v;
                     }
