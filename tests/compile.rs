@@ -47,9 +47,11 @@ fn conformance_cnn_compiles_with_fallbacks_and_matches_pytorch_and_the_interpret
         case.check("output", &out);
         let report = compiled.report();
         assert!(report.kernels > 0, "{report}");
-        // conv1 + ReLU is one kernel; conv2's ReLU is the average pool's prologue, so conv2
-        // has nothing to fuse and runs its eager kernel.
-        assert!(compiled.kernels().contains("conv2d_epilogue"), "{report}");
+        // conv1, its ReLU and the max pool are one kernel whose call pools; conv2's ReLU is
+        // the average pool's prologue, so conv2 has nothing to fuse and runs its eager kernel.
+        let kernels = compiled.kernels();
+        assert!(kernels.contains("conv2d_max_pool2d_epilogue"), "{kernels}");
+        assert!(kernels.contains("then relu then max_pool 2x2"), "{kernels}");
         assert!(
             report
                 .fallbacks

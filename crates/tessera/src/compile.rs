@@ -846,6 +846,7 @@ fn lower_options(options: &CompileOptions) -> LowerOptions {
             options.winograd
         },
         weights_as_stored: device,
+        plain_conv_calls: device,
     }
 }
 

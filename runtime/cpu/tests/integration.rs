@@ -14,6 +14,7 @@ mod bool_int;
 mod casts;
 mod cat;
 mod conv;
+mod conv_pool;
 mod differential;
 mod exp;
 mod fake_quant;

@@ -1,15 +1,18 @@
-//! The external convolution call a kernel may start with: `scratch = conv2d(x, w)` (no bias)
-//! for the images of the outermost loop's current block, so that the kernel's epilogue (bias,
+//! The external convolution call a kernel may start with: `scratch = conv2d(x, w)` for the
+//! images of the outermost loop's current block, so that the kernel's epilogue (bias,
 //! activation, residual add) reads each block right after it is computed. The call runs the
 //! eager path's kernels (direct or im2col + GEMM) or a Winograd convolution on weights the
-//! program transformed once ([`ConvAlgorithm`], chosen by [`crate::conv_choice`]). The
-//! kernel's domain is the output's `[N, C, oH, oW]`; its input and weight buffers are packed.
-//! Both the interpreter and the CPU backend's runner call [`run_conv`].
+//! program transformed once ([`ConvAlgorithm`], chosen by [`crate::conv_choice`]). An eager
+//! path call may also add the bias, apply a ReLU and max-pool its rows before it writes them
+//! ([`ConvStage`]: the activation between a convolution and its pooling is then never written
+//! out). The kernel's domain is the staged output's `[N, C, oH, oW]`; its input, weight and
+//! bias buffers are packed. Both the interpreter and the CPU backend's runner call
+//! [`run_conv`].
 
 use crate::{BufferId, BufferPtr, Kernel, KernelError, Result, ScalarType};
 use std::fmt;
 use tessera_tensor::op::{
-    ConvParams, WinogradTile, conv2d_images_into, conv2d_winograd_images_into,
+    ConvParams, ConvStage, WinogradTile, conv2d_images_into, conv2d_winograd_images_into,
     winograd_weight_shape,
 };
 
@@ -45,6 +48,10 @@ pub struct ConvCall {
     /// The convolution's weight shape, `[C_out, C_in/groups, kH, kW]` for both algorithms.
     pub weight_shape: [usize; 4],
     pub algorithm: ConvAlgorithm,
+    /// One value per output channel the call adds (`[C_out]`), for the eager path only.
+    pub bias: Option<BufferId>,
+    /// What the call does to its rows before it writes them, for the eager path only.
+    pub stage: ConvStage,
 }
 
 impl ConvCall {
@@ -87,13 +94,14 @@ pub unsafe fn run_conv(
         buffers[c.weight.index()],
         buffers[c.out.index()],
     );
+    let bias = c.bias.map(|b| buffers[b.index()]);
     // SAFETY: `verify` checked that the input, weight and scratch buffers hold the shapes'
     // elements of their type; the caller guarantees they are live and the scratch writable
     // and unaliased; `begin..end` lies within the domain's first extent.
     unsafe {
         match out.ty {
-            ScalarType::F64 => convolve::<f64>(c, (x, w, out), begin..end, image),
-            _ => convolve::<f32>(c, (x, w, out), begin..end, image),
+            ScalarType::F64 => convolve::<f64>(c, (x, w, bias, out), begin..end, image),
+            _ => convolve::<f32>(c, (x, w, bias, out), begin..end, image),
         }
     }
     .map_err(|source| KernelError::Backend {
@@ -108,23 +116,33 @@ pub unsafe fn run_conv(
 /// As [`run_conv`]: the buffers hold `T`s, as many as their lengths say.
 unsafe fn convolve<T: tessera_tensor::Float>(
     c: &ConvCall,
-    (x, w, out): (BufferPtr, BufferPtr, BufferPtr),
+    (x, w, bias, out): (BufferPtr, BufferPtr, Option<BufferPtr>, BufferPtr),
     images: std::ops::Range<usize>,
     image: usize,
 ) -> tessera_tensor::Result<()> {
     let (at, count) = (images.start * image, images.len() * image);
-    // SAFETY: forwarded from the caller; the images' outputs lie inside the scratch.
-    let (x, w, out) = unsafe {
+    // SAFETY: forwarded from the caller; the images' outputs lie inside the scratch, the
+    // bias buffer holds one value per output channel.
+    let (x, w, bias, out) = unsafe {
         (
             std::slice::from_raw_parts(x.ptr as *const T, x.len),
             std::slice::from_raw_parts(w.ptr as *const T, w.len),
+            bias.map(|b| std::slice::from_raw_parts(b.ptr as *const T, c.weight_shape[0])),
             std::slice::from_raw_parts_mut((out.ptr as *mut T).add(at), count),
         )
     };
     match c.algorithm {
-        ConvAlgorithm::Gemm => {
-            conv2d_images_into(c.params, &c.input_shape, &c.weight_shape, x, w, images, out)
-        }
+        ConvAlgorithm::Gemm => conv2d_images_into(
+            c.params,
+            &c.input_shape,
+            &c.weight_shape,
+            x,
+            w,
+            bias,
+            c.stage,
+            images,
+            out,
+        ),
         ConvAlgorithm::Winograd(tile) => conv2d_winograd_images_into(
             tile,
             c.params,
@@ -153,12 +171,34 @@ impl Kernel {
                 c.weight_shape, c.params
             ));
         }
+        if matches!(c.algorithm, ConvAlgorithm::Winograd(_))
+            && (c.bias.is_some() || !c.stage.is_identity())
+        {
+            return Err("a Winograd convolution call adds no bias and has no stage".into());
+        }
+        if let Some([kh, kw]) = c.stage.max_pool
+            && (kh == 0 || kw == 0)
+        {
+            return Err(format!("a stage's max pool window of {kh}x{kw}"));
+        }
+        let output =
+            tessera_tensor::op::conv2d_output_shape(c.params, &c.input_shape, &c.weight_shape)
+                .map_err(|e| e.to_string())?;
+        let [ph, pw] = c.stage.plane([output[2], output[3]]);
+        let staged = [output[0], output[1], ph, pw];
+        if self.domain != staged {
+            return Err(format!(
+                "a convolution into {:?} with stage {:?} writes {staged:?}, not the domain {:?}",
+                output, c.stage, self.domain
+            ));
+        }
         let weight = c.weight_len();
-        let needs = [
+        let mut needs = vec![
             (c.input, numel(&c.input_shape)),
             (c.weight, weight),
             (c.out, numel(&self.domain)),
         ];
+        needs.extend(c.bias.map(|b| (b, Some(c.weight_shape[0]))));
         let ty = self.buffer(c.out).ty;
         for (b, n) in needs {
             let n = n.ok_or("the convolution's sizes overflow")?;
@@ -172,9 +212,6 @@ impl Kernel {
                     p.len, p.ty
                 ));
             }
-        }
-        if c.input_shape[0] != self.domain[0] {
-            return Err("the convolution's images are not the outer loop's".into());
         }
         Ok(())
     }

@@ -165,6 +165,7 @@ fn updating_step(program: &Program, out: SlotId, aliases: &[SlotId]) -> Option<u
         kernel.gemm.as_ref().map(|g| g.b),
         kernel.conv.as_ref().map(|c| c.input),
         kernel.conv.as_ref().map(|c| c.weight),
+        kernel.conv.as_ref().and_then(|c| c.bias),
     ];
     if called
         .iter()

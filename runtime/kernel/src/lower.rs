@@ -19,6 +19,7 @@ mod avg_divisors;
 mod batch_norm_update;
 mod cat;
 mod conv;
+mod conv_stage;
 mod dynamic_quant;
 mod fake_quant;
 mod fake_quant_gradients;
@@ -88,6 +89,10 @@ pub struct LowerOptions {
     /// GEMMs read linear weights as stored instead of from a packed transposed copy derived
     /// once per weight ([`gemm_weight`]); on for a device, whose GEMM reads either layout.
     pub weights_as_stored: bool,
+    /// Convolution calls compute the convolution only: a max pool after one (with its bias
+    /// and ReLU) is never folded into the call ([`crate::ConvCall::stage`]). On for a device,
+    /// whose rendered convolution has no such stage.
+    pub plain_conv_calls: bool,
 }
 
 /// Lowers `graph`, whose inputs have the layouts `input_layouts` (packed where not given),
@@ -159,6 +164,7 @@ pub fn lower_with(
         inputs: 0,
         input_layouts,
         options,
+        absorbed: HashSet::new(),
     };
     // Reductions (and the getitem after a norm) waiting for their epilogue partition.
     let mut epilogue_for: HashMap<usize, (NodeId, Option<NodeId>)> = HashMap::new();
@@ -173,7 +179,7 @@ pub fn lower_with(
         .flat_map(|members| members.iter().enumerate().map(|(i, id)| (*id, i)))
         .collect();
     for id in graph.nodes().collect::<Vec<_>>() {
-        if in_prologue.contains(&id) || deferred.contains(&id) {
+        if in_prologue.contains(&id) || deferred.contains(&id) || lowering.absorbed.contains(&id) {
             continue;
         }
         // A node outside a partition that reads one of its members before the partition's
@@ -358,6 +364,8 @@ struct Lowering<'g> {
     inputs: usize,
     input_layouts: &'g [Layout],
     options: LowerOptions,
+    /// Nodes a kernel computed along with another: a max pool a convolution call applied.
+    absorbed: HashSet<NodeId>,
 }
 
 /// `shape`, or `[1]` for a 0-d one: the loops of a kernel over a value that may be 0-d (a

@@ -99,9 +99,9 @@ impl fmt::Display for Kernel {
         }
         if let Some(c) = &self.conv {
             let p = &c.params;
-            writeln!(
+            write!(
                 f,
-                "    conv {} = conv2d({}{:?}, {}{:?}) stride {:?} padding {:?} dilation {:?} groups {} by {} ; per block of i0",
+                "    conv {} = conv2d({}{:?}, {}{:?}) stride {:?} padding {:?} dilation {:?} groups {} by {}",
                 c.out,
                 c.input,
                 c.input_shape,
@@ -113,6 +113,16 @@ impl fmt::Display for Kernel {
                 p.groups,
                 c.algorithm
             )?;
+            if let Some(b) = c.bias {
+                write!(f, " + {b}")?;
+            }
+            if c.stage.relu {
+                f.write_str(" then relu")?;
+            }
+            if let Some([kh, kw]) = c.stage.max_pool {
+                write!(f, " then max_pool {kh}x{kw}")?;
+            }
+            writeln!(f, " ; per block of i0")?;
         }
         for (i, v) in self.values.iter().enumerate() {
             let rhs = match &v.expr {

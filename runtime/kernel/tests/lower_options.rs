@@ -15,6 +15,7 @@ const KERNELS: LowerOptions = LowerOptions {
     product_kernels: true,
     winograd: tessera_kernel::WinogradPolicy::Off,
     weights_as_stored: false,
+    plain_conv_calls: false,
 };
 
 /// Values in [-1, 1], deterministic per `seed`.

@@ -2,14 +2,17 @@
 //! in [`lowering`]; conv1d is a conv2d whose input and kernel have one row.
 
 mod direct;
+mod direct_pad;
 mod direct_tile;
 mod lowering;
 mod patches;
+mod stage;
 mod winograd;
 
 use super::{BackwardCtx, Op, OpDef, OpKind, expect_float};
 use crate::cpu::{float_dispatch, tensor_from};
 use crate::{Result, Tensor, TensorError, TensorMeta};
+pub use stage::ConvStage;
 pub use winograd::{
     WinogradTile, conv2d_winograd_images_into, winograd_applies, winograd_weight_shape,
     winograd_weights, winograd_weights_into,
@@ -497,23 +500,41 @@ impl OpDef for ConvOp {
     }
 }
 
+/// The output shape `[N, C_out, oH, oW]` of the 2-D convolution of an input of `x_shape` by a
+/// weight of `w_shape`, or why they do not fit `params`.
+pub fn conv2d_output_shape(
+    params: ConvParams,
+    x_shape: &[usize],
+    w_shape: &[usize],
+) -> Result<[usize; 4]> {
+    let g = Geometry::new(params, x_shape, w_shape)?;
+    Ok([g.n, g.c_out, g.oh, g.ow])
+}
+
 /// The images `images` of the 2-D convolution of `x` (`[N, C, H, W]`, packed) with `w`
-/// (packed), without a bias, written packed into `out` (exactly those images' outputs): what a
-/// compiled program calls for each block of images before it adds the bias and its epilogue.
+/// (packed), plus `bias` (one per output channel) when given, with `stage` applied
+/// ([`ConvStage`]: a ReLU, a max pool), written packed into `out` (exactly those images' staged
+/// outputs): what a compiled program calls for each block of images before its epilogue.
+#[allow(clippy::too_many_arguments)] // the call's shapes, operands, stage and images, as given
 pub fn conv2d_images_into<T: crate::Float>(
     params: ConvParams,
     x_shape: &[usize],
     w_shape: &[usize],
     x: &[T],
     w: &[T],
+    bias: Option<&[T]>,
+    stage: ConvStage,
     images: std::ops::Range<usize>,
     out: &mut [T],
 ) -> Result<()> {
     let g = Geometry::new(params, x_shape, w_shape)?;
-    let image_len = g.c_out * g.oh * g.ow;
+    stage.check()?;
+    let [ph, pw] = stage.plane([g.oh, g.ow]);
+    let image_len = g.c_out * ph * pw;
     let fits = params.spatial_dims == 2
         && x.len() >= crate::size::saturating_numel(x_shape)
         && w.len() >= crate::size::saturating_numel(w_shape)
+        && bias.is_none_or(|b| b.len() == g.c_out)
         && images.start <= images.end
         && images.end <= g.n
         && out.len() == images.len().saturating_mul(image_len);
@@ -521,8 +542,9 @@ pub fn conv2d_images_into<T: crate::Float>(
         return Err(TensorError::invalid(
             "conv2d",
             format!(
-                "images {images:?} of input {x_shape:?} and weight {w_shape:?} do not fit buffers \
-                 of {}, {} and {} elements",
+                "images {images:?} of input {x_shape:?} and weight {w_shape:?} (bias {:?}, \
+                 stage {stage:?}) do not fit buffers of {}, {} and {} elements",
+                bias.map(<[T]>::len),
                 x.len(),
                 w.len(),
                 out.len()
@@ -530,7 +552,7 @@ pub fn conv2d_images_into<T: crate::Float>(
         ));
     }
     if image_len > 0 {
-        lowering::forward_into(&g, x, w, None, images.start, out)?;
+        stage::forward_into(&g, x, w, bias, stage, images.start, out)?;
     }
     Ok(())
 }

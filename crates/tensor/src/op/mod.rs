@@ -29,8 +29,9 @@ mod view;
 pub use batch_norm_update::BatchNormUpdateOp;
 pub use binary::{BinaryOp, CompareOp, ScalarOp};
 pub use conv::{
-    ConvOp, ConvParams, WinogradTile, conv2d_images_into, conv2d_winograd_images_into,
-    winograd_applies, winograd_weight_shape, winograd_weights, winograd_weights_into,
+    ConvOp, ConvParams, ConvStage, WinogradTile, conv2d_images_into, conv2d_output_shape,
+    conv2d_winograd_images_into, winograd_applies, winograd_weight_shape, winograd_weights,
+    winograd_weights_into,
 };
 pub use custom::{CustomFunction, CustomOp, register_custom};
 pub use dropout::DropoutOp;

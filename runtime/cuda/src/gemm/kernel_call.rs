@@ -73,6 +73,13 @@ pub(crate) fn render_call(
         let about = format!("GEMM {rows}x{n}x{} on {path:?}, fused epilogue", g.k);
         (g.out, tile, PointMap::Gemm { n }, about)
     } else if let Some(c) = &kernel.conv {
+        if c.bias.is_some() || !c.stage.is_identity() {
+            return Err(unsupported(format!(
+                "a convolution call that adds its bias or applies {:?} (lower with \
+                 `LowerOptions::plain_conv_calls`)",
+                c.stage
+            )));
+        }
         let ty = kernel.buffer(c.out).ty;
         let element = Element::of_scalar(ty)
             .ok_or_else(|| unsupported(format!("a convolution of {ty} elements")))?;

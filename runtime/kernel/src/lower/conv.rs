@@ -2,7 +2,9 @@
 //! user: one kernel over the output's `[N, C, oH, oW]` that starts with the external
 //! convolution call ([`crate::ConvCall`], the eager kernel or a Winograd convolution, without
 //! its bias) into a scratch buffer, block of images by block, and adds the bias (per channel)
-//! and the epilogue (activation, residual add) to each block. A Winograd call reads its
+//! and the epilogue (activation, residual add) to each block. A max pool after the
+//! convolution (or its ReLU) is absorbed by the call where it can be ([`super::conv_stage`]):
+//! the call adds the bias, and the kernel is over the pooled output. A Winograd call reads its
 //! weights transformed, from a derived slot of the program ([`crate::derived`]); the choice
 //! and its reason are recorded in [`crate::Program::convolutions`]. A convolution without an epilogue runs its eager
 //! kernel (there is nothing to fuse), or is a kernel of its own when the backend asks
@@ -77,8 +79,22 @@ impl Lowering<'_> {
             }
             ConvAlgorithm::Gemm => (w.slot, None),
         };
+        // The call adds the bias itself when it pools: a packed `[C]` it reads whole.
+        let packed_bias = bias
+            .as_ref()
+            .is_none_or(|b| b.layout.strides == [1] && b.layout.offset == 0);
+        let absorbed = match packed_bias {
+            true => self.absorbed_pool(id, epilogue, choice.algorithm, &shape)?,
+            false => None,
+        };
+        let call_bias = absorbed.as_ref().and(bias.as_ref()).map(|b| b.slot);
+        let (op, domain) = match &absorbed {
+            Some(a) => ("conv2d_max_pool2d", a.shape.clone()),
+            None => ("conv2d", shape.clone()),
+        };
         let (mut frame, scratch, [input, weight]) =
-            self.call_frame("conv2d", &shape, ty, [x.slot, weight_slot]);
+            self.call_frame(op, &domain, ty, [x.slot, weight_slot]);
+        let bias_buffer = call_bias.map(|slot| Self::input_buffer(&mut frame, slot, ty));
         frame.b.conv(ConvCall {
             input,
             weight,
@@ -87,8 +103,17 @@ impl Lowering<'_> {
             input_shape: as4(&x.layout.shape),
             weight_shape: as4(&w.layout.shape),
             algorithm: choice.algorithm,
+            bias: bias_buffer,
+            stage: absorbed.as_ref().map(|a| a.stage).unwrap_or_default(),
         });
-        let mut value = super::gemm::scratch_value(&mut frame, scratch, &shape, ty);
+        let mut value = super::gemm::scratch_value(&mut frame, scratch, &domain, ty);
+        if let Some(a) = absorbed {
+            let emitted = self.emit_absorbed(frame, id, epilogue, value, a)?;
+            if emitted.is_ok() {
+                self.program.convolutions.push(choice);
+            }
+            return Ok(emitted);
+        }
         if let Some(b) = bias {
             let buffer = Self::input_buffer(&mut frame, b.slot, ty);
             let index = IndexExpr {
@@ -114,8 +139,9 @@ impl Lowering<'_> {
     }
 
     /// Whether node `id` is a convolution the call can take that would run as a Winograd
-    /// convolution (so that, with no epilogue, it still becomes a kernel).
-    pub(super) fn lone_conv_runs_winograd(&self, id: &NodeId) -> Result<bool> {
+    /// convolution or absorb the max pool after it (so that, with no epilogue, it still
+    /// becomes a kernel).
+    pub(super) fn lone_conv_is_kernel(&self, id: &NodeId) -> Result<bool> {
         let Some(Op::Conv(ConvOp::Forward { params, .. })) = self.op_of(id)? else {
             return Ok(false);
         };
@@ -134,7 +160,10 @@ impl Lowering<'_> {
         }
         let node = self.graph.name(id).unwrap_or("?").to_string();
         let choice = self.conv_choice(&node, &params, &x, &w, &out.shape);
-        Ok(matches!(choice.algorithm, ConvAlgorithm::Winograd(_)))
+        Ok(matches!(choice.algorithm, ConvAlgorithm::Winograd(_))
+            || self
+                .absorbed_pool(id, &[], choice.algorithm, &out.shape)?
+                .is_some())
     }
 
     /// The algorithm for the convolution `node` of `x` by `w` into `shape`: Winograd only

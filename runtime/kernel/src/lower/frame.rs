@@ -208,6 +208,8 @@ impl Lowering<'_> {
                     Some(numel(&c.input_shape))
                 } else if c.weight == *buffer {
                     c.weight_len()
+                } else if c.bias == Some(*buffer) {
+                    Some(c.weight_shape[0])
                 } else {
                     None
                 }

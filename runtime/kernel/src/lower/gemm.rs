@@ -42,12 +42,12 @@ impl Lowering<'_> {
     /// [`crate::LowerOptions::product_kernels`] asks for one, when it is a GEMM whose rows
     /// are shared out across threads ([`crate::gemm::gemm_splits`]: faster than the eager
     /// kernel's call, which the GEMM library splits itself) or when it is a convolution that
-    /// runs as a Winograd convolution (which has no eager kernel), else its eager kernel
-    /// (reported as a fallback).
+    /// runs as a Winograd convolution (which has no eager kernel) or absorbs the max pool
+    /// after it ([`super::conv_stage`]), else its eager kernel (reported as a fallback).
     pub(super) fn lone_product(&mut self, id: &NodeId) -> Result<()> {
         if self.options.product_kernels
             || self.lone_gemm_splits(id)?
-            || self.lone_conv_runs_winograd(id)?
+            || self.lone_conv_is_kernel(id)?
         {
             self.gemm(id, &[])
         } else {

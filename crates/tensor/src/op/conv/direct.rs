@@ -5,7 +5,9 @@
 //! im2col + GEMM where an x86 vector unit with FMA is found at run time.
 
 use super::Geometry;
+use super::direct_pad::{PadBuffer, Padded, pad_image};
 use super::direct_tile::{Lanes, TileArgs, tile};
+use super::stage::{ConvStage, pool_rows};
 use crate::buffer_cache::{recycle, try_uninit_buffer};
 use rayon::prelude::*;
 
@@ -57,6 +59,16 @@ fn isa() -> Isa {
     })
 }
 
+/// Whether this CPU runs the AVX-512 tiles (AVX-512 F and VL, AVX2, FMA).
+pub(super) fn has_avx512() -> bool {
+    isa() == Isa::Avx512
+}
+
+/// Whether this CPU has AVX2 and FMA.
+pub(super) fn has_avx2() -> bool {
+    isa() != Isa::None
+}
+
 /// The tile for `g` on this CPU: vectors as wide as the output rows allow, and as many output
 /// channels as the registers hold, wasting the fewest padded channels.
 fn choose(g: &Geometry, isa: Isa) -> Option<Choice> {
@@ -100,117 +112,6 @@ pub(super) fn applies(g: &Geometry) -> bool {
         && choose(g, isa()).is_some()
 }
 
-/// The padded input's sizes for one image.
-#[derive(Debug, Clone, Copy)]
-struct Padded {
-    /// Rows (padded input rows the output reads).
-    rows: usize,
-    /// Columns per phase.
-    cols: usize,
-    /// Column phases (the column stride).
-    phases: usize,
-}
-
-impl Padded {
-    fn new(g: &Geometry, c: Choice) -> Padded {
-        let (sh, sw) = (g.params.stride[0], g.params.stride[1]);
-        let tiles = g.ow.div_ceil(c.width());
-        Padded {
-            rows: (g.oh - 1) * sh + g.kh,
-            cols: tiles * c.width() + (g.kw - 1) / sw,
-            phases: sw,
-        }
-    }
-
-    fn channel(&self) -> usize {
-        self.phases * self.rows * self.cols
-    }
-}
-
-/// Copies image `x[C, H, W]` into `dst[C][phase][row][col]`, zero outside the image.
-fn pad_image(g: &Geometry, p: Padded, x: &[f32], dst: &mut [f32]) {
-    let (pad_h, pad_w) = (g.params.padding[0], g.params.padding[1]);
-    for (c, plane) in dst.chunks_exact_mut(p.channel()).enumerate() {
-        let src = &x[c * g.h * g.w..][..g.h * g.w];
-        for (phase, rows) in plane.chunks_exact_mut(p.rows * p.cols).enumerate() {
-            // Column `col` holds input column `col * phases + phase - pad_w`: the ones inside
-            // the image are `lo..hi`, starting at input column `first`.
-            let lo = pad_w.saturating_sub(phase).div_ceil(p.phases).min(p.cols);
-            let hi = (pad_w + g.w)
-                .saturating_sub(phase)
-                .div_ceil(p.phases)
-                .clamp(lo, p.cols);
-            let first = (lo * p.phases + phase).saturating_sub(pad_w);
-            for (r, row) in rows.chunks_exact_mut(p.cols).enumerate() {
-                if r < pad_h || r - pad_h >= g.h || lo >= hi {
-                    row.fill(0.0);
-                    continue;
-                }
-                let src_row = &src[(r - pad_h) * g.w + first..];
-                row[..lo].fill(0.0);
-                row[hi..].fill(0.0);
-                let inside = &mut row[lo..hi];
-                match p.phases {
-                    1 => inside.copy_from_slice(&src_row[..inside.len()]),
-                    2 => every_second(src_row, inside),
-                    _ => {
-                        for (d, &v) in inside.iter_mut().zip(src_row.iter().step_by(p.phases)) {
-                            *d = v;
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// `dst[i] = src[2 * i]` (a stride-2 convolution's column phase): AVX2 shuffles for each
-/// group of 8 whose 16 source floats lie in `src`, then [`every_nth`] for the rest.
-fn every_second(src: &[f32], dst: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa() != Isa::None {
-        // SAFETY: `isa` found AVX2 on this CPU.
-        let done = unsafe { every_second_avx2(src, dst) };
-        every_nth::<2>(&src[(2 * done).min(src.len())..], &mut dst[done..]);
-        return;
-    }
-    every_nth::<2>(src, dst);
-}
-
-/// The whole groups of 8 of [`every_second`]; returns how many elements of `dst` it wrote.
-///
-/// # Safety
-/// The CPU has AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn every_second_avx2(src: &[f32], dst: &mut [f32]) -> usize {
-    use std::arch::x86_64::*;
-    let groups = (dst.len() / 8).min(src.len() / 16);
-    for g in 0..groups {
-        // SAFETY: `16 g + 16 <= src.len()` and `8 g + 8 <= dst.len()` (the bound on `groups`).
-        unsafe {
-            let a = _mm256_loadu_ps(src.as_ptr().add(16 * g));
-            let b = _mm256_loadu_ps(src.as_ptr().add(16 * g + 8));
-            // Per 128-bit lane `a0 a2 b0 b2 | a4 a6 b4 b6`; then the 64-bit pairs reordered.
-            let even = _mm256_shuffle_ps::<0x88>(a, b);
-            let ordered = _mm256_permute4x64_pd::<0xD8>(_mm256_castps_pd(even));
-            _mm256_storeu_ps(dst.as_mut_ptr().add(8 * g), _mm256_castpd_ps(ordered));
-        }
-    }
-    groups * 8
-}
-
-/// `dst[i] = src[i * N]`, with the stride known to the compiler (so that it vectorises).
-fn every_nth<const N: usize>(src: &[f32], dst: &mut [f32]) {
-    let Some(last) = dst.len().checked_sub(1) else {
-        return;
-    };
-    let src = &src[..last * N + 1];
-    for (i, d) in dst.iter_mut().enumerate() {
-        *d = src[i * N];
-    }
-}
-
 /// The weights `w[C_out, K]` (`K = C_in kH kW`) packed for the tiles: per block of `ocb`
 /// output channels, per tap `k`, the block's `ocb` weights side by side (`[blocks, K, ocb]`),
 /// the last block padded with zeros. Before, each of a tile's channels read its own row of
@@ -252,6 +153,8 @@ struct Sweep {
     channels: usize,
     /// Channels per pass, so that a pass's weights stay in the L1 cache.
     channel_block: usize,
+    /// The last pass stores `max(y, 0)`.
+    relu: bool,
     kh: usize,
     kw: usize,
     stride: [usize; 2],
@@ -295,6 +198,7 @@ impl Sweep {
                             out_channel: stage_channel,
                             accumulate: c0 > 0,
                             init: self.init,
+                            relu: self.relu && c0 + channels == self.channels,
                         };
                         tile::<L, NV, OCB>(&args);
                     }
@@ -377,37 +281,95 @@ struct Call<'a> {
     /// Starting value per (padded) output channel.
     init: Vec<f32>,
     channel_block: usize,
+    /// What the call does to its rows before it writes them.
+    stage: ConvStage,
+    /// The written planes' size (the output's, or the pooled output's).
+    plane: [usize; 2],
     out: Shared,
+}
+
+thread_local! {
+    /// A thread's padded image, kept between images and calls.
+    static PADDED: std::cell::RefCell<PadBuffer> = std::cell::RefCell::new(PadBuffer::default());
+    /// A thread's staging area of whole tiles, kept between calls.
+    static STAGING: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Call<'_> {
     /// Output rows `rows` of block `block` of image `image` (of the call's output), from the
-    /// image's padded input `xp`.
-    fn task(
-        &self,
-        xp: &[f32],
-        image: usize,
-        block: usize,
-        rows: std::ops::Range<usize>,
-    ) -> crate::Result<()> {
+    /// image's padded input `xp`; with a max pool, `rows` are whole windows' rows.
+    fn task(&self, xp: &[f32], image: usize, block: usize, rows: std::ops::Range<usize>) {
         let (g, c) = (self.g, self.c);
         let tiles = g.ow.div_ceil(c.width());
         let first_channel = block * c.ocb;
-        // Whole tiles of a whole block go straight to the output; others through a stage.
-        let direct = tiles * c.width() == g.ow && first_channel + c.ocb <= g.c_out;
-        let mut stage = if direct {
-            Vec::new()
-        } else {
-            try_uninit_buffer::<f32>("conv2d", c.ocb * rows.len() * tiles * c.width())?
-        };
-        let (stage_ptr, stage_row, stage_channel) = if direct {
+        // Whole tiles of a whole block go straight to the output; others through a stage, as
+        // do rows to pool.
+        let direct = tiles * c.width() == g.ow
+            && first_channel + c.ocb <= g.c_out
+            && self.stage.max_pool.is_none();
+        if direct {
             let at = ((image * g.c_out + first_channel) * g.oh + rows.start) * g.ow;
             // SAFETY: `at` lies in the output (image < images, the band's first row < oH).
-            (unsafe { self.out.get().add(at) }, g.ow, g.oh * g.ow)
-        } else {
+            let out = unsafe { self.out.get().add(at) };
+            self.sweep(xp, first_channel, rows, out, g.ow, g.oh * g.ow);
+            return;
+        }
+        STAGING.with_borrow_mut(|stage| {
             let row = tiles * c.width();
-            (stage.as_mut_ptr(), row, rows.len() * row)
-        };
+            let channel = rows.len() * row;
+            stage.resize(c.ocb * channel, 0.0);
+            self.sweep(
+                xp,
+                first_channel,
+                rows.clone(),
+                stage.as_mut_ptr(),
+                row,
+                channel,
+            );
+            let [ph, pw] = self.plane;
+            for o in 0..c.ocb.min(g.c_out - first_channel) {
+                let src = &stage[o * channel..][..channel];
+                let plane = (image * g.c_out + first_channel + o) * ph * pw;
+                if let Some(window) = self.stage.max_pool {
+                    let (first, count) = (rows.start / window[0], rows.len() / window[0]);
+                    // SAFETY: pooled rows `first..first + count` of this channel of this image
+                    // lie in the output; only this task writes them.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            self.out.get().add(plane + first * pw),
+                            count * pw,
+                        )
+                    };
+                    pool_rows(src, row, window, dst, pw);
+                    continue;
+                }
+                for (r, oy) in rows.clone().enumerate() {
+                    // SAFETY: row `oy < oH` of this channel of this image lies in the output;
+                    // only this task writes it.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            src[r * row..].as_ptr(),
+                            self.out.get().add(plane + oy * g.ow),
+                            g.ow,
+                        );
+                    }
+                }
+            }
+        });
+    }
+
+    /// Sweeps rows `rows` of the block of output channels from `first_channel` into `out`:
+    /// channel `o`, row `r` of the band at `out + o * out_channel + r * out_row`.
+    fn sweep(
+        &self,
+        xp: &[f32],
+        first_channel: usize,
+        rows: std::ops::Range<usize>,
+        out: *mut f32,
+        out_row: usize,
+        out_channel: usize,
+    ) {
+        let (g, c) = (self.g, self.c);
         let k_taps = g.kh * g.kw;
         let s = Sweep {
             x: xp.as_ptr(),
@@ -417,53 +379,34 @@ impl Call<'_> {
             init: self.init[first_channel..].as_ptr(),
             channels: g.c_in,
             channel_block: self.channel_block,
+            relu: self.stage.relu,
             kh: g.kh,
             kw: g.kw,
             stride: g.params.stride,
-            rows: rows.clone(),
-            tiles,
+            rows,
+            tiles: g.ow.div_ceil(c.width()),
             width: c.width(),
-            stage: stage_ptr,
-            stage_row,
-            stage_channel,
+            stage: out,
+            stage_row: out_row,
+            stage_channel: out_channel,
         };
         // SAFETY: `c` was chosen for this CPU; `xp` holds the image's padded input, every row
-        // and column of whole tiles (`Padded::new`); the weights (or the tail copy) hold every
-        // channel of the block's `ocb` output channels; the stage (or, for whole tiles of a
-        // whole block, the output: this task's channels and rows, which no other task writes)
-        // holds every tile.
+        // and column of whole tiles (`Padded::new`); the weights hold every channel of the
+        // block's `ocb` output channels (the last block padded); `out` is a staging area of
+        // whole tiles, or, for whole tiles of a whole block, the output: this task's channels
+        // and rows, which no other task writes.
         unsafe { sweep(c, &s) };
-        if !direct {
-            for o in 0..c.ocb.min(g.c_out - first_channel) {
-                let oc = first_channel + o;
-                for (r, oy) in rows.clone().enumerate() {
-                    let src = &stage[o * stage_channel + r * stage_row..][..g.ow];
-                    let at = ((image * g.c_out + oc) * g.oh + oy) * g.ow;
-                    // SAFETY: `at..at + ow` lies in the output (image < images, oc < C_out,
-                    // oy < oH); only this task writes this channel's rows of this image.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(src.as_ptr(), self.out.get().add(at), g.ow);
-                    }
-                }
-            }
-            recycle(stage);
-        }
-        Ok(())
     }
 }
 
-thread_local! {
-    /// A thread's padded image, kept between calls.
-    static PADDED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The images `first..` of `y = conv(x, w) + bias` into `out` (a whole number of packed output
-/// images), as `lowering::forward_into`; the caller checked [`applies`].
+/// The images `first..` of `y = stage(conv(x, w) + bias)` into `out` (a whole number of packed
+/// staged images), as `lowering::forward_into`; the caller checked [`applies`].
 pub(super) fn forward_into(
     g: &Geometry,
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
+    stage: ConvStage,
     first: usize,
     out: &mut [f32],
 ) -> crate::Result<()> {
@@ -473,12 +416,18 @@ pub(super) fn forward_into(
             "the direct convolution needs AVX2 and FMA",
         ));
     };
-    let (out_plane, in_image) = (g.oh * g.ow, g.c_in * g.h * g.w);
-    let images = out.len().checked_div(g.c_out * out_plane).unwrap_or(0);
-    if images == 0 || out_plane == 0 {
+    let [ph, pw] = stage.plane([g.oh, g.ow]);
+    let in_image = g.c_in * g.h * g.w;
+    let images = out.len().checked_div(g.c_out * ph * pw).unwrap_or(0);
+    if images == 0 {
         return Ok(());
     }
-    let padded = Padded::new(g, c);
+    // The rows computed: every row, or those of whole pooling windows.
+    let (rows, window_rows) = match stage.max_pool {
+        Some([kh, _]) => (ph * kh, kh),
+        None => (g.oh, 1),
+    };
+    let padded = Padded::new(g, c.width());
     let blocks = g.c_out.div_ceil(c.ocb);
     let (sw, x_phase) = (g.params.stride[1], padded.rows * padded.cols);
     let mut taps = [0; MAX_KW];
@@ -497,6 +446,8 @@ pub(super) fn forward_into(
         taps,
         init,
         channel_block: ((16 << 10) / (g.kh * g.kw * c.ocb * 4)).max(1),
+        stage,
+        plane: [ph, pw],
         out: Shared(out.as_mut_ptr()),
     };
     let image_len = g.c_in * padded.channel();
@@ -504,16 +455,16 @@ pub(super) fn forward_into(
     if images >= threads {
         // One task per image: its padded input is made in the thread's own buffer, in cache
         // for every block of output channels.
-        return (0..images).into_par_iter().try_for_each(|image| {
-            PADDED.with_borrow_mut(|xp| {
-                xp.resize(image_len, 0.0);
-                let src = &x[(first + image) * in_image..][..in_image];
-                pad_image(g, padded, src, xp);
-                (0..blocks).try_for_each(|block| call.task(xp, image, block, 0..g.oh))
+        (0..images).into_par_iter().for_each(|image| {
+            PADDED.with_borrow_mut(|pad| {
+                let xp = pad.fill(g, padded, &x[(first + image) * in_image..][..in_image]);
+                (0..blocks).for_each(|block| call.task(xp, image, block, 0..rows));
             })
         });
+        return Ok(());
     }
-    // Few images: padded once, shared by tasks of bands of rows of every block.
+    // Few images: padded once, shared by tasks of bands of rows (of whole windows) of every
+    // block.
     let mut xp = try_uninit_buffer::<f32>("conv2d", images * image_len)?;
     xp.par_chunks_mut(padded.channel())
         .enumerate()
@@ -523,17 +474,23 @@ pub(super) fn forward_into(
             let src = &x[(first + image) * in_image + channel * plane..][..plane];
             pad_image(g, padded, src, dst);
         });
-    let bands = (4 * threads).div_ceil(images * blocks).clamp(1, g.oh);
-    let band = g.oh.div_ceil(bands);
-    let bands = g.oh.div_ceil(band);
+    let windows = rows / window_rows;
+    let bands = (4 * threads).div_ceil(images * blocks).clamp(1, windows);
+    let band = windows.div_ceil(bands);
+    let bands = windows.div_ceil(band);
     (0..images * blocks * bands)
         .into_par_iter()
-        .try_for_each(|task| {
+        .for_each(|task| {
             let (image, rest) = (task / (blocks * bands), task % (blocks * bands));
             let (block, b) = (rest / bands, rest % bands);
-            let rows = b * band..((b + 1) * band).min(g.oh);
-            call.task(&xp[image * image_len..][..image_len], image, block, rows)
-        })?;
+            let band_rows = b * band * window_rows..((b + 1) * band).min(windows) * window_rows;
+            call.task(
+                &xp[image * image_len..][..image_len],
+                image,
+                block,
+                band_rows,
+            );
+        });
     recycle(xp);
     Ok(())
 }
@@ -611,7 +568,7 @@ mod tests {
                 )
                 .unwrap();
                 let mut got = vec![f32::NAN; 2 * image];
-                forward_into(&geo, &x, &wt, b, 1, &mut got).unwrap();
+                forward_into(&geo, &x, &wt, b, ConvStage::default(), 1, &mut got).unwrap();
                 let tolerance = 1e-5 * (cin * kh * kw) as f64;
                 for (i, (&a, &e)) in got.iter().zip(&expected).enumerate() {
                     assert!(
@@ -619,21 +576,6 @@ mod tests {
                         "{geo:?} bias {with_bias}: element {i} is {a}, expected {e}"
                     );
                 }
-            }
-        }
-    }
-
-    /// The stride-2 gather equals `step_by(2)` for every length, whole groups of 8 and tails.
-    #[test]
-    fn every_second_takes_the_even_elements() {
-        for len in 0..40 {
-            for extra in 0..3 {
-                let src: Vec<f32> = (0..(2 * len + extra).max(1)).map(|i| i as f32).collect();
-                let n = src.len().div_ceil(2).min(len);
-                let mut dst = vec![f32::NAN; n];
-                every_second(&src, &mut dst);
-                let expected: Vec<f32> = src.iter().step_by(2).take(n).copied().collect();
-                assert_eq!(dst, expected, "len {len} extra {extra}");
             }
         }
     }

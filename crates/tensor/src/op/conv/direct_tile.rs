@@ -14,6 +14,8 @@ pub(super) trait Lanes {
     unsafe fn store(p: *mut f32, v: Self::V);
     /// `a * b + c`.
     unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// `v > 0 ? v : 0` per lane (NaN becomes 0, as the eager `relu`).
+    unsafe fn relu(v: Self::V) -> Self::V;
 }
 
 /// 16 f32 lanes in a zmm register.
@@ -40,6 +42,11 @@ impl Lanes for Zmm {
     unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
         unsafe { _mm512_fmadd_ps(a, b, c) }
     }
+    #[inline(always)]
+    unsafe fn relu(v: __m512) -> __m512 {
+        // `max` returns its second operand where either is NaN.
+        unsafe { _mm512_max_ps(v, _mm512_setzero_ps()) }
+    }
 }
 
 /// 8 f32 lanes in a ymm register.
@@ -65,6 +72,11 @@ impl Lanes for Ymm {
     #[inline(always)]
     unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
         unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn relu(v: __m256) -> __m256 {
+        // `max` returns its second operand where either is NaN.
+        unsafe { _mm256_max_ps(v, _mm256_setzero_ps()) }
     }
 }
 
@@ -95,6 +107,8 @@ pub(super) struct TileArgs {
     pub accumulate: bool,
     /// Starting value per output channel of the tile (the bias, or zeros).
     pub init: *const f32,
+    /// Store `max(y, 0)` (the last pass over the channels of a convolution with a ReLU).
+    pub relu: bool,
 }
 
 /// Accumulates one `OCB x (NV * LANES)` tile and stores it.
@@ -136,6 +150,7 @@ pub(super) unsafe fn tile<L: Lanes, const NV: usize, const OCB: usize>(a: &TileA
         }
         for (o, row) in acc.iter().enumerate() {
             for (v, &lane) in row.iter().enumerate() {
+                let lane = if a.relu { L::relu(lane) } else { lane };
                 L::store(a.out.add(o * a.out_channel + v * L::LANES), lane);
             }
         }

@@ -180,7 +180,7 @@ pub(super) fn forward_into<T: Float>(
     if let Some((x, w, bias, out)) = as_f32(x, w, bias, out)
         && super::direct::applies(g)
     {
-        return super::direct::forward_into(g, x, w, bias, first, out);
+        return super::direct::forward_into(g, x, w, bias, Default::default(), first, out);
     }
     let (groups, cin_g, cout_g, k) = (g.params.groups, g.cin_g(), g.cout_g(), g.patch_len());
     let (in_plane, out_plane) = (g.h * g.w, g.oh * g.ow);
@@ -216,7 +216,7 @@ pub(super) fn forward_into<T: Float>(
 
 /// The operands of a forward convolution as f32 slices, when `T` is f32.
 #[allow(clippy::type_complexity)] // the four operands, as given
-fn as_f32<'a, T: Float>(
+pub(super) fn as_f32<'a, T: Float>(
     x: &'a [T],
     w: &'a [T],
     bias: Option<&'a [T]>,

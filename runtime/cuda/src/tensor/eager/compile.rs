@@ -106,6 +106,7 @@ fn options_for(graph: &Graph) -> LowerOptions {
     LowerOptions {
         product_kernels: int8_product,
         weights_as_stored: true,
+        plain_conv_calls: true,
         ..LowerOptions::default()
     }
 }
