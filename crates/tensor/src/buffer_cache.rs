@@ -57,7 +57,7 @@ pub(crate) fn with_capacity<T>(op: &str, len: usize, dtype: DType) -> Result<Vec
     Ok(v)
 }
 
-fn out_of_memory(op: &str, len: usize, dtype: DType) -> TensorError {
+pub(crate) fn out_of_memory(op: &str, len: usize, dtype: DType) -> TensorError {
     TensorError::OutOfMemory {
         op: op.into(),
         shape: vec![len],

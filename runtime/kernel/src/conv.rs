@@ -121,13 +121,12 @@ unsafe fn convolve<T: tessera_tensor::Float>(
     image: usize,
 ) -> tessera_tensor::Result<()> {
     let (at, count) = (images.start * image, images.len() * image);
-    // SAFETY: forwarded from the caller; the images' outputs lie inside the scratch, the
-    // bias buffer holds one value per output channel.
+    // SAFETY: forwarded from the caller; the images' outputs lie inside the scratch.
     let (x, w, bias, out) = unsafe {
         (
             std::slice::from_raw_parts(x.ptr as *const T, x.len),
             std::slice::from_raw_parts(w.ptr as *const T, w.len),
-            bias.map(|b| std::slice::from_raw_parts(b.ptr as *const T, c.weight_shape[0])),
+            bias.map(|b| std::slice::from_raw_parts(b.ptr as *const T, b.len)),
             std::slice::from_raw_parts_mut((out.ptr as *mut T).add(at), count),
         )
     };

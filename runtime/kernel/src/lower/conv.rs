@@ -27,6 +27,11 @@ pub(super) fn is_conv(op: &Op) -> bool {
     matches!(op, Op::Conv(ConvOp::Forward { params, .. }) if params.spatial_dims == 2)
 }
 
+/// Whether a convolution call can read the bias `b` as it is: a packed `[C]`.
+fn call_reads_bias(b: &Val) -> bool {
+    b.layout.strides == [1] && b.layout.offset == 0
+}
+
 impl Lowering<'_> {
     pub(super) fn conv_kernel(
         &mut self,
@@ -80,9 +85,7 @@ impl Lowering<'_> {
             ConvAlgorithm::Gemm => (w.slot, None),
         };
         // The call adds the bias itself when it pools: a packed `[C]` it reads whole.
-        let packed_bias = bias
-            .as_ref()
-            .is_none_or(|b| b.layout.strides == [1] && b.layout.offset == 0);
+        let packed_bias = bias.as_ref().is_none_or(call_reads_bias);
         let absorbed = match packed_bias {
             true => self.absorbed_pool(id, epilogue, choice.algorithm, &shape)?,
             false => None,
@@ -142,7 +145,7 @@ impl Lowering<'_> {
     /// convolution or absorb the max pool after it (so that, with no epilogue, it still
     /// becomes a kernel).
     pub(super) fn lone_conv_is_kernel(&self, id: &NodeId) -> Result<bool> {
-        let Some(Op::Conv(ConvOp::Forward { params, .. })) = self.op_of(id)? else {
+        let Some(Op::Conv(ConvOp::Forward { params, bias })) = self.op_of(id)? else {
             return Ok(false);
         };
         let operands = self.operands(id)?;
@@ -160,10 +163,17 @@ impl Lowering<'_> {
         }
         let node = self.graph.name(id).unwrap_or("?").to_string();
         let choice = self.conv_choice(&node, &params, &x, &w, &out.shape);
-        Ok(matches!(choice.algorithm, ConvAlgorithm::Winograd(_))
-            || self
-                .absorbed_pool(id, &[], choice.algorithm, &out.shape)?
-                .is_some())
+        if matches!(choice.algorithm, ConvAlgorithm::Winograd(_)) {
+            return Ok(true);
+        }
+        if let (true, Some(b)) = (bias, operands.get(2))
+            && !call_reads_bias(&self.value(b)?)
+        {
+            return Ok(false);
+        }
+        Ok(self
+            .absorbed_pool(id, &[], choice.algorithm, &out.shape)?
+            .is_some())
     }
 
     /// The algorithm for the convolution `node` of `x` by `w` into `shape`: Winograd only

@@ -5,7 +5,7 @@
 //! im2col + GEMM where an x86 vector unit with FMA is found at run time.
 
 use super::Geometry;
-use super::direct_pad::{PadBuffer, Padded, pad_image};
+use super::direct_pad::{PadBuffer, Padded, grow, pad_image};
 use super::direct_tile::{Lanes, TileArgs, tile};
 use super::stage::{ConvStage, pool_rows};
 use crate::buffer_cache::{recycle, try_uninit_buffer};
@@ -298,7 +298,13 @@ thread_local! {
 impl Call<'_> {
     /// Output rows `rows` of block `block` of image `image` (of the call's output), from the
     /// image's padded input `xp`; with a max pool, `rows` are whole windows' rows.
-    fn task(&self, xp: &[f32], image: usize, block: usize, rows: std::ops::Range<usize>) {
+    fn task(
+        &self,
+        xp: &[f32],
+        image: usize,
+        block: usize,
+        rows: std::ops::Range<usize>,
+    ) -> crate::Result<()> {
         let (g, c) = (self.g, self.c);
         let tiles = g.ow.div_ceil(c.width());
         let first_channel = block * c.ocb;
@@ -312,12 +318,12 @@ impl Call<'_> {
             // SAFETY: `at` lies in the output (image < images, the band's first row < oH).
             let out = unsafe { self.out.get().add(at) };
             self.sweep(xp, first_channel, rows, out, g.ow, g.oh * g.ow);
-            return;
+            return Ok(());
         }
         STAGING.with_borrow_mut(|stage| {
             let row = tiles * c.width();
             let channel = rows.len() * row;
-            stage.resize(c.ocb * channel, 0.0);
+            grow(stage, c.ocb * channel)?;
             self.sweep(
                 xp,
                 first_channel,
@@ -355,7 +361,8 @@ impl Call<'_> {
                     }
                 }
             }
-        });
+            Ok(())
+        })
     }
 
     /// Sweeps rows `rows` of the block of output channels from `first_channel` into `out`:
@@ -455,13 +462,12 @@ pub(super) fn forward_into(
     if images >= threads {
         // One task per image: its padded input is made in the thread's own buffer, in cache
         // for every block of output channels.
-        (0..images).into_par_iter().for_each(|image| {
+        return (0..images).into_par_iter().try_for_each(|image| {
             PADDED.with_borrow_mut(|pad| {
-                let xp = pad.fill(g, padded, &x[(first + image) * in_image..][..in_image]);
-                (0..blocks).for_each(|block| call.task(xp, image, block, 0..rows));
+                let xp = pad.fill(g, padded, &x[(first + image) * in_image..][..in_image])?;
+                (0..blocks).try_for_each(|block| call.task(xp, image, block, 0..rows))
             })
         });
-        return Ok(());
     }
     // Few images: padded once, shared by tasks of bands of rows (of whole windows) of every
     // block.
@@ -480,7 +486,7 @@ pub(super) fn forward_into(
     let bands = windows.div_ceil(band);
     (0..images * blocks * bands)
         .into_par_iter()
-        .for_each(|task| {
+        .try_for_each(|task| {
             let (image, rest) = (task / (blocks * bands), task % (blocks * bands));
             let (block, b) = (rest / bands, rest % bands);
             let band_rows = b * band * window_rows..((b + 1) * band).min(windows) * window_rows;
@@ -489,8 +495,8 @@ pub(super) fn forward_into(
                 image,
                 block,
                 band_rows,
-            );
-        });
+            )
+        })?;
     recycle(xp);
     Ok(())
 }

@@ -67,17 +67,35 @@ pub(super) struct PadBuffer {
 
 impl PadBuffer {
     /// The padded image `x` (`[C, H, W]`) for `g` in `padded`'s layout: the border zeroed
-    /// when the layout differs from the last image's, the pixels copied.
-    pub(super) fn fill(&mut self, g: &Geometry, padded: Padded, x: &[f32]) -> &[f32] {
+    /// when the layout differs from the last image's, the pixels copied; `OutOfMemory` when
+    /// the buffer cannot grow.
+    pub(super) fn fill(
+        &mut self,
+        g: &Geometry,
+        padded: Padded,
+        x: &[f32],
+    ) -> crate::Result<&[f32]> {
         let layout = PadLayout::of(g, padded);
         if self.layout != Some(layout) {
+            self.layout = None;
             self.data.clear();
-            self.data.resize(g.c_in * padded.channel(), 0.0);
+            grow(&mut self.data, g.c_in * padded.channel())?;
             self.layout = Some(layout);
         }
         copy_pixels(g, padded, x, &mut self.data);
-        &self.data
+        Ok(&self.data)
     }
+}
+
+/// `buffer` resized to `len` floats (new ones zero), or `OutOfMemory` for the convolution.
+pub(super) fn grow(buffer: &mut Vec<f32>, len: usize) -> crate::Result<()> {
+    if let Some(more) = len.checked_sub(buffer.len()) {
+        buffer
+            .try_reserve_exact(more)
+            .map_err(|_| crate::buffer_cache::out_of_memory("conv2d", len, crate::DType::F32))?;
+    }
+    buffer.resize(len, 0.0);
+    Ok(())
 }
 
 /// Copies image `x[C, H, W]` into `dst[C][phase][row][col]`, zero outside the image.
@@ -229,6 +247,23 @@ mod tests {
         }
     }
 
+    /// The AVX2 gather, which AVX-512 machines never take, equals `step_by(2)` too.
+    #[test]
+    fn avx2_every_second_takes_the_even_elements() {
+        #[cfg(target_arch = "x86_64")]
+        if super::super::direct::has_avx2() {
+            for len in 0..40 {
+                let src: Vec<f32> = (0..2 * len + 1).map(|i| i as f32).collect();
+                let mut dst = vec![f32::NAN; len];
+                // SAFETY: the CPU has AVX2.
+                let done = unsafe { every_second_avx2(&src, &mut dst) };
+                assert_eq!(done, len / 8 * 8);
+                let expected: Vec<f32> = src.iter().step_by(2).take(done).copied().collect();
+                assert_eq!(dst[..done], expected, "len {len}");
+            }
+        }
+    }
+
     /// A buffer filled for one layout and then another, and back, equals a fresh padding of
     /// each image (the border is rewritten when the layout changes).
     #[test]
@@ -248,7 +283,11 @@ mod tests {
             let mut fresh = vec![f32::NAN; 3 * padded.channel()];
             pad_image(&g, padded, &x, &mut fresh);
             assert!(fresh.iter().all(|v| !v.is_nan()));
-            assert_eq!(buffer.fill(&g, padded, &x), &fresh[..], "layout {i}");
+            assert_eq!(
+                buffer.fill(&g, padded, &x).unwrap(),
+                &fresh[..],
+                "layout {i}"
+            );
         }
     }
 }

@@ -117,6 +117,13 @@ fn pool_fast<T: Float>(
     dst: &mut [T],
     pw: usize,
 ) -> usize {
+    // The vector code reads without bounds checks what the scalar code reads with them.
+    assert!(
+        w >= kw * pw && src.len() >= dst.len() / pw * kh * w,
+        "pooling {} rows of {pw} from {} floats in rows of {w}",
+        dst.len() / pw,
+        src.len()
+    );
     #[cfg(target_arch = "x86_64")]
     if T::DTYPE == crate::DType::F32 && kw == 2 {
         // SAFETY: `T` is f32 (only f32 has that dtype): the slices are reinterpreted as
@@ -149,9 +156,10 @@ struct Rows {
     pw: usize,
 }
 
-/// 16 outputs at a time of [`pool_fast`] with 2-wide windows: the rows' maximum per
-/// column, then the maximum of each even column and the odd one after it; how many outputs
-/// per row it wrote.
+/// 16 outputs at a time of [`pool_fast`] with 2-wide windows: per row of the windows, its
+/// even and odd columns split apart, and the taps taken in eager's order (row by row, left
+/// before right; the first of equal values stays, so `-0` and `+0`, or two NaNs, come out as
+/// eager's); how many outputs per row it wrote.
 ///
 /// # Safety
 /// The CPU has AVX-512 F; `src` holds `kh` rows of `w >= 2 pw` floats per output row of `dst`.
@@ -176,22 +184,24 @@ unsafe fn pair_pool_avx512(src: &[f32], Rows { w, kh, pw }: Rows, dst: &mut [f32
             // `src` (`32 g + 32 <= 2 pw <= w`), its outputs `16 g .. 16 g + 16` in `dst`.
             unsafe {
                 let at = src.as_ptr().add(r * kh * w + 32 * g);
-                let (mut a, mut b) = (_mm512_loadu_ps(at), _mm512_loadu_ps(at.add(16)));
+                let (a, b) = (_mm512_loadu_ps(at), _mm512_loadu_ps(at.add(16)));
+                let mut best = _mm512_permutex2var_ps(a, even, b);
+                best = select(best, _mm512_permutex2var_ps(a, odd, b));
                 for dy in 1..kh {
                     let row = at.add(dy * w);
-                    a = select(a, _mm512_loadu_ps(row));
-                    b = select(b, _mm512_loadu_ps(row.add(16)));
+                    let (a, b) = (_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16)));
+                    best = select(best, _mm512_permutex2var_ps(a, even, b));
+                    best = select(best, _mm512_permutex2var_ps(a, odd, b));
                 }
-                let left = _mm512_permutex2var_ps(a, even, b);
-                let right = _mm512_permutex2var_ps(a, odd, b);
-                _mm512_storeu_ps(dst.as_mut_ptr().add(r * pw + 16 * g), select(left, right));
+                _mm512_storeu_ps(dst.as_mut_ptr().add(r * pw + 16 * g), best);
             }
         }
     }
     groups * 16
 }
 
-/// 8 outputs at a time of [`pool_fast`] with 2-wide windows, as [`pair_pool_avx512`].
+/// 8 outputs at a time of [`pool_fast`] with 2-wide windows, in eager's order, as
+/// [`pair_pool_avx512`].
 ///
 /// # Safety
 /// The CPU has AVX2; as [`pair_pool_avx512`].
@@ -221,17 +231,22 @@ unsafe fn pair_pool_avx2(src: &[f32], Rows { w, kh, pw }: Rows, dst: &mut [f32])
             // SAFETY: as in `pair_pool_avx512`, with 16 columns per group.
             unsafe {
                 let at = src.as_ptr().add(r * kh * w + 16 * g);
-                let (mut a, mut b) = (_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(8)));
-                for dy in 1..kh {
-                    let row = at.add(dy * w);
-                    a = select(a, _mm256_loadu_ps(row));
-                    b = select(b, _mm256_loadu_ps(row.add(8)));
-                }
                 // Per 128-bit lane `a0 a2 b0 b2 | a4 a6 b4 b6` (and the odd ones), then the
                 // 64-bit pairs put in order.
-                let left = order(_mm256_shuffle_ps::<0x88>(a, b));
-                let right = order(_mm256_shuffle_ps::<0xDD>(a, b));
-                _mm256_storeu_ps(dst.as_mut_ptr().add(r * pw + 8 * g), select(left, right));
+                let split = |row: *const f32| {
+                    let (a, b) = (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)));
+                    (
+                        order(_mm256_shuffle_ps::<0x88>(a, b)),
+                        order(_mm256_shuffle_ps::<0xDD>(a, b)),
+                    )
+                };
+                let (left, right) = split(at);
+                let mut best = select(left, right);
+                for dy in 1..kh {
+                    let (left, right) = split(at.add(dy * w));
+                    best = select(select(best, left), right);
+                }
+                _mm256_storeu_ps(dst.as_mut_ptr().add(r * pw + 8 * g), best);
             }
         }
     }
@@ -286,25 +301,51 @@ mod tests {
             .collect()
     }
 
-    /// Both vector pools of 2-wide windows (whichever this CPU runs) equal the definition for
-    /// 1 to 3 rows, rows longer than the windows, and NaN in first and later taps.
+    /// `kh` rows of `w` floats whose 2-wide windows cycle through ties only the order of the
+    /// taps decides (`-0` before `+0` and after it, two NaN payloads either way, in the first
+    /// row and in later ones), NaN behind a larger value, and plain values.
+    fn windows(kh: usize, w: usize, pw: usize) -> Vec<f32> {
+        let (nan, other_nan) = (f32::NAN, f32::from_bits(0x7fc0_0001));
+        let patterns: [[f32; 4]; 8] = [
+            [-1.0, -2.0, -0.0, 0.0],
+            [-1.0, -2.0, 0.0, -0.0],
+            [-0.0, 0.0, -3.0, -1.0],
+            [-3.0, -1.0, nan, other_nan],
+            [other_nan, nan, -1.0, -2.0],
+            [5.0, 4.0, 3.0, nan],
+            [1.0, 2.0, 3.0, 4.0],
+            [0.0, -0.0, -0.0, 0.0],
+        ];
+        let mut rows: Vec<f32> = (0..kh * w).map(|i| -((i % 7) as f32) - 10.0).collect();
+        for j in 0..pw {
+            let p = patterns[(j + kh) % patterns.len()];
+            // The pattern's second row goes into the window's last row, so that with three
+            // rows the tie sits behind a row of plain values.
+            let last = (kh - 1) * w;
+            rows[2 * j..2 * j + 2].copy_from_slice(&p[..2]);
+            if kh > 1 {
+                rows[last + 2 * j..last + 2 * j + 2].copy_from_slice(&p[2..]);
+            }
+        }
+        rows
+    }
+
+    /// Both vector pools of 2-wide windows (whichever this CPU runs) equal the definition bit
+    /// for bit for 1 to 3 rows, rows longer than the windows, NaN (of two payloads) in first
+    /// and later taps, and windows of `-0` and `+0`.
     #[test]
     fn vector_pair_pools_match_the_definition() {
         #[cfg(target_arch = "x86_64")]
         for kh in 1..4 {
             for pw in [0, 7, 8, 16, 23, 40] {
                 let w = 2 * pw + 3;
-                let rows: Vec<f32> = (0..kh * w)
-                    .map(|i| match i % 13 {
-                        5 | 11 => f32::NAN,
-                        _ => ((i * 7919) % 101) as f32 - 50.0,
-                    })
-                    .collect();
+                let rows = windows(kh, w, pw);
                 let expected = by_definition(&rows, w, kh, pw);
                 let same = |got: &[f32], done: usize, isa: &str| {
                     for (j, (g, e)) in got.iter().zip(&expected).take(done).enumerate() {
-                        assert!(
-                            g == e || (g.is_nan() && e.is_nan()),
+                        assert_eq!(
+                            g.to_bits(),
+                            e.to_bits(),
                             "{isa} kh {kh} pw {pw}: output {j} is {g}, expected {e}"
                         );
                     }
@@ -327,6 +368,66 @@ mod tests {
                 let mut got = vec![0.0; pw];
                 pool_rows(&rows, w, [kh, 2], &mut got, pw);
                 same(&got, pw, "pool_rows");
+            }
+        }
+    }
+
+    /// The direct kernel's stage (ReLU at the tiles' store, pooling from the staging rows)
+    /// equals the convolution followed by [`apply`] bit for bit, on 2 threads for one image
+    /// (bands of whole windows' rows) and three (a task per image), for windows of 1 to 3
+    /// rows, channel tails, strides and dropped rows and columns.
+    #[test]
+    fn direct_stage_equals_the_convolution_then_the_stage() {
+        if !super::super::direct::has_avx2() {
+            return;
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let cases = [
+            (3, 16, 32, 32, 1, [2, 2]),
+            (4, 20, 9, 11, 1, [3, 3]),
+            (5, 7, 17, 40, 2, [2, 3]),
+            (2, 9, 13, 13, 1, [1, 2]),
+        ];
+        for (cin, cout, h, w, stride, window) in cases {
+            for n in [1, 3] {
+                let params = crate::op::ConvParams::conv2d([stride; 2], [1, 1], [1, 1], 1);
+                let g = Geometry::new(params, &[n, cin, h, w], &[cout, cin, 3, 3]).unwrap();
+                assert!(super::super::direct::applies(&g));
+                let values = |len: usize, seed: usize| -> Vec<f32> {
+                    (0..len)
+                        .map(|i| ((i * 7919 + seed) % 61) as f32 / 30.0 - 1.0)
+                        .collect()
+                };
+                let (x, wt) = (values(n * cin * h * w, 1), values(cout * cin * 9, 2));
+                let bias = values(cout, 3);
+                for relu in [true, false] {
+                    let stage = ConvStage {
+                        relu,
+                        max_pool: Some(window),
+                    };
+                    let [ph, pw] = stage.plane([g.oh, g.ow]);
+                    let mut conv = vec![0.0; n * cout * g.oh * g.ow];
+                    let mut expected = vec![0.0; n * cout * ph * pw];
+                    let mut got = vec![f32::NAN; n * cout * ph * pw];
+                    pool.install(|| {
+                        super::super::lowering::forward_into(
+                            &g,
+                            &x,
+                            &wt,
+                            Some(&bias),
+                            0,
+                            &mut conv,
+                        )
+                        .unwrap();
+                        apply(&g, stage, &mut conv, &mut expected);
+                        forward_into(&g, &x, &wt, Some(&bias), stage, 0, &mut got).unwrap();
+                    });
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&expected), "{g:?} {stage:?}");
+                }
             }
         }
     }
