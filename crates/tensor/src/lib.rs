@@ -23,6 +23,7 @@ mod device_memory;
 mod display;
 mod dtype;
 mod error;
+pub mod exp_poly;
 pub mod functional;
 pub mod layout;
 mod methods;

@@ -93,7 +93,7 @@ pub mod conv;
 pub mod conv_choice;
 pub mod derived;
 mod error;
-pub mod exp_poly;
+pub use tessera_tensor::exp_poly;
 pub mod gather;
 pub mod gemm;
 pub mod guard;

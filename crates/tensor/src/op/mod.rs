@@ -22,6 +22,7 @@ mod pool;
 pub mod quant;
 mod reduce;
 mod softmax;
+mod softmax_rows;
 mod text;
 mod unary;
 mod view;

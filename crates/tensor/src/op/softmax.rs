@@ -22,9 +22,21 @@ impl SoftmaxOp {
         }
         let moved = x.permute(&order)?;
         let moved_shape = moved.shape();
-        let mut data = moved.to_vec::<T>()?;
         let n = moved_shape.last().copied().unwrap_or(1).max(1);
         let log = self.log;
+        let mut inverse = vec![0; ndim];
+        for (i, &d) in order.iter().enumerate() {
+            inverse[d] = i;
+        }
+        if T::DTYPE == crate::DType::F32
+            && let Some(rows) =
+                moved.with_slice(|src: &[f32]| super::softmax_rows::rows(src, n, log))??
+        {
+            return tensor_from(rows, &moved_shape)
+                .permute(&inverse)?
+                .contiguous();
+        }
+        let mut data = moved.to_vec::<T>()?;
         let normalise = |row: &mut [T]| {
             let m = row
                 .iter()
@@ -51,10 +63,6 @@ impl SoftmaxOp {
             data.chunks_mut(n).for_each(normalise);
         } else {
             data.par_chunks_mut(n).for_each(normalise);
-        }
-        let mut inverse = vec![0; ndim];
-        for (i, &d) in order.iter().enumerate() {
-            inverse[d] = i;
         }
         tensor_from(data, &moved_shape)
             .permute(&inverse)?

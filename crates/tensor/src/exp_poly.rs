@@ -4,8 +4,9 @@
 //! addition of 1.5 * 2^23, whose sum's low bits are `n` as an integer too), `e^r` by Cephes'
 //! degree-6 polynomial, and `2^n` applied as two exact powers of two so that results down to
 //! the subnormals and up to the overflow round once. Every step is one IEEE operation
-//! (no fused multiply-add), so the interpreter here and a backend's code agree bit for bit
-//! (but for the payload of a NaN, which vector min/max instructions may make canonical);
+//! (no fused multiply-add), so the kernel IR's interpreter, a backend's code and the eager
+//! softmax's vector rows agree bit for bit (but for the payload of a NaN, which vector
+//! min/max instructions may make canonical);
 //! against the correctly rounded `exp` the error is at most [`EXP_F32_MAX_ULP`] ulp over a
 //! sweep of every 997th f32 (`tests` below: every binade of both signs).
 
