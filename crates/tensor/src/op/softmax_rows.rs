@@ -76,215 +76,288 @@ fn shift(max: f32) -> f32 {
     if max.is_infinite() { 0.0 } else { max }
 }
 
-/// The end of a row: `d = e / sum` (the exponentials already in `d`) or `d = s - (m + ln sum)`,
-/// scalar for the last floats the vectors leave.
-fn finish_scalar(s: &[f32], d: &mut [f32], m: f32, sum: f32, log: bool) {
-    if log {
-        let lse = m + sum.ln();
-        d.iter_mut().zip(s).for_each(|(d, s)| *d = s - lse);
-    } else {
-        let inv = sum.recip();
-        d.iter_mut().for_each(|d| *d *= inv);
+/// The vector operations a row needs, at one width.
+trait Wide {
+    type V: Copy;
+    type I: Copy;
+    const LANES: usize;
+    unsafe fn splat(v: f32) -> Self::V;
+    unsafe fn load(p: *const f32) -> Self::V;
+    unsafe fn store(p: *mut f32, v: Self::V);
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    /// `max(a, b)`, `b` where either is NaN.
+    unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
+    /// `min(a, b)`, `b` where either is NaN.
+    unsafe fn min(a: Self::V, b: Self::V) -> Self::V;
+    /// `x` where it is NaN, else `v`.
+    unsafe fn nan_of(x: Self::V, v: Self::V) -> Self::V;
+    unsafe fn bits(v: Self::V) -> Self::I;
+    unsafe fn isplat(v: i32) -> Self::I;
+    unsafe fn iadd(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn isub(a: Self::I, b: Self::I) -> Self::I;
+    /// `i >> 1`, arithmetic.
+    unsafe fn half(i: Self::I) -> Self::I;
+    /// `i << 23`: an exponent moved into place.
+    unsafe fn exponent(i: Self::I) -> Self::V;
+}
+
+/// `exp` of every lane, as `exp_f32`: clamp (NaN kept), reduce, Cephes' polynomial, two exact
+/// powers of two.
+#[inline(always)]
+unsafe fn exp<W: Wide>(x: W::V) -> W::V {
+    unsafe {
+        let clamped = W::min(W::max(x, W::splat(EXP_F32_LOW)), W::splat(EXP_F32_HIGH));
+        let c = W::nan_of(x, clamped);
+        let rounder = W::splat(ROUNDER);
+        let t = W::add(W::mul(c, W::splat(LOG2_E)), rounder);
+        let n = W::sub(t, rounder);
+        let r = W::sub(c, W::mul(n, W::splat(LN2_HIGH)));
+        let r = W::sub(r, W::mul(n, W::splat(LN2_LOW)));
+        let mut p = W::splat(EXP_F32_POLY[0]);
+        for k in &EXP_F32_POLY[1..] {
+            p = W::add(W::mul(p, r), W::splat(*k));
+        }
+        let y = W::add(W::add(W::mul(p, W::mul(r, r)), r), W::splat(1.0));
+        let n = W::isub(W::bits(t), W::isplat(ROUNDER.to_bits() as i32));
+        let half = W::half(n);
+        let rest = W::isub(n, half);
+        let bias = W::isplat(127);
+        let power = |e: W::I| W::exponent(W::iadd(e, bias));
+        W::mul(W::mul(y, power(half)), power(rest))
+    }
+}
+
+/// The lanes of `v`, in order.
+#[inline(always)]
+unsafe fn lanes<W: Wide>(v: W::V) -> [f32; 16] {
+    let mut out = [0.0f32; 16];
+    // SAFETY: `out` holds 16 floats, at least `W::LANES`.
+    unsafe { W::store(out.as_mut_ptr(), v) };
+    out
+}
+
+/// One row of [`vector_rows`] at width `W`; the last `len % LANES` floats scalar.
+///
+/// # Safety
+/// The CPU has `W`'s instructions; `s` and `d` have the same length.
+#[inline(always)]
+unsafe fn row<W: Wide>(s: &[f32], d: &mut [f32], log: bool) {
+    let whole = s.len() / W::LANES * W::LANES;
+    let vectors = (0..whole).step_by(W::LANES);
+    // SAFETY (every block below): vector `i` reads `s[i .. i + LANES]` and writes the same
+    // floats of `d`, both inside the slices (`i + LANES <= whole <= len`).
+    unsafe {
+        let mut best = W::splat(f32::NEG_INFINITY);
+        for i in vectors.clone() {
+            best = W::max(W::load(s.as_ptr().add(i)), best);
+        }
+        let mut m = f32::NEG_INFINITY;
+        for &v in lanes::<W>(best)[..W::LANES].iter().chain(&s[whole..]) {
+            m = if v > m { v } else { m };
+        }
+        let m = shift(m);
+        let shifted = W::splat(m);
+        let mut sums = W::splat(0.0);
+        for i in vectors.clone() {
+            let e = exp::<W>(W::sub(W::load(s.as_ptr().add(i)), shifted));
+            sums = W::add(sums, e);
+            if !log {
+                W::store(d.as_mut_ptr().add(i), e);
+            }
+        }
+        let mut sum: f32 = lanes::<W>(sums)[..W::LANES].iter().sum();
+        for (d, &v) in d[whole..].iter_mut().zip(&s[whole..]) {
+            let e = crate::exp_poly::exp_f32(v - m);
+            sum += e;
+            *d = e;
+        }
+        if log {
+            let lse = m + sum.ln();
+            for i in vectors {
+                W::store(
+                    d.as_mut_ptr().add(i),
+                    W::sub(W::load(s.as_ptr().add(i)), W::splat(lse)),
+                );
+            }
+            d[whole..]
+                .iter_mut()
+                .zip(&s[whole..])
+                .for_each(|(d, s)| *d = s - lse);
+        } else {
+            let inv = sum.recip();
+            for i in vectors {
+                let p = d.as_mut_ptr().add(i);
+                W::store(p, W::mul(W::load(p), W::splat(inv)));
+            }
+            d[whole..].iter_mut().for_each(|d| *d *= inv);
+        }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::*;
+    use super::Wide;
     use std::arch::x86_64::*;
 
-    /// `exp` of 16 lanes, as `exp_f32`: clamp (NaN kept), reduce, Cephes' polynomial, two
-    /// exact powers of two.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn exp16(x: __m512) -> __m512 {
-        let clamped = _mm512_min_ps(
-            _mm512_max_ps(x, _mm512_set1_ps(EXP_F32_LOW)),
-            _mm512_set1_ps(EXP_F32_HIGH),
-        );
-        // `min`/`max` return their second operand for NaN: keep the NaN lanes of `x`.
-        let c = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), clamped, x);
-        let rounder = _mm512_set1_ps(ROUNDER);
-        let t = _mm512_add_ps(_mm512_mul_ps(c, _mm512_set1_ps(LOG2_E)), rounder);
-        let n = _mm512_sub_ps(t, rounder);
-        let r = _mm512_sub_ps(c, _mm512_mul_ps(n, _mm512_set1_ps(LN2_HIGH)));
-        let r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(LN2_LOW)));
-        let mut p = _mm512_set1_ps(EXP_F32_POLY[0]);
-        for k in &EXP_F32_POLY[1..] {
-            p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(*k));
+    /// 16 lanes in a zmm register.
+    pub(super) struct Zmm;
+
+    impl Wide for Zmm {
+        type V = __m512;
+        type I = __m512i;
+        const LANES: usize = 16;
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> __m512 {
+            unsafe { _mm512_set1_ps(v) }
         }
-        let y = _mm512_add_ps(
-            _mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
-            _mm512_set1_ps(1.0),
-        );
-        let n = _mm512_sub_epi32(
-            _mm512_castps_si512(t),
-            _mm512_set1_epi32(ROUNDER.to_bits() as i32),
-        );
-        let half = _mm512_srai_epi32::<1>(n);
-        let rest = _mm512_sub_epi32(n, half);
-        let power = |e: __m512i| {
-            _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
-                e,
-                _mm512_set1_epi32(127),
-            )))
-        };
-        _mm512_mul_ps(_mm512_mul_ps(y, power(half)), power(rest))
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> __m512 {
+            unsafe { _mm512_loadu_ps(p) }
+        }
+        #[inline(always)]
+        unsafe fn store(p: *mut f32, v: __m512) {
+            unsafe { _mm512_storeu_ps(p, v) }
+        }
+        #[inline(always)]
+        unsafe fn add(a: __m512, b: __m512) -> __m512 {
+            unsafe { _mm512_add_ps(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn sub(a: __m512, b: __m512) -> __m512 {
+            unsafe { _mm512_sub_ps(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+            unsafe { _mm512_mul_ps(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn max(a: __m512, b: __m512) -> __m512 {
+            unsafe { _mm512_max_ps(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn min(a: __m512, b: __m512) -> __m512 {
+            unsafe { _mm512_min_ps(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn nan_of(x: __m512, v: __m512) -> __m512 {
+            unsafe { _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), v, x) }
+        }
+        #[inline(always)]
+        unsafe fn bits(v: __m512) -> __m512i {
+            unsafe { _mm512_castps_si512(v) }
+        }
+        #[inline(always)]
+        unsafe fn isplat(v: i32) -> __m512i {
+            unsafe { _mm512_set1_epi32(v) }
+        }
+        #[inline(always)]
+        unsafe fn iadd(a: __m512i, b: __m512i) -> __m512i {
+            unsafe { _mm512_add_epi32(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn isub(a: __m512i, b: __m512i) -> __m512i {
+            unsafe { _mm512_sub_epi32(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn half(i: __m512i) -> __m512i {
+            unsafe { _mm512_srai_epi32::<1>(i) }
+        }
+        #[inline(always)]
+        unsafe fn exponent(i: __m512i) -> __m512 {
+            unsafe { _mm512_castsi512_ps(_mm512_slli_epi32::<23>(i)) }
+        }
     }
 
-    /// `exp` of 8 lanes, as [`exp16`].
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    pub(super) fn exp8(x: __m256) -> __m256 {
-        let clamped = _mm256_min_ps(
-            _mm256_max_ps(x, _mm256_set1_ps(EXP_F32_LOW)),
-            _mm256_set1_ps(EXP_F32_HIGH),
-        );
-        let c = _mm256_blendv_ps(clamped, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x));
-        let rounder = _mm256_set1_ps(ROUNDER);
-        let t = _mm256_add_ps(_mm256_mul_ps(c, _mm256_set1_ps(LOG2_E)), rounder);
-        let n = _mm256_sub_ps(t, rounder);
-        let r = _mm256_sub_ps(c, _mm256_mul_ps(n, _mm256_set1_ps(LN2_HIGH)));
-        let r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(LN2_LOW)));
-        let mut p = _mm256_set1_ps(EXP_F32_POLY[0]);
-        for k in &EXP_F32_POLY[1..] {
-            p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(*k));
+    /// 8 lanes in a ymm register.
+    pub(super) struct Ymm;
+
+    impl Wide for Ymm {
+        type V = __m256;
+        type I = __m256i;
+        const LANES: usize = 8;
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> __m256 {
+            unsafe { _mm256_set1_ps(v) }
         }
-        let y = _mm256_add_ps(
-            _mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r),
-            _mm256_set1_ps(1.0),
-        );
-        let n = _mm256_sub_epi32(
-            _mm256_castps_si256(t),
-            _mm256_set1_epi32(ROUNDER.to_bits() as i32),
-        );
-        let half = _mm256_srai_epi32::<1>(n);
-        let rest = _mm256_sub_epi32(n, half);
-        let power = |e: __m256i| {
-            _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
-                e,
-                _mm256_set1_epi32(127),
-            )))
-        };
-        _mm256_mul_ps(_mm256_mul_ps(y, power(half)), power(rest))
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> __m256 {
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        #[inline(always)]
+        unsafe fn store(p: *mut f32, v: __m256) {
+            unsafe { _mm256_storeu_ps(p, v) }
+        }
+        #[inline(always)]
+        unsafe fn add(a: __m256, b: __m256) -> __m256 {
+            unsafe { _mm256_add_ps(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn sub(a: __m256, b: __m256) -> __m256 {
+            unsafe { _mm256_sub_ps(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+            unsafe { _mm256_mul_ps(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn max(a: __m256, b: __m256) -> __m256 {
+            unsafe { _mm256_max_ps(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn min(a: __m256, b: __m256) -> __m256 {
+            unsafe { _mm256_min_ps(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn nan_of(x: __m256, v: __m256) -> __m256 {
+            unsafe { _mm256_blendv_ps(v, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x)) }
+        }
+        #[inline(always)]
+        unsafe fn bits(v: __m256) -> __m256i {
+            unsafe { _mm256_castps_si256(v) }
+        }
+        #[inline(always)]
+        unsafe fn isplat(v: i32) -> __m256i {
+            unsafe { _mm256_set1_epi32(v) }
+        }
+        #[inline(always)]
+        unsafe fn iadd(a: __m256i, b: __m256i) -> __m256i {
+            unsafe { _mm256_add_epi32(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn isub(a: __m256i, b: __m256i) -> __m256i {
+            unsafe { _mm256_sub_epi32(a, b) }
+        }
+        #[inline(always)]
+        unsafe fn half(i: __m256i) -> __m256i {
+            unsafe { _mm256_srai_epi32::<1>(i) }
+        }
+        #[inline(always)]
+        unsafe fn exponent(i: __m256i) -> __m256 {
+            unsafe { _mm256_castsi256_ps(_mm256_slli_epi32::<23>(i)) }
+        }
     }
 }
 
-/// One row of [`vector_rows`] with 16 lanes; the last `len % 16` floats scalar.
+/// [`row`] with 16 lanes.
 ///
 /// # Safety
 /// The CPU has AVX-512 F; `s` and `d` have the same length.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn row_avx512(s: &[f32], d: &mut [f32], log: bool) {
-    use std::arch::x86_64::*;
-    let whole = s.len() / 16 * 16;
-    // SAFETY (every block below): vector `i` reads `s[16 i .. 16 i + 16]` and writes the same
-    // floats of `d`, both inside the slices (`16 i + 16 <= whole <= len`).
-    let mut best = _mm512_set1_ps(f32::NEG_INFINITY);
-    for i in (0..whole).step_by(16) {
-        best = _mm512_max_ps(unsafe { _mm512_loadu_ps(s.as_ptr().add(i)) }, best);
-    }
-    let mut m = _mm512_reduce_max_ps(best);
-    for &v in &s[whole..] {
-        m = if v > m { v } else { m };
-    }
-    let m = shift(m);
-    let shifted = _mm512_set1_ps(m);
-    let mut sums = _mm512_setzero_ps();
-    for i in (0..whole).step_by(16) {
-        let e = x86::exp16(_mm512_sub_ps(
-            unsafe { _mm512_loadu_ps(s.as_ptr().add(i)) },
-            shifted,
-        ));
-        sums = _mm512_add_ps(sums, e);
-        if !log {
-            unsafe { _mm512_storeu_ps(d.as_mut_ptr().add(i), e) };
-        }
-    }
-    let mut sum = _mm512_reduce_add_ps(sums);
-    for (d, &v) in d[whole..].iter_mut().zip(&s[whole..]) {
-        let e = crate::exp_poly::exp_f32(v - m);
-        sum += e;
-        *d = e;
-    }
-    if log {
-        let lse = _mm512_set1_ps(m + sum.ln());
-        for i in (0..whole).step_by(16) {
-            unsafe {
-                let v = _mm512_loadu_ps(s.as_ptr().add(i));
-                _mm512_storeu_ps(d.as_mut_ptr().add(i), _mm512_sub_ps(v, lse));
-            }
-        }
-    } else {
-        let inv = _mm512_set1_ps(sum.recip());
-        for i in (0..whole).step_by(16) {
-            unsafe {
-                let p = d.as_mut_ptr().add(i);
-                _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_loadu_ps(p), inv));
-            }
-        }
-    }
-    finish_scalar(&s[whole..], &mut d[whole..], m, sum, log);
+    unsafe { row::<x86::Zmm>(s, d, log) }
 }
 
-/// One row of [`vector_rows`] with 8 lanes, as [`row_avx512`].
+/// [`row`] with 8 lanes.
 ///
 /// # Safety
 /// The CPU has AVX2; `s` and `d` have the same length.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn row_avx2(s: &[f32], d: &mut [f32], log: bool) {
-    use std::arch::x86_64::*;
-    let whole = s.len() / 8 * 8;
-    let lanes = |v: __m256| -> [f32; 8] { unsafe { std::mem::transmute(v) } };
-    // SAFETY (every block below): vector `i` reads `s[8 i .. 8 i + 8]` and writes the same
-    // floats of `d`, both inside the slices (`8 i + 8 <= whole <= len`).
-    let mut best = _mm256_set1_ps(f32::NEG_INFINITY);
-    for i in (0..whole).step_by(8) {
-        best = _mm256_max_ps(unsafe { _mm256_loadu_ps(s.as_ptr().add(i)) }, best);
-    }
-    let mut m = f32::NEG_INFINITY;
-    for v in lanes(best).into_iter().chain(s[whole..].iter().copied()) {
-        m = if v > m { v } else { m };
-    }
-    let m = shift(m);
-    let shifted = _mm256_set1_ps(m);
-    let mut sums = _mm256_setzero_ps();
-    for i in (0..whole).step_by(8) {
-        let e = x86::exp8(_mm256_sub_ps(
-            unsafe { _mm256_loadu_ps(s.as_ptr().add(i)) },
-            shifted,
-        ));
-        sums = _mm256_add_ps(sums, e);
-        if !log {
-            unsafe { _mm256_storeu_ps(d.as_mut_ptr().add(i), e) };
-        }
-    }
-    let mut sum: f32 = lanes(sums).iter().sum();
-    for (d, &v) in d[whole..].iter_mut().zip(&s[whole..]) {
-        let e = crate::exp_poly::exp_f32(v - m);
-        sum += e;
-        *d = e;
-    }
-    if log {
-        let lse = _mm256_set1_ps(m + sum.ln());
-        for i in (0..whole).step_by(8) {
-            unsafe {
-                let v = _mm256_loadu_ps(s.as_ptr().add(i));
-                _mm256_storeu_ps(d.as_mut_ptr().add(i), _mm256_sub_ps(v, lse));
-            }
-        }
-    } else {
-        let inv = _mm256_set1_ps(sum.recip());
-        for i in (0..whole).step_by(8) {
-            unsafe {
-                let p = d.as_mut_ptr().add(i);
-                _mm256_storeu_ps(p, _mm256_mul_ps(_mm256_loadu_ps(p), inv));
-            }
-        }
-    }
-    finish_scalar(&s[whole..], &mut d[whole..], m, sum, log);
+    unsafe { row::<x86::Ymm>(s, d, log) }
 }
 
 #[cfg(test)]
@@ -381,12 +454,32 @@ mod tests {
         }
     }
 
+    /// `exp` of 16 floats with 16 lanes.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn exp_avx512(x: &[f32], y: &mut [f32; 16]) {
+        use x86::Zmm;
+        unsafe { Zmm::store(y.as_mut_ptr(), exp::<Zmm>(Zmm::load(x.as_ptr()))) }
+    }
+
+    /// `exp` of 16 floats with 8 lanes.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn exp_avx2(x: &[f32], y: &mut [f32; 16]) {
+        use x86::Ymm;
+        for h in 0..2 {
+            unsafe {
+                let v = exp::<Ymm>(Ymm::load(x.as_ptr().add(8 * h)));
+                Ymm::store(y.as_mut_ptr().add(8 * h), v);
+            }
+        }
+    }
+
     /// Each lane's `exp` is `exp_f32`'s bit for bit (NaN aside), over a sweep of the f32 range.
     #[test]
     fn vector_exp_equals_the_scalar_polynomial() {
         #[cfg(target_arch = "x86_64")]
         {
-            use std::arch::x86_64::*;
             let xs: Vec<f32> = (0..=u32::MAX)
                 .step_by(65_537)
                 .map(f32::from_bits)
@@ -406,21 +499,13 @@ mod tests {
                 if is_x86_feature_detected!("avx512f") {
                     let mut got = [0.0f32; 16];
                     // SAFETY: the CPU has AVX-512 F; 16 floats each.
-                    unsafe {
-                        let v = x86::exp16(_mm512_loadu_ps(chunk.as_ptr()));
-                        _mm512_storeu_ps(got.as_mut_ptr(), v);
-                    }
+                    unsafe { exp_avx512(chunk, &mut got) };
                     check(&got, "avx512");
                 }
                 if is_x86_feature_detected!("avx2") {
                     let mut got = [0.0f32; 16];
                     // SAFETY: the CPU has AVX2; 8 floats each.
-                    unsafe {
-                        for h in 0..2 {
-                            let v = x86::exp8(_mm256_loadu_ps(chunk.as_ptr().add(8 * h)));
-                            _mm256_storeu_ps(got.as_mut_ptr().add(8 * h), v);
-                        }
-                    }
+                    unsafe { exp_avx2(chunk, &mut got) };
                     check(&got, "avx2");
                 }
             }
