@@ -4,14 +4,15 @@
 //! compiled results equal eager execution (no rounding differs) on the direct kernel's two
 //! task layouts (many images, bands of rows of few images), on windows it pools with vectors
 //! and without, on outputs whose last rows and columns no window covers, in f64 and on the
-//! im2col path, and where the convolution reads NaN. Pools the call cannot apply stay kernels
-//! of their own.
+//! im2col path, and where the convolution reads NaN; a pooled value returned and read again is
+//! stored once. Pools the call cannot apply (and a bias the call cannot read as packed) stay
+//! kernels of their own.
 
 use crate::common;
 
 use common::{Builder, check_backends, eager, lowered};
 use tessera_kernel::Program;
-use tessera_tensor::op::{ConvOp, ConvParams, PoolOp, UnaryOp};
+use tessera_tensor::op::{ConvOp, ConvParams, PoolOp, UnaryOp, ViewOp};
 use tessera_tensor::{DType, Op, Tensor};
 
 /// `max_pool2d(relu?(conv2d(x, w, b)))` for `x` `[n, c, h, w]`, `out` channels of `k x k`.
@@ -201,5 +202,58 @@ fn relu_read_by_another_node_is_not_pooled_by_the_call() {
     b.graph.output(&[&p, &r]).unwrap();
     let program = lowered(&b.graph, &b.inputs);
     assert!(!program.to_string().contains("then relu"), "{program}");
+    check_backends(&program, &b.inputs, &eager(&b.graph, &b.inputs), 1e-5);
+}
+
+#[test]
+fn pool_returned_and_read_again_is_stored_once_by_the_call() {
+    let mut b = Builder::new(DType::F32, false);
+    let x = b.input(&[3, 3, 10, 12], false);
+    let w = b.input(&[8, 3, 3, 3], false);
+    let bias = b.input(&[8], false);
+    let params = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1);
+    let y = b.call(
+        Op::Conv(ConvOp::Forward { params, bias: true }),
+        &[&x, &w, &bias],
+    );
+    let r = b.call(Op::Unary(UnaryOp::Relu), &[&y]);
+    let pool = PoolOp::max_pool2d_values([2, 2], [2, 2], [0, 0], [1, 1], false);
+    let p = b.call(Op::Pool(pool), &[&r]);
+    let again = b.call(Op::Unary(UnaryOp::Tanh), &[&p]);
+    b.graph.output(&[&p, &again]).unwrap();
+    let program = lowered(&b.graph, &b.inputs);
+    assert!(
+        program.to_string().contains("then relu then max_pool 2x2"),
+        "{program}"
+    );
+    check_backends(&program, &b.inputs, &eager(&b.graph, &b.inputs), 1e-6);
+}
+
+#[test]
+fn strided_bias_is_added_by_the_epilogue_not_the_call() {
+    // The bias is column 1 of an `[8, 2]` input: a `[8]` view of stride 2, offset 1.
+    let mut b = Builder::new(DType::F32, false);
+    let x = b.input(&[2, 3, 8, 8], false);
+    let w = b.input(&[8, 3, 3, 3], false);
+    let pairs = b.input(&[8, 2], false);
+    let columns = b.call(Op::View(ViewOp::Permute(vec![1, 0])), &[&pairs]);
+    let narrow = ViewOp::Narrow {
+        dim: 0,
+        start: 1,
+        len: 1,
+    };
+    let column = b.call(Op::View(narrow), &[&columns]);
+    let bias = b.call(Op::View(ViewOp::Reshape(vec![8])), &[&column]);
+    let params = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1);
+    let y = b.call(
+        Op::Conv(ConvOp::Forward { params, bias: true }),
+        &[&x, &w, &bias],
+    );
+    let r = b.call(Op::Unary(UnaryOp::Relu), &[&y]);
+    let pool = PoolOp::max_pool2d_values([2, 2], [2, 2], [0, 0], [1, 1], false);
+    let p = b.call(Op::Pool(pool), &[&r]);
+    b.graph.output(&[&p]).unwrap();
+    let program = lowered(&b.graph, &b.inputs);
+    assert!(!program.to_string().contains("max_pool 2x2"), "{program}");
     check_backends(&program, &b.inputs, &eager(&b.graph, &b.inputs), 1e-5);
 }
