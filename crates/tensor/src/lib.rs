@@ -30,6 +30,7 @@ mod methods;
 pub mod op;
 mod random;
 mod restore;
+mod simd;
 pub mod size;
 pub mod storage;
 mod tensor;

@@ -11,6 +11,7 @@
 use crate::common;
 
 use common::{Builder, check_backends, eager, lowered};
+use tessera_fx::NodeId;
 use tessera_kernel::Program;
 use tessera_tensor::op::{ConvOp, ConvParams, PoolOp, UnaryOp, ViewOp};
 use tessera_tensor::{DType, Op, Tensor};
@@ -185,20 +186,26 @@ fn pools_the_call_cannot_apply_stay_their_own_kernel() {
     }
 }
 
+/// `relu(conv2d(x, w, bias))` (3x3, padding 1) and its 2x2 max pool, added to `b`.
+fn conv_relu_pool(b: &mut Builder, [x, w, bias]: [&NodeId; 3]) -> (NodeId, NodeId) {
+    let params = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1);
+    let y = b.call(
+        Op::Conv(ConvOp::Forward { params, bias: true }),
+        &[x, w, bias],
+    );
+    let r = b.call(Op::Unary(UnaryOp::Relu), &[&y]);
+    let pool = PoolOp::max_pool2d_values([2, 2], [2, 2], [0, 0], [1, 1], false);
+    let p = b.call(Op::Pool(pool), &[&r]);
+    (r, p)
+}
+
 #[test]
 fn relu_read_by_another_node_is_not_pooled_by_the_call() {
     let mut b = Builder::new(DType::F32, false);
     let x = b.input(&[2, 3, 8, 8], false);
     let w = b.input(&[8, 3, 3, 3], false);
     let bias = b.input(&[8], false);
-    let params = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1);
-    let y = b.call(
-        Op::Conv(ConvOp::Forward { params, bias: true }),
-        &[&x, &w, &bias],
-    );
-    let r = b.call(Op::Unary(UnaryOp::Relu), &[&y]);
-    let pool = PoolOp::max_pool2d_values([2, 2], [2, 2], [0, 0], [1, 1], false);
-    let p = b.call(Op::Pool(pool), &[&r]);
+    let (r, p) = conv_relu_pool(&mut b, [&x, &w, &bias]);
     b.graph.output(&[&p, &r]).unwrap();
     let program = lowered(&b.graph, &b.inputs);
     assert!(!program.to_string().contains("then relu"), "{program}");
@@ -211,14 +218,7 @@ fn pool_returned_and_read_again_is_stored_once_by_the_call() {
     let x = b.input(&[3, 3, 10, 12], false);
     let w = b.input(&[8, 3, 3, 3], false);
     let bias = b.input(&[8], false);
-    let params = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1);
-    let y = b.call(
-        Op::Conv(ConvOp::Forward { params, bias: true }),
-        &[&x, &w, &bias],
-    );
-    let r = b.call(Op::Unary(UnaryOp::Relu), &[&y]);
-    let pool = PoolOp::max_pool2d_values([2, 2], [2, 2], [0, 0], [1, 1], false);
-    let p = b.call(Op::Pool(pool), &[&r]);
+    let (_, p) = conv_relu_pool(&mut b, [&x, &w, &bias]);
     let again = b.call(Op::Unary(UnaryOp::Tanh), &[&p]);
     b.graph.output(&[&p, &again]).unwrap();
     let program = lowered(&b.graph, &b.inputs);
@@ -244,14 +244,7 @@ fn strided_bias_is_added_by_the_epilogue_not_the_call() {
     };
     let column = b.call(Op::View(narrow), &[&columns]);
     let bias = b.call(Op::View(ViewOp::Reshape(vec![8])), &[&column]);
-    let params = ConvParams::conv2d([1, 1], [1, 1], [1, 1], 1);
-    let y = b.call(
-        Op::Conv(ConvOp::Forward { params, bias: true }),
-        &[&x, &w, &bias],
-    );
-    let r = b.call(Op::Unary(UnaryOp::Relu), &[&y]);
-    let pool = PoolOp::max_pool2d_values([2, 2], [2, 2], [0, 0], [1, 1], false);
-    let p = b.call(Op::Pool(pool), &[&r]);
+    let (_, p) = conv_relu_pool(&mut b, [&x, &w, &bias]);
     b.graph.output(&[&p]).unwrap();
     let program = lowered(&b.graph, &b.inputs);
     assert!(!program.to_string().contains("max_pool 2x2"), "{program}");

@@ -7,6 +7,9 @@
 use crate::exp_poly::{
     EXP_F32_HIGH, EXP_F32_LOW, EXP_F32_POLY, LN2_HIGH, LN2_LOW, LOG2_E, ROUNDER,
 };
+use crate::simd::Lanes;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Ymm, Zmm};
 
 /// Rows per task when the rows are shared out across the threads.
 const ROWS_PER_TASK: usize = 64;
@@ -76,37 +79,10 @@ fn shift(max: f32) -> f32 {
     if max.is_infinite() { 0.0 } else { max }
 }
 
-/// The vector operations a row needs, at one width.
-trait Wide {
-    type V: Copy;
-    type I: Copy;
-    const LANES: usize;
-    unsafe fn splat(v: f32) -> Self::V;
-    unsafe fn load(p: *const f32) -> Self::V;
-    unsafe fn store(p: *mut f32, v: Self::V);
-    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
-    unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
-    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
-    /// `max(a, b)`, `b` where either is NaN.
-    unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
-    /// `min(a, b)`, `b` where either is NaN.
-    unsafe fn min(a: Self::V, b: Self::V) -> Self::V;
-    /// `x` where it is NaN, else `v`.
-    unsafe fn nan_of(x: Self::V, v: Self::V) -> Self::V;
-    unsafe fn bits(v: Self::V) -> Self::I;
-    unsafe fn isplat(v: i32) -> Self::I;
-    unsafe fn iadd(a: Self::I, b: Self::I) -> Self::I;
-    unsafe fn isub(a: Self::I, b: Self::I) -> Self::I;
-    /// `i >> 1`, arithmetic.
-    unsafe fn half(i: Self::I) -> Self::I;
-    /// `i << 23`: an exponent moved into place.
-    unsafe fn exponent(i: Self::I) -> Self::V;
-}
-
 /// `exp` of every lane, as `exp_f32`: clamp (NaN kept), reduce, Cephes' polynomial, two exact
 /// powers of two.
 #[inline(always)]
-unsafe fn exp<W: Wide>(x: W::V) -> W::V {
+unsafe fn exp<W: Lanes>(x: W::V) -> W::V {
     unsafe {
         let clamped = W::min(W::max(x, W::splat(EXP_F32_LOW)), W::splat(EXP_F32_HIGH));
         let c = W::nan_of(x, clamped);
@@ -131,7 +107,7 @@ unsafe fn exp<W: Wide>(x: W::V) -> W::V {
 
 /// The lanes of `v`, in order.
 #[inline(always)]
-unsafe fn lanes<W: Wide>(v: W::V) -> [f32; 16] {
+unsafe fn lanes<W: Lanes>(v: W::V) -> [f32; 16] {
     let mut out = [0.0f32; 16];
     // SAFETY: `out` holds 16 floats, at least `W::LANES`.
     unsafe { W::store(out.as_mut_ptr(), v) };
@@ -143,7 +119,7 @@ unsafe fn lanes<W: Wide>(v: W::V) -> [f32; 16] {
 /// # Safety
 /// The CPU has `W`'s instructions; `s` and `d` have the same length.
 #[inline(always)]
-unsafe fn row<W: Wide>(s: &[f32], d: &mut [f32], log: bool) {
+unsafe fn row<W: Lanes>(s: &[f32], d: &mut [f32], log: bool) {
     let whole = s.len() / W::LANES * W::LANES;
     let vectors = (0..whole).step_by(W::LANES);
     // SAFETY (every block below): vector `i` reads `s[i .. i + LANES]` and writes the same
@@ -196,150 +172,6 @@ unsafe fn row<W: Wide>(s: &[f32], d: &mut [f32], log: bool) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::Wide;
-    use std::arch::x86_64::*;
-
-    /// 16 lanes in a zmm register.
-    pub(super) struct Zmm;
-
-    impl Wide for Zmm {
-        type V = __m512;
-        type I = __m512i;
-        const LANES: usize = 16;
-        #[inline(always)]
-        unsafe fn splat(v: f32) -> __m512 {
-            unsafe { _mm512_set1_ps(v) }
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> __m512 {
-            unsafe { _mm512_loadu_ps(p) }
-        }
-        #[inline(always)]
-        unsafe fn store(p: *mut f32, v: __m512) {
-            unsafe { _mm512_storeu_ps(p, v) }
-        }
-        #[inline(always)]
-        unsafe fn add(a: __m512, b: __m512) -> __m512 {
-            unsafe { _mm512_add_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn sub(a: __m512, b: __m512) -> __m512 {
-            unsafe { _mm512_sub_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn mul(a: __m512, b: __m512) -> __m512 {
-            unsafe { _mm512_mul_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn max(a: __m512, b: __m512) -> __m512 {
-            unsafe { _mm512_max_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn min(a: __m512, b: __m512) -> __m512 {
-            unsafe { _mm512_min_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn nan_of(x: __m512, v: __m512) -> __m512 {
-            unsafe { _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), v, x) }
-        }
-        #[inline(always)]
-        unsafe fn bits(v: __m512) -> __m512i {
-            unsafe { _mm512_castps_si512(v) }
-        }
-        #[inline(always)]
-        unsafe fn isplat(v: i32) -> __m512i {
-            unsafe { _mm512_set1_epi32(v) }
-        }
-        #[inline(always)]
-        unsafe fn iadd(a: __m512i, b: __m512i) -> __m512i {
-            unsafe { _mm512_add_epi32(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn isub(a: __m512i, b: __m512i) -> __m512i {
-            unsafe { _mm512_sub_epi32(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn half(i: __m512i) -> __m512i {
-            unsafe { _mm512_srai_epi32::<1>(i) }
-        }
-        #[inline(always)]
-        unsafe fn exponent(i: __m512i) -> __m512 {
-            unsafe { _mm512_castsi512_ps(_mm512_slli_epi32::<23>(i)) }
-        }
-    }
-
-    /// 8 lanes in a ymm register.
-    pub(super) struct Ymm;
-
-    impl Wide for Ymm {
-        type V = __m256;
-        type I = __m256i;
-        const LANES: usize = 8;
-        #[inline(always)]
-        unsafe fn splat(v: f32) -> __m256 {
-            unsafe { _mm256_set1_ps(v) }
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> __m256 {
-            unsafe { _mm256_loadu_ps(p) }
-        }
-        #[inline(always)]
-        unsafe fn store(p: *mut f32, v: __m256) {
-            unsafe { _mm256_storeu_ps(p, v) }
-        }
-        #[inline(always)]
-        unsafe fn add(a: __m256, b: __m256) -> __m256 {
-            unsafe { _mm256_add_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn sub(a: __m256, b: __m256) -> __m256 {
-            unsafe { _mm256_sub_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn mul(a: __m256, b: __m256) -> __m256 {
-            unsafe { _mm256_mul_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn max(a: __m256, b: __m256) -> __m256 {
-            unsafe { _mm256_max_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn min(a: __m256, b: __m256) -> __m256 {
-            unsafe { _mm256_min_ps(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn nan_of(x: __m256, v: __m256) -> __m256 {
-            unsafe { _mm256_blendv_ps(v, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x)) }
-        }
-        #[inline(always)]
-        unsafe fn bits(v: __m256) -> __m256i {
-            unsafe { _mm256_castps_si256(v) }
-        }
-        #[inline(always)]
-        unsafe fn isplat(v: i32) -> __m256i {
-            unsafe { _mm256_set1_epi32(v) }
-        }
-        #[inline(always)]
-        unsafe fn iadd(a: __m256i, b: __m256i) -> __m256i {
-            unsafe { _mm256_add_epi32(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn isub(a: __m256i, b: __m256i) -> __m256i {
-            unsafe { _mm256_sub_epi32(a, b) }
-        }
-        #[inline(always)]
-        unsafe fn half(i: __m256i) -> __m256i {
-            unsafe { _mm256_srai_epi32::<1>(i) }
-        }
-        #[inline(always)]
-        unsafe fn exponent(i: __m256i) -> __m256 {
-            unsafe { _mm256_castsi256_ps(_mm256_slli_epi32::<23>(i)) }
-        }
-    }
-}
-
 /// [`row`] with 16 lanes.
 ///
 /// # Safety
@@ -347,7 +179,7 @@ mod x86 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn row_avx512(s: &[f32], d: &mut [f32], log: bool) {
-    unsafe { row::<x86::Zmm>(s, d, log) }
+    unsafe { row::<Zmm>(s, d, log) }
 }
 
 /// [`row`] with 8 lanes.
@@ -357,7 +189,7 @@ unsafe fn row_avx512(s: &[f32], d: &mut [f32], log: bool) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn row_avx2(s: &[f32], d: &mut [f32], log: bool) {
-    unsafe { row::<x86::Ymm>(s, d, log) }
+    unsafe { row::<Ymm>(s, d, log) }
 }
 
 #[cfg(test)]
@@ -458,7 +290,6 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn exp_avx512(x: &[f32], y: &mut [f32; 16]) {
-        use x86::Zmm;
         unsafe { Zmm::store(y.as_mut_ptr(), exp::<Zmm>(Zmm::load(x.as_ptr()))) }
     }
 
@@ -466,7 +297,6 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn exp_avx2(x: &[f32], y: &mut [f32; 16]) {
-        use x86::Ymm;
         for h in 0..2 {
             unsafe {
                 let v = exp::<Ymm>(Ymm::load(x.as_ptr().add(8 * h)));

@@ -6,9 +6,10 @@
 
 use super::Geometry;
 use super::direct_pad::{PadBuffer, Padded, grow, pad_image};
-use super::direct_tile::{Lanes, TileArgs, tile};
+use super::direct_tile::{TileArgs, tile};
 use super::stage::{ConvStage, pool_rows};
 use crate::buffer_cache::{recycle, try_uninit_buffer};
+use crate::simd::Lanes;
 use rayon::prelude::*;
 
 /// The widest kernel the direct convolution takes.
@@ -231,7 +232,7 @@ entry!(sweep_avx2, "avx2,fma");
 /// `c` came from [`choose`] on this CPU; as [`Sweep::run`].
 #[cfg(target_arch = "x86_64")]
 unsafe fn sweep(c: Choice, s: &Sweep) {
-    use super::direct_tile::{Ymm, Zmm};
+    use crate::simd::{Ymm, Zmm};
     unsafe {
         match (c.avx512, c.lanes, c.nv, c.ocb) {
             (true, 16, 2, 12) => sweep_avx512::<Zmm, 2, 12>(s),

@@ -2,83 +2,7 @@
 //! one output row, accumulated over a block of input channels and every kernel tap, with the
 //! vector type (AVX-512 or AVX2) chosen at run time by the caller.
 
-#[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::*;
-
-/// The vector operations the tile needs.
-pub(super) trait Lanes {
-    type V: Copy;
-    const LANES: usize;
-    unsafe fn splat(v: f32) -> Self::V;
-    unsafe fn load(p: *const f32) -> Self::V;
-    unsafe fn store(p: *mut f32, v: Self::V);
-    /// `a * b + c`.
-    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
-    /// `v > 0 ? v : 0` per lane (NaN becomes 0, as the eager `relu`).
-    unsafe fn relu(v: Self::V) -> Self::V;
-}
-
-/// 16 f32 lanes in a zmm register.
-#[cfg(target_arch = "x86_64")]
-pub(super) struct Zmm;
-
-#[cfg(target_arch = "x86_64")]
-impl Lanes for Zmm {
-    type V = __m512;
-    const LANES: usize = 16;
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> __m512 {
-        unsafe { _mm512_set1_ps(v) }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> __m512 {
-        unsafe { _mm512_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: __m512) {
-        unsafe { _mm512_storeu_ps(p, v) }
-    }
-    #[inline(always)]
-    unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
-        unsafe { _mm512_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn relu(v: __m512) -> __m512 {
-        // `max` returns its second operand where either is NaN.
-        unsafe { _mm512_max_ps(v, _mm512_setzero_ps()) }
-    }
-}
-
-/// 8 f32 lanes in a ymm register.
-#[cfg(target_arch = "x86_64")]
-pub(super) struct Ymm;
-
-#[cfg(target_arch = "x86_64")]
-impl Lanes for Ymm {
-    type V = __m256;
-    const LANES: usize = 8;
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> __m256 {
-        unsafe { _mm256_set1_ps(v) }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> __m256 {
-        unsafe { _mm256_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: __m256) {
-        unsafe { _mm256_storeu_ps(p, v) }
-    }
-    #[inline(always)]
-    unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
-        unsafe { _mm256_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn relu(v: __m256) -> __m256 {
-        // `max` returns its second operand where either is NaN.
-        unsafe { _mm256_max_ps(v, _mm256_setzero_ps()) }
-    }
-}
+use crate::simd::Lanes;
 
 /// Where one tile reads and writes. Every pointer is valid for what the tile touches: the
 /// caller sized the padded input and the staging rows for whole tiles.
@@ -150,7 +74,12 @@ pub(super) unsafe fn tile<L: Lanes, const NV: usize, const OCB: usize>(a: &TileA
         }
         for (o, row) in acc.iter().enumerate() {
             for (v, &lane) in row.iter().enumerate() {
-                let lane = if a.relu { L::relu(lane) } else { lane };
+                // `max` returns its second operand for NaN: `v > 0 ? v : 0`, as the eager `relu`.
+                let lane = if a.relu {
+                    L::max(lane, L::splat(0.0))
+                } else {
+                    lane
+                };
                 L::store(a.out.add(o * a.out_channel + v * L::LANES), lane);
             }
         }
