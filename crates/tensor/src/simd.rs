@@ -5,6 +5,42 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+/// Which vector instructions this CPU has for [`Lanes`] code, detected once: AVX-512 (F and
+/// VL, with AVX2 and FMA), AVX2 with FMA, or neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isa {
+    Avx512,
+    Avx2,
+    None,
+}
+
+pub(crate) fn isa() -> Isa {
+    static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+    *ISA.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let fma = is_x86_feature_detected!("fma") && is_x86_feature_detected!("avx2");
+            if fma && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl") {
+                return Isa::Avx512;
+            }
+            if fma {
+                return Isa::Avx2;
+            }
+        }
+        Isa::None
+    })
+}
+
+/// Whether this CPU runs the AVX-512 tiles (AVX-512 F and VL, AVX2, FMA).
+pub(crate) fn has_avx512() -> bool {
+    isa() == Isa::Avx512
+}
+
+/// Whether this CPU has AVX2 and FMA.
+pub(crate) fn has_avx2() -> bool {
+    isa() != Isa::None
+}
+
 /// f32 vector operations at one width, for code written once for AVX-512 and AVX2 and
 /// compiled for each inside a `#[target_feature]` function.
 pub(crate) trait Lanes {

@@ -175,11 +175,7 @@ impl Kernel {
         {
             return Err("a Winograd convolution call adds no bias and has no stage".into());
         }
-        if let Some([kh, kw]) = c.stage.max_pool
-            && (kh == 0 || kw == 0)
-        {
-            return Err(format!("a stage's max pool window of {kh}x{kw}"));
-        }
+        c.stage.check().map_err(|e| e.to_string())?;
         let output =
             tessera_tensor::op::conv2d_output_shape(c.params, &c.input_shape, &c.weight_shape)
                 .map_err(|e| e.to_string())?;

@@ -19,7 +19,7 @@ const ROWS_PER_TASK: usize = 64;
 /// instructions for it (the caller's scalar loop runs then), `OutOfMemory` when the result's
 /// buffer cannot be had.
 pub(super) fn rows(src: &[f32], n: usize, log: bool) -> crate::Result<Option<Vec<f32>>> {
-    if !has_vectors() || n == 0 {
+    if !crate::simd::has_avx2() || n == 0 {
         return Ok(None);
     }
     let mut out = crate::buffer_cache::try_uninit_buffer::<f32>("softmax", src.len())?;
@@ -30,47 +30,26 @@ pub(super) fn rows(src: &[f32], n: usize, log: bool) -> crate::Result<Option<Vec
         use rayon::prelude::*;
         src.par_chunks(task)
             .zip(out.par_chunks_mut(task))
-            .for_each(|(s, d)| {
-                vector_rows(s, d, n, log);
-            });
+            .for_each(|(s, d)| vector_rows(s, d, n, log));
     }
     Ok(Some(out))
 }
 
-/// Whether [`vector_rows`] has vector instructions on this CPU.
-fn has_vectors() -> bool {
+/// `dst[r] = softmax(src[r])` (or log-softmax) for each row `r` of `n` floats, with the
+/// widest vectors this CPU has; the caller checked [`crate::simd::has_avx2`].
+fn vector_rows(src: &[f32], dst: &mut [f32], n: usize, log: bool) {
     #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2")
+    for (s, d) in src.chunks_exact(n).zip(dst.chunks_exact_mut(n)) {
+        if crate::simd::has_avx512() {
+            // SAFETY: the CPU has AVX-512 F; the rows have `n` floats each.
+            unsafe { row_avx512(s, d, log) };
+        } else {
+            // SAFETY: the caller checked AVX2.
+            unsafe { row_avx2(s, d, log) };
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// `dst[r] = softmax(src[r])` (or log-softmax) for each row `r` of `n` floats, with vector
-/// instructions; `false` when this CPU has none of them (nothing written then).
-fn vector_rows(src: &[f32], dst: &mut [f32], n: usize, log: bool) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") {
-            for (s, d) in src.chunks_exact(n).zip(dst.chunks_exact_mut(n)) {
-                // SAFETY: the CPU has AVX-512 F; the rows have `n` floats each.
-                unsafe { row_avx512(s, d, log) };
-            }
-            return true;
-        }
-        if is_x86_feature_detected!("avx2") {
-            for (s, d) in src.chunks_exact(n).zip(dst.chunks_exact_mut(n)) {
-                // SAFETY: the CPU has AVX2.
-                unsafe { row_avx2(s, d, log) };
-            }
-            return true;
-        }
-    }
     let _ = (src, dst, n, log);
-    false
 }
 
 /// The row maximum the exponentials are taken against: an infinite one counts as 0, as in the

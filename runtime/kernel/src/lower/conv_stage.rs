@@ -77,7 +77,7 @@ impl Lowering<'_> {
         let Some(out) = self.meta(&pool)?.first().cloned() else {
             return Ok(None);
         };
-        if out.shape != pooled || p.kernel.contains(&0) {
+        if out.shape != pooled || stage.check().is_err() {
             return Ok(None);
         }
         Ok(Some(AbsorbedPool {

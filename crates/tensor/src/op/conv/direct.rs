@@ -9,7 +9,7 @@ use super::direct_pad::{PadBuffer, Padded, grow, pad_image};
 use super::direct_tile::{TileArgs, tile};
 use super::stage::{ConvStage, pool_rows};
 use crate::buffer_cache::{recycle, try_uninit_buffer};
-use crate::simd::Lanes;
+use crate::simd::{Isa, Lanes, isa};
 use rayon::prelude::*;
 
 /// The widest kernel the direct convolution takes.
@@ -33,41 +33,6 @@ impl Choice {
     fn width(&self) -> usize {
         self.lanes * self.nv
     }
-}
-
-/// Which vector instructions this CPU has, detected once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Isa {
-    Avx512,
-    Avx2,
-    None,
-}
-
-fn isa() -> Isa {
-    static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
-    *ISA.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let fma = is_x86_feature_detected!("fma") && is_x86_feature_detected!("avx2");
-            if fma && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl") {
-                return Isa::Avx512;
-            }
-            if fma {
-                return Isa::Avx2;
-            }
-        }
-        Isa::None
-    })
-}
-
-/// Whether this CPU runs the AVX-512 tiles (AVX-512 F and VL, AVX2, FMA).
-pub(super) fn has_avx512() -> bool {
-    isa() == Isa::Avx512
-}
-
-/// Whether this CPU has AVX2 and FMA.
-pub(super) fn has_avx2() -> bool {
-    isa() != Isa::None
 }
 
 /// The tile for `g` on this CPU: vectors as wide as the output rows allow, and as many output

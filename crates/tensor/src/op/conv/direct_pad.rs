@@ -146,12 +146,12 @@ fn copy_pixels(g: &Geometry, p: Padded, x: &[f32], dst: &mut [f32]) {
 fn every_second(src: &[f32], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if super::direct::has_avx512() {
+        if crate::simd::has_avx512() {
             // SAFETY: the CPU has AVX-512 F.
             unsafe { every_second_avx512(src, dst) };
             return;
         }
-        if super::direct::has_avx2() {
+        if crate::simd::has_avx2() {
             // SAFETY: the CPU has AVX2.
             let done = unsafe { every_second_avx2(src, dst) };
             every_nth::<2>(&src[(2 * done).min(src.len())..], &mut dst[done..]);
@@ -251,7 +251,7 @@ mod tests {
     #[test]
     fn avx2_every_second_takes_the_even_elements() {
         #[cfg(target_arch = "x86_64")]
-        if super::super::direct::has_avx2() {
+        if crate::simd::has_avx2() {
             for len in 0..40 {
                 let src: Vec<f32> = (0..2 * len + 1).map(|i| i as f32).collect();
                 let mut dst = vec![f32::NAN; len];

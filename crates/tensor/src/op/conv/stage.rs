@@ -37,7 +37,7 @@ impl ConvStage {
     }
 
     /// An error unless every window has at least one row and one column.
-    pub(super) fn check(&self) -> Result<()> {
+    pub fn check(&self) -> Result<()> {
         match self.max_pool {
             Some([kh, kw]) if kh == 0 || kw == 0 => Err(TensorError::invalid(
                 "conv2d",
@@ -135,11 +135,11 @@ fn pool_fast<T: Float>(
             )
         };
         let rows = Rows { w, kh, pw };
-        if super::direct::has_avx512() {
+        if crate::simd::has_avx512() {
             // SAFETY: the CPU has AVX-512 F.
             return unsafe { pair_pool_avx512(src, rows, dst) };
         }
-        if super::direct::has_avx2() {
+        if crate::simd::has_avx2() {
             // SAFETY: the CPU has AVX2.
             return unsafe { pair_pool_avx2(src, rows, dst) };
         }
@@ -351,14 +351,14 @@ mod tests {
                     }
                 };
                 let shape = Rows { w, kh, pw };
-                if pw > 0 && super::super::direct::has_avx512() {
+                if pw > 0 && crate::simd::has_avx512() {
                     let mut got = vec![0.0; pw];
                     // SAFETY: the CPU has AVX-512 F; `rows` holds `kh` rows of `w` columns.
                     let done = unsafe { pair_pool_avx512(&rows, shape, &mut got) };
                     assert_eq!(done, pw / 16 * 16);
                     same(&got, done, "avx512");
                 }
-                if pw > 0 && super::super::direct::has_avx2() {
+                if pw > 0 && crate::simd::has_avx2() {
                     let mut got = vec![0.0; pw];
                     // SAFETY: the CPU has AVX2; as above.
                     let done = unsafe { pair_pool_avx2(&rows, shape, &mut got) };
@@ -378,7 +378,7 @@ mod tests {
     /// rows, channel tails, strides and dropped rows and columns.
     #[test]
     fn direct_stage_equals_the_convolution_then_the_stage() {
-        if !super::super::direct::has_avx2() {
+        if !crate::simd::has_avx2() {
             return;
         }
         let pool = rayon::ThreadPoolBuilder::new()
